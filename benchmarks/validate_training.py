@@ -1,0 +1,116 @@
+"""Accuracy of `hwtune estimate` against published training runs; writes VALIDATION.md.
+
+    python benchmarks/validate_training.py [--data ../shared/validation/training_published.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+from hwtune.train.estimator import _estimate
+from hwtune.train.published import load_published
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = Path(os.environ.get("HWTUNE_VALIDATION_DIR", ROOT.parent / "shared" / "validation")) / "training_published.jsonl"
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def evaluate(data: Path) -> tuple[list[dict], list[tuple[str, str]]]:
+    rows, skipped = [], []
+    for run in load_published(data):
+        if run.skip_reason:
+            skipped.append((run.id, run.skip_reason))
+            continue
+        est = _estimate(run.spec, run.cluster, run.strategy)
+        pred = {
+            "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+            "step_time_s": est.step_time_s,
+            "peak_memory_bytes": est.memory.total,
+        }
+        for metric, meas in run.targets.items():
+            p = pred[metric]
+            # step time errors are reported as throughput errors (1/t) so both read alike
+            if metric == "step_time_s":
+                rel = meas / p - 1
+            else:
+                rel = p / meas - 1
+            rows.append({"id": run.id, "metric": "peak_memory" if metric == "peak_memory_bytes" else "throughput",
+                         "unit": metric, "measured": meas, "predicted": p, "rel_err": rel,
+                         "assumptions": run.assumptions})  # fmt: skip
+    return rows, skipped
+
+
+def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
+    out = {}
+    for metric in ("throughput", "peak_memory"):
+        errs = [abs(r["rel_err"]) for r in rows if r["metric"] == metric]
+        out[metric] = {"n": len(errs), "median": statistics.median(errs) if errs else float("nan"),
+                       "p90": percentile(errs, 0.9), "signed_median": statistics.median(
+                           [r["rel_err"] for r in rows if r["metric"] == metric]) if errs else float("nan")}  # fmt: skip
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--out", type=Path, default=ROOT / "VALIDATION.md")
+    ap.add_argument("--print-only", action="store_true")
+    a = ap.parse_args()
+    rows, skipped = evaluate(a.data)
+    s = summary(rows)
+    for r in rows:
+        print(f"{r['id']:<48} {r['metric']:<12} meas {r['measured']:>12.4g} pred {r['predicted']:>12.4g} err {r['rel_err']:+.1%}")
+    for k, v in s.items():
+        print(f"{k}: n={v['n']} median |err| {v['median']:.1%} p90 {v['p90']:.1%} signed median {v['signed_median']:+.1%}")
+    print(f"skipped {len(skipped)}")
+    if a.print_only:
+        return
+    lines = [
+        "# Validation: `hwtune estimate` against published training runs",
+        "",
+        f"Data: `shared/validation/training_published.jsonl` ({len(rows)} comparisons over "
+        f"{len({r['id'] for r in rows})} rows; {len(skipped)} rows not expressible, listed below).",
+        f"Command: `python benchmarks/validate_training.py` (Python {platform.python_version()}, {platform.machine()}).",
+        "",
+        "Throughput is compared as tokens/s per GPU; rows that report only Megatron-convention TFLOP/s are",
+        "converted with the source's own formula (Narayanan et al. eq. 3), and rows that report iteration time",
+        "are compared as 1/time. Memory is the peak per GPU. Error = predicted / measured - 1.",
+        "No constant is fitted to these rows: device efficiencies come from microbenchmarks in the device catalog.",
+        "",
+        "## Summary",
+        "",
+        "| metric | rows | median abs. error | p90 abs. error | signed median |",
+        "|---|---|---|---|---|",
+    ]
+    for k, v in s.items():
+        lines.append(f"| {k} | {v['n']} | {v['median']:.1%} | {v['p90']:.1%} | {v['signed_median']:+.1%} |")
+    lines += ["", "## Per row", "", "| row | metric | measured | predicted | error | assumptions |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        unit = r["unit"]
+        meas, pred = r["measured"], r["predicted"]
+        if unit == "peak_memory_bytes":
+            meas, pred, unit = meas / 2**30, pred / 2**30, "GiB"
+        lines.append(f"| {r['id']} | {r['metric']} ({unit}) | {meas:,.4g} | {pred:,.4g} | {r['rel_err']:+.1%} | "
+                     f"{'; '.join(r['assumptions'])} |")  # fmt: skip
+    lines += ["", "## Rows not expressible", "", "| row | reason |", "|---|---|"]
+    for i, why in skipped:
+        lines.append(f"| {i} | {why} |")
+    a.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

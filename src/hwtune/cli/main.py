@@ -1,0 +1,107 @@
+"""The `hwtune` command: parse, call the library, render. No formulas here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hwtune.errors import HwtuneInputError
+
+app = typer.Typer(
+    name="hwtune",
+    help="Hardware-aware tuning of large-model training and serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+err = Console(stderr=True)
+
+
+def _fail(e: Exception) -> None:
+    err.print(f"error: {e}", highlight=False, markup=False)
+    raise typer.Exit(2)
+
+
+@app.callback()
+def _root() -> None:
+    """hwtune: estimate, search and simulate large-model training and serving."""
+
+
+@app.command()
+def estimate(
+    model: Annotated[str, typer.Option("--model", "-m", help="catalog name or path to a config.json")] = "llama3.1-8b",
+    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = "h100-sxm-80gb",
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs (default: dp*tp*pp*cp)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
+    nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
+    scaleup_domain: Annotated[int | None, typer.Option(help="GPUs per NVLink domain (8 DGX, 72 NVL72)")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="cluster YAML file (overrides --gpu/--gpus...)")] = None,
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline-parallel degree")] = 1,
+    dp: Annotated[int | None, typer.Option(help="data-parallel degree (default: the GPUs left)")] = None,
+    ep: Annotated[int, typer.Option(help="expert-parallel degree (folded over dp*cp)")] = 1,
+    cp: Annotated[int, typer.Option(help="context-parallel degree")] = 1,
+    micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per step (default dp*micro-batch)")] = None,
+    seq: Annotated[int, typer.Option(help="sequence length")] = 8192,
+    vpp: Annotated[int, typer.Option(help="virtual stages per pipeline rank (interleaved)")] = 1,
+    schedule: Annotated[str, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")] = "1f1b",
+    recompute: Annotated[str, typer.Option(help="none|selective|full")] = "none",
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 1,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
+    precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
+    optimizer: Annotated[str, typer.Option(help="adam|adam-bf16|adam-8bit|adam-8bit-release|sgd")] = "adam",
+    offload: Annotated[bool, typer.Option("--offload/--no-offload", help="optimizer states on the CPU")] = False,
+    moe_imbalance: Annotated[float, typer.Option(help="busiest expert's load / mean load (>= 1)")] = 1.0,
+    overlap_tp: Annotated[bool, typer.Option("--overlap-tp/--no-overlap-tp")] = False,
+    overlap_a2a: Annotated[bool, typer.Option("--overlap-a2a/--no-overlap-a2a")] = False,
+    overlap_grad: Annotated[bool, typer.Option("--overlap-grad/--no-overlap-grad")] = True,
+    flash: Annotated[bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
+    from hwtune.hardware.cluster import load_cluster_file, make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import estimate as run_estimate
+
+    try:
+        spec = get_model(model)
+        n = gpus if gpus is not None else (dp or 1) * tp * pp * cp
+        if cluster is not None:
+            cl = load_cluster_file(cluster)
+        else:
+            cl = make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain)
+        est = run_estimate(
+            spec, cl, None,
+            tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,
+            seq=seq, vpp=vpp, schedule=schedule, recompute=recompute, zero=zero,
+            sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
+            offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
+            overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
+        )  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if as_json:
+        doc = est.to_dict()
+        doc["model"] = spec.name
+        doc["gpu"] = cl.device.name
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from hwtune.report.estimate_view import render_estimate
+
+    render_estimate(est, f"{spec.name} on {cl.n_gpus} x {cl.device.name}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""Time of a collective: alpha-beta costs of ring, tree, hierarchical and all-to-all algorithms,
+alone on one link level and placed on a two-level cluster (REFERENCES.md, *Collectives*).
+
+Conventions (nccl-tests ``doc/PERFORMANCE.md``):
+
+- ``nbytes`` is always the full logical buffer, as nccl-tests counts "size": the all-reduce
+  buffer, the gathered output of all-gather, the input of reduce-scatter, and for all-to-all the
+  bytes each rank sends in all (its own share included). Bytes, not elements.
+- A `Link` is one rank's view of one level: ``bandwidth`` in bytes/s each way (already the
+  achievable fraction of the datasheet) and ``latency`` α, seconds per algorithm step.
+- A step that moves m bytes costs α + m/β (the Hockney alpha-beta model used by Thakur,
+  Rabenseifner & Gropp 2005). No reduction term γ: on GPUs the reduction runs at HBM speed,
+  far above link speed, and nccl-tests bus bandwidth already includes it.
+- A group of one rank, or an empty buffer, costs 0 (NCCL launches nothing).
+
+These functions sit in the planner's inner loop (about 100 calls per estimate, 10^5+ estimates
+per search): plain float arithmetic, each cluster link fetched at most once per call.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster, GroupSpan, Link
+
+ALL_REDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical", "tree")
+
+# nccl-tests PERFORMANCE.md: busbw = algbw * factor(n); the factor makes busbw comparable to the
+# link bandwidth whatever the number of ranks.
+_BUS_FACTOR_KINDS: tuple[str, ...] = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send_recv",
+)
+
+
+# --- input errors (raised from one-comparison guards, so the happy path stays cheap) ----------
+def _bad_nbytes(nbytes: object) -> HwtuneInputError:
+    return HwtuneInputError("nbytes", nbytes, "a non-negative number of bytes")
+
+
+def _bad_n(n: object) -> HwtuneInputError:
+    return HwtuneInputError("n", n, "a number of ranks >= 1")
+
+
+def _bad_link(link: Link) -> HwtuneInputError:
+    return HwtuneInputError("link.bandwidth", link.bandwidth, "a positive bandwidth in bytes/s")
+
+
+def _bad_span(span: GroupSpan) -> HwtuneInputError:
+    return HwtuneInputError(
+        "span",
+        (span.size, span.local, span.domains),
+        "size >= 1 ranks with size == local * domains (local, domains >= 1)",
+    )
+
+
+def _bad_share(share: object) -> HwtuneInputError:
+    return HwtuneInputError("nic_share", share, "a positive number of flows sharing the NIC")
+
+
+def _span_ok(span: GroupSpan) -> bool:
+    local, domains = span.local, span.domains
+    return local >= 1 and domains >= 1 and local * domains == span.size
+
+
+# --- one link level ---------------------------------------------------------------------------
+def ring_all_reduce(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-reduce of an ``nbytes`` buffer over ``n`` ranks: 2(n−1)·α + 2·(n−1)/n·S/β.
+
+    A reduce-scatter followed by an all-gather, each n−1 steps that move S/n bytes per rank
+    (Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
+    workstations"; alpha-beta costs as in Thakur, Rabenseifner & Gropp 2005). nccl-tests
+    PERFORMANCE.md defines busbw = algbw·2(n−1)/n, so with α = 0 the bus bandwidth equals β.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) * nbytes / (n * bw)
+
+
+def tree_all_reduce(nbytes: float, n: int, link: Link) -> float:
+    """Double-binary-tree all-reduce over ``n`` ranks: 2·log2(n)·α + 2·S/β.
+
+    Two complementary binary trees each reduce then broadcast half the buffer, pipelined, so
+    every rank sends (and receives) 2·S in all while the depth is log2(n) (Sanders, Speck &
+    Träff 2009, "Two-tree algorithms for full bandwidth broadcast, reduction and scan"; NCCL 2.4
+    double binary trees). Logarithmic latency, but a bandwidth term 2·S/β above the ring's
+    2·(n−1)/n·S/β: it wins on small, latency-bound messages over many ranks.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return 2.0 * math.log2(n) * link.latency + 2.0 * nbytes / bw
+
+
+def ring_reduce_scatter(nbytes: float, n: int, link: Link) -> float:
+    """Ring reduce-scatter of an ``nbytes`` input over ``n`` ranks: (n−1)·α + (n−1)/n·S/β.
+
+    n−1 steps of S/n bytes per rank (Thakur, Rabenseifner & Gropp 2005; recursive halving has
+    the same bandwidth term with log2(n) steps, but NCCL runs rings). nccl-tests busbw =
+    algbw·(n−1)/n.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+
+
+def ring_all_gather(nbytes: float, n: int, link: Link) -> float:
+    """Ring all-gather of an ``nbytes`` output over ``n`` ranks: (n−1)·α + (n−1)/n·S/β.
+
+    The ring all-gather of Thakur, Rabenseifner & Gropp 2005 (n−1 steps, each forwarding one
+    S/n block); nccl-tests busbw = algbw·(n−1)/n, with S the gathered size.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+
+
+def pairwise_all_to_all(nbytes: float, n: int, link: Link) -> float:
+    """Pairwise-exchange all-to-all, ``nbytes`` sent by each rank in all: (n−1)·α + (n−1)/n·S/β.
+
+    n−1 exchanges of S/n bytes; the block a rank keeps for itself never moves (Thakur,
+    Rabenseifner & Gropp 2005, pairwise exchange; nccl-tests busbw = algbw·(n−1)/n).
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+
+
+def p2p(nbytes: float, link: Link) -> float:
+    """One point-to-point message: α + S/β (Hockney's alpha-beta model; nccl-tests sendrecv
+    busbw = algbw)."""
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if nbytes == 0:
+        return 0.0
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return link.latency + nbytes / bw
+
+
+# --- on a cluster -----------------------------------------------------------------------------
+def all_reduce_time(
+    nbytes: float,
+    span: GroupSpan,
+    cluster: Cluster,
+    nic_share: float = 1.0,
+    algorithm: str = "auto",
+) -> float:
+    """All-reduce of an ``nbytes`` buffer over the group ``span`` on ``cluster``.
+
+    Notation: l = span.local ranks per scale-up domain, d = span.domains, n = l·d; intra link
+    (βi, αi); inter link (βn, αn) per GPU NIC (rail-optimized: every GPU has its own NIC, so the
+    group's l ranks in a domain drive l NICs, B = l·βn out of each domain).
+
+    - One domain (d = 1): NCCL's ring over NVLink, 2(n−1)·αi + 2(n−1)/n·S/βi, for ``auto``,
+      ``ring`` and ``hierarchical`` (which degenerates to the ring). ``tree`` is NCCL's
+      intra-node chain, 2(n−1)·αi + 2·S/βi, never faster than the ring.
+    - ``ring`` across domains: one flat ring through all n ranks, every step as slow as its
+      slowest hop: 2(n−1)·max(αi, αn) + 2(n−1)/n·S/min(βi, B) (nccl-tests PERFORMANCE.md:
+      multi-node ring busbw is bounded by the slowest link; NCCL runs one ring per NIC).
+    - ``hierarchical``: ring reduce-scatter over l ranks inside each domain, ring all-reduce of
+      S/l per rank across d domains over each rank's NIC, ring all-gather inside (NCCL/Horovod
+      hierarchical all-reduce; REFERENCES.md *Collectives*):
+      2(l−1)·αi + 2(l−1)/l·S/βi + 2(d−1)·αn + 2(d−1)/d·S/B.
+    - ``tree``: NCCL's tree, a chain of l ranks inside each domain and a double binary tree over
+      the d domains, pipelined (Sanders et al. 2009; NCCL 2.4):
+      2(l−1)·αi + 2·log2(d)·αn + 2·S/min(βi, B).
+    - ``auto``: the fastest of the three, as NCCL's tuner picks per message size.
+    """
+    if algorithm not in ALL_REDUCE_ALGORITHMS:
+        raise HwtuneInputError("algorithm", algorithm, "one of " + ", ".join(ALL_REDUCE_ALGORITHMS))
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not _span_ok(span):
+        raise _bad_span(span)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+    n = span.size
+    if n == 1 or nbytes == 0:
+        return 0.0
+    intra = cluster.intra_link()
+    bi, ai = intra.bandwidth, intra.latency
+    local, domains = span.local, span.domains
+    if domains == 1:
+        if algorithm == "tree":
+            return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
+        return 2.0 * (n - 1) * ai + 2.0 * (n - 1) * nbytes / (n * bi)
+
+    inter = cluster.inter_link(nic_share)
+    b_out = local * inter.bandwidth  # per domain, over the group's l NICs
+    an = inter.latency
+    b_slow = bi if bi < b_out else b_out
+    intra_steps = 2.0 * (local - 1) * ai
+
+    flat = 2.0 * (n - 1) * (ai if ai > an else an) + 2.0 * (n - 1) * nbytes / (n * b_slow)
+    hier = (
+        intra_steps
+        + 2.0 * (local - 1) * nbytes / (local * bi)
+        + 2.0 * (domains - 1) * an
+        + 2.0 * (domains - 1) * nbytes / (domains * b_out)
+    )
+    tree = intra_steps + 2.0 * math.log2(domains) * an + 2.0 * nbytes / b_slow
+    if algorithm == "ring":
+        return flat
+    if algorithm == "hierarchical":
+        return hier
+    if algorithm == "tree":
+        return tree
+    best = flat if flat < hier else hier
+    return best if best < tree else tree
+
+
+def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float) -> float:
+    """Shared cost of reduce-scatter and all-gather (mirror images of each other)."""
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not _span_ok(span):
+        raise _bad_span(span)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+    n = span.size
+    if n == 1 or nbytes == 0:
+        return 0.0
+    intra = cluster.intra_link()
+    bi, ai = intra.bandwidth, intra.latency
+    local, domains = span.local, span.domains
+    if domains == 1:
+        return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
+    inter = cluster.inter_link(nic_share)
+    b_out = local * inter.bandwidth
+    an = inter.latency
+    b_slow = bi if bi < b_out else b_out
+    flat = (n - 1) * (ai if ai > an else an) + (n - 1) * nbytes / (n * b_slow)
+    two_level = (
+        (local - 1) * ai
+        + (local - 1) * nbytes / (local * bi)
+        + (domains - 1) * an
+        + (domains - 1) * nbytes / (domains * b_out)
+    )
+    return flat if flat < two_level else two_level
+
+
+def reduce_scatter_time(
+    nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float = 1.0
+) -> float:
+    """Reduce-scatter of an ``nbytes`` input over the group ``span`` on ``cluster``.
+
+    One domain: ring over NVLink, (n−1)·αi + (n−1)/n·S/βi (Thakur et al. 2005). Across domains
+    (notation of `all_reduce_time`, B = l·βn), the faster of
+    - a flat ring bounded by its slowest hop: (n−1)·max(αi, αn) + (n−1)/n·S/min(βi, B), and
+    - two levels, the first half of the hierarchical all-reduce (REFERENCES.md *Collectives*):
+      ring reduce-scatter of S over l ranks inside, then of S/l per rank across d domains,
+      (l−1)·αi + (l−1)/l·S/βi + (d−1)·αn + (d−1)/d·S/B.
+    A reduce-scatter plus an all-gather thus costs the flat or hierarchical all-reduce.
+    """
+    return _rs_ag_time(nbytes, span, cluster, nic_share)
+
+
+def all_gather_time(
+    nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float = 1.0
+) -> float:
+    """All-gather of an ``nbytes`` (gathered) output over ``span`` on ``cluster``.
+
+    The mirror image of `reduce_scatter_time` (gather across domains on S/l per rank, then
+    inside each domain), with the same cost (Thakur et al. 2005 ring all-gather; nccl-tests
+    PERFORMANCE.md counts the gathered size).
+    """
+    return _rs_ag_time(nbytes, span, cluster, nic_share)
+
+
+def all_to_all_time(
+    nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float = 1.0
+) -> float:
+    """All-to-all over ``span`` on ``cluster``; ``nbytes`` is what each rank sends in all.
+
+    One domain: pairwise exchange over NVLink, (n−1)·αi + (n−1)/n·S/βi (Thakur et al. 2005).
+    Across domains (notation of `all_reduce_time`), the faster of
+    - direct: each rank sends (l−1)/n of S over NVLink and (n−l)/n of S through its own NIC,
+      both at once; the n−1 messages' latencies add up:
+      (l−1)·αi + (n−l)·αn + max((l−1)/n·S/βi, (n−l)/n·S/βn);
+    - two-dimensional hierarchical ("2DH", Hwang et al. 2023, "Tutel: Adaptive
+      Mixture-of-Experts at Scale"; REFERENCES.md): an all-to-all inside the domain gathers the
+      blocks bound for each remote domain on the rank of the matching rail, then one message per
+      remote domain crosses the NIC, fewer and larger messages:
+      (l−1)·αi + (l−1)/l·S/βi + (d−1)·αn + (d−1)/d·S/βn.
+    Either way a rank's NIC carries (n−l)/n = (d−1)/d of S, so large all-to-alls scale with
+    (size − local)/size.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not _span_ok(span):
+        raise _bad_span(span)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+    n = span.size
+    if n == 1 or nbytes == 0:
+        return 0.0
+    intra = cluster.intra_link()
+    bi, ai = intra.bandwidth, intra.latency
+    local, domains = span.local, span.domains
+    if domains == 1:
+        return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
+    inter = cluster.inter_link(nic_share)
+    bn, an = inter.bandwidth, inter.latency
+    t_in = (local - 1) * nbytes / (n * bi)
+    t_out = (n - local) * nbytes / (n * bn)
+    direct = (local - 1) * ai + (n - local) * an + (t_in if t_in > t_out else t_out)
+    two_dh = (
+        (local - 1) * ai
+        + (local - 1) * nbytes / (local * bi)
+        + (domains - 1) * an
+        + (domains - 1) * nbytes / (domains * bn)
+    )
+    return direct if direct < two_dh else two_dh
+
+
+def send_recv_time(
+    nbytes: float, cross_domain: bool, cluster: Cluster, nic_share: float = 1.0
+) -> float:
+    """One point-to-point message (e.g. a pipeline-parallel activation): α + S/β over the
+    NVLink of ``cluster``, or over one GPU's NIC (shared by ``nic_share`` flows) when
+    ``cross_domain`` (Hockney alpha-beta; nccl-tests sendrecv busbw = algbw)."""
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+    if nbytes == 0:
+        return 0.0
+    link = cluster.inter_link(nic_share) if cross_domain else cluster.intra_link()
+    return link.latency + nbytes / link.bandwidth
+
+
+def bus_bandwidth(kind: str, nbytes: float, n: int, seconds: float) -> float:
+    """nccl-tests bus bandwidth (bytes/s) of a collective that moved ``nbytes`` in ``seconds``.
+
+    algbw = S/t; busbw = algbw·2(n−1)/n for all_reduce; algbw·(n−1)/n for reduce_scatter,
+    all_gather and all_to_all; algbw for broadcast, reduce and send_recv (nccl-tests
+    ``doc/PERFORMANCE.md``). Returns 0 when nothing crosses the bus (n = 1 or S = 0).
+    """
+    if kind not in _BUS_FACTOR_KINDS:
+        raise HwtuneInputError("kind", kind, "one of " + ", ".join(_BUS_FACTOR_KINDS))
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if kind == "all_reduce":
+        factor = 2.0 * (n - 1) / n
+    elif kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        factor = (n - 1) / n
+    else:
+        factor = 1.0
+    if factor == 0 or nbytes == 0:
+        return 0.0
+    if not seconds > 0:
+        raise HwtuneInputError("seconds", seconds, "a positive duration in seconds")
+    return nbytes / seconds * factor

@@ -1,0 +1,122 @@
+"""Time of one compute op on one device: roofline with GEMM tile and wave quantization.
+
+Sources:
+- Roofline: Williams, Waterman & Patterson, CACM 2009: time = max(FLOPs / achievable FLOP/s,
+  bytes / achievable bytes/s).
+- Tile and wave quantization: Anthony et al. 2024, "The Case for Co-Designing Model
+  Architectures with Hardware", §3 (eta_tile = m n / (ceil(m/Tm) Tm ceil(n/Tn) Tn);
+  C = ceil(m/Tm) ceil(n/Tn) tiles run in ceil(C/S) waves on S SMs, eta_wave = C / (ceil(C/S) S));
+  NVIDIA "Matrix Multiplication Background User's Guide" (tile and wave quantization).
+- Achievable fractions of peak (``Device.gemm_efficiency``, ``memory_bw_efficiency``) are
+  microbenchmark figures of the device catalog, not fitted here.
+- FlashAttention-2 (Dao 2023, §4): forward reaches up to ~73% and backward ~63% of A100 peak, so
+  the attention kernels run at a fixed fraction of the device's GEMM efficiency (below), and the
+  backward kernel recomputes the score matrix: 2.5x the forward FLOPs (5 vs 2 matmuls).
+"""
+
+from __future__ import annotations
+
+
+from hwtune.hardware.device import Device
+
+KERNEL_OVERHEAD_S = 4e-6
+"""Per-kernel launch and tail cost, seconds (CUDA launch latency of a few microseconds;
+NVIDIA CUDA C++ Best Practices Guide, 'Kernel launch overhead')."""
+
+FLASH_FWD_REL = 0.73 / 0.80
+FLASH_BWD_REL = 0.63 / 0.80
+"""FlashAttention-2 forward / backward peak fractions on A100 (Dao 2023, Fig. 5-6: ~73% and ~63%
+of 312 TFLOP/s) relative to a large cuBLAS GEMM on the same device (~80%)."""
+
+FLASH_BWD_FLOP_RATIO = 2.5
+"""FlashAttention backward executes 5 matmuls of the forward's size vs 2 forward (Dao 2023, §3.1)."""
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a numeric format."""
+    return _DTYPE_BYTES[dtype]
+
+
+_DTYPE_BYTES = {
+    "fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0,
+    "fp8": 1.0, "int8": 1.0, "fp4": 0.5,
+}  # fmt: skip
+
+
+def quantization_efficiency(m: int, n: int, device: Device, batch: int = 1) -> float:
+    """eta_tile * eta_wave of ``batch`` (m x n) outputs on ``device`` (Anthony et al. 2024, §3).
+
+    A batched or grouped GEMM schedules the tiles of all its problems together, so waves are
+    counted over ``batch`` times the tiles of one problem."""
+    tm, tn = device.gemm_tile
+    tiles_m = -(-m // tm)
+    tiles_n = -(-n // tn)
+    eta_tile = (m * n) / (tiles_m * tm * tiles_n * tn)
+    tiles = tiles_m * tiles_n * batch
+    sms = device.sm_count
+    waves = -(-tiles // sms)
+    return eta_tile * tiles / (waves * sms)
+
+
+def gemm_time(
+    m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch: int = 1
+) -> float:
+    """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs in ``dtype`` (2mnk FLOPs each).
+
+    Compute time uses the device's achievable GEMM fraction times tile/wave quantization of the
+    (m x n) output (a batched or grouped GEMM quantizes over all ``batch`` problems together);
+    memory time reads A and B and writes C once. The slower of the two, plus a launch overhead.
+    """
+    if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k * batch
+    eb = _DTYPE_BYTES[dtype]
+    eta = quantization_efficiency(m, n, device, batch)
+    t_compute = flops / (device.peak_flops(dtype) * device.gemm_efficiency * eta)
+    out_b = 2.0 if eb < 2 else eb  # fp8/fp4 GEMMs write bf16 outputs
+    t_mem = batch * (eb * (m * k + k * n) + out_b * m * n) / (
+        device.memory_bandwidth_si * device.memory_bw_efficiency
+    )
+    return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
+
+
+def attention_time(flops: float, io_bytes: float, device: Device, dtype: str, backward: bool) -> float:
+    """Seconds for a fused (flash) attention kernel of ``flops`` model FLOPs (forward count).
+
+    Backward executes ``FLASH_BWD_FLOP_RATIO`` times the forward FLOPs at the backward efficiency.
+    Attention runs in bf16/fp16 even in fp8 training (Transformer Engine keeps the core in 16 bits).
+    """
+    if flops <= 0:
+        return 0.0
+    adt = "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
+    peak = device.peak_flops(adt) * device.gemm_efficiency
+    if backward:
+        t = FLASH_BWD_FLOP_RATIO * flops / (peak * FLASH_BWD_REL)
+    else:
+        t = flops / (peak * FLASH_FWD_REL)
+    t_mem = io_bytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
+    return max(t, t_mem) + KERNEL_OVERHEAD_S
+
+
+def memory_time(nbytes: float, device: Device, kernels: int = 1) -> float:
+    """Seconds for memory-bound work moving ``nbytes`` through HBM, in ``kernels`` launches."""
+    if nbytes <= 0:
+        return 0.0
+    return nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency) + kernels * KERNEL_OVERHEAD_S
+
+
+def matmul_flops(m: int, n: int, k: int) -> float:
+    """2mnk: one multiply and one add per inner-product term."""
+    return 2.0 * m * n * k
+
+
+__all__ = [
+    "KERNEL_OVERHEAD_S",
+    "attention_time",
+    "dtype_bytes",
+    "gemm_time",
+    "matmul_flops",
+    "memory_time",
+    "quantization_efficiency",
+]
+

@@ -1,0 +1,136 @@
+"""Memory of one GPU: model states by optimizer and ZeRO stage, and activations per layer.
+
+Sources:
+- Model states: Rajbhandari et al. SC'20 "ZeRO", §3 and §5: mixed-precision Adam keeps 2 (16-bit
+  weights) + 2 (16-bit gradients) + 12 (fp32 master, momentum, variance) bytes per parameter;
+  ZeRO-1 shards the 12, ZeRO-2 also the gradients, ZeRO-3 also the weights. Megatron-LM keeps
+  gradients in an fp32 ``main_grad`` buffer (4 bytes; Megatron-LM docs, "Distributed
+  Optimizer": 18 bytes/param, 6 + 12/d distributed). Compact 8-bit optimizers: Gonzalez Ortiz
+  et al. 2026 "FlashOptim", Table 1 (AdamW 7 bytes, 5 with gradient release, + 2 bytes of
+  scale per 32 elements per state).
+- Activations: Korthikanti et al. MLSys'23 "Reducing Activation Recomputation in Large
+  Transformer Models", §4 (34 s b h + 5 a s^2 b per layer for a GPT layer; tensor and sequence
+  parallel sharding; selective and full recomputation). Here derived per stored tensor, so
+  gated MLPs, GQA, MLA and MoE get their own counts; FlashAttention stores no s^2 tensors
+  (Dao et al. 2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwtune.model.spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes per parameter of each model-state part before sharding."""
+
+    weights: float
+    grads: float
+    optimizer: float  # master copy + moments (+ scales)
+
+
+def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> StateBytes:
+    """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1)."""
+    if precision == "fp32":
+        return StateBytes(4.0, 4.0, 8.0)
+    g = 4.0 if fp32_grads else 2.0
+    if optimizer == "adam":
+        return StateBytes(2.0, g, 12.0)
+    if optimizer == "adam-bf16":
+        return StateBytes(2.0, 2.0, 4.0)
+    scales = 2 * 2.0 / 32  # fp16 scale per 32 elements, two moments
+    if optimizer == "adam-8bit":
+        # 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1 (8-bit moments)
+        return StateBytes(2.0, 2.0, 3.0 + scales)
+    if optimizer == "adam-8bit-release":
+        # gradient release: the gradient is consumed in backward and never held in full
+        return StateBytes(2.0, 0.0, 3.0 + scales)
+    if optimizer == "sgd":
+        return StateBytes(2.0, g, 8.0)  # fp32 master + fp32 momentum
+    raise ValueError(optimizer)
+
+
+def sharded_state_bytes(
+    n_params: float, sb: StateBytes, zero: int, shards: int, offload: bool = False
+) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes on one GPU for ``n_params`` local parameters sharded over
+    ``shards`` data-parallel ranks by ZeRO stage ``zero``; offloaded optimizer states leave the GPU."""
+    d = max(1, shards)
+    w = n_params * sb.weights / (d if zero >= 3 else 1)
+    g = n_params * sb.grads / (d if zero >= 2 else 1)
+    o = 0.0 if offload else n_params * sb.optimizer / (d if zero >= 1 else 1)
+    return w, g, o
+
+
+@dataclass(frozen=True, slots=True)
+class ActShape:
+    """What one rank holds of a micro-batch (see `hwtune.model.lowering.Shard`)."""
+
+    tokens: int  # b * s / cp
+    seq: int
+    tp: int
+    sp: bool
+    act_bytes: float = 2.0
+    flash: bool = True
+    dropout: bool = False
+    ep: int = 1
+    moe_imbalance: float = 1.0
+
+
+def _div(x: int, t: int) -> int:
+    return max(1, x // t)
+
+
+def layer_activation_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape, recompute: str) -> float:
+    """Bytes one layer keeps for backward for one micro-batch on one rank.
+
+    ``recompute``: "none"; "selective" (attention core recomputed: no s^2 tensors, Korthikanti
+    §4.2); "full" (only the layer input is kept: 2 s b h / t with sequence parallelism).
+    """
+    e, h, t, m = a.act_bytes, spec.d_model, a.tp, a.tokens
+    rep = m / t if a.sp else m  # tokens of the replicated (non-TP) region held by this rank
+    if recompute == "full":
+        return e * rep * h
+    mask = 1.0 if a.dropout else 0.0
+    heads = _div(spec.n_heads, t)
+    # --- attention block (Korthikanti Table 2 terms, per stored tensor)
+    attn = 2 * e * rep * h + mask * rep * h  # norm input, QKV input, output dropout mask
+    if ltype == "linear" and spec.linear_attention is not None:
+        la = spec.linear_attention
+        hk, hv = _div(la.n_key_heads, t), _div(la.n_value_heads, t)
+        attn += e * m * (2 * hk * la.key_head_dim + 3 * hv * la.value_head_dim)
+    elif spec.mla is not None:
+        ml = spec.mla
+        dqk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
+        lora = (ml.q_lora_rank or 0) + ml.kv_lora_rank
+        attn += e * m * (2 * lora + ml.qk_rope_head_dim)  # latent outputs and their norms' inputs
+        attn += e * m * heads * (2 * dqk + 2 * ml.v_head_dim)  # Q, K, V, context
+    else:
+        kvh = _div(spec.kv_heads, t)
+        attn += e * m * (heads + 2 * kvh + heads) * spec.hd  # Q, K, V, context (o-proj input)
+    if not a.flash and recompute == "none" and ltype != "linear":
+        keys = min(a.seq, spec.sliding_window) if ltype == "sliding" and spec.sliding_window else a.seq
+        # softmax output, dropout mask, dropout output: (2e + 1) a s^2 b / t (5 a s^2 b for e=2)
+        attn += (e + mask * (e + 1)) * heads * m * keys
+    # --- feed-forward block
+    ffn = e * rep * h + mask * rep * h  # norm input, dropout mask
+    up = 2 if spec.gated else 1
+    if moe_layer and spec.moe is not None:
+        moe = spec.moe
+        slots = m * moe.top_k * a.moe_imbalance
+        ffn += e * m * h  # router / expert-dispatch input
+        ffn += 4.0 * m * moe.n_routed_experts / t  # fp32 router probabilities
+        ffn += e * slots * (2 * h + (up + 1) * moe.expert_ffn_hidden)  # permuted in/out, up, act
+        if moe.shared_width:
+            ffn += e * m * (h + (up + 1) * _div(moe.shared_width, t))
+    else:
+        ffn += e * rep * h  # MLP input (norm output; the SP shard is re-gathered in backward)
+        ffn += e * m * (up + 1) * _div(spec.ffn_hidden, t)  # up-projection output(s), act output
+    return attn + ffn
+
+
+def logits_bytes(spec: ModelSpec, tokens: int, tp: int) -> float:
+    """Logits of the last stage: bf16 output plus the fp32 copy the cross-entropy keeps."""
+    return (2.0 + 4.0) * tokens * -(-spec.vocab // tp)

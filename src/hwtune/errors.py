@@ -1,0 +1,52 @@
+"""The one exception type that hwtune raises for bad input, and its one-line rendering.
+
+Every description is validated once at the edge (DESIGN.md, *Conventions*). A bad value gets a
+one-line message naming the field, the value and what was expected; the CLI prints that line
+and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+
+class HwtuneInputError(ValueError):
+    """Bad input: a field, the value it had, and what was expected."""
+
+    def __init__(self, field: str, value: Any, expected: str) -> None:
+        self.field = field
+        self.value = value
+        self.expected = expected
+        super().__init__(f"{field}: got {value!r}; expected {expected}")
+
+
+def suggest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The closest catalog names to ``name`` (case-insensitive), best first."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.4)
+    if not close:
+        close = [c for c in lowered if name.lower() in c or c in name.lower()][:n]
+    return [lowered[c] for c in close]
+
+
+def unknown_name(kind: str, name: str, choices: Iterable[str]) -> HwtuneInputError:
+    """An error for an unknown catalog name, with the closest names suggested."""
+    close = suggest(name, choices)
+    hint = f"a catalog name such as {', '.join(close)}" if close else "a catalog name"
+    return HwtuneInputError(kind, name, hint + " (or a path to a file)")
+
+
+def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputError:
+    """Turn pydantic's (multi-line) error into hwtune's one-line form, naming the first bad field."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    field = f"{where}.{loc}" if where and loc else (where or loc or "input")
+    msg = first.get("msg", "invalid value")
+    if first.get("type") == "missing":
+        return HwtuneInputError(field, None, "a value (the field is required)")
+    return HwtuneInputError(field, first.get("input"), msg.removeprefix("Value error, "))

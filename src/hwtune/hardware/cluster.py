@@ -1,0 +1,190 @@
+"""`Cluster`: devices, how they are grouped, and the two network levels that join them.
+
+Level 0 is the scale-up domain (NVLink/NVSwitch, xGMI; 8 GPUs in a DGX, 72 in an NVL72).
+Level 1 is the scale-out network (InfiniBand/RoCE NICs, one or more per GPU) in a rail-optimized
+or fat-tree topology with an oversubscription ratio. Ranks are laid out in Megatron order
+(tensor-parallel innermost), so a process group is described by its size and its stride.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hwtune.errors import HwtuneInputError, from_validation_error, unknown_name
+from hwtune.hardware.catalog import get_device
+from hwtune.hardware.device import Device
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One network level as seen by one rank: bandwidth each way (bytes/s) and latency (s)."""
+
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpan:
+    """How a process group of ``size`` ranks sits on the cluster: ``local`` ranks share each
+    scale-up domain, spread over ``domains`` domains (size == local * domains)."""
+
+    size: int
+    local: int
+    domains: int
+
+
+class Cluster(BaseModel):
+    """A homogeneous cluster.
+
+    Default efficiencies are the fractions of link bandwidth that NCCL reaches as bus bandwidth
+    on large messages (nccl-tests PERFORMANCE.md conventions): about 0.80 on NVLink/NVSwitch
+    (e.g. ~360 of 450 GB/s on DGX H100) and about 0.90 on InfiniBand NDR/HDR per rail.
+    Latencies are per-step alpha terms of the same measurements (a few microseconds).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    device: Device
+    n_gpus: int = Field(gt=0)
+    gpus_per_node: int = Field(default=8, gt=0)
+    scaleup_domain: int | None = Field(default=None, gt=0, description="GPUs per NVLink domain")
+    nic_gbps_per_gpu: float = Field(default=400, gt=0, description="scale-out Gb/s (bits) per GPU")
+    topology: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
+    oversubscription: float = Field(default=1.0, ge=1.0)
+    intra_efficiency: float = Field(default=0.80, gt=0, le=1)
+    inter_efficiency: float = Field(default=0.90, gt=0, le=1)
+    intra_latency_s: float = Field(default=3e-6, ge=0)
+    inter_latency_s: float = Field(default=8e-6, ge=0)
+    name: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"gpus={self.n_gpus} must be a multiple of gpus_per_node={self.gpus_per_node}"
+            )
+        dom = self.domain
+        if dom % self.gpus_per_node and self.gpus_per_node % dom:
+            raise ValueError(f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest")
+        return self
+
+    @property
+    def domain(self) -> int:
+        """GPUs in one scale-up domain."""
+        return self.scaleup_domain or self.gpus_per_node
+
+    @property
+    def n_nodes(self) -> int:
+        return max(1, self.n_gpus // self.gpus_per_node)
+
+    def intra_link(self) -> Link:
+        """Scale-up link of one GPU (achievable bandwidth, bytes/s each way)."""
+        return Link(self.device.scaleup_bandwidth_si * self.intra_efficiency, self.intra_latency_s)
+
+    def inter_link(self, share: float = 1.0) -> Link:
+        """Scale-out bandwidth of one GPU, divided by oversubscription (fat-tree) and by ``share``
+        concurrent flows that use the same NIC."""
+        bw = self.nic_gbps_per_gpu * 1e9 / 8 * self.inter_efficiency
+        if self.topology == "fat-tree" or self.oversubscription > 1:
+            bw /= self.oversubscription
+        return Link(bw / max(share, 1.0), self.inter_latency_s)
+
+    def span(self, size: int, stride: int) -> GroupSpan:
+        """Placement of a group of ``size`` ranks whose members are ``stride`` ranks apart."""
+        if size <= 1:
+            return GroupSpan(1, 1, 1)
+        dom = self.domain
+        if stride >= dom:
+            local = 1
+        else:
+            local = min(size, max(1, dom // stride))
+        local = max(1, min(local, size))
+        while size % local:
+            local -= 1
+        return GroupSpan(size, local, size // local)
+
+
+def _system_entries() -> list[dict]:
+    try:
+        text = resources.files("hwtune.hardware").joinpath("catalog/systems.yaml").read_text()
+    except FileNotFoundError:
+        return []
+    return list(yaml.safe_load(text).get("systems", []))
+
+
+@functools.cache
+def systems() -> dict[str, dict]:
+    """Named cluster presets (DGX, NVL72, ...) from the catalog."""
+    return {e["name"]: e for e in _system_entries()}
+
+
+def make_cluster(
+    gpu: str | Device = "h100-sxm-80gb",
+    gpus: int = 8,
+    gpus_per_node: int | None = None,
+    nic_gbps: float | None = None,
+    scaleup_domain: int | None = None,
+    **kw: object,
+) -> Cluster:
+    """A cluster from the common flags; unspecified network figures come from the device's
+    catalog system preset when there is one (e.g. DGX H100: 8 GPUs, 400 Gb/s per GPU)."""
+    dev = get_device(gpu)
+    preset = next((s for s in systems().values() if s.get("device") == dev.name), {})
+    fields = {
+        "device": dev,
+        "n_gpus": gpus,
+        "gpus_per_node": gpus_per_node or preset.get("gpus_per_node", 8),
+        "nic_gbps_per_gpu": nic_gbps or preset.get("nic_gbps_per_gpu", 400),
+        "scaleup_domain": scaleup_domain or preset.get("scaleup_domain"),
+        "topology": preset.get("topology", "rail-optimized"),
+        "oversubscription": preset.get("oversubscription", 1.0),
+        **kw,
+    }
+    if fields["n_gpus"] < fields["gpus_per_node"]:
+        fields["gpus_per_node"] = fields["n_gpus"]
+        if fields["scaleup_domain"] and fields["scaleup_domain"] > fields["n_gpus"]:
+            fields["scaleup_domain"] = fields["n_gpus"]
+    try:
+        return Cluster(**fields)
+    except ValidationError as e:
+        raise from_validation_error(e, where="cluster") from None
+
+
+def load_cluster_file(path: str | Path) -> Cluster:
+    """A cluster from YAML: either ``system: <preset>`` plus overrides, or the Cluster fields with
+    ``device`` as a catalog name or device-file path."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise HwtuneInputError("cluster", str(path), f"a readable YAML file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise HwtuneInputError("cluster", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of cluster fields")
+    if "system" in data:
+        name = data.pop("system")
+        if name not in systems():
+            raise unknown_name(f"{p.name}.system", name, systems().keys())
+        base = dict(systems()[name])
+        base.pop("name", None)
+        base.pop("source", None)
+        base.update(data)
+        data = base
+    if "device" not in data:
+        raise HwtuneInputError(f"{p.name}.device", None, "a catalog device name or a device YAML path")
+    data["device"] = get_device(str(data["device"]))
+    if "n_gpus" not in data:
+        raise HwtuneInputError(f"{p.name}.n_gpus", None, "the number of GPUs (a positive integer)")
+    data.pop("name", None) if "name" in data and not isinstance(data["name"], str) else None
+    try:
+        return Cluster(**data)
+    except ValidationError as e:
+        raise from_validation_error(e, where=p.name) from None

@@ -1,0 +1,136 @@
+"""`Device`: one accelerator, as data (DESIGN.md, package `hardware/`).
+
+Catalog files use human units with the unit in the key name (TFLOP/s, GiB, TB/s, GB/s, MHz, W);
+the properties ending in ``_si`` (and the helper methods) return SI units for the cost models.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+
+Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
+DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
+
+
+class PeakTflops(BaseModel):
+    """Dense (not 2:4 sparse) peak tensor/matrix throughput per dtype, TFLOP/s; None = unsupported."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fp64: float | None = Field(default=None, gt=0)
+    fp32: float | None = Field(default=None, gt=0)
+    tf32: float | None = Field(default=None, gt=0)
+    bf16: float | None = Field(default=None, gt=0)
+    fp16: float | None = Field(default=None, gt=0)
+    fp8: float | None = Field(default=None, gt=0)
+    fp4: float | None = Field(default=None, gt=0)
+    int8: float | None = Field(default=None, gt=0)
+
+
+class Device(BaseModel):
+    """An accelerator. Figures are vendor datasheet values unless the source says otherwise.
+
+    Efficiencies (``gemm_efficiency``, ``memory_bw_efficiency``) are the fractions of the datasheet
+    peak that published microbenchmarks reach on large, well-shaped problems (cuBLAS/hipBLASLt
+    GEMMs, STREAM-like copies). They are device facts, not fitted to training runs; calibration
+    (`hwtune bench`) replaces them with the user's own measurements.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    vendor: Literal["nvidia", "amd", "intel", "google", "other"] = "other"
+    architecture: str = ""
+    form_factor: str = ""
+    peak_tflops: PeakTflops
+    memory_gib: float = Field(gt=0)
+    memory_bandwidth_tbps: float = Field(gt=0, description="HBM/DRAM bandwidth, TB/s (1e12 B/s)")
+    sm_count: int = Field(gt=0, description="SMs (NVIDIA) or CUs (AMD)")
+    l2_cache_mib: float = Field(default=0, ge=0)
+    boost_clock_mhz: float = Field(gt=0)
+    base_clock_mhz: float | None = Field(default=None, gt=0)
+    min_clock_mhz: float | None = Field(default=None, gt=0)
+    tdp_w: float = Field(gt=0)
+    idle_w: float | None = Field(default=None, ge=0)
+    scaleup_link: str = ""
+    scaleup_gbps_per_direction: float = Field(
+        default=0, ge=0, description="NVLink/xGMI bandwidth per GPU, GB/s each way (0 = PCIe only)"
+    )
+    pcie_gbps_per_direction: float = Field(default=32, gt=0)
+    gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
+    memory_bw_efficiency: float = Field(default=0.85, gt=0, le=1)
+    gemm_tile: tuple[int, int] = (128, 128)
+    price_per_hour_usd: float | None = Field(default=None, ge=0)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _has_some_matrix_dtype(cls, v: PeakTflops) -> PeakTflops:
+        if v.bf16 is None and v.fp16 is None and v.fp32 is None:
+            raise ValueError("a peak for at least one of bf16, fp16, fp32")
+        return v
+
+    def __hash__(self) -> int:
+        # ``sources`` (a dict) is documentation and left out; every figure takes part.
+        return hash(
+            (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
+             self.sm_count, self.boost_clock_mhz, self.tdp_w, self.scaleup_gbps_per_direction,
+             self.pcie_gbps_per_direction, self.gemm_efficiency, self.memory_bw_efficiency,
+             self.gemm_tile)
+        )  # fmt: skip
+
+    # --- SI accessors -----------------------------------------------------------------
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; bf16 and fp16 stand in for each other."""
+        tf = getattr(self.peak_tflops, dtype, None)
+        if tf is None and dtype in ("bf16", "fp16"):
+            tf = self.peak_tflops.fp16 or self.peak_tflops.bf16
+        if tf is None:
+            raise HwtuneInputError(
+                "precision",
+                dtype,
+                f"a dtype that {self.name} supports: {', '.join(self.supported_dtypes())}",
+            )
+        return tf * 1e12
+
+    def supported_dtypes(self) -> list[str]:
+        return [d for d in DTYPES if getattr(self.peak_tflops, d) is not None]
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * 2**30
+
+    @property
+    def memory_bandwidth_si(self) -> float:
+        """Datasheet memory bandwidth, bytes/s."""
+        return self.memory_bandwidth_tbps * 1e12
+
+    @property
+    def scaleup_bandwidth_si(self) -> float:
+        """Scale-up (NVLink/xGMI) bandwidth per GPU per direction, bytes/s; PCIe when none."""
+        gbs = self.scaleup_gbps_per_direction or self.pcie_gbps_per_direction
+        return gbs * 1e9
+
+
+def load_device_file(path: str | Path) -> Device:
+    """Read a user's device description (YAML, same keys as the catalog)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise HwtuneInputError("gpu", str(path), f"a readable YAML file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise HwtuneInputError("gpu", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of device fields")
+    try:
+        return Device(**data)
+    except ValidationError as e:
+        raise from_validation_error(e, where=p.name) from None

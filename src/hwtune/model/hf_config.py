@@ -1,0 +1,532 @@
+"""Read a Hugging Face ``config.json`` (or a plain dict of its keys) into a `ModelSpec`.
+
+Key meanings follow the configuration classes of Hugging Face *transformers*
+(``configuration_llama.py``, ``configuration_mixtral.py``, ``configuration_qwen2_moe.py``,
+``configuration_qwen3_moe.py``, ``configuration_deepseek_v3.py``, ``configuration_gpt_oss.py``,
+``configuration_olmoe.py``, ``configuration_gpt2.py``, ``configuration_gpt_neox.py``,
+``configuration_llama4.py``, ``configuration_qwen3_next.py``) and the ``configuration_*.py`` files
+shipped with the checkpoints that define their own (DeepSeek-V2/V3, Kimi-K2, MiniMax-M2, GLM-5).
+
+Families read explicitly: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2,
+deepseek_v3, kimi_k2 / kimi_k25, glm_moe_dsa, minimax_m2, gpt_oss, olmoe, gpt2, gpt_neox, llama4,
+qwen3_next, qwen3_5_moe. Any other decoder-only family is read from the common keys. A dict in
+hwtune's own vocabulary (``n_layers``, ``d_model``, ... as in ``validation/training_published.jsonl``,
+e.g. the Megatron GPT shapes of Narayanan et al. SC'21) is accepted as well.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.model.spec import MLA, LinearAttention, ModelSpec, MoE
+
+# Families whose MLP is a plain two-matrix MLP (no gate), with LayerNorm and biases by default.
+_PLAIN_MLP = {
+    "gpt2",
+    "gpt_neox",
+    "gptj",
+    "gpt_neo",
+    "gpt_bigcode",
+    "opt",
+    "bloom",
+    "falcon",
+    "mpt",
+    "phi",
+    "starcoder2",
+    "codegen",
+    "megatron_gpt",
+}
+# Families whose config class defaults ``tie_word_embeddings`` to False (PretrainedConfig: True).
+_UNTIED_DEFAULT = {
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_5_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "kimi_k2",
+    "kimi_k25",
+    "glm_moe_dsa",
+    "minimax_m2",
+    "gpt_oss",
+    "olmoe",
+    "gpt_neox",
+    "llama4",
+}
+_LAYER_TYPES = {
+    "full_attention": "full",
+    "attention": "full",
+    "global": "full",
+    "sliding_attention": "sliding",
+    "local": "sliding",
+    "linear_attention": "linear",
+    "chunked_attention": "chunked",
+}
+class _Reader:
+    """Typed look-ups in one config dict, with one-line errors that name the key."""
+
+    def __init__(self, cfg: Mapping[str, Any], label: str) -> None:
+        self.cfg = cfg
+        self.label = label
+
+    def has(self, *keys: str) -> bool:
+        return any(self.cfg.get(k) is not None for k in keys)
+
+    def raw(self, *keys: str) -> Any:
+        for k in keys:
+            v = self.cfg.get(k)
+            if v is not None:
+                return v
+        return None
+
+    def _key(self, keys: tuple[str, ...]) -> str:
+        found = next((k for k in keys if self.cfg.get(k) is not None), keys[0])
+        return f"{self.label}: '{found}'"
+
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+        v = self.raw(*keys)
+        if v is None:
+            if default is not None:
+                return default
+            alts = " / ".join(keys[1:])
+            field = f"{self.label}: missing '{keys[0]}'" + (f" (or {alts})" if alts else "")
+            raise HwtuneInputError(field, None, "an integer; the key is required for this model")
+        if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < minimum:
+            raise HwtuneInputError(self._key(keys), v, f"an integer >= {minimum}")
+        return int(v)
+
+    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
+        return self.int(*keys, minimum=minimum) if self.has(*keys) else None
+
+    def bool(self, *keys: str, default: bool) -> bool:
+        v = self.raw(*keys)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise HwtuneInputError(self._key(keys), v, "true or false")
+        return v
+
+    def str(self, *keys: str, default: str) -> str:
+        v = self.raw(*keys)
+        if v is None:
+            return default
+        if not isinstance(v, str):
+            raise HwtuneInputError(self._key(keys), v, "a string")
+        return v
+
+
+def load_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """A `ModelSpec` from a Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
+
+    Nested multimodal configs (``text_config``: Llama 4, Kimi-K2.5, Qwen3.5) are read for their
+    language model only; the vision tower is not part of the spec. Multi-token-prediction modules
+    (``num_nextn_predict_layers``, ``num_mtp_modules``, ``mtp_num_hidden_layers``) go to
+    ``mtp_layers`` and stay out of the main parameter count (DeepSeek-V3 report §2.2: 671B main
+    model + 14B MTP module).
+    """
+    if isinstance(path_or_dict, Mapping):
+        cfg = dict(path_or_dict)
+        label = "config.json"
+        default_name = str(cfg.get("_name_or_path") or cfg.get("name") or cfg.get("model_type") or "custom")
+    else:
+        path = Path(path_or_dict)
+        if path.is_dir():
+            path = path / "config.json"
+        label = path.name
+        cfg = _read_json(path)
+        default_name = path.parent.name if path.name == "config.json" else path.stem
+    if not isinstance(cfg, Mapping):
+        raise HwtuneInputError(label, type(cfg).__name__, "a JSON object of config keys")
+    try:
+        fields = _native_fields(cfg, label) if _is_native(cfg) else _hf_fields(cfg, label)
+        fields["name"] = name or fields.get("name") or default_name
+        return ModelSpec(**fields)
+    except ValidationError as e:
+        raise from_validation_error(e, where=label) from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HwtuneInputError("model", str(path), "an existing config.json file") from None
+    except OSError as e:
+        raise HwtuneInputError("model", str(path), f"a readable config.json file ({e.strerror})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HwtuneInputError(
+            str(path), f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}", "a valid JSON object"
+        ) from None
+
+
+# --- Hugging Face configs ---------------------------------------------------------------------
+def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
+    family = str(top.get("model_type") or "unknown")
+    cfg: Mapping[str, Any] = top
+    text = top.get("text_config")
+    if isinstance(text, Mapping) and not _Reader(top, label).has("hidden_size", "n_embd", "d_model"):
+        # Multimodal wrapper: the language model's keys live in text_config; a few (tying) may
+        # sit at the top level only.
+        cfg = {**{k: v for k, v in top.items() if k in ("tie_word_embeddings",)}, **text}
+        label = f"{label}: text_config"
+    r = _Reader(cfg, label)
+
+    d_model = r.int("hidden_size", "n_embd", "d_model", "model_dim")
+    n_layers = r.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    n_heads = r.int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    n_kv = r.opt_int("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
+    if family == "falcon" and n_kv is None and r.bool("multi_query", default=False):
+        n_kv = 1
+    plain = family in _PLAIN_MLP
+    fields: dict[str, Any] = {
+        "family": family,
+        "n_layers": n_layers,
+        "d_model": d_model,
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv,
+        "vocab": r.int("vocab_size", "padded_vocab_size", "n_vocab"),
+        "tied_embeddings": r.bool("tie_word_embeddings", default=family not in _UNTIED_DEFAULT),
+        "norm": _norm_kind(r, plain),
+    }
+
+    # Attention shapes.
+    mla = _mla(r)
+    fields["mla"] = mla
+    if mla is None:
+        head_dim = r.opt_int("head_dim", "attention_head_dim", "kv_channels")
+        if head_dim is not None and head_dim * n_heads == d_model:
+            head_dim = None
+        fields["head_dim"] = head_dim
+
+    # Positions.
+    if family in ("gpt2", "opt", "gpt_bigcode", "gpt_neo", "megatron_gpt"):
+        fields["pos_emb"] = "learned"
+        rows = r.int("n_positions", "max_position_embeddings", "seq_length")
+        fields["max_position"] = rows + (2 if family == "opt" else 0)  # OPT's learned table has a +2 offset
+    elif family in ("bloom",) or r.bool("alibi", default=False):
+        fields["pos_emb"] = "alibi"
+    else:
+        fields["pos_emb"] = "rope"
+
+    # Biases and norms inside attention.
+    attn_bias = r.bool("attention_bias", "bias", "use_bias", default=plain)
+    if family in ("qwen2", "qwen2_moe"):
+        fields["qkv_bias"], fields["out_bias"] = True, False  # modeling_qwen2.py: bias on q/k/v only
+    elif family == "olmoe":
+        fields["qkv_bias"] = fields["out_bias"] = bool(cfg.get("clip_qkv") is None and attn_bias)
+    else:
+        fields["qkv_bias"] = fields["out_bias"] = attn_bias
+    fields["mlp_bias"] = r.bool("mlp_bias", default=plain)
+    fields["qk_norm"] = _qk_norm(r, family)
+
+    # FFN activation.
+    act = r.str("hidden_act", "activation_function", "hidden_activation", "ffn_act", default="silu").lower()
+    fields["ffn_act"] = _act(act, plain, r)
+
+    # Attention layer kinds.
+    fields.update(_layer_kinds(r, family, n_layers))
+
+    # Feed-forward widths and MoE.
+    moe = _moe(r, family, n_layers)
+    fields["moe"] = moe
+    if family == "llama4":
+        ffn = r.int("intermediate_size_mlp", "intermediate_size")
+    elif moe is not None and r.has("moe_intermediate_size"):
+        ffn = r.int("intermediate_size", default=moe.expert_ffn_hidden)
+    elif moe is not None:
+        ffn = moe.expert_ffn_hidden
+    elif plain:
+        ffn = r.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "d_ff", default=4 * d_model)
+    else:
+        ffn = r.int("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "n_inner")
+    fields["ffn_hidden"] = ffn
+
+    fields["mtp_layers"] = _mtp(r)
+    return fields
+
+
+def _norm_kind(r: _Reader, plain: bool) -> str:
+    if r.has("rms_norm_eps", "rms_norm_epsilon"):
+        return "rmsnorm"
+    if r.has("layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon"):
+        return "layernorm"
+    return "layernorm" if plain else "rmsnorm"
+
+
+def _act(act: str, plain: bool, r: _Reader) -> str:
+    """Map ``hidden_act`` to an FFN kind: gated (SwiGLU/GeGLU) unless the family has a plain MLP."""
+    if act.startswith("gelu") or act == "quick_gelu":
+        return "gelu" if plain else "geglu"
+    if act in ("silu", "swish", "swiglu"):
+        return "silu" if plain else "swiglu"
+    if act == "relu":
+        return "relu"
+    if act in ("relu2", "squared_relu"):
+        return "squared_relu"
+    raise HwtuneInputError(f"{r.label}: 'hidden_act'", act, "one of silu, swish, gelu*, relu, relu2")
+
+
+def _qk_norm(r: _Reader, family: str) -> bool:
+    """Whether attention normalises q and k with learned weights.
+
+    Qwen3 (``modeling_qwen3.py``), OLMoE (``modeling_olmoe.py``), Qwen3-Next/3.5 full-attention
+    layers and MiniMax-M2 (``use_qk_norm``) do. Llama 4's ``use_qk_norm`` is a weightless L2 norm
+    (``modeling_llama4.py``: ``Llama4TextL2Norm``), so it adds no parameters and is left out.
+    """
+    if family in ("qwen3", "qwen3_moe", "olmoe", "qwen3_next", "qwen3_5_moe"):
+        return True
+    if family == "llama4":
+        return False
+    return r.bool("use_qk_norm", "qk_layernorm", "qk_norm", default=False)
+
+
+def _mla(r: _Reader) -> MLA | None:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): ``kv_lora_rank`` and its companions."""
+    if not r.has("kv_lora_rank"):
+        return None
+    return MLA(
+        q_lora_rank=r.opt_int("q_lora_rank"),
+        kv_lora_rank=r.int("kv_lora_rank"),
+        qk_nope_head_dim=r.int("qk_nope_head_dim"),
+        qk_rope_head_dim=r.int("qk_rope_head_dim", minimum=0),
+        v_head_dim=r.int("v_head_dim"),
+    )
+
+
+def _layer_kinds(r: _Reader, family: str, n_layers: int) -> dict[str, Any]:
+    """``layer_types`` / ``sliding_window`` / linear-attention shapes.
+
+    Llama 4 (``modeling_llama4.py``): layers with RoPE use chunked local attention of
+    ``attention_chunk_size``; every ``no_rope_layer_interval``-th layer (default 4) is global NoPE.
+    Qwen2 (``configuration_qwen2.py``): with ``use_sliding_window``, layers from
+    ``max_window_layers`` on use the window.
+    """
+    out: dict[str, Any] = {}
+    window = r.opt_int("sliding_window", "attention_window")
+    if r.bool("use_sliding_window", default=True) is False:
+        window = None
+    raw_types = r.raw("layer_types")
+    types: list[str] | None = None
+    if raw_types is not None:
+        if not isinstance(raw_types, list) or len(raw_types) != n_layers:
+            raise HwtuneInputError(f"{r.label}: 'layer_types'", raw_types, f"a list of {n_layers} layer kinds")
+        types = []
+        for t in raw_types:
+            if t not in _LAYER_TYPES:
+                raise HwtuneInputError(f"{r.label}: 'layer_types'", t, f"one of {', '.join(_LAYER_TYPES)}")
+            types.append(_LAYER_TYPES[t])
+    elif family == "llama4" and r.has("attention_chunk_size"):
+        interval = r.int("no_rope_layer_interval", default=4)
+        no_rope = r.raw("no_rope_layers")
+        if isinstance(no_rope, list) and len(no_rope) == n_layers:
+            types = ["chunked" if use_rope else "full" for use_rope in no_rope]
+        else:
+            types = ["full" if (i + 1) % interval == 0 else "chunked" for i in range(n_layers)]
+    elif family == "qwen2" and window is not None:
+        first = r.int("max_window_layers", default=n_layers, minimum=0)
+        types = ["sliding" if i >= first else "full" for i in range(n_layers)]
+    elif family == "qwen3_next" and r.has("full_attention_interval"):
+        every = r.int("full_attention_interval")
+        types = ["full" if (i + 1) % every == 0 else "linear" for i in range(n_layers)]
+    if types is not None:
+        if "sliding" not in types:
+            window = None
+        if set(types) == {"full"}:
+            types = None
+    out["layer_types"] = tuple(types) if types is not None else None
+    out["sliding_window"] = window
+    if (types is not None and "linear" in types) or r.has("linear_num_value_heads"):
+        out["linear_attention"] = LinearAttention(
+            n_key_heads=r.int("linear_num_key_heads"),
+            n_value_heads=r.int("linear_num_value_heads"),
+            key_head_dim=r.int("linear_key_head_dim"),
+            value_head_dim=r.int("linear_value_head_dim"),
+            conv_kernel=r.int("linear_conv_kernel_dim", default=4, minimum=0),
+        )
+    return out
+
+
+def _moe(r: _Reader, family: str, n_layers: int) -> MoE | None:
+    """The MoE block, from whichever of the usual key spellings the family uses.
+
+    Layer placement: ``first_k_dense_replace`` (DeepSeek), ``decoder_sparse_step`` and
+    ``mlp_only_layers`` (Qwen2/3-MoE), ``interleave_moe_layer_step`` / ``moe_layers`` (Llama 4).
+    DeepSeek's ``moe_layer_freq`` makes layer ``i`` sparse when ``i % freq == 0``
+    (``modeling_deepseek.py``), which differs from ``decoder_sparse_step``'s ``(i+1) % step == 0``;
+    it is translated exactly into ``mlp_only_layers``.
+    """
+    n_experts = r.opt_int("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    if n_experts is None:
+        return None
+    top_k = r.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_top_k")
+    if family == "llama4" or not r.has("moe_intermediate_size"):
+        expert = r.int("intermediate_size", "moe_intermediate_size")
+    else:
+        expert = r.int("moe_intermediate_size")
+
+    n_shared, shared_width = 0, None
+    if r.has("n_shared_experts"):
+        n_shared = r.int("n_shared_experts", minimum=0)
+    elif r.has("shared_expert_intermediate_size", "shared_intermediate_size"):
+        shared_width = r.int("shared_expert_intermediate_size", "shared_intermediate_size", minimum=0)
+        n_shared = 1 if shared_width else 0
+        shared_width = shared_width or None
+    elif family == "llama4":
+        n_shared = 1  # modeling_llama4.py: Llama4TextMoe always has one shared expert
+
+    first_dense = r.int("first_k_dense_replace", default=0, minimum=0)
+    freq = 1
+    mlp_only: list[int] = []
+    raw_only = r.raw("mlp_only_layers")
+    if raw_only is not None:
+        if not isinstance(raw_only, list) or not all(isinstance(i, int) for i in raw_only):
+            raise HwtuneInputError(f"{r.label}: 'mlp_only_layers'", raw_only, "a list of layer indices")
+        mlp_only = list(raw_only)
+    if family.startswith(("deepseek", "kimi", "glm")) and r.has("moe_layer_freq"):
+        dsf = r.int("moe_layer_freq")
+        mlp_only += [i for i in range(first_dense, n_layers) if i % dsf]
+    elif r.has("moe_layers") and isinstance(r.raw("moe_layers"), list):
+        sparse = set(r.raw("moe_layers"))
+        mlp_only += [i for i in range(n_layers) if i not in sparse]
+    else:
+        freq = r.int("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq", default=1)
+
+    router_bias = family == "gpt_oss" or (
+        r.str("topk_method", default="") == "noaux_tc" or r.bool("use_routing_bias", default=False)
+    )
+    return MoE(
+        n_routed_experts=n_experts,
+        top_k=top_k,
+        expert_ffn_hidden=expert,
+        n_shared_experts=n_shared,
+        shared_expert_ffn_hidden=shared_width,
+        first_k_dense_layers=first_dense,
+        moe_layer_freq=freq,
+        mlp_only_layers=tuple(sorted(set(mlp_only))),
+        router_bias=router_bias,
+        expert_bias=family == "gpt_oss",  # modeling_gpt_oss.py: gate_up_proj_bias, down_proj_bias
+    )
+
+
+def _mtp(r: _Reader) -> int:
+    if r.has("num_nextn_predict_layers"):
+        return r.int("num_nextn_predict_layers", minimum=0)
+    if r.has("mtp_num_hidden_layers"):
+        return r.int("mtp_num_hidden_layers", minimum=0)
+    if r.bool("use_mtp", default=False):
+        return r.int("num_mtp_modules", default=1, minimum=0)
+    return 0
+
+
+# --- hwtune's own vocabulary (validation data, Megatron shapes) -------------------------------
+_NATIVE_KEYS = {"n_layers", "d_model"}
+
+
+def _is_native(cfg: Mapping[str, Any]) -> bool:
+    return "model_type" not in cfg and _NATIVE_KEYS <= set(cfg)
+
+
+_COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMBT]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def parse_count(text: str | float | int) -> float:
+    """A parameter count written as ``8.03B``, ``1T``, ``175e9`` or a plain number."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    m = _COUNT.match(str(text))
+    if not m:
+        try:
+            return float(str(text))
+        except ValueError:
+            raise HwtuneInputError("params_published", text, "a count such as 8.03B or 1T") from None
+    return float(m.group(1)) * _SCALE[m.group(2).upper()]
+
+
+def count_resolution(text: str | float | int) -> float:
+    """Half a unit of the last digit of a count as written (``"1.7B"`` -> 0.05e9, ``"671B"`` ->
+    0.5e9): how far the true value may lie from a rounded published figure."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return 0.5
+    m = _COUNT.match(str(text))
+    if not m:
+        return 0.5
+    decimals = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
+    return 0.5 * 10.0**-decimals * _SCALE[m.group(2).upper()]
+
+
+def _native_fields(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """ModelSpec fields from hwtune's vocabulary, as written in ``validation/training_published.jsonl``.
+
+    Shapes named there in prose are normalised (``squared-relu`` -> ``squared_relu``,
+    ``layernorm1p`` -> ``layernorm``, ``rope (yarn)`` -> ``rope``). A model with learned positions
+    gets a table of ``seq_len`` rows, and a GELU/LayerNorm GPT gets Megatron's biases
+    (Megatron-LM ``add_bias_linear`` default True; Narayanan et al. SC'21 §5.1 parameter formula).
+    """
+    r = _Reader(cfg, label)
+    skip = {
+        "seq_len",
+        "n_params_reported",
+        "attention",
+        "other",
+        "moe",
+        "ffn_act",
+        "norm",
+        "pos_emb",
+        "n_kv_heads",
+        "head_dim",
+        "tied_embeddings",
+    }
+    fields: dict[str, Any] = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in skip}
+    fields["family"] = str(cfg.get("family") or "megatron_gpt")
+    fields["vocab"] = r.int("vocab")
+    moe = cfg.get("moe")
+    if isinstance(moe, Mapping) and cfg.get("ffn_hidden") is None:
+        # an MoE model without dense layers: the dense width is never used; take the experts'
+        fields["ffn_hidden"] = _Reader(moe, f"{label}: moe").int("expert_ffn_hidden")
+    else:
+        fields["ffn_hidden"] = r.int("ffn_hidden")
+    n_heads = r.int("n_heads")
+    fields["n_kv_heads"] = r.opt_int("n_kv_heads")
+    head_dim = r.opt_int("head_dim")
+    fields["head_dim"] = None if head_dim is None or head_dim * n_heads == r.int("d_model") else head_dim
+    fields["tied_embeddings"] = r.bool("tied_embeddings", default=False)
+    act = r.str("ffn_act", default="swiglu").lower().split(" ")[0].replace("-", "_")
+    fields["ffn_act"] = {"silu": "swiglu", "gelu_new": "gelu", "relu2": "squared_relu"}.get(act, act)
+    norm = r.str("norm", default="rmsnorm").lower()
+    fields["norm"] = "layernorm" if norm.startswith("layernorm") else "rmsnorm"
+    pos = r.str("pos_emb", default="rope").lower().split(" ")[0]
+    fields["pos_emb"] = pos
+    if pos == "learned" and "max_position" not in cfg:
+        fields["max_position"] = r.int("seq_len")
+    if "qkv_bias" not in cfg and fields["ffn_act"] == "gelu" and fields["norm"] == "layernorm":
+        fields["qkv_bias"] = fields["out_bias"] = fields["mlp_bias"] = True
+    other = cfg.get("other")
+    if isinstance(other, Mapping) and isinstance(other.get("mla"), Mapping):
+        fields["mla"] = MLA(**other["mla"])
+    if isinstance(moe, Mapping):
+        known = set(MoE.model_fields)
+        fields["moe"] = MoE(**{k: v for k, v in moe.items() if k in known})
+    elif moe is not None:
+        raise HwtuneInputError(f"{label}: 'moe'", moe, "null or a mapping of MoE fields")
+    if isinstance(other, Mapping) and isinstance(other.get("mtp_depth"), int):
+        fields["mtp_layers"] = other["mtp_depth"]
+    if cfg.get("n_params_reported") is not None and "n_params_published" not in cfg:
+        reported = str(cfg["n_params_reported"]).split("/")[0].replace("total", "")
+        try:
+            fields["n_params_published"] = parse_count(reported)
+        except HwtuneInputError:
+            pass
+    return fields

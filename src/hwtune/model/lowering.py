@@ -1,0 +1,242 @@
+"""Lowering a `ModelSpec` into the ops of one rank: FLOPs and bytes, forward and backward.
+
+Backward is split into the input-gradient (``dgrad``) and weight-gradient (``wgrad``) parts that
+zero-bubble schedules move independently (Qi et al., ICLR'24, §2). Shapes are those of one rank
+after tensor, context and expert parallelism; this module knows nothing about devices.
+
+Conventions:
+- A GEMM (m x k) @ (k x n) costs 2mnk FLOPs forward; dgrad is (m x n) @ (n x k) and wgrad
+  (k x m) @ (m x n), each 2mnk (Narayanan et al. SC'21, §5.1: backward = 2x forward).
+- Attention core (scores and context) of a query block of ``q`` tokens over ``kv`` keys:
+  2 q kv (d_qk + d_v) FLOPs per head; causal masking halves the keys on average (flash kernels
+  skip masked blocks; Dao 2023 §3.1). Unfused attention (Megatron before FlashAttention)
+  computes the full square and moves the score tensors through memory (Korthikanti et al.
+  2022, Table 2: the 5as/h term).
+- Memory-bound ops (norms, residual adds, rotary, activation functions, dropout, MoE permute)
+  are bytes read plus written; backward moves about twice the forward bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from hwtune.model.spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One op of one rank. For ``gemm`` ops (m, n, k, batch) is the forward problem."""
+
+    name: str
+    kind: str  # "gemm" | "attention" | "memory"
+    flops: float = 0.0
+    bytes: float = 0.0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    dgrad_flops: float = 0.0
+    wgrad_flops: float = 0.0
+    dgrad_bytes: float = 0.0
+    wgrad_bytes: float = 0.0
+    kernels: int = 1
+    attention_core: bool = False  # recomputed by selective recomputation (Korthikanti et al. §4.2)
+
+
+def gemm(name: str, m: int, n: int, k: int, batch: int = 1, weight: bool = True) -> Op:
+    """A (batched) GEMM op. ``weight=False`` for activation-activation products (no wgrad)."""
+    f = 2.0 * m * n * k * batch
+    return Op(
+        name, "gemm", flops=f, m=m, n=n, k=k, batch=batch,
+        dgrad_flops=f if weight else 2 * f, wgrad_flops=f if weight else 0.0,
+    )  # fmt: skip
+
+
+def memop(name: str, nbytes: float, kernels: int = 1, bwd_factor: float = 2.0) -> Op:
+    return Op(name, "memory", bytes=nbytes, dgrad_bytes=bwd_factor * nbytes, kernels=kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """How one rank sees a micro-batch: ``tokens`` it holds (b*s/cp), ``seq`` the full sequence
+    length, tensor/context/expert parallel degrees, sequence parallelism, activation bytes."""
+
+    tokens: int
+    seq: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    act_bytes: float = 2.0
+    flash: bool = True
+    moe_imbalance: float = 1.0
+
+
+def _div(x: int, t: int) -> int:
+    return max(1, x // t)
+
+
+def attention_ops(spec: ModelSpec, ltype: str, sh: Shard) -> list[Op]:
+    """Projections and core of one attention block (standard, MLA or linear)."""
+    h, t, m, e = spec.d_model, sh.tp, sh.tokens, sh.act_bytes
+    ops: list[Op] = []
+    b_seqs = max(1, sh.tokens * sh.cp // sh.seq)
+    if ltype == "linear":
+        la = spec.linear_attention
+        assert la is not None
+        hk, hv = _div(la.n_key_heads, t), _div(la.n_value_heads, t)
+        qkvz = 2 * hk * la.key_head_dim + 2 * hv * la.value_head_dim + 2 * hv
+        ops.append(gemm("linear_attn_in_proj", m, qkvz, h))
+        # Chunked gated delta rule (Yang et al. 2024, "Gated Delta Networks", §3): per token and
+        # head, state update and readout of a (d_k x d_v) state, ~6 d_k d_v FLOPs in all.
+        core = 6.0 * m * hv * la.key_head_dim * la.value_head_dim
+        io = e * m * qkvz * 2
+        ops.append(Op("linear_attn_core", "attention", flops=core, bytes=io, dgrad_flops=2 * core,
+                      dgrad_bytes=2 * io))  # fmt: skip
+        ops.append(gemm("linear_attn_out_proj", m, h, hv * la.value_head_dim))
+        return ops
+
+    heads = _div(spec.n_heads, t)
+    if spec.mla is not None:
+        ml = spec.mla
+        dqk, dv = ml.qk_nope_head_dim + ml.qk_rope_head_dim, ml.v_head_dim
+        if ml.q_lora_rank:
+            ops.append(gemm("q_a_proj", m, ml.q_lora_rank, h))
+            ops.append(gemm("q_b_proj", m, heads * dqk, ml.q_lora_rank))
+        else:
+            ops.append(gemm("q_proj", m, heads * dqk, h))
+        ops.append(gemm("kv_a_proj", m, ml.kv_lora_rank + ml.qk_rope_head_dim, h))
+        ops.append(gemm("kv_b_proj", m, heads * (ml.qk_nope_head_dim + dv), ml.kv_lora_rank))
+        kvh = heads
+        o_in = heads * dv
+    else:
+        dqk = dv = spec.hd
+        kvh = _div(spec.kv_heads, t)
+        ops.append(gemm("qkv_proj", m, (heads + 2 * kvh) * dqk, h))
+        o_in = heads * dv
+
+    # Attention core: queries of this rank over keys of the whole sequence (context parallel
+    # ranks exchange K/V; Liu et al. 2023 "Ring Attention").
+    q = m
+    keys = sh.seq
+    if ltype in ("sliding", "chunked") and spec.sliding_window:
+        keys = min(keys, spec.sliding_window)
+    if sh.flash:
+        causal_keys = keys / 2 if keys == sh.seq else keys  # window: ~full window per query
+        core = 2.0 * q * causal_keys * (dqk + dv) * heads
+        io = e * (q * heads * (2 * dqk + 2 * dv) + (m * kvh * (dqk + dv)))
+        ops.append(Op("attention_core", "attention", flops=core, bytes=io, dgrad_flops=2 * core,
+                      dgrad_bytes=2.5 * io, attention_core=True))  # fmt: skip
+    else:
+        # Unfused: baddbmm QK^T, scale-mask-softmax, dropout, bmm with V, full square computed.
+        sq = sh.seq // sh.cp
+        bh = b_seqs * heads
+        ops.append(Op("attn_scores", "gemm", flops=2.0 * sq * keys * dqk * bh, m=sq, n=keys, k=dqk,
+                      batch=bh, dgrad_flops=4.0 * sq * keys * dqk * bh, attention_core=True))  # fmt: skip
+        sbytes = bh * sq * keys
+        ops.append(Op("softmax", "memory", bytes=2 * e * sbytes, dgrad_bytes=3 * e * sbytes,
+                      attention_core=True))  # fmt: skip
+        ops.append(Op("attn_dropout", "memory", bytes=(2 * e + 1) * sbytes,
+                      dgrad_bytes=(2 * e + 1) * sbytes, attention_core=True))  # fmt: skip
+        ops.append(Op("attn_context", "gemm", flops=2.0 * sq * keys * dv * bh, m=sq, n=dv, k=keys,
+                      batch=bh, dgrad_flops=4.0 * sq * keys * dv * bh, attention_core=True))  # fmt: skip
+    ops.append(gemm("o_proj", m, h, o_in))
+    if spec.pos_emb == "rope":
+        ops.append(memop("rotary", 2 * e * m * (heads + kvh) * dqk))
+    return ops
+
+
+def ffn_ops(spec: ModelSpec, moe_layer: bool, sh: Shard) -> list[Op]:
+    """Feed-forward block: dense MLP, or router + routed experts + shared experts."""
+    h, t, m, e = spec.d_model, sh.tp, sh.tokens, sh.act_bytes
+    up_mult = 2 if spec.gated else 1
+    ops: list[Op] = []
+    if not moe_layer:
+        f = _div(spec.ffn_hidden, t)
+        ops.append(gemm("mlp_up", m, up_mult * f, h))
+        ops.append(memop("mlp_act", e * m * f * (up_mult + 1)))
+        ops.append(gemm("mlp_down", m, h, f))
+        return ops
+    moe = spec.moe
+    assert moe is not None
+    E, k = moe.n_routed_experts, moe.top_k
+    ops.append(gemm("router", m, E, h))
+    # Expert parallelism (Megatron-Core: expert tensor parallel = 1, EP folded over TP x DP):
+    # each EP rank holds E/ep experts and receives on average m*k token-slots in all, i.e.
+    # ep*m*k/E rows per local expert, times the imbalance factor on the busiest rank.
+    local_e = max(1, E // sh.ep)
+    rows = max(1, round(sh.ep * m * k / E * sh.moe_imbalance))
+    fe = moe.expert_ffn_hidden
+    ops.append(memop("moe_permute", 4 * e * m * k * h, kernels=2))
+    ops.append(gemm("expert_up", rows, up_mult * fe, h, batch=local_e))
+    ops.append(memop("expert_act", e * rows * local_e * fe * (up_mult + 1)))
+    ops.append(gemm("expert_down", rows, h, fe, batch=local_e))
+    if moe.shared_width:
+        fs = _div(moe.shared_width, t)
+        ops.append(gemm("shared_up", m, up_mult * fs, h))
+        ops.append(memop("shared_act", e * m * fs * (up_mult + 1)))
+        ops.append(gemm("shared_down", m, h, fs))
+    return ops
+
+
+def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
+    """Two pre-norms and two residual adds (with fused bias-dropout-add) of one layer; with
+    sequence parallelism these run on tokens/tp (Korthikanti et al. 2022, §4.2.2)."""
+    rows = sh.tokens // sh.tp if sh.sp else sh.tokens
+    hb = sh.act_bytes * rows * spec.d_model
+    return [memop("norms", 2 * 2 * hb, kernels=2), memop("residual_adds", 2 * 3 * hb, kernels=2)]
+
+
+@functools.lru_cache(maxsize=4096)
+def lower_layer(spec: ModelSpec, ltype: str, moe_layer: bool, sh: Shard) -> tuple[Op, ...]:
+    """All ops of one transformer layer of kind (``ltype``, ``moe_layer``) on one rank."""
+    return tuple(attention_ops(spec, ltype, sh) + ffn_ops(spec, moe_layer, sh) + norm_residual_ops(spec, sh))
+
+
+@functools.lru_cache(maxsize=1024)
+def lower_embedding(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
+    """Input embedding lookup (and learned positions): memory-bound gather."""
+    return (memop("embedding", 2 * sh.act_bytes * sh.tokens * spec.d_model),)
+
+
+@functools.lru_cache(maxsize=1024)
+def lower_head(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
+    """Final norm, vocabulary-parallel LM head and softmax cross-entropy (fp32 logits)."""
+    v = -(-spec.vocab // sh.tp)
+    rows = sh.tokens // sh.tp if sh.sp else sh.tokens
+    return (
+        memop("final_norm", 2 * sh.act_bytes * rows * spec.d_model),
+        gemm("lm_head", sh.tokens, v, spec.d_model),
+        memop("cross_entropy", 3 * 4.0 * sh.tokens * v, kernels=3),
+    )
+
+
+def layer_classes(spec: ModelSpec) -> dict[tuple[str, bool], list[int]]:
+    """Layers grouped by (attention type, is-MoE), each with its layer indices."""
+    out: dict[tuple[str, bool], list[int]] = {}
+    for i in range(spec.n_layers):
+        out.setdefault((spec.layer_type(i), spec.is_moe_layer(i)), []).append(i)
+    return out
+
+
+def model_flops_per_token(spec: ModelSpec, seq: int, causal: bool = False) -> float:
+    """Forward+backward model FLOPs per token: 3 x forward, where forward = 2 x (active matmul
+    parameters, router and LM head included) + attention. Attention follows the PaLM convention
+    (Chowdhery et al. 2022, App. B: 12 L H Q T per token for full, non-causal attention, i.e.
+    forward 2 T H (d_qk + d_v) per layer); ``causal=True`` halves the full-attention part.
+    Sliding-window layers count their window. Embedding lookups are not FLOPs.
+    """
+    sh = Shard(tokens=seq, seq=seq)
+    total = 0.0
+    for (ltype, moe), idx in layer_classes(spec).items():
+        per = 0.0
+        for op in lower_layer(spec, ltype, moe, sh):
+            if op.kind == "gemm":
+                per += op.flops
+            elif op.kind == "attention":
+                full = op.attention_core and ltype == "full"
+                per += op.flops * (2.0 if full and not causal else 1.0)
+        total += per * len(idx)
+    total += sum(op.flops for op in lower_head(spec, sh))
+    return 3.0 * total / seq

@@ -1,0 +1,585 @@
+"""The training-step estimator: step time with its breakdown, MFU/HFU, throughput, memory.
+
+The estimate composes the cost models of `hwtune.cost` over the ops that `hwtune.model.lowering`
+produces for one rank; it re-derives no cost. Conventions:
+- Model FLOPs: 6 N_active + attention in the PaLM convention (Chowdhery et al. 2022, App. B;
+  see `model_flops_per_token`). MFU = model FLOP/s per GPU / dense peak of the training
+  precision (bf16/fp16 peak, or the fp8 peak for fp8 training). HFU adds recomputation.
+- Step time = pipeline time of the busiest rank (micro-batches + bubble, `schedules.py`) +
+  exposed data-parallel communication + optimizer step + offload traffic.
+- Communication inside a layer (tensor, context, expert parallel) is on the critical path
+  unless its overlap switch is on, then only the part longer than the compute it hides
+  behind is exposed.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass, field
+
+from hwtune.cost import collectives as coll
+from hwtune.cost.compute import attention_time, dtype_bytes, gemm_time, memory_time
+from hwtune.cost.memory import (
+    ActShape,
+    layer_activation_bytes,
+    logits_bytes,
+    sharded_state_bytes,
+    state_bytes_per_param,
+)
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.hardware.device import Device
+from hwtune.model import params as P
+from hwtune.model.lowering import Shard, layer_classes, lower_embedding, lower_head, lower_layer, model_flops_per_token
+from hwtune.model.spec import ModelSpec
+from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
+from hwtune.train.strategy import Strategy, make_strategy
+
+FRAMEWORK_RESERVE_BYTES = 1.5 * 2**30
+"""CUDA context, cuBLAS/NCCL workspaces and communication buffers held outside the tensors
+counted here (PyTorch CUDA semantics notes: the context alone takes 300-800 MiB; NCCL buffers
+are 4 MiB x channels x peers)."""
+
+FRAGMENTATION = 1.05
+"""Caching-allocator overhead on activations (reserved / allocated, a few percent in steady
+training; PyTorch memory-management docs)."""
+
+OPTIMIZER_BYTES_MOVED = {"adam": 32.0, "adam-bf16": 16.0, "adam-8bit": 14.0, "adam-8bit-release": 12.0, "sgd": 22.0}
+"""HBM bytes read + written per parameter by one fused optimizer step (weights, gradient,
+master copy, states in; master copy, states, 16-bit weights out)."""
+
+HOST_BANDWIDTH = 100e9
+"""CPU memory bandwidth a CPU Adam step streams at (bytes/s) when optimizer states are
+offloaded (ZeRO-Offload, Ren et al. ATC'21, §4.2: CPU Adam is memory-bound)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    transient: float
+    reserve: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.transient + self.reserve
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Result of one estimate (SI units)."""
+
+    step_time_s: float
+    mfu: float
+    hfu: float
+    tflops_per_gpu: float
+    model_tflops_per_gpu: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    memory: Memory
+    memory_capacity_bytes: float
+    fits: bool
+    breakdown: dict[str, float]
+    comm_volume_bytes: dict[str, float]
+    n_gpus: int
+    tokens_per_step: int
+    model_flops_per_step: float
+    peak_flops_used: float
+    strategy: Strategy
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory.total
+
+    def to_dict(self) -> dict:
+        """The JSON document of `hwtune estimate --json`."""
+        mem = asdict(self.memory)
+        mem["total"] = self.memory.total
+        return {
+            "step_time_s": self.step_time_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "memory_per_gpu_bytes": mem,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
+            "breakdown": dict(self.breakdown),
+            "comm_volume_bytes": dict(self.comm_volume_bytes),
+            "n_gpus": self.n_gpus,
+            "tokens_per_step": self.tokens_per_step,
+            "model_flops_per_step": self.model_flops_per_step,
+            "peak_flops_used": self.peak_flops_used,
+            "flops_convention": "model FLOPs = 6*N_active*tokens + attention (PaLM App. B, non-causal); "
+            "MFU against the dense peak of the training precision",
+            "strategy": self.strategy.model_dump(),
+            "notes": list(self.notes),
+        }
+
+
+def _gemm_dtype(precision: str, device: Device) -> str:
+    if precision == "fp32":
+        return "tf32" if device.peak_tflops.tf32 else "fp32"
+    return precision
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTimes:
+    """One layer of one rank for one micro-batch, seconds (compute only) and comm bytes."""
+
+    fwd: float
+    dgrad: float
+    wgrad: float
+    attn_core_fwd: float
+    a2a_bytes: float  # bytes per rank per all-to-all
+    cp_bytes: float  # K/V bytes one rank passes around the ring per forward
+    flops_fwd: float
+
+
+TP_OVERLAP_SHARE = 0.5
+A2A_OVERLAP_SHARE = 0.5
+"""With communication overlap switched on, a collective hides behind at most this share of the
+layer's forward compute (the GEMMs it can be pipelined with: Wang et al. ASPLOS'23 "Overlap
+communication with dependent computation via decomposition"; DeepSeek-V3 §3.2.1 overlaps
+dispatch/combine with the other micro-batch's attention and MLP)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCost:
+    """Seconds one rank spends per micro-batch: compute (f, b, w, rec) and exposed comm."""
+
+    f: float = 0.0
+    b: float = 0.0
+    w: float = 0.0
+    rec: float = 0.0
+    f_comm: float = 0.0
+    b_comm: float = 0.0
+    tp: float = 0.0
+    cp: float = 0.0
+    ep: float = 0.0
+
+    def __add__(self, o: LayerCost) -> LayerCost:
+        return LayerCost(self.f + o.f, self.b + o.b, self.w + o.w, self.rec + o.rec,
+                         self.f_comm + o.f_comm, self.b_comm + o.b_comm,
+                         self.tp + o.tp, self.cp + o.cp, self.ep + o.ep)  # fmt: skip
+
+    @property
+    def total(self) -> float:
+        return self.f + self.b + self.rec + self.f_comm + self.b_comm
+
+
+@functools.lru_cache(maxsize=8192)
+def _layer_times(spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Device, gdt: str) -> LayerTimes:
+    ops = lower_layer(spec, ltype, moe, sh)
+    fwd = dg = wg = core = flops = 0.0
+    fp8 = gdt == "fp8"
+    for op in ops:
+        flops += op.flops
+        if op.kind == "gemm":
+            dt = "bf16" if (op.attention_core or op.name in ("router",)) and fp8 else gdt
+            tf = gemm_time(op.m, op.n, op.k, device, dt, op.batch)
+            fwd += tf
+            dg += gemm_time(op.m, op.k, op.n, device, dt, op.batch) * (op.dgrad_flops / op.flops if op.flops else 0)
+            if op.wgrad_flops:
+                wg += gemm_time(op.k, op.n, op.m, device, dt, op.batch)
+            if fp8 and not op.attention_core:
+                # Transformer Engine casts: input to fp8 (forward) and output gradient (backward)
+                cast = 3.0 * op.m * op.k * op.batch
+                fwd += memory_time(cast, device)
+                dg += memory_time(3.0 * op.m * op.n * op.batch, device)
+            if op.attention_core:
+                core += tf
+        elif op.kind == "attention":
+            tf = attention_time(op.flops, op.bytes, device, gdt, backward=False)
+            fwd += tf
+            dg += attention_time(op.flops, op.dgrad_bytes, device, gdt, backward=True)
+            core += tf
+        else:
+            tm = memory_time(op.bytes, device, op.kernels)
+            fwd += tm
+            dg += memory_time(op.dgrad_bytes, device, op.kernels)
+            if op.attention_core:
+                core += tm
+    e = sh.act_bytes
+    a2a = 0.0
+    if moe and spec.moe is not None:
+        a2a = e * sh.tokens * spec.moe.top_k * spec.d_model * sh.moe_imbalance
+    cp_bytes = 0.0
+    if sh.cp > 1 and ltype != "linear":
+        if spec.mla is not None:
+            kvw = spec.n_heads // sh.tp * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim + spec.mla.v_head_dim)
+        else:
+            kvw = 2 * max(1, spec.kv_heads // sh.tp) * spec.hd
+        cp_bytes = e * sh.tokens * kvw * (sh.cp - 1)
+    return LayerTimes(fwd, dg, wg, core, a2a, cp_bytes, flops)
+
+
+def _stage_layers(n_layers: int, pp: int, v: int) -> list[list[int]]:
+    """Layer indices of each pipeline rank: ``pp * v`` contiguous chunks, rank r holding chunks
+    r, r + pp, ... (Megatron's interleaved assignment); the remainder goes to the first chunks."""
+    chunks = pp * v
+    base, extra = divmod(n_layers, chunks)
+    bounds = [0]
+    for c in range(chunks):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    ranks: list[list[int]] = [[] for _ in range(pp)]
+    for c in range(chunks):
+        ranks[c % pp].extend(range(bounds[c], bounds[c + 1]))
+    return ranks
+
+
+def estimate(
+    model: ModelSpec | str,
+    cluster: Cluster | None = None,
+    strategy: Strategy | None = None,
+    *,
+    gpu: str | Device | None = None,
+    gpus: int | None = None,
+    **strategy_fields: object,
+) -> Estimate:
+    """Estimate one training step.
+
+    ``model``: a `ModelSpec`, a catalog name or a config.json path. ``cluster``: a `Cluster`, or
+    ``gpu``/``gpus`` for the common case (the rest from the device's system preset).
+    ``strategy``: a `Strategy`, or its fields as keywords (``tp=8, pp=4, micro_batch=1, ...``);
+    ``dp`` defaults to the GPUs left over.
+    """
+    spec = _resolve_model(model)
+    if cluster is None:
+        if gpus is None:
+            n = 1
+            for k in ("tp", "pp", "cp"):
+                n *= int(strategy_fields.get(k) or 1)  # type: ignore[call-overload]
+            gpus = n * int(strategy_fields.get("dp") or 1)  # type: ignore[call-overload]
+        cluster = make_cluster(gpu or "h100-sxm-80gb", gpus)
+    if strategy is None:
+        f = dict(strategy_fields)
+        if f.get("dp") is None:
+            denom = int(f.get("tp") or 1) * int(f.get("pp") or 1) * int(f.get("cp") or 1)  # type: ignore[call-overload]
+            if cluster.n_gpus % denom:
+                raise HwtuneInputError("tp*pp*cp", denom, f"a divisor of the {cluster.n_gpus} GPUs")
+            f["dp"] = cluster.n_gpus // denom
+        strategy = make_strategy(**f)
+    strategy.validate_for(spec, cluster.n_gpus)
+    return _estimate(spec, cluster, strategy)
+
+
+def _resolve_model(model: ModelSpec | str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    from hwtune.model.catalog import get_model
+
+    return get_model(model)
+
+
+def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
+    dev = cl.device
+    gdt = _gemm_dtype(st.precision, dev)
+    e = 4.0 if st.precision == "fp32" else 2.0
+    tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
+    mb, seq = st.micro_batch, st.seq
+    m = st.grad_accum
+    tokens = mb * seq // cp
+    sh = Shard(tokens=tokens, seq=seq, tp=tp, cp=cp, ep=ep, sp=st.sequence_parallel,
+               act_bytes=e, flash=st.flash_attention, moe_imbalance=st.moe_imbalance)  # fmt: skip
+    notes: list[str] = []
+
+    # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
+    tp_span = cl.span(tp, 1)
+    cp_span = cl.span(cp, tp)
+    dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks
+    ep_span = cl.span(ep, tp)
+    edp = max(1, dp * cp // ep)
+    edp_span = cl.span(edp, tp * ep)
+    pp_cross = tp * cp * dp >= cl.domain
+
+    # ---- per-layer times and communication
+    classes = {}
+    for (lt, moe), idx in layer_classes(spec).items():
+        classes[(lt, moe)] = _layer_times(spec, lt, moe, sh, dev, gdt)
+    cls_of = {}
+    for key, idx in layer_classes(spec).items():
+        for i in idx:
+            cls_of[i] = key
+
+    # one TP "point" (after attention, after MLP): an all-reduce, or with sequence parallelism
+    # an all-gather before and a reduce-scatter after (Korthikanti et al. 2022, §4.2.2)
+    t_tp_point = 0.0
+    if tp > 1:
+        nb = e * tokens * spec.d_model
+        if st.sequence_parallel:
+            t_tp_point = coll.all_gather_time(nb, tp_span, cl) + coll.reduce_scatter_time(nb, tp_span, cl)
+        else:
+            t_tp_point = coll.all_reduce_time(nb, tp_span, cl)
+
+    def layer_cost(key: tuple[str, bool]) -> LayerCost:
+        lt = classes[key]
+        # tensor parallel: 2 points forward, 2 backward (Shoeybi et al. 2019, Fig. 4)
+        t_tp = 2 * t_tp_point
+        if st.overlap_tp_comm:
+            t_tp = max(0.0, t_tp - TP_OVERLAP_SHARE * lt.fwd)
+        # context parallel: ring exchange of K/V hidden behind the attention core
+        t_cp_f = t_cp_b = 0.0
+        if cp > 1 and lt.cp_bytes:
+            ring = coll.send_recv_time(lt.cp_bytes / (cp - 1), cp_span.domains > 1, cl) * (cp - 1)
+            t_cp_f = max(0.0, ring - lt.attn_core_fwd)
+            t_cp_b = max(0.0, 2 * ring - (lt.dgrad - lt.fwd + lt.attn_core_fwd))
+        # expert parallel: dispatch + combine forward, and again backward
+        t_a2a = 0.0
+        if lt.a2a_bytes and ep > 1:
+            t_a2a = 2 * coll.all_to_all_time(lt.a2a_bytes, ep_span, cl)
+            if st.overlap_moe_a2a:
+                t_a2a = max(0.0, t_a2a - A2A_OVERLAP_SHARE * lt.fwd)
+        rec_c = rec_comm = 0.0
+        if st.recompute == "full":
+            rec_c, rec_comm = lt.fwd, t_tp + t_cp_f + t_a2a
+        elif st.recompute == "selective":
+            rec_c = lt.attn_core_fwd
+        return LayerCost(
+            f=lt.fwd, b=lt.dgrad + lt.wgrad, w=lt.wgrad, rec=rec_c,
+            f_comm=t_tp + t_cp_f + t_a2a, b_comm=t_tp + t_cp_b + t_a2a + rec_comm,
+            tp=2 * t_tp + (t_tp if st.recompute == "full" else 0.0),
+            cp=t_cp_f + t_cp_b, ep=2 * t_a2a + (t_a2a if st.recompute == "full" else 0.0),
+        )  # fmt: skip
+
+    costs = {key: layer_cost(key) for key in classes}
+
+    # ---- pipeline ranks: layers, embedding on the first, head on the last
+    ranks = _stage_layers(spec.n_layers, pp, v if st.schedule == "interleaved" else 1)
+    emb_t = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
+    emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
+    head_f = head_b = 0.0
+    for op in lower_head(spec, sh):
+        if op.kind == "gemm":
+            head_f += gemm_time(op.m, op.n, op.k, dev, "bf16" if gdt == "fp8" else gdt)
+            head_b += gemm_time(op.m, op.k, op.n, dev, "bf16" if gdt == "fp8" else gdt) + gemm_time(
+                op.k, op.n, op.m, dev, "bf16" if gdt == "fp8" else gdt
+            )
+        else:
+            head_f += memory_time(op.bytes, dev, op.kernels)
+            head_b += memory_time(op.dgrad_bytes, dev, op.kernels)
+    head_comm = 0.0
+    if tp > 1:  # vocabulary-parallel cross-entropy: small all-reduces of per-token max and sum
+        head_comm = 2 * coll.all_reduce_time(4.0 * tokens, tp_span, cl)
+
+    per_rank: list[LayerCost] = []
+    for r, layers in enumerate(ranks):
+        acc = LayerCost()
+        for i in layers:
+            acc = acc + costs[cls_of[i]]
+        if r == 0:
+            acc = acc + LayerCost(f=emb_t, b=emb_b)
+        if r == pp - 1:
+            acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm)
+        per_rank.append(acc)
+    busiest = max(range(pp), key=lambda r: per_rank[r].total)
+    rc = per_rank[busiest]
+    f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
+
+    # pipeline p2p: activations cross each stage boundary forward and back
+    p2p_t = 0.0
+    if pp > 1:
+        act = e * tokens * spec.d_model / (tp if st.sequence_parallel else 1)
+        one = coll.send_recv_time(act, pp_cross, cl)
+        p2p_t = 2 * one * p2p_boundaries(st.schedule, v)
+    pt = pipeline_time(st.schedule, pp, m, v, f + p2p_t / 2, b + rec + p2p_t / 2, w)
+    compute_total = pt.total
+
+    # ---- data parallel: gradients and (ZeRO-3) parameters
+    layers_here = ranks[busiest]
+    dense_params = 0.0
+    expert_params = 0.0
+    for i in layers_here:
+        ex = P.routed_expert_params(spec, i)
+        expert_params += ex
+        dense_params += P.layer_params(spec, i) - ex
+    if busiest == 0 or pp == 1:
+        dense_params += P.embedding_params(spec) if pp == 1 else P.input_embedding_params(spec)
+    if busiest == pp - 1 and pp > 1:
+        dense_params += P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
+    if pp == 1:
+        dense_params += P.final_norm_params(spec)
+    dense_local = dense_params / tp
+    expert_local = expert_params / ep
+    copies = param_copies(st.schedule) if pp > 1 else 1
+    local_params = (dense_local + expert_local) * copies
+
+    fp32_grads = st.grad_reduce_dtype == "fp32" or (st.grad_reduce_dtype is None and st.zero < 3)
+    gb = 4.0 if fp32_grads else 2.0
+    if st.precision == "fp32":
+        gb = 4.0
+    grad_bytes_dense = dense_local * copies * gb
+    grad_bytes_expert = expert_local * copies * gb
+    t_dp = 0.0
+    t_dp_exposed = 0.0
+    t_ag = 0.0
+    if st.zero < 3:
+        if dp * cp > 1:
+            if st.zero >= 1:
+                t_dp = coll.reduce_scatter_time(grad_bytes_dense, dp_span, cl)
+                t_ag = coll.all_gather_time(dense_local * copies * 2.0, dp_span, cl)
+            else:
+                t_dp = coll.all_reduce_time(grad_bytes_dense, dp_span, cl)
+        if edp > 1 and grad_bytes_expert:
+            if st.zero >= 1:
+                t_dp += coll.reduce_scatter_time(grad_bytes_expert, edp_span, cl)
+                t_ag += coll.all_gather_time(expert_local * copies * 2.0, edp_span, cl)
+            else:
+                t_dp += coll.all_reduce_time(grad_bytes_expert, edp_span, cl)
+        window = (b + rec) if st.overlap_grad_reduce else 0.0
+        t_dp_exposed = max(t_dp - window, t_dp / max(1, len(layers_here)) if st.overlap_grad_reduce else t_dp)
+        if t_ag:
+            t_dp_exposed += max(0.0, t_ag - f) if st.overlap_param_gather else t_ag
+    else:
+        # FSDP / ZeRO-3: gather 16-bit weights before forward and backward, reduce-scatter
+        # gradients, every micro-batch; prefetching overlaps them with the layers' compute.
+        w16 = 2.0
+        ag = coll.all_gather_time(dense_local * w16, dp_span, cl) + (
+            coll.all_gather_time(expert_local * w16, edp_span, cl) if expert_local else 0.0
+        )
+        rs = coll.reduce_scatter_time(grad_bytes_dense, dp_span, cl) + (
+            coll.reduce_scatter_time(grad_bytes_expert, edp_span, cl) if expert_local else 0.0
+        )
+        t_dp = m * (2 * ag + rs)
+        nl = max(1, len(layers_here))
+        if st.overlap_param_gather and st.overlap_grad_reduce:
+            per_mb = max(0.0, ag - f) + max(0.0, ag + rs - (b + rec)) + (ag + rs) / nl
+        else:
+            per_mb = 2 * ag + rs
+        t_dp_exposed = m * per_mb
+
+    # ---- optimizer step and offload
+    sb = state_bytes_per_param(st.precision, st.optimizer, fp32_grads)
+    shards_dense = dp * cp if st.zero >= 1 else 1
+    opt_params = dense_local * copies / shards_dense + expert_local * copies / (edp if st.zero >= 1 else 1)
+    t_opt = 0.0
+    t_off = 0.0
+    if st.offload_optimizer:
+        pcie = dev.pcie_gbps_per_direction * 1e9
+        t_off = opt_params * (gb + 2.0) / pcie
+        t_opt = opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer] / HOST_BANDWIDTH
+    else:
+        t_opt = memory_time(opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer], dev, kernels=2)
+
+    step = compute_total + t_dp_exposed + t_opt + t_off
+
+    # ---- memory of the busiest-in-memory rank (rank 0 holds the most in-flight micro-batches)
+    mem = _memory(spec, st, cl, sh, ranks, sb, copies, fp32_grads)
+
+    # ---- FLOPs and rates
+    tokens_step = st.global_batch_seqs * seq
+    model_flops = model_flops_per_token(spec, seq) * tokens_step
+    hw_flops = model_flops
+    if st.recompute == "full":
+        hw_flops += model_flops / 3.0
+    elif st.recompute == "selective":
+        att = model_flops_per_token(spec, seq) - model_flops_per_token(spec, 1)
+        hw_flops += max(0.0, att) / 3.0 * tokens_step
+    n = cl.n_gpus
+    peak = dev.peak_flops(gdt)
+    mfu = model_flops / (step * n * peak)
+    hfu = hw_flops / (step * n * peak)
+
+    breakdown = {
+        "forward": m * rc.f,
+        "backward": m * rc.b,
+        "recompute": m * rc.rec,
+        "pipeline_bubble": pt.bubble,
+        "pp_p2p": m * p2p_t,
+        "tp_comm_exposed": m * rc.tp,
+        "cp_comm_exposed": m * rc.cp,
+        "ep_comm_exposed": m * rc.ep,
+        "dp_comm_exposed": t_dp_exposed,
+        "optimizer": t_opt,
+        "offload": t_off,
+    }
+    volume = {
+        "dp_bytes_per_gpu": (t_dp and (grad_bytes_dense + grad_bytes_expert)) or 0.0,
+            "tp_bytes_per_gpu": (4 * len(layers_here) * e * tokens * spec.d_model * m) if tp > 1 else 0.0,
+        "ep_a2a_bytes_per_gpu": sum(4 * classes[cls_of[i]].a2a_bytes for i in layers_here) * m if ep > 1 else 0.0,
+    }
+    return Estimate(
+        step_time_s=step,
+        mfu=mfu,
+        hfu=hfu,
+        tflops_per_gpu=hw_flops / step / n / 1e12,
+        model_tflops_per_gpu=model_flops / step / n / 1e12,
+        tokens_per_s=tokens_step / step,
+        tokens_per_s_per_gpu=tokens_step / step / n,
+        memory=mem,
+        memory_capacity_bytes=dev.memory_bytes,
+        fits=mem.total <= dev.memory_bytes,
+        breakdown=breakdown,
+        comm_volume_bytes=volume,
+        n_gpus=n,
+        tokens_per_step=tokens_step,
+        model_flops_per_step=model_flops,
+        peak_flops_used=peak,
+        strategy=st,
+        notes=notes,
+    )
+
+
+def _memory(
+    spec: ModelSpec, st: Strategy, cl: Cluster, sh: Shard, ranks: list[list[int]], sb: object, copies: int, fp32_grads: bool
+) -> Memory:
+    tp, pp, dp, cp, ep = st.tp, st.pp, st.dp, st.cp, st.ep
+    edp = max(1, dp * cp // ep)
+    a = ActShape(tokens=sh.tokens, seq=sh.seq, tp=tp, sp=st.sequence_parallel, act_bytes=sh.act_bytes,
+                 flash=st.flash_attention, dropout=st.dropout, ep=ep, moe_imbalance=st.moe_imbalance)  # fmt: skip
+    m = st.grad_accum
+    v = st.vpp if st.schedule == "interleaved" else 1
+    best: Memory | None = None
+    for r in sorted({0, pp - 1}):
+        layers = ranks[r]
+        dense = expert = 0.0
+        for i in layers:
+            ex = P.routed_expert_params(spec, i)
+            expert += ex
+            dense += P.layer_params(spec, i) - ex
+        if r == 0:
+            dense += P.input_embedding_params(spec)
+        if r == pp - 1:
+            dense += P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
+        dense_local = dense / tp * copies
+        expert_local = expert / ep * copies
+        w1, g1, o1 = sharded_state_bytes(dense_local, sb, st.zero, dp * cp, st.offload_optimizer)  # type: ignore[arg-type]
+        w2, g2, o2 = sharded_state_bytes(expert_local, sb, st.zero, edp, st.offload_optimizer)  # type: ignore[arg-type]
+        per_mb = 0.0
+        biggest_layer = 0.0
+        for i in layers:
+            key = (spec.layer_type(i), spec.is_moe_layer(i))
+            per_mb += layer_activation_bytes(spec, key[0], key[1], a, st.recompute)
+            biggest_layer = max(biggest_layer, layer_activation_bytes(spec, key[0], key[1], a, "none"))
+        flight = in_flight(st.schedule, pp, m, v) * (copies if st.schedule == "dualpipe" else 1) / (1 if st.schedule != "dualpipe" else 2)
+        acts = per_mb * flight
+        if r == 0:
+            acts += sh.act_bytes * sh.tokens * spec.d_model * flight / (tp if st.sequence_parallel else 1)
+        transient = 0.0
+        if st.recompute == "full":
+            transient += biggest_layer  # one layer's activations rebuilt during its backward
+        if r == pp - 1:
+            transient += logits_bytes(spec, sh.tokens, tp)
+        if st.zero >= 3:
+            # two layers' gathered 16-bit weights (current + prefetched) and one layer's grads
+            per_layer = (dense + expert / max(1, ep) * tp) / max(1, len(layers)) / tp * copies
+            transient += per_layer * (2 * 2.0 + (4.0 if fp32_grads else 2.0))
+        mem = Memory(
+            weights=w1 + w2,
+            gradients=g1 + g2,
+            optimizer=o1 + o2,
+            activations=acts * FRAGMENTATION,
+            transient=transient,
+            reserve=FRAMEWORK_RESERVE_BYTES,
+        )
+        if best is None or mem.total > best.total:
+            best = mem
+    assert best is not None
+    return best
+
+

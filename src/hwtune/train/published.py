@@ -1,0 +1,235 @@
+"""Published training runs (``shared/validation/training_published.jsonl``) as hwtune inputs.
+
+Each row becomes a (`ModelSpec`, `Cluster`, `Strategy`) and the measured figures it can be
+compared on. Rows the tool cannot express are returned with the reason. Where a row leaves a
+setting unstated, the framework's documented default of that time is used and listed in
+``assumptions``; nothing is fitted to a row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.model.spec import MLA, ModelSpec, MoE
+from hwtune.train.strategy import Strategy, make_strategy
+
+# Frameworks before FlashAttention (2022) materialized the attention scores and trained with
+# dropout 0.1 (Shoeybi et al. 2019 §3; Narayanan et al. 2021 §5; Korthikanti et al. 2022 §5;
+# BLOOM's Megatron-DeepSpeed config).
+_UNFUSED_PREFIXES = ("megatron19", "narayanan21", "korthikanti22", "bloom")
+
+
+@dataclass
+class PublishedRun:
+    id: str
+    spec: ModelSpec | None = None
+    cluster: Cluster | None = None
+    strategy: Strategy | None = None
+    targets: dict[str, float] = field(default_factory=dict)  # metric -> measured value (SI)
+    assumptions: list[str] = field(default_factory=list)
+    skip_reason: str | None = None
+    source: str = ""
+
+
+def _act(s: str) -> str:
+    s = (s or "").lower()
+    if "squared" in s:
+        return "squared_relu"
+    if "swiglu" in s or "silu" in s:
+        return "swiglu"
+    if "geglu" in s:
+        return "geglu"
+    if "relu" in s:
+        return "relu"
+    return "gelu"
+
+
+def _spec(r: dict) -> ModelSpec:
+    m = r["model"]
+    if m.get("vocab") is None:
+        raise HwtuneInputError("model.vocab", None, "a vocabulary size (not stated in the source)")
+    megatron_gpt = m.get("norm", "").startswith("layernorm") and m.get("pos_emb", "").startswith("learned")
+    moe = None
+    mo = m.get("moe")
+    if mo:
+        moe = MoE(
+            n_routed_experts=mo["n_routed_experts"],
+            top_k=mo["top_k"],
+            expert_ffn_hidden=mo["expert_ffn_hidden"],
+            n_shared_experts=mo.get("n_shared_experts") or 0,
+            first_k_dense_layers=mo.get("first_k_dense_layers") or 0,
+        )
+    mla = None
+    other = m.get("other") if isinstance(m.get("other"), dict) else {}
+    if m.get("attention") == "mla" and other.get("mla"):
+        x = other["mla"]
+        mla = MLA(**{k: x[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")})
+    att = str(m.get("attention") or "")
+    sliding = None
+    layer_types = None
+    sw = re.search(r"sliding-window\((\d+)\)", att)
+    if sw:
+        sliding = int(sw.group(1))
+        layer_types = tuple("sliding" if i % 2 == 0 else "full" for i in range(m["n_layers"]))
+    ffn = m.get("ffn_hidden") or (mo or {}).get("dense_ffn_hidden") or (mo or {}).get("expert_ffn_hidden")
+    return ModelSpec(
+        name=m.get("name", r["id"]),
+        n_layers=m["n_layers"],
+        d_model=m["d_model"],
+        n_heads=m["n_heads"],
+        n_kv_heads=m.get("n_kv_heads"),
+        head_dim=m.get("head_dim"),
+        ffn_hidden=ffn,
+        ffn_act=_act(m.get("ffn_act")),
+        vocab=m["vocab"],
+        tied_embeddings=bool(m.get("tied_embeddings")),
+        norm="layernorm" if str(m.get("norm", "")).startswith("layernorm") else "rmsnorm",
+        pos_emb="learned" if megatron_gpt else ("alibi" if m.get("pos_emb") == "alibi" else "rope"),
+        max_position=m["seq_len"] if megatron_gpt else 0,
+        qkv_bias=megatron_gpt or "gpt-oss" in r["id"],
+        out_bias=megatron_gpt,
+        mlp_bias=megatron_gpt,
+        mla=mla,
+        moe=moe,
+        sliding_window=sliding,
+        layer_types=layer_types,
+    )
+
+
+def _nic_gbps(text: str | None) -> float | None:
+    if not text:
+        return None
+    gbit = re.search(r"([\d.]+)\s*Gb/s", text)
+    if gbit:
+        return float(gbit.group(1))
+    gbyte = re.search(r"=\s*([\d.]+)\s*GB/s per GPU", text)
+    if gbyte:
+        return float(gbyte.group(1)) * 8
+    return None
+
+
+def _schedule(p: dict, vpp: int) -> str:
+    s = str(p.get("schedule") or "").lower()
+    if "interleaved" in s and "not stated" not in s and vpp > 1:
+        return "interleaved"
+    return "1f1b"
+
+
+def _recompute(p: dict) -> str:
+    s = str(p.get("recompute") or "none").lower()
+    for k in ("full", "selective"):
+        if s.startswith(k):
+            return k
+    return "none"
+
+
+def from_row(r: dict) -> PublishedRun:
+    """Translate one validation row."""
+    run = PublishedRun(id=r["id"], source=r.get("source", {}).get("title", ""))
+    h, p = r["hardware"], r["parallel"]
+    try:
+        run.spec = _spec(r)
+        dev = get_device(h["gpu"])
+    except HwtuneInputError as e:
+        run.skip_reason = str(e)
+        return run
+    n = h["n_gpus"]
+    tp, pp, cp = p.get("tp"), p.get("pp") or 1, p.get("cp") or 1
+    if tp is None:
+        run.skip_reason = "tensor-parallel degree not stated"
+        return run
+    dp = p.get("dp") or n // (tp * pp * cp)
+    unfused = run.id.startswith(_UNFUSED_PREFIXES)
+    fw = str(r.get("framework") or "")
+    mb = p.get("micro_batch")
+    gb = p.get("global_batch")
+    other = p.get("other") or {}
+    vpp = p.get("vpp") or 1
+    if mb is None and other.get("local_batch_size") and pp > 1:
+        # torchtitan default: as many pipeline micro-batches as stages
+        mb = max(1, other["local_batch_size"] // pp)
+        run.assumptions.append(f"micro-batch {mb} = local batch / pp (torchtitan default micro-batch count)")
+    if mb is None:
+        run.skip_reason = "micro-batch size not stated"
+        return run
+    if gb is None:
+        gb = mb * dp * (p.get("grad_accum") or 1)
+        run.assumptions.append(f"global batch {gb} = micro-batch x dp")
+    sched = _schedule(p, vpp)
+    if "interleaved" in str(p.get("schedule") or "").lower() and vpp == 1 and pp > 1:
+        run.assumptions.append("interleaved schedule with unstated stages per rank: modelled as 1F1B")
+    if sched != "interleaved":
+        vpp = 1
+    zero = p.get("zero_stage")
+    if zero is None:
+        zero = 1 if ("NeMo" in fw or "Bridge" in fw) else 0
+        run.assumptions.append(f"ZeRO stage {zero} (framework default: distributed optimizer on in NeMo/Megatron-Bridge)")
+    sp = p.get("sequence_parallel")
+    if sp is None:
+        sp = tp > 1 and ("NeMo" in fw or "Bridge" in fw)
+        if sp:
+            run.assumptions.append("sequence parallel on with TP (NeMo/Megatron-Bridge default)")
+    prec_s = str(r.get("precision") or "bf16").lower()
+    precision = "fp8" if "fp8" in prec_s or "float8" in prec_s else ("fp16" if "fp16" in prec_s and "bf16" not in prec_s else "bf16")
+    if r.get("precision") is None:
+        run.assumptions.append("precision not stated: bf16")
+    ep = p.get("ep") or 1
+    try:
+        run.cluster = make_cluster(dev, n, gpus_per_node=h.get("gpus_per_node"), nic_gbps=_nic_gbps(h.get("inter_node_per_gpu")))
+        run.strategy = make_strategy(
+            precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
+            zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
+            recompute=_recompute(p), flash_attention=not unfused, dropout=unfused,
+        )  # fmt: skip
+        run.strategy.validate_for(run.spec, n)
+    except HwtuneInputError as e:
+        run.skip_reason = str(e)
+        return run
+    run.targets = _targets(r, run.spec)
+    if not run.targets:
+        run.skip_reason = "no throughput or memory figure the estimator predicts"
+    return run
+
+
+def megatron_flops_per_token(spec: ModelSpec, seq: int, recompute: bool) -> float:
+    """Narayanan et al. SC'21 eq. 3 per token: 96 (72 without recomputation) L h^2
+    (1 + s/(6h) + V/(16 L h)), the convention of the sources that report ``tflops_per_gpu``."""
+    c = 96 if recompute else 72
+    h, L = spec.d_model, spec.n_layers
+    return c * L * h * h * (1 + seq / (6 * h) + spec.vocab / (16 * L * h))
+
+
+def _targets(r: dict, spec: ModelSpec) -> dict[str, float]:
+    meas = {m["metric"]: m for m in r["measured"]}
+    t: dict[str, float] = {}
+    seq = r["model"]["seq_len"]
+    if "tokens_per_sec_per_gpu" in meas:
+        t["tokens_per_s_per_gpu"] = float(meas["tokens_per_sec_per_gpu"]["value"])
+    elif "iteration_time" in meas:
+        t["step_time_s"] = float(meas["iteration_time"]["value"])
+    elif "tflops_per_gpu" in meas or "weak_scaling_efficiency_vs_1gpu_baseline" in meas:
+        if "tflops_per_gpu" in meas:
+            tf = float(meas["tflops_per_gpu"]["value"])
+        else:
+            tf = 39.0 * float(meas["weak_scaling_efficiency_vs_1gpu_baseline"]["value"]) / 100
+        rec = "full" in str(r["parallel"].get("recompute") or "") or r["id"].startswith(("narayanan21-t2", "bloom"))
+        # convert with the source's own FLOP formula: a convention-free tokens/s per GPU
+        t["tokens_per_s_per_gpu"] = tf * 1e12 / megatron_flops_per_token(spec, seq, rec)
+    if "peak_memory" in meas:
+        t["peak_memory_bytes"] = float(meas["peak_memory"]["value"]) * 2**30
+    return t
+
+
+def load_published(path: str | Path) -> list[PublishedRun]:
+    """All rows of a ``training_published.jsonl`` file, translated."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            out.append(from_row(json.loads(line)))
+    return out

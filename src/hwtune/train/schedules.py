@@ -1,0 +1,81 @@
+"""Pipeline schedules: step time, bubble, and activations in flight on the busiest stage.
+
+``f``, ``b``, ``w`` are one pipeline rank's forward, full backward, and weight-gradient part of
+the backward for one micro-batch through all of that rank's layers (all its virtual chunks);
+``m`` micro-batches per step, ``p`` pipeline ranks, ``v`` chunks per rank.
+
+Sources (REFERENCES.md, *Pipeline schedules*):
+- GPipe: Huang et al. 2019; bubble (p-1)(F+B), m micro-batches in flight.
+- 1F1B: Narayanan et al. SC'21 §2.2.1 (PipeDream-Flush); bubble (p-1)(F+B), p in flight.
+- Interleaved 1F1B: Narayanan et al. SC'21 §2.2.2; bubble (p-1)(F+B)/v; in-flight activations
+  p (1 + (p-1)/(p v)) (Korthikanti et al. 2022 §4.2.3).
+- ZB-H1: Qi et al. ICLR'24 "Zero Bubble Pipeline Parallelism" §3: bubble (p-1)(F+B-2W), p in flight.
+- ZB-V: Qi et al. 2024 "Pipeline Parallelism with Controllable Memory" (V-shape, 2 chunks per
+  rank): the ZB-H1 bubble over half-size chunks, p in flight.
+- DualPipe / DualPipeV: DeepSeek-V3 report §3.2.1 Table 2 and deepseek-ai/DualPipe README:
+  bubble (p/2-1)(F&B + B - 3W) with F&B an overlapped forward+backward pair (= F + B when
+  nothing overlaps), 2x parameters (DualPipe) and p+1 micro-batches in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineTime:
+    total: float  # seconds for all micro-batches through the busiest rank, bubble included
+    bubble: float
+
+
+def pipeline_time(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> PipelineTime:
+    """Step compute time of a pipeline rank under ``schedule``."""
+    steady = m * (f + b)
+    if p <= 1:
+        return PipelineTime(steady, 0.0)
+    if schedule in ("gpipe", "1f1b"):
+        bubble = (p - 1) * (f + b)
+    elif schedule == "interleaved":
+        bubble = (p - 1) * (f + b) / v
+    elif schedule == "zb-h1":
+        bubble = (p - 1) * max(0.0, f + b - 2 * w)
+    elif schedule == "zbv":
+        # two half-size chunks per rank: the ZB-H1 bubble of chunks of half the work
+        bubble = (p - 1) * max(0.0, f + b - 2 * w) / 2
+    elif schedule == "dualpipe":
+        # DualPipe over p ranks: each rank holds 2 stages of L/p layers; f, b are per stage here
+        bubble = max(0, p // 2 - 1) * max(0.0, (f + b) + b - 3 * w)
+    elif schedule == "dualpipev":
+        # DualPipeV: 2p stages over p ranks; per-stage times are half of the rank's f, b, w
+        bubble = max(0, p - 1) * max(0.0, (f + b) + b - 3 * w) / 2
+    else:
+        raise ValueError(schedule)
+    return PipelineTime(steady + bubble, bubble)
+
+
+def in_flight(schedule: str, p: int, m: int, v: int) -> float:
+    """Micro-batches whose activations (of all the rank's layers) the first rank holds at peak."""
+    if p <= 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved":
+        return min(float(m), p * (1 + (p - 1) / (p * v)))
+    if schedule in ("dualpipe", "dualpipev"):
+        return min(float(m), p + 1.0)
+    return float(min(m, p))
+
+
+def param_copies(schedule: str) -> int:
+    """Copies of a stage's parameters each rank holds (DualPipe keeps both directions)."""
+    return 2 if schedule == "dualpipe" else 1
+
+
+def p2p_boundaries(schedule: str, v: int) -> int:
+    """Stage boundaries each micro-batch crosses per rank in each direction (interleaving
+    and V-shapes cross a boundary per chunk)."""
+    if schedule == "interleaved":
+        return v
+    if schedule in ("zbv", "dualpipev"):
+        return 2
+    return 1

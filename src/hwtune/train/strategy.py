@@ -1,0 +1,125 @@
+"""`Strategy`: how one training step is laid out on the cluster.
+
+Degrees follow Megatron-LM's rank order (tensor innermost, then context, then data, then
+pipeline); expert parallelism folds over the data x context ranks (Megatron-Core "MoE parallel
+folding", Liu et al. 2025), so ``ep`` must divide ``dp * cp``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.model.spec import ModelSpec
+
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8"]
+Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev")
+
+
+class Strategy(BaseModel):
+    """A composite parallel strategy and its switches."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    precision: Precision = "bf16"
+    dp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    sequence_parallel: bool = False
+    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
+    micro_batch: int = Field(default=1, gt=0)
+    global_batch: int | None = Field(default=None, gt=0, description="sequences per step")
+    seq: int = Field(default=4096, gt=0)
+    vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
+    schedule: Schedule = "1f1b"
+    recompute: Recompute = "none"
+    optimizer: Optimizer = "adam"
+    offload_optimizer: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    overlap_moe_a2a: bool = False
+    flash_attention: bool = True
+    dropout: bool = False
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
+    moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
+
+    @property
+    def n_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def grad_accum(self) -> int:
+        gb = self.global_batch or self.micro_batch * self.dp
+        return gb // (self.micro_batch * self.dp)
+
+    @property
+    def global_batch_seqs(self) -> int:
+        return self.global_batch or self.micro_batch * self.dp
+
+    def validate_for(self, model: ModelSpec, n_gpus: int | None = None) -> None:
+        """One-line errors for combinations that cannot run."""
+        if n_gpus is not None and self.n_gpus != n_gpus:
+            raise HwtuneInputError(
+                "dp*tp*pp*cp", self.n_gpus, f"the cluster's GPU count {n_gpus}"
+            )
+        if model.n_heads % self.tp:
+            raise HwtuneInputError("tp", self.tp, f"a divisor of the {model.n_heads} attention heads")
+        kv = model.kv_heads
+        if model.mla is None and kv % self.tp and self.tp % kv:
+            raise HwtuneInputError("tp", self.tp, f"a divisor or multiple of the {kv} KV heads")
+        if self.ep > 1:
+            if model.moe is None:
+                raise HwtuneInputError("ep", self.ep, "1 for a dense model")
+            if model.moe.n_routed_experts % self.ep:
+                raise HwtuneInputError(
+                    "ep", self.ep, f"a divisor of the {model.moe.n_routed_experts} experts"
+                )
+            if (self.dp * self.cp) % self.ep:
+                raise HwtuneInputError("ep", self.ep, f"a divisor of dp*cp = {self.dp * self.cp}")
+        if self.seq % self.cp:
+            raise HwtuneInputError("cp", self.cp, f"a divisor of the sequence length {self.seq}")
+        if self.cp > 1 and (self.seq // self.cp) % 2:
+            raise HwtuneInputError("cp", self.cp, "a degree that leaves an even chunk per rank")
+        if self.sequence_parallel and self.tp == 1:
+            raise HwtuneInputError("sequence_parallel", True, "tp > 1 (it shards the TP region)")
+        gb = self.global_batch_seqs
+        if gb % (self.micro_batch * self.dp):
+            raise HwtuneInputError(
+                "global_batch", gb,
+                f"a multiple of micro_batch*dp = {self.micro_batch}*{self.dp} = {self.micro_batch * self.dp}",
+            )  # fmt: skip
+        chunks = self.pp * self.vpp
+        if self.pp > 1 and model.n_layers < chunks:
+            raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
+        if self.vpp > 1 and self.schedule not in ("interleaved",):
+            raise HwtuneInputError("vpp", self.vpp, "1 unless --schedule interleaved")
+        if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
+            raise HwtuneInputError(
+                "global_batch", gb,
+                f"micro-batches per step ({self.grad_accum}) divisible by pp={self.pp} (interleaved 1F1B)",
+            )  # fmt: skip
+        if self.schedule in ("dualpipe", "dualpipev", "zbv") and self.pp > 1:
+            if self.schedule == "dualpipe" and self.pp % 2:
+                raise HwtuneInputError("pp", self.pp, "an even degree for DualPipe")
+            if self.grad_accum < 2 * self.pp and self.schedule == "dualpipe":
+                raise HwtuneInputError(
+                    "global_batch", gb, f"at least 2*pp = {2 * self.pp} micro-batches for DualPipe"
+                )
+        if self.precision == "fp32" and self.optimizer != "adam":
+            raise HwtuneInputError("optimizer", self.optimizer, "adam with fp32 training")
+
+
+def make_strategy(**fields: object) -> Strategy:
+    """A strategy from keyword fields, with pydantic errors turned into one-line errors."""
+    try:
+        return Strategy(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as e:
+        raise from_validation_error(e, where="strategy") from None
