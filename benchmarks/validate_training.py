@@ -1,6 +1,6 @@
 """Accuracy of `hwtune estimate` against published training runs; writes VALIDATION.md.
 
-    python benchmarks/validate_training.py [--data ../shared/validation/training_published.jsonl]
+python benchmarks/validate_training.py [--data ../shared/validation/training_published.jsonl]
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from hwtune.train.estimator import _estimate
 from hwtune.train.published import load_published
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = Path(os.environ.get("HWTUNE_VALIDATION_DIR", ROOT.parent / "shared" / "validation")) / "training_published.jsonl"
+DEFAULT_DATA = (
+    Path(os.environ.get("HWTUNE_VALIDATION_DIR", ROOT.parent / "shared" / "validation"))
+    / "training_published.jsonl"
+)
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -43,10 +46,7 @@ def evaluate(data: Path) -> tuple[list[dict], list[tuple[str, str]]]:
         for metric, meas in run.targets.items():
             p = pred[metric]
             # step time errors are reported as throughput errors (1/t) so both read alike
-            if metric == "step_time_s":
-                rel = meas / p - 1
-            else:
-                rel = p / meas - 1
+            rel = meas / p - 1 if metric == "step_time_s" else p / meas - 1
             rows.append({"id": run.id, "metric": "peak_memory" if metric == "peak_memory_bytes" else "throughput",
                          "unit": metric, "measured": meas, "predicted": p, "rel_err": rel,
                          "assumptions": run.assumptions})  # fmt: skip
@@ -72,9 +72,13 @@ def main() -> None:
     rows, skipped = evaluate(a.data)
     s = summary(rows)
     for r in rows:
-        print(f"{r['id']:<48} {r['metric']:<12} meas {r['measured']:>12.4g} pred {r['predicted']:>12.4g} err {r['rel_err']:+.1%}")
+        print(
+            f"{r['id']:<48} {r['metric']:<12} meas {r['measured']:>12.4g} pred {r['predicted']:>12.4g} err {r['rel_err']:+.1%}"
+        )
     for k, v in s.items():
-        print(f"{k}: n={v['n']} median |err| {v['median']:.1%} p90 {v['p90']:.1%} signed median {v['signed_median']:+.1%}")
+        print(
+            f"{k}: n={v['n']} median |err| {v['median']:.1%} p90 {v['p90']:.1%} signed median {v['signed_median']:+.1%}"
+        )
     print(f"skipped {len(skipped)}")
     if a.print_only:
         return
@@ -96,8 +100,16 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for k, v in s.items():
-        lines.append(f"| {k} | {v['n']} | {v['median']:.1%} | {v['p90']:.1%} | {v['signed_median']:+.1%} |")
-    lines += ["", "## Per row", "", "| row | metric | measured | predicted | error | assumptions |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {k} | {v['n']} | {v['median']:.1%} | {v['p90']:.1%} | {v['signed_median']:+.1%} |"
+        )
+    lines += [
+        "",
+        "## Per row",
+        "",
+        "| row | metric | measured | predicted | error | assumptions |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         unit = r["unit"]
         meas, pred = r["measured"], r["predicted"]

@@ -14,7 +14,9 @@ from hwtune.model.params import active_params, total_params
 
 CONFIGS = Path(str(resources.files("hwtune.model").joinpath("configs")))
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "models"
-VALIDATION = Path(__file__).resolve().parents[3] / "shared" / "validation" / "training_published.jsonl"
+VALIDATION = (
+    Path(__file__).resolve().parents[3] / "shared" / "validation" / "training_published.jsonl"
+)
 
 
 def _config(name: str) -> Path:
@@ -47,7 +49,13 @@ def test_shared_and_packaged_configs_agree():
 def test_llama():
     s = load_hf_config(_config("meta-llama--Meta-Llama-3.1-8B"))
     assert (s.n_layers, s.d_model, s.n_heads, s.kv_heads, s.hd) == (32, 4096, 32, 8, 128)
-    assert (s.ffn_hidden, s.ffn_act, s.vocab, s.norm, s.pos_emb) == (14336, "swiglu", 128256, "rmsnorm", "rope")
+    assert (s.ffn_hidden, s.ffn_act, s.vocab, s.norm, s.pos_emb) == (
+        14336,
+        "swiglu",
+        128256,
+        "rmsnorm",
+        "rope",
+    )
     assert not s.tied_embeddings and not s.qkv_bias and not s.mlp_bias
     assert s.moe is None and s.mla is None and s.attention_kind == "gqa"
 
@@ -66,7 +74,12 @@ def test_deepseek_v3_mla_moe_mtp():
     assert (s.mla.qk_rope_head_dim, s.mla.v_head_dim) == (64, 128)
     m = s.moe
     assert m is not None
-    assert (m.n_routed_experts, m.top_k, m.expert_ffn_hidden, m.n_shared_experts) == (256, 8, 2048, 1)
+    assert (m.n_routed_experts, m.top_k, m.expert_ffn_hidden, m.n_shared_experts) == (
+        256,
+        8,
+        2048,
+        1,
+    )
     assert m.first_k_dense_layers == 3 and s.n_moe_layers == 58
     assert m.router_bias  # noaux_tc: e_score_correction_bias
     assert s.ffn_hidden == 18432
@@ -93,7 +106,11 @@ def test_decoder_sparse_step_and_mlp_only_layers():
 def test_qwen3_qk_norm_and_moe():
     s = load_hf_config(_config("Qwen--Qwen3-30B-A3B"))
     assert s.qk_norm and s.hd == 128 and s.head_dim == 128  # 32 heads x 128 != 2048
-    assert s.moe is not None and (s.moe.n_routed_experts, s.moe.top_k, s.moe.expert_ffn_hidden) == (128, 8, 768)
+    assert s.moe is not None and (s.moe.n_routed_experts, s.moe.top_k, s.moe.expert_ffn_hidden) == (
+        128,
+        8,
+        768,
+    )
     assert s.sliding_window is None and s.layer_types is None
 
 
@@ -113,7 +130,13 @@ def test_qwen3_5_hybrid_linear_attention():
     assert s.layer_types.count("linear") == 45 and s.layer_types.count("full") == 15
     la = s.linear_attention
     assert la is not None
-    assert (la.n_key_heads, la.n_value_heads, la.key_head_dim, la.value_head_dim, la.conv_kernel) == (16, 64, 128, 128, 4)
+    assert (
+        la.n_key_heads,
+        la.n_value_heads,
+        la.key_head_dim,
+        la.value_head_dim,
+        la.conv_kernel,
+    ) == (16, 64, 128, 128, 4)
     assert s.moe is not None and s.moe.n_shared_experts == 1 and s.moe.shared_width == 1024
     assert (s.moe.n_routed_experts, s.moe.top_k) == (512, 10)
     assert not s.tied_embeddings  # from the top level
@@ -124,10 +147,20 @@ def test_llama4_text_config_chunked_and_shared_expert():
     s = load_hf_config(_config("meta-llama--Llama-4-Scout-17B-16E-Instruct"))
     assert (s.d_model, s.n_layers, s.vocab) == (5120, 48, 202048)
     assert s.moe is not None
-    assert (s.moe.n_routed_experts, s.moe.top_k, s.moe.expert_ffn_hidden, s.moe.n_shared_experts) == (16, 1, 8192, 1)
+    assert (
+        s.moe.n_routed_experts,
+        s.moe.top_k,
+        s.moe.expert_ffn_hidden,
+        s.moe.n_shared_experts,
+    ) == (16, 1, 8192, 1)
     assert s.n_moe_layers == 48
     assert s.ffn_hidden == 16384  # intermediate_size_mlp: the dense layers' width
-    assert s.layer_types is not None and s.layer_types[:4] == ("chunked", "chunked", "chunked", "full")
+    assert s.layer_types is not None and s.layer_types[:4] == (
+        "chunked",
+        "chunked",
+        "chunked",
+        "full",
+    )
 
 
 def test_llama4_interleaved_dense_layers():
@@ -142,7 +175,11 @@ def test_kimi_glm_minimax():
     assert k.mla is not None and k.moe is not None
     assert (k.moe.n_routed_experts, k.moe.first_k_dense_layers, k.n_heads) == (384, 1, 64)
     g = load_hf_config(_config("zai-org--GLM-5"))
-    assert g.mla is not None and (g.mla.qk_nope_head_dim, g.mla.v_head_dim, g.mla.q_lora_rank) == (192, 256, 2048)
+    assert g.mla is not None and (g.mla.qk_nope_head_dim, g.mla.v_head_dim, g.mla.q_lora_rank) == (
+        192,
+        256,
+        2048,
+    )
     assert g.moe is not None and g.n_moe_layers == 75 and g.mtp_layers == 1
     m = load_hf_config(_config("MiniMaxAI--MiniMax-M2.5"))
     assert m.qk_norm and m.mtp_layers == 3
@@ -162,7 +199,13 @@ def test_gpt2_small_exact():
         "layer_norm_epsilon": 1e-5,
     }
     s = load_hf_config(cfg)
-    assert (s.ffn_act, s.norm, s.pos_emb, s.max_position, s.ffn_hidden) == ("gelu", "layernorm", "learned", 1024, 3072)
+    assert (s.ffn_act, s.norm, s.pos_emb, s.max_position, s.ffn_hidden) == (
+        "gelu",
+        "layernorm",
+        "learned",
+        1024,
+        3072,
+    )
     assert s.tied_embeddings and s.qkv_bias and s.out_bias and s.mlp_bias
     assert total_params(s) == 124_439_808
 
@@ -241,6 +284,12 @@ def test_qwen2_moe_published():
     assert abs(active_params(s) / 2.7e9 - 1) < 0.01
 
 
+def test_zero_experts_is_dense():
+    cfg = json.loads(_config("Qwen--Qwen3-8B").read_text())
+    cfg.update(num_experts=0, num_experts_per_tok=0)
+    assert load_hf_config(cfg).moe is None
+
+
 def test_mistral_sliding_window_everywhere():
     cfg = {
         "model_type": "mistral",
@@ -271,7 +320,13 @@ def test_generic_family_reads_common_keys():
         "tie_word_embeddings": True,
     }
     s = load_hf_config(cfg)
-    assert (s.family, s.ffn_act, s.norm, s.kv_heads, s.tied_embeddings) == ("somefuture", "swiglu", "rmsnorm", 2, True)
+    assert (s.family, s.ffn_act, s.norm, s.kv_heads, s.tied_embeddings) == (
+        "somefuture",
+        "swiglu",
+        "rmsnorm",
+        2,
+        True,
+    )
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -344,12 +399,21 @@ def _validation_models() -> list[dict]:
 @pytest.mark.parametrize("model", _validation_models(), ids=lambda m: m["name"])
 def test_validation_models_load(model):
     s = load_hf_config(model)
-    assert (s.n_layers, s.d_model, s.n_heads, s.vocab) == (model["n_layers"], model["d_model"], model["n_heads"], model["vocab"])
+    assert (s.n_layers, s.d_model, s.n_heads, s.vocab) == (
+        model["n_layers"],
+        model["d_model"],
+        model["n_heads"],
+        model["vocab"],
+    )
 
 
 @pytest.mark.parametrize(
     "model",
-    [m for m in _validation_models() if "(Megatron" in m["name"] or m["name"].startswith("LLaMA-65B")],
+    [
+        m
+        for m in _validation_models()
+        if "(Megatron" in m["name"] or m["name"].startswith("LLaMA-65B")
+    ],
     ids=lambda m: m["name"],
 )
 def test_validation_counts_match_papers(model):

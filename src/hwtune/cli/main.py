@@ -35,34 +35,58 @@ def _root() -> None:
 
 @app.command()
 def estimate(
-    model: Annotated[str, typer.Option("--model", "-m", help="catalog name or path to a config.json")] = "llama3.1-8b",
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="catalog name or path to a config.json")
+    ] = "llama3.1-8b",
     gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = "h100-sxm-80gb",
-    gpus: Annotated[int | None, typer.Option(help="number of GPUs (default: dp*tp*pp*cp)")] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="number of GPUs (default: dp*tp*pp*cp, or 8)")
+    ] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
-    scaleup_domain: Annotated[int | None, typer.Option(help="GPUs per NVLink domain (8 DGX, 72 NVL72)")] = None,
-    cluster: Annotated[Path | None, typer.Option(help="cluster YAML file (overrides --gpu/--gpus...)")] = None,
+    scaleup_domain: Annotated[
+        int | None, typer.Option(help="GPUs per NVLink domain (8 DGX, 72 NVL72)")
+    ] = None,
+    cluster: Annotated[
+        Path | None, typer.Option(help="cluster YAML file (overrides --gpu/--gpus...)")
+    ] = None,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option(help="pipeline-parallel degree")] = 1,
-    dp: Annotated[int | None, typer.Option(help="data-parallel degree (default: the GPUs left)")] = None,
+    dp: Annotated[
+        int | None, typer.Option(help="data-parallel degree (default: the GPUs left)")
+    ] = None,
     ep: Annotated[int, typer.Option(help="expert-parallel degree (folded over dp*cp)")] = 1,
     cp: Annotated[int, typer.Option(help="context-parallel degree")] = 1,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
-    global_batch: Annotated[int | None, typer.Option(help="sequences per step (default dp*micro-batch)")] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="sequences per step (default dp*micro-batch)")
+    ] = None,
     seq: Annotated[int, typer.Option(help="sequence length")] = 8192,
     vpp: Annotated[int, typer.Option(help="virtual stages per pipeline rank (interleaved)")] = 1,
-    schedule: Annotated[str, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")] = "1f1b",
+    schedule: Annotated[
+        str, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
+    ] = "1f1b",
     recompute: Annotated[str, typer.Option(help="none|selective|full")] = "none",
-    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 1,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 3,
+    sequence_parallel: Annotated[
+        bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
+    ] = False,
     precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
-    optimizer: Annotated[str, typer.Option(help="adam|adam-bf16|adam-8bit|adam-8bit-release|sgd")] = "adam",
-    offload: Annotated[bool, typer.Option("--offload/--no-offload", help="optimizer states on the CPU")] = False,
-    moe_imbalance: Annotated[float, typer.Option(help="busiest expert's load / mean load (>= 1)")] = 1.0,
+    optimizer: Annotated[
+        str, typer.Option(help="adam|adam-bf16|adam-8bit|adam-8bit-release|sgd")
+    ] = "adam",
+    offload: Annotated[
+        bool, typer.Option("--offload/--no-offload", help="optimizer states on the CPU")
+    ] = False,
+    moe_imbalance: Annotated[
+        float, typer.Option(help="busiest expert's load / mean load (>= 1)")
+    ] = 1.0,
     overlap_tp: Annotated[bool, typer.Option("--overlap-tp/--no-overlap-tp")] = False,
     overlap_a2a: Annotated[bool, typer.Option("--overlap-a2a/--no-overlap-a2a")] = False,
     overlap_grad: Annotated[bool, typer.Option("--overlap-grad/--no-overlap-grad")] = True,
-    flash: Annotated[bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")] = True,
+    flash: Annotated[
+        bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -72,11 +96,17 @@ def estimate(
 
     try:
         spec = get_model(model)
-        n = gpus if gpus is not None else (dp or 1) * tp * pp * cp
+        n = gpus if gpus is not None else (dp * tp * pp * cp if dp else max(8, tp * pp * cp))
         if cluster is not None:
             cl = load_cluster_file(cluster)
         else:
-            cl = make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain)
+            cl = make_cluster(
+                gpu,
+                n,
+                gpus_per_node=gpus_per_node,
+                nic_gbps=nic_gbps,
+                scaleup_domain=scaleup_domain,
+            )
         est = run_estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,

@@ -83,7 +83,9 @@ def _div(x: int, t: int) -> int:
     return max(1, x // t)
 
 
-def layer_activation_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape, recompute: str) -> float:
+def layer_activation_bytes(
+    spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape, recompute: str
+) -> float:
     """Bytes one layer keeps for backward for one micro-batch on one rank.
 
     ``recompute``: "none"; "selective" (attention core recomputed: no s^2 tensors, Korthikanti
@@ -111,7 +113,9 @@ def layer_activation_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActS
         kvh = _div(spec.kv_heads, t)
         attn += e * m * (heads + 2 * kvh + heads) * spec.hd  # Q, K, V, context (o-proj input)
     if not a.flash and recompute == "none" and ltype != "linear":
-        keys = min(a.seq, spec.sliding_window) if ltype == "sliding" and spec.sliding_window else a.seq
+        keys = (
+            min(a.seq, spec.sliding_window) if ltype == "sliding" and spec.sliding_window else a.seq
+        )
         # softmax output, dropout mask, dropout output: (2e + 1) a s^2 b / t (5 a s^2 b for e=2)
         attn += (e + mask * (e + 1)) * heads * m * keys
     # --- feed-forward block
@@ -132,5 +136,7 @@ def layer_activation_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActS
 
 
 def logits_bytes(spec: ModelSpec, tokens: int, tp: int) -> float:
-    """Logits of the last stage: bf16 output plus the fp32 copy the cross-entropy keeps."""
-    return (2.0 + 4.0) * tokens * -(-spec.vocab // tp)
+    """Peak bytes of the loss on the last stage: 16-bit logits (2), the fp32 upcast the
+    cross-entropy keeps for backward (4) and the fp32 gradient of the logits alive at the same
+    time (4): 10 bytes per logit."""
+    return (2.0 + 4.0 + 4.0) * tokens * -(-spec.vocab // tp)

@@ -72,7 +72,9 @@ class Cluster(BaseModel):
             )
         dom = self.domain
         if dom % self.gpus_per_node and self.gpus_per_node % dom:
-            raise ValueError(f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest")
+            raise ValueError(
+                f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest"
+            )
         return self
 
     @property
@@ -101,11 +103,7 @@ class Cluster(BaseModel):
         if size <= 1:
             return GroupSpan(1, 1, 1)
         dom = self.domain
-        if stride >= dom:
-            local = 1
-        else:
-            local = min(size, max(1, dom // stride))
-        local = max(1, min(local, size))
+        local = 1 if stride >= dom else min(size, max(1, dom // stride))
         while size % local:
             local -= 1
         return GroupSpan(size, local, size // local)
@@ -164,9 +162,13 @@ def load_cluster_file(path: str | Path) -> Cluster:
     try:
         data = yaml.safe_load(p.read_text())
     except OSError as e:
-        raise HwtuneInputError("cluster", str(path), f"a readable YAML file ({e.strerror})") from None
+        raise HwtuneInputError(
+            "cluster", str(path), f"a readable YAML file ({e.strerror})"
+        ) from None
     except yaml.YAMLError as e:
-        raise HwtuneInputError("cluster", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
+        raise HwtuneInputError(
+            "cluster", str(path), f"valid YAML ({str(e).splitlines()[0]})"
+        ) from None
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of cluster fields")
     if "system" in data:
@@ -179,7 +181,9 @@ def load_cluster_file(path: str | Path) -> Cluster:
         base.update(data)
         data = base
     if "device" not in data:
-        raise HwtuneInputError(f"{p.name}.device", None, "a catalog device name or a device YAML path")
+        raise HwtuneInputError(
+            f"{p.name}.device", None, "a catalog device name or a device YAML path"
+        )
     data["device"] = get_device(str(data["device"]))
     if "n_gpus" not in data:
         raise HwtuneInputError(f"{p.name}.n_gpus", None, "the number of GPUs (a positive integer)")

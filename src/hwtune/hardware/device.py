@@ -36,9 +36,10 @@ class PeakTflops(BaseModel):
 class Device(BaseModel):
     """An accelerator. Figures are vendor datasheet values unless the source says otherwise.
 
-    Efficiencies (``gemm_efficiency``, ``memory_bw_efficiency``) are the fractions of the datasheet
-    peak that published microbenchmarks reach on large, well-shaped problems (cuBLAS/hipBLASLt
-    GEMMs, STREAM-like copies). They are device facts, not fitted to training runs; calibration
+    Efficiencies (``gemm_efficiency``, ``memory_bw_efficiency``, ``attention_*_efficiency``) are
+    the fractions of the datasheet peak that published microbenchmarks reach on large,
+    well-shaped problems (cuBLAS/hipBLASLt GEMMs, STREAM-like copies, causal fused attention with
+    head dimension 128 at 2k-16k tokens, forward and backward, as fractions of the bf16 peak). They are device facts, not fitted to training runs; calibration
     (`hwtune bench`) replaces them with the user's own measurements.
     """
 
@@ -65,7 +66,15 @@ class Device(BaseModel):
     )
     pcie_gbps_per_direction: float = Field(default=32, gt=0)
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
+    gemm_efficiency_fp8: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="fp8 GEMM fraction of the fp8 peak; None = gemm_efficiency",
+    )
     memory_bw_efficiency: float = Field(default=0.85, gt=0, le=1)
+    attention_fwd_efficiency: float = Field(default=0.55, gt=0, le=1)
+    attention_bwd_efficiency: float = Field(default=0.40, gt=0, le=1)
     gemm_tile: tuple[int, int] = (128, 128)
     price_per_hour_usd: float | None = Field(default=None, ge=0)
     sources: dict[str, str] = Field(default_factory=dict)
@@ -82,8 +91,8 @@ class Device(BaseModel):
         return hash(
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
              self.sm_count, self.boost_clock_mhz, self.tdp_w, self.scaleup_gbps_per_direction,
-             self.pcie_gbps_per_direction, self.gemm_efficiency, self.memory_bw_efficiency,
-             self.gemm_tile)
+             self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
+             self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile)
         )  # fmt: skip
 
     # --- SI accessors -----------------------------------------------------------------
@@ -102,6 +111,12 @@ class Device(BaseModel):
 
     def supported_dtypes(self) -> list[str]:
         return [d for d in DTYPES if getattr(self.peak_tflops, d) is not None]
+
+    def gemm_fraction(self, dtype: str) -> float:
+        """Achievable fraction of ``dtype``'s dense peak for large GEMMs (catalog microbenchmarks)."""
+        if dtype == "fp8" and self.gemm_efficiency_fp8 is not None:
+            return self.gemm_efficiency_fp8
+        return self.gemm_efficiency
 
     @property
     def memory_bytes(self) -> float:

@@ -50,11 +50,21 @@ def _entries() -> dict[str, dict[str, Any]]:
     for name, entry in models.items():
         unknown = set(entry) - _ENTRY_KEYS
         if unknown:
-            raise HwtuneInputError(f"catalog.yaml: {name}", sorted(unknown)[0], f"one of {', '.join(sorted(_ENTRY_KEYS))}")
+            raise HwtuneInputError(
+                f"catalog.yaml: {name}",
+                sorted(unknown)[0],
+                f"one of {', '.join(sorted(_ENTRY_KEYS))}",
+            )
         if ("config" in entry) == ("spec" in entry):
-            raise HwtuneInputError(f"catalog.yaml: {name}", sorted(entry), "exactly one of 'config' or 'spec'")
+            raise HwtuneInputError(
+                f"catalog.yaml: {name}", sorted(entry), "exactly one of 'config' or 'spec'"
+            )
         if entry.get("active_convention", "all") not in _CONVENTIONS:
-            raise HwtuneInputError(f"catalog.yaml: {name}.active_convention", entry["active_convention"], f"one of {', '.join(sorted(_CONVENTIONS))}")
+            raise HwtuneInputError(
+                f"catalog.yaml: {name}.active_convention",
+                entry["active_convention"],
+                f"one of {', '.join(sorted(_CONVENTIONS))}",
+            )
     return models
 
 
@@ -65,7 +75,9 @@ def _index() -> dict[str, str]:
         for key in (name, *entry.get("aliases", ())):
             k = _norm(str(key))
             if idx.get(k, name) != name:
-                raise HwtuneInputError("catalog.yaml: aliases", key, f"a name used once (also names {idx[k]})")
+                raise HwtuneInputError(
+                    "catalog.yaml: aliases", key, f"a name used once (also names {idx[k]})"
+                )
             idx[k] = name
     return idx
 

@@ -16,6 +16,7 @@ e.g. the Megatron GPT shapes of Narayanan et al. SC'21) is accepted as well.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -73,6 +74,8 @@ _LAYER_TYPES = {
     "linear_attention": "linear",
     "chunked_attention": "chunked",
 }
+
+
 class _Reader:
     """Typed look-ups in one config dict, with one-line errors that name the key."""
 
@@ -94,7 +97,7 @@ class _Reader:
         found = next((k for k in keys if self.cfg.get(k) is not None), keys[0])
         return f"{self.label}: '{found}'"
 
-    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+    def integer(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
         v = self.raw(*keys)
         if v is None:
             if default is not None:
@@ -106,10 +109,10 @@ class _Reader:
             raise HwtuneInputError(self._key(keys), v, f"an integer >= {minimum}")
         return int(v)
 
-    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
-        return self.int(*keys, minimum=minimum) if self.has(*keys) else None
+    def opt_integer(self, *keys: str, minimum: int = 1) -> int | None:
+        return self.integer(*keys, minimum=minimum) if self.has(*keys) else None
 
-    def bool(self, *keys: str, default: bool) -> bool:
+    def flag(self, *keys: str, default: bool) -> bool:
         v = self.raw(*keys)
         if v is None:
             return default
@@ -117,7 +120,7 @@ class _Reader:
             raise HwtuneInputError(self._key(keys), v, "true or false")
         return v
 
-    def str(self, *keys: str, default: str) -> str:
+    def text(self, *keys: str, default: str) -> str:
         v = self.raw(*keys)
         if v is None:
             return default
@@ -126,7 +129,9 @@ class _Reader:
         return v
 
 
-def load_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+def load_hf_config(
+    path_or_dict: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None
+) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
 
     Nested multimodal configs (``text_config``: Llama 4, Kimi-K2.5, Qwen3.5) are read for their
@@ -138,7 +143,9 @@ def load_hf_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], nam
     if isinstance(path_or_dict, Mapping):
         cfg = dict(path_or_dict)
         label = "config.json"
-        default_name = str(cfg.get("_name_or_path") or cfg.get("name") or cfg.get("model_type") or "custom")
+        default_name = str(
+            cfg.get("_name_or_path") or cfg.get("name") or cfg.get("model_type") or "custom"
+        )
     else:
         path = Path(path_or_dict)
         if path.is_dir():
@@ -162,12 +169,16 @@ def _read_json(path: Path) -> Any:
     except FileNotFoundError:
         raise HwtuneInputError("model", str(path), "an existing config.json file") from None
     except OSError as e:
-        raise HwtuneInputError("model", str(path), f"a readable config.json file ({e.strerror})") from None
+        raise HwtuneInputError(
+            "model", str(path), f"a readable config.json file ({e.strerror})"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise HwtuneInputError(
-            str(path), f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}", "a valid JSON object"
+            str(path),
+            f"malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}",
+            "a valid JSON object",
         ) from None
 
 
@@ -176,18 +187,22 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     family = str(top.get("model_type") or "unknown")
     cfg: Mapping[str, Any] = top
     text = top.get("text_config")
-    if isinstance(text, Mapping) and not _Reader(top, label).has("hidden_size", "n_embd", "d_model"):
+    if isinstance(text, Mapping) and not _Reader(top, label).has(
+        "hidden_size", "n_embd", "d_model"
+    ):
         # Multimodal wrapper: the language model's keys live in text_config; a few (tying) may
         # sit at the top level only.
         cfg = {**{k: v for k, v in top.items() if k in ("tie_word_embeddings",)}, **text}
         label = f"{label}: text_config"
     r = _Reader(cfg, label)
 
-    d_model = r.int("hidden_size", "n_embd", "d_model", "model_dim")
-    n_layers = r.int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    n_heads = r.int("num_attention_heads", "n_head", "num_heads", "n_heads")
-    n_kv = r.opt_int("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
-    if family == "falcon" and n_kv is None and r.bool("multi_query", default=False):
+    d_model = r.integer("hidden_size", "n_embd", "d_model", "model_dim")
+    n_layers = r.integer("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    n_heads = r.integer("num_attention_heads", "n_head", "num_heads", "n_heads")
+    n_kv = r.opt_integer(
+        "num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"
+    )
+    if family == "falcon" and n_kv is None and r.flag("multi_query", default=False):
         n_kv = 1
     plain = family in _PLAIN_MLP
     fields: dict[str, Any] = {
@@ -196,8 +211,8 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
         "d_model": d_model,
         "n_heads": n_heads,
         "n_kv_heads": n_kv,
-        "vocab": r.int("vocab_size", "padded_vocab_size", "n_vocab"),
-        "tied_embeddings": r.bool("tie_word_embeddings", default=family not in _UNTIED_DEFAULT),
+        "vocab": r.integer("vocab_size", "padded_vocab_size", "n_vocab"),
+        "tied_embeddings": r.flag("tie_word_embeddings", default=family not in _UNTIED_DEFAULT),
         "norm": _norm_kind(r, plain),
     }
 
@@ -205,7 +220,7 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     mla = _mla(r)
     fields["mla"] = mla
     if mla is None:
-        head_dim = r.opt_int("head_dim", "attention_head_dim", "kv_channels")
+        head_dim = r.opt_integer("head_dim", "attention_head_dim", "kv_channels")
         if head_dim is not None and head_dim * n_heads == d_model:
             head_dim = None
         fields["head_dim"] = head_dim
@@ -213,26 +228,28 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     # Positions.
     if family in ("gpt2", "opt", "gpt_bigcode", "gpt_neo", "megatron_gpt"):
         fields["pos_emb"] = "learned"
-        rows = r.int("n_positions", "max_position_embeddings", "seq_length")
-        fields["max_position"] = rows + (2 if family == "opt" else 0)  # OPT's learned table has a +2 offset
-    elif family in ("bloom",) or r.bool("alibi", default=False):
+        rows = r.integer("n_positions", "max_position_embeddings", "seq_length")
+        # OPT's learned table has two extra rows (modeling_opt.py: OPTLearnedPositionalEmbedding).
+        fields["max_position"] = rows + (2 if family == "opt" else 0)
+    elif family in ("bloom",) or r.flag("alibi", default=False):
         fields["pos_emb"] = "alibi"
     else:
         fields["pos_emb"] = "rope"
 
     # Biases and norms inside attention.
-    attn_bias = r.bool("attention_bias", "bias", "use_bias", default=plain)
+    attn_bias = r.flag("attention_bias", "bias", "use_bias", default=plain)
     if family in ("qwen2", "qwen2_moe"):
-        fields["qkv_bias"], fields["out_bias"] = True, False  # modeling_qwen2.py: bias on q/k/v only
-    elif family == "olmoe":
-        fields["qkv_bias"] = fields["out_bias"] = bool(cfg.get("clip_qkv") is None and attn_bias)
+        # modeling_qwen2.py / modeling_qwen2_moe.py: biases on q, k, v; none on o_proj.
+        fields["qkv_bias"], fields["out_bias"] = True, False
     else:
         fields["qkv_bias"] = fields["out_bias"] = attn_bias
-    fields["mlp_bias"] = r.bool("mlp_bias", default=plain)
+    fields["mlp_bias"] = r.flag("mlp_bias", default=plain)
     fields["qk_norm"] = _qk_norm(r, family)
 
     # FFN activation.
-    act = r.str("hidden_act", "activation_function", "hidden_activation", "ffn_act", default="silu").lower()
+    act = r.text(
+        "hidden_act", "activation_function", "hidden_activation", "ffn_act", default="silu"
+    ).lower()
     fields["ffn_act"] = _act(act, plain, r)
 
     # Attention layer kinds.
@@ -242,15 +259,22 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     moe = _moe(r, family, n_layers)
     fields["moe"] = moe
     if family == "llama4":
-        ffn = r.int("intermediate_size_mlp", "intermediate_size")
+        ffn = r.integer("intermediate_size_mlp", "intermediate_size")
     elif moe is not None and r.has("moe_intermediate_size"):
-        ffn = r.int("intermediate_size", default=moe.expert_ffn_hidden)
+        ffn = r.integer("intermediate_size", default=moe.expert_ffn_hidden)
     elif moe is not None:
         ffn = moe.expert_ffn_hidden
     elif plain:
-        ffn = r.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "d_ff", default=4 * d_model)
+        ffn = r.integer(
+            "intermediate_size",
+            "n_inner",
+            "ffn_hidden_size",
+            "ffn_dim",
+            "d_ff",
+            default=4 * d_model,
+        )
     else:
-        ffn = r.int("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "n_inner")
+        ffn = r.integer("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "n_inner")
     fields["ffn_hidden"] = ffn
 
     fields["mtp_layers"] = _mtp(r)
@@ -275,7 +299,9 @@ def _act(act: str, plain: bool, r: _Reader) -> str:
         return "relu"
     if act in ("relu2", "squared_relu"):
         return "squared_relu"
-    raise HwtuneInputError(f"{r.label}: 'hidden_act'", act, "one of silu, swish, gelu*, relu, relu2")
+    raise HwtuneInputError(
+        f"{r.label}: 'hidden_act'", act, "one of silu, swish, gelu*, relu, relu2"
+    )
 
 
 def _qk_norm(r: _Reader, family: str) -> bool:
@@ -289,7 +315,7 @@ def _qk_norm(r: _Reader, family: str) -> bool:
         return True
     if family == "llama4":
         return False
-    return r.bool("use_qk_norm", "qk_layernorm", "qk_norm", default=False)
+    return r.flag("use_qk_norm", "qk_layernorm", "qk_norm", default=False)
 
 
 def _mla(r: _Reader) -> MLA | None:
@@ -297,11 +323,11 @@ def _mla(r: _Reader) -> MLA | None:
     if not r.has("kv_lora_rank"):
         return None
     return MLA(
-        q_lora_rank=r.opt_int("q_lora_rank"),
-        kv_lora_rank=r.int("kv_lora_rank"),
-        qk_nope_head_dim=r.int("qk_nope_head_dim"),
-        qk_rope_head_dim=r.int("qk_rope_head_dim", minimum=0),
-        v_head_dim=r.int("v_head_dim"),
+        q_lora_rank=r.opt_integer("q_lora_rank"),
+        kv_lora_rank=r.integer("kv_lora_rank"),
+        qk_nope_head_dim=r.integer("qk_nope_head_dim"),
+        qk_rope_head_dim=r.integer("qk_rope_head_dim", minimum=0),
+        v_head_dim=r.integer("v_head_dim"),
     )
 
 
@@ -314,31 +340,35 @@ def _layer_kinds(r: _Reader, family: str, n_layers: int) -> dict[str, Any]:
     ``max_window_layers`` on use the window.
     """
     out: dict[str, Any] = {}
-    window = r.opt_int("sliding_window", "attention_window")
-    if r.bool("use_sliding_window", default=True) is False:
+    window = r.opt_integer("sliding_window", "attention_window")
+    if r.flag("use_sliding_window", default=True) is False:
         window = None
     raw_types = r.raw("layer_types")
     types: list[str] | None = None
     if raw_types is not None:
         if not isinstance(raw_types, list) or len(raw_types) != n_layers:
-            raise HwtuneInputError(f"{r.label}: 'layer_types'", raw_types, f"a list of {n_layers} layer kinds")
+            raise HwtuneInputError(
+                f"{r.label}: 'layer_types'", raw_types, f"a list of {n_layers} layer kinds"
+            )
         types = []
         for t in raw_types:
             if t not in _LAYER_TYPES:
-                raise HwtuneInputError(f"{r.label}: 'layer_types'", t, f"one of {', '.join(_LAYER_TYPES)}")
+                raise HwtuneInputError(
+                    f"{r.label}: 'layer_types'", t, f"one of {', '.join(_LAYER_TYPES)}"
+                )
             types.append(_LAYER_TYPES[t])
     elif family == "llama4" and r.has("attention_chunk_size"):
-        interval = r.int("no_rope_layer_interval", default=4)
+        interval = r.integer("no_rope_layer_interval", default=4)
         no_rope = r.raw("no_rope_layers")
         if isinstance(no_rope, list) and len(no_rope) == n_layers:
             types = ["chunked" if use_rope else "full" for use_rope in no_rope]
         else:
             types = ["full" if (i + 1) % interval == 0 else "chunked" for i in range(n_layers)]
     elif family == "qwen2" and window is not None:
-        first = r.int("max_window_layers", default=n_layers, minimum=0)
+        first = r.integer("max_window_layers", default=n_layers, minimum=0)
         types = ["sliding" if i >= first else "full" for i in range(n_layers)]
     elif family == "qwen3_next" and r.has("full_attention_interval"):
-        every = r.int("full_attention_interval")
+        every = r.integer("full_attention_interval")
         types = ["full" if (i + 1) % every == 0 else "linear" for i in range(n_layers)]
     if types is not None:
         if "sliding" not in types:
@@ -349,11 +379,11 @@ def _layer_kinds(r: _Reader, family: str, n_layers: int) -> dict[str, Any]:
     out["sliding_window"] = window
     if (types is not None and "linear" in types) or r.has("linear_num_value_heads"):
         out["linear_attention"] = LinearAttention(
-            n_key_heads=r.int("linear_num_key_heads"),
-            n_value_heads=r.int("linear_num_value_heads"),
-            key_head_dim=r.int("linear_key_head_dim"),
-            value_head_dim=r.int("linear_value_head_dim"),
-            conv_kernel=r.int("linear_conv_kernel_dim", default=4, minimum=0),
+            n_key_heads=r.integer("linear_num_key_heads"),
+            n_value_heads=r.integer("linear_num_value_heads"),
+            key_head_dim=r.integer("linear_key_head_dim"),
+            value_head_dim=r.integer("linear_value_head_dim"),
+            conv_kernel=r.integer("linear_conv_kernel_dim", default=4, minimum=0),
         )
     return out
 
@@ -367,44 +397,54 @@ def _moe(r: _Reader, family: str, n_layers: int) -> MoE | None:
     (``modeling_deepseek.py``), which differs from ``decoder_sparse_step``'s ``(i+1) % step == 0``;
     it is translated exactly into ``mlp_only_layers``.
     """
-    n_experts = r.opt_int("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-    if n_experts is None:
+    n_experts = r.opt_integer(
+        "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", minimum=0
+    )
+    if not n_experts:  # absent, or 0 experts: a dense model
         return None
-    top_k = r.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_top_k")
+    top_k = r.integer(
+        "num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_top_k"
+    )
     if family == "llama4" or not r.has("moe_intermediate_size"):
-        expert = r.int("intermediate_size", "moe_intermediate_size")
+        expert = r.integer("intermediate_size", "moe_intermediate_size")
     else:
-        expert = r.int("moe_intermediate_size")
+        expert = r.integer("moe_intermediate_size")
 
     n_shared, shared_width = 0, None
     if r.has("n_shared_experts"):
-        n_shared = r.int("n_shared_experts", minimum=0)
+        n_shared = r.integer("n_shared_experts", minimum=0)
     elif r.has("shared_expert_intermediate_size", "shared_intermediate_size"):
-        shared_width = r.int("shared_expert_intermediate_size", "shared_intermediate_size", minimum=0)
+        shared_width = r.integer(
+            "shared_expert_intermediate_size", "shared_intermediate_size", minimum=0
+        )
         n_shared = 1 if shared_width else 0
         shared_width = shared_width or None
     elif family == "llama4":
         n_shared = 1  # modeling_llama4.py: Llama4TextMoe always has one shared expert
 
-    first_dense = r.int("first_k_dense_replace", default=0, minimum=0)
+    first_dense = r.integer("first_k_dense_replace", default=0, minimum=0)
     freq = 1
     mlp_only: list[int] = []
     raw_only = r.raw("mlp_only_layers")
     if raw_only is not None:
         if not isinstance(raw_only, list) or not all(isinstance(i, int) for i in raw_only):
-            raise HwtuneInputError(f"{r.label}: 'mlp_only_layers'", raw_only, "a list of layer indices")
+            raise HwtuneInputError(
+                f"{r.label}: 'mlp_only_layers'", raw_only, "a list of layer indices"
+            )
         mlp_only = list(raw_only)
     if family.startswith(("deepseek", "kimi", "glm")) and r.has("moe_layer_freq"):
-        dsf = r.int("moe_layer_freq")
+        dsf = r.integer("moe_layer_freq")
         mlp_only += [i for i in range(first_dense, n_layers) if i % dsf]
     elif r.has("moe_layers") and isinstance(r.raw("moe_layers"), list):
         sparse = set(r.raw("moe_layers"))
         mlp_only += [i for i in range(n_layers) if i not in sparse]
     else:
-        freq = r.int("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq", default=1)
+        freq = r.integer(
+            "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq", default=1
+        )
 
     router_bias = family == "gpt_oss" or (
-        r.str("topk_method", default="") == "noaux_tc" or r.bool("use_routing_bias", default=False)
+        r.text("topk_method", default="") == "noaux_tc" or r.flag("use_routing_bias", default=False)
     )
     return MoE(
         n_routed_experts=n_experts,
@@ -422,11 +462,11 @@ def _moe(r: _Reader, family: str, n_layers: int) -> MoE | None:
 
 def _mtp(r: _Reader) -> int:
     if r.has("num_nextn_predict_layers"):
-        return r.int("num_nextn_predict_layers", minimum=0)
+        return r.integer("num_nextn_predict_layers", minimum=0)
     if r.has("mtp_num_hidden_layers"):
-        return r.int("mtp_num_hidden_layers", minimum=0)
-    if r.bool("use_mtp", default=False):
-        return r.int("num_mtp_modules", default=1, minimum=0)
+        return r.integer("mtp_num_hidden_layers", minimum=0)
+    if r.flag("use_mtp", default=False):
+        return r.integer("num_mtp_modules", default=1, minimum=0)
     return 0
 
 
@@ -435,7 +475,7 @@ _NATIVE_KEYS = {"n_layers", "d_model"}
 
 
 def _is_native(cfg: Mapping[str, Any]) -> bool:
-    return "model_type" not in cfg and _NATIVE_KEYS <= set(cfg)
+    return "model_type" not in cfg and set(cfg) >= _NATIVE_KEYS
 
 
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMBT]?)\s*$", re.IGNORECASE)
@@ -451,7 +491,9 @@ def parse_count(text: str | float | int) -> float:
         try:
             return float(str(text))
         except ValueError:
-            raise HwtuneInputError("params_published", text, "a count such as 8.03B or 1T") from None
+            raise HwtuneInputError(
+                "params_published", text, "a count such as 8.03B or 1T"
+            ) from None
     return float(m.group(1)) * _SCALE[m.group(2).upper()]
 
 
@@ -489,28 +531,34 @@ def _native_fields(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
         "head_dim",
         "tied_embeddings",
     }
-    fields: dict[str, Any] = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in skip}
+    fields: dict[str, Any] = {
+        k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in skip
+    }
     fields["family"] = str(cfg.get("family") or "megatron_gpt")
-    fields["vocab"] = r.int("vocab")
+    fields["vocab"] = r.integer("vocab")
     moe = cfg.get("moe")
     if isinstance(moe, Mapping) and cfg.get("ffn_hidden") is None:
         # an MoE model without dense layers: the dense width is never used; take the experts'
-        fields["ffn_hidden"] = _Reader(moe, f"{label}: moe").int("expert_ffn_hidden")
+        fields["ffn_hidden"] = _Reader(moe, f"{label}: moe").integer("expert_ffn_hidden")
     else:
-        fields["ffn_hidden"] = r.int("ffn_hidden")
-    n_heads = r.int("n_heads")
-    fields["n_kv_heads"] = r.opt_int("n_kv_heads")
-    head_dim = r.opt_int("head_dim")
-    fields["head_dim"] = None if head_dim is None or head_dim * n_heads == r.int("d_model") else head_dim
-    fields["tied_embeddings"] = r.bool("tied_embeddings", default=False)
-    act = r.str("ffn_act", default="swiglu").lower().split(" ")[0].replace("-", "_")
-    fields["ffn_act"] = {"silu": "swiglu", "gelu_new": "gelu", "relu2": "squared_relu"}.get(act, act)
-    norm = r.str("norm", default="rmsnorm").lower()
+        fields["ffn_hidden"] = r.integer("ffn_hidden")
+    n_heads = r.integer("n_heads")
+    fields["n_kv_heads"] = r.opt_integer("n_kv_heads")
+    head_dim = r.opt_integer("head_dim")
+    fields["head_dim"] = (
+        None if head_dim is None or head_dim * n_heads == r.integer("d_model") else head_dim
+    )
+    fields["tied_embeddings"] = r.flag("tied_embeddings", default=False)
+    act = r.text("ffn_act", default="swiglu").lower().split(" ")[0].replace("-", "_")
+    fields["ffn_act"] = {"silu": "swiglu", "gelu_new": "gelu", "relu2": "squared_relu"}.get(
+        act, act
+    )
+    norm = r.text("norm", default="rmsnorm").lower()
     fields["norm"] = "layernorm" if norm.startswith("layernorm") else "rmsnorm"
-    pos = r.str("pos_emb", default="rope").lower().split(" ")[0]
+    pos = r.text("pos_emb", default="rope").lower().split(" ")[0]
     fields["pos_emb"] = pos
     if pos == "learned" and "max_position" not in cfg:
-        fields["max_position"] = r.int("seq_len")
+        fields["max_position"] = r.integer("seq_len")
     if "qkv_bias" not in cfg and fields["ffn_act"] == "gelu" and fields["norm"] == "layernorm":
         fields["qkv_bias"] = fields["out_bias"] = fields["mlp_bias"] = True
     other = cfg.get("other")
@@ -525,8 +573,6 @@ def _native_fields(cfg: Mapping[str, Any], label: str) -> dict[str, Any]:
         fields["mtp_layers"] = other["mtp_depth"]
     if cfg.get("n_params_reported") is not None and "n_params_published" not in cfg:
         reported = str(cfg["n_params_reported"]).split("/")[0].replace("total", "")
-        try:
+        with contextlib.suppress(HwtuneInputError):
             fields["n_params_published"] = parse_count(reported)
-        except HwtuneInputError:
-            pass
     return fields

@@ -165,10 +165,12 @@ def ffn_ops(spec: ModelSpec, moe_layer: bool, sh: Shard) -> list[Op]:
     # Expert parallelism (Megatron-Core: expert tensor parallel = 1, EP folded over TP x DP):
     # each EP rank holds E/ep experts and receives on average m*k token-slots in all, i.e.
     # ep*m*k/E rows per local expert, times the imbalance factor on the busiest rank.
+    # With tensor parallelism the TP ranks of a micro-batch dispatch disjoint token shards
+    # (sequence-parallel layout), so each EP rank routes m/tp tokens.
     local_e = max(1, E // sh.ep)
-    rows = max(1, round(sh.ep * m * k / E * sh.moe_imbalance))
+    rows = max(1, round(sh.ep * (m / t) * k / E * sh.moe_imbalance))
     fe = moe.expert_ffn_hidden
-    ops.append(memop("moe_permute", 4 * e * m * k * h, kernels=2))
+    ops.append(memop("moe_permute", 4 * e * (m / t) * k * h, kernels=2))
     ops.append(gemm("expert_up", rows, up_mult * fe, h, batch=local_e))
     ops.append(memop("expert_act", e * rows * local_e * fe * (up_mult + 1)))
     ops.append(gemm("expert_down", rows, h, fe, batch=local_e))
@@ -191,7 +193,9 @@ def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
 @functools.lru_cache(maxsize=4096)
 def lower_layer(spec: ModelSpec, ltype: str, moe_layer: bool, sh: Shard) -> tuple[Op, ...]:
     """All ops of one transformer layer of kind (``ltype``, ``moe_layer``) on one rank."""
-    return tuple(attention_ops(spec, ltype, sh) + ffn_ops(spec, moe_layer, sh) + norm_residual_ops(spec, sh))
+    return tuple(
+        attention_ops(spec, ltype, sh) + ffn_ops(spec, moe_layer, sh) + norm_residual_ops(spec, sh)
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -72,8 +72,17 @@ def _attention(spec: ModelSpec, kind: str) -> int:
         if m.q_lora_rank is None:
             q = d * h * qk + (h * qk if spec.qkv_bias else 0)
         else:
-            q = d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * h * qk + (m.q_lora_rank if spec.qkv_bias else 0)
-        kv = d * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
+            q = (
+                d * m.q_lora_rank
+                + m.q_lora_rank
+                + m.q_lora_rank * h * qk
+                + (m.q_lora_rank if spec.qkv_bias else 0)
+            )
+        kv = (
+            d * (m.kv_lora_rank + m.qk_rope_head_dim)
+            + m.kv_lora_rank
+            + m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
+        )
         kv += (m.kv_lora_rank + m.qk_rope_head_dim) if spec.qkv_bias else 0
         o = h * m.v_head_dim * d + (d if spec.out_bias else 0)
         return q + kv + o
@@ -104,7 +113,9 @@ def _ffn(spec: ModelSpec, i: int, active: bool) -> int:
 
 
 def _layer(spec: ModelSpec, i: int, active: bool) -> int:
-    return _attention(spec, spec.layer_type(i)) + _ffn(spec, i, active) + 2 * _norm(spec, spec.d_model)
+    return (
+        _attention(spec, spec.layer_type(i)) + _ffn(spec, i, active) + 2 * _norm(spec, spec.d_model)
+    )
 
 
 def _routed(spec: ModelSpec, i: int) -> int:
@@ -191,4 +202,3 @@ def active_params(spec: ModelSpec) -> int:
     if spec.moe is None:
         return total_params(spec)
     return embedding_params(spec) + sum(_table(spec)[1]) + final_norm_params(spec)
-

@@ -37,20 +37,28 @@ class MoE(BaseModel):
     expert_ffn_hidden: int = Field(gt=0)
     n_shared_experts: int = Field(default=0, ge=0)
     shared_expert_ffn_hidden: int | None = Field(
-        default=None, gt=0, description="width of the shared expert(s) in all; default n_shared*expert_ffn_hidden"
+        default=None,
+        gt=0,
+        description="width of the shared expert(s) in all; default n_shared*expert_ffn_hidden",
     )
     first_k_dense_layers: int = Field(default=0, ge=0)
     moe_layer_freq: int = Field(
-        default=1, gt=0, description="layer i is MoE when (i+1) % freq == 0 (HF decoder_sparse_step)"
+        default=1,
+        gt=0,
+        description="layer i is MoE when (i+1) % freq == 0 (HF decoder_sparse_step)",
     )
-    mlp_only_layers: tuple[int, ...] = Field(default=(), description="layers forced dense (HF mlp_only_layers)")
+    mlp_only_layers: tuple[int, ...] = Field(
+        default=(), description="layers forced dense (HF mlp_only_layers)"
+    )
     router_bias: bool = False
     expert_bias: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> MoE:
         if self.top_k > self.n_routed_experts:
-            raise ValueError(f"top_k={self.top_k} must not exceed n_routed_experts={self.n_routed_experts}")
+            raise ValueError(
+                f"top_k={self.top_k} must not exceed n_routed_experts={self.n_routed_experts}"
+            )
         return self
 
     @property
@@ -100,7 +108,9 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, gt=0)
     layer_types: tuple[LayerType, ...] | None = None
     linear_attention: LinearAttention | None = None
-    mtp_layers: int = Field(default=0, ge=0, description="multi-token-prediction modules (not in the main count)")
+    mtp_layers: int = Field(
+        default=0, ge=0, description="multi-token-prediction modules (not in the main count)"
+    )
     n_params_published: float | None = Field(default=None, gt=0)
     n_active_params_published: float | None = Field(default=None, gt=0)
     source: str = ""
@@ -111,9 +121,13 @@ class ModelSpec(BaseModel):
         if self.n_heads % kv:
             raise ValueError(f"n_kv_heads={kv} must divide n_heads={self.n_heads}")
         if self.head_dim is None and self.mla is None and self.d_model % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model} (or set head_dim)")
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide d_model={self.d_model} (or set head_dim)"
+            )
         if self.layer_types is not None and len(self.layer_types) != self.n_layers:
-            raise ValueError(f"layer_types has {len(self.layer_types)} entries; expected n_layers={self.n_layers}")
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries; expected n_layers={self.n_layers}"
+            )
         if self.layer_types and "linear" in self.layer_types and self.linear_attention is None:
             raise ValueError("layer_types has 'linear' layers but linear_attention is not set")
         if self.layer_types and "sliding" in self.layer_types and self.sliding_window is None:

@@ -37,7 +37,10 @@ def render_estimate(est: Estimate, title: str, console: Console | None = None) -
     t.add_row("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.1f}")
     t.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:,.1f}")
     t.add_row("hardware TFLOP/s per GPU", f"{est.tflops_per_gpu:,.1f}")
-    t.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}  (of {est.peak_flops_used / 1e12:,.0f} TFLOP/s dense)")
+    t.add_row(
+        "MFU / HFU",
+        f"{est.mfu:.1%} / {est.hfu:.1%}  (of {est.peak_flops_used / 1e12:,.0f} TFLOP/s dense)",
+    )
     con.print(t)
 
     bt = Table(title="step time breakdown (busiest pipeline rank)", title_justify="left")
@@ -58,7 +61,9 @@ def render_estimate(est: Estimate, title: str, console: Console | None = None) -
         mt.add_row(k, f"{getattr(mem, k) / GIB:,.2f}")
     cap = est.memory_capacity_bytes / GIB
     verdict = "[green]fits[/green]" if est.fits else "[red]does NOT fit[/red]"
-    mt.add_row("[bold]total[/bold]", f"[bold]{mem.total / GIB:,.2f}[/bold] of {cap:,.0f}  {verdict}")
+    mt.add_row(
+        "[bold]total[/bold]", f"[bold]{mem.total / GIB:,.2f}[/bold] of {cap:,.0f}  {verdict}"
+    )
     con.print(mt)
     for n in est.notes:
         con.print(f"note: {n}")

@@ -18,7 +18,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 
 from hwtune.cost import collectives as coll
-from hwtune.cost.compute import attention_time, dtype_bytes, gemm_time, memory_time
+from hwtune.cost.compute import attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
     ActShape,
     layer_activation_bytes,
@@ -30,7 +30,14 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
 from hwtune.model import params as P
-from hwtune.model.lowering import Shard, layer_classes, lower_embedding, lower_head, lower_layer, model_flops_per_token
+from hwtune.model.lowering import (
+    Shard,
+    layer_classes,
+    lower_embedding,
+    lower_head,
+    lower_layer,
+    model_flops_per_token,
+)
 from hwtune.model.spec import ModelSpec
 from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
 from hwtune.train.strategy import Strategy, make_strategy
@@ -44,7 +51,13 @@ FRAGMENTATION = 1.05
 """Caching-allocator overhead on activations (reserved / allocated, a few percent in steady
 training; PyTorch memory-management docs)."""
 
-OPTIMIZER_BYTES_MOVED = {"adam": 32.0, "adam-bf16": 16.0, "adam-8bit": 14.0, "adam-8bit-release": 12.0, "sgd": 22.0}
+OPTIMIZER_BYTES_MOVED = {
+    "adam": 32.0,
+    "adam-bf16": 16.0,
+    "adam-8bit": 14.0,
+    "adam-8bit-release": 12.0,
+    "sgd": 22.0,
+}
 """HBM bytes read + written per parameter by one fused optimizer step (weights, gradient,
 master copy, states in; master copy, states, 16-bit weights out)."""
 
@@ -64,7 +77,14 @@ class Memory:
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.transient + self.reserve
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.transient
+            + self.reserve
+        )
 
 
 @dataclass(frozen=True)
@@ -174,7 +194,9 @@ class LayerCost:
 
 
 @functools.lru_cache(maxsize=8192)
-def _layer_times(spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Device, gdt: str) -> LayerTimes:
+def _layer_times(
+    spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Device, gdt: str
+) -> LayerTimes:
     ops = lower_layer(spec, ltype, moe, sh)
     fwd = dg = wg = core = flops = 0.0
     fp8 = gdt == "fp8"
@@ -184,7 +206,9 @@ def _layer_times(spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Devi
             dt = "bf16" if (op.attention_core or op.name in ("router",)) and fp8 else gdt
             tf = gemm_time(op.m, op.n, op.k, device, dt, op.batch)
             fwd += tf
-            dg += gemm_time(op.m, op.k, op.n, device, dt, op.batch) * (op.dgrad_flops / op.flops if op.flops else 0)
+            dg += gemm_time(op.m, op.k, op.n, device, dt, op.batch) * (
+                op.dgrad_flops / op.flops if op.flops else 0
+            )
             if op.wgrad_flops:
                 wg += gemm_time(op.k, op.n, op.m, device, dt, op.batch)
             if fp8 and not op.attention_core:
@@ -208,11 +232,15 @@ def _layer_times(spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Devi
     e = sh.act_bytes
     a2a = 0.0
     if moe and spec.moe is not None:
-        a2a = e * sh.tokens * spec.moe.top_k * spec.d_model * sh.moe_imbalance
+        a2a = e * sh.tokens / sh.tp * spec.moe.top_k * spec.d_model * sh.moe_imbalance
     cp_bytes = 0.0
     if sh.cp > 1 and ltype != "linear":
         if spec.mla is not None:
-            kvw = spec.n_heads // sh.tp * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim + spec.mla.v_head_dim)
+            kvw = (
+                spec.n_heads
+                // sh.tp
+                * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim + spec.mla.v_head_dim)
+            )
         else:
             kvw = 2 * max(1, spec.kv_heads // sh.tp) * spec.hd
         cp_bytes = e * sh.tokens * kvw * (sh.cp - 1)
@@ -299,9 +327,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     pp_cross = tp * cp * dp >= cl.domain
 
     # ---- per-layer times and communication
-    classes = {}
-    for (lt, moe), idx in layer_classes(spec).items():
-        classes[(lt, moe)] = _layer_times(spec, lt, moe, sh, dev, gdt)
+    classes = {key: _layer_times(spec, key[0], key[1], sh, dev, gdt) for key in layer_classes(spec)}
     cls_of = {}
     for key, idx in layer_classes(spec).items():
         for i in idx:
@@ -313,7 +339,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     if tp > 1:
         nb = e * tokens * spec.d_model
         if st.sequence_parallel:
-            t_tp_point = coll.all_gather_time(nb, tp_span, cl) + coll.reduce_scatter_time(nb, tp_span, cl)
+            t_tp_point = coll.all_gather_time(nb, tp_span, cl) + coll.reduce_scatter_time(
+                nb, tp_span, cl
+            )
         else:
             t_tp_point = coll.all_reduce_time(nb, tp_span, cl)
 
@@ -401,13 +429,14 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     if busiest == 0 or pp == 1:
         dense_params += P.embedding_params(spec) if pp == 1 else P.input_embedding_params(spec)
     if busiest == pp - 1 and pp > 1:
-        dense_params += P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
+        dense_params += (
+            P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
+        )
     if pp == 1:
         dense_params += P.final_norm_params(spec)
     dense_local = dense_params / tp
     expert_local = expert_params / ep
     copies = param_copies(st.schedule) if pp > 1 else 1
-    local_params = (dense_local + expert_local) * copies
 
     fp32_grads = st.grad_reduce_dtype == "fp32" or (st.grad_reduce_dtype is None and st.zero < 3)
     gb = 4.0 if fp32_grads else 2.0
@@ -432,7 +461,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             else:
                 t_dp += coll.all_reduce_time(grad_bytes_expert, edp_span, cl)
         window = (b + rec) if st.overlap_grad_reduce else 0.0
-        t_dp_exposed = max(t_dp - window, t_dp / max(1, len(layers_here)) if st.overlap_grad_reduce else t_dp)
+        t_dp_exposed = max(
+            t_dp - window, t_dp / max(1, len(layers_here)) if st.overlap_grad_reduce else t_dp
+        )
         if t_ag:
             t_dp_exposed += max(0.0, t_ag - f) if st.overlap_param_gather else t_ag
     else:
@@ -456,7 +487,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     # ---- optimizer step and offload
     sb = state_bytes_per_param(st.precision, st.optimizer, fp32_grads)
     shards_dense = dp * cp if st.zero >= 1 else 1
-    opt_params = dense_local * copies / shards_dense + expert_local * copies / (edp if st.zero >= 1 else 1)
+    opt_params = dense_local * copies / shards_dense + expert_local * copies / (
+        edp if st.zero >= 1 else 1
+    )
     t_opt = 0.0
     t_off = 0.0
     if st.offload_optimizer:
@@ -500,8 +533,12 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     }
     volume = {
         "dp_bytes_per_gpu": (t_dp and (grad_bytes_dense + grad_bytes_expert)) or 0.0,
-            "tp_bytes_per_gpu": (4 * len(layers_here) * e * tokens * spec.d_model * m) if tp > 1 else 0.0,
-        "ep_a2a_bytes_per_gpu": sum(4 * classes[cls_of[i]].a2a_bytes for i in layers_here) * m if ep > 1 else 0.0,
+        "tp_bytes_per_gpu": (4 * len(layers_here) * e * tokens * spec.d_model * m)
+        if tp > 1
+        else 0.0,
+        "ep_a2a_bytes_per_gpu": sum(4 * classes[cls_of[i]].a2a_bytes for i in layers_here) * m
+        if ep > 1
+        else 0.0,
     }
     return Estimate(
         step_time_s=step,
@@ -526,7 +563,14 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 
 
 def _memory(
-    spec: ModelSpec, st: Strategy, cl: Cluster, sh: Shard, ranks: list[list[int]], sb: object, copies: int, fp32_grads: bool
+    spec: ModelSpec,
+    st: Strategy,
+    cl: Cluster,
+    sh: Shard,
+    ranks: list[list[int]],
+    sb: object,
+    copies: int,
+    fp32_grads: bool,
 ) -> Memory:
     tp, pp, dp, cp, ep = st.tp, st.pp, st.dp, st.cp, st.ep
     edp = max(1, dp * cp // ep)
@@ -545,7 +589,11 @@ def _memory(
         if r == 0:
             dense += P.input_embedding_params(spec)
         if r == pp - 1:
-            dense += P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
+            dense += (
+                P.embedding_params(spec)
+                - P.input_embedding_params(spec)
+                + P.final_norm_params(spec)
+            )
         dense_local = dense / tp * copies
         expert_local = expert / ep * copies
         w1, g1, o1 = sharded_state_bytes(dense_local, sb, st.zero, dp * cp, st.offload_optimizer)  # type: ignore[arg-type]
@@ -555,11 +603,23 @@ def _memory(
         for i in layers:
             key = (spec.layer_type(i), spec.is_moe_layer(i))
             per_mb += layer_activation_bytes(spec, key[0], key[1], a, st.recompute)
-            biggest_layer = max(biggest_layer, layer_activation_bytes(spec, key[0], key[1], a, "none"))
-        flight = in_flight(st.schedule, pp, m, v) * (copies if st.schedule == "dualpipe" else 1) / (1 if st.schedule != "dualpipe" else 2)
+            biggest_layer = max(
+                biggest_layer, layer_activation_bytes(spec, key[0], key[1], a, "none")
+            )
+        flight = (
+            in_flight(st.schedule, pp, m, v)
+            * (copies if st.schedule == "dualpipe" else 1)
+            / (1 if st.schedule != "dualpipe" else 2)
+        )
         acts = per_mb * flight
         if r == 0:
-            acts += sh.act_bytes * sh.tokens * spec.d_model * flight / (tp if st.sequence_parallel else 1)
+            acts += (
+                sh.act_bytes
+                * sh.tokens
+                * spec.d_model
+                * flight
+                / (tp if st.sequence_parallel else 1)
+            )
         transient = 0.0
         if st.recompute == "full":
             transient += biggest_layer  # one layer's activations rebuilt during its backward
@@ -581,5 +641,3 @@ def _memory(
             best = mem
     assert best is not None
     return best
-
-

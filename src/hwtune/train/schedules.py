@@ -28,7 +28,9 @@ class PipelineTime:
     bubble: float
 
 
-def pipeline_time(schedule: str, p: int, m: int, v: int, f: float, b: float, w: float) -> PipelineTime:
+def pipeline_time(
+    schedule: str, p: int, m: int, v: int, f: float, b: float, w: float
+) -> PipelineTime:
     """Step compute time of a pipeline rank under ``schedule``."""
     steady = m * (f + b)
     if p <= 1:

@@ -18,7 +18,15 @@ Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
 Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev")
+SCHEDULES: tuple[str, ...] = (
+    "gpipe",
+    "1f1b",
+    "interleaved",
+    "zb-h1",
+    "zbv",
+    "dualpipe",
+    "dualpipev",
+)
 
 
 class Strategy(BaseModel):
@@ -67,11 +75,11 @@ class Strategy(BaseModel):
     def validate_for(self, model: ModelSpec, n_gpus: int | None = None) -> None:
         """One-line errors for combinations that cannot run."""
         if n_gpus is not None and self.n_gpus != n_gpus:
-            raise HwtuneInputError(
-                "dp*tp*pp*cp", self.n_gpus, f"the cluster's GPU count {n_gpus}"
-            )
+            raise HwtuneInputError("dp*tp*pp*cp", self.n_gpus, f"the cluster's GPU count {n_gpus}")
         if model.n_heads % self.tp:
-            raise HwtuneInputError("tp", self.tp, f"a divisor of the {model.n_heads} attention heads")
+            raise HwtuneInputError(
+                "tp", self.tp, f"a divisor of the {model.n_heads} attention heads"
+            )
         kv = model.kv_heads
         if model.mla is None and kv % self.tp and self.tp % kv:
             raise HwtuneInputError("tp", self.tp, f"a divisor or multiple of the {kv} KV heads")

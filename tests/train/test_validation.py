@@ -1,0 +1,98 @@
+"""Accuracy of the estimator against published runs (shared/validation/training_published.jsonl).
+
+The issue's targets are median |error| <= 10% on throughput and on peak memory over every row
+the tool can express. They are not met yet (see VALIDATION.md): those two tests are strict
+xfails, so they start failing, loudly, the day the model meets them and the marks must go.
+The guard tests hold the accuracy reached so far, so a change that makes it worse fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+from hwtune.cost.memory import sharded_state_bytes, state_bytes_per_param
+from hwtune.train.estimator import _estimate
+from hwtune.train.published import load_published
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(os.environ.get("HWTUNE_VALIDATION_DIR", ROOT.parent / "shared" / "validation"))
+JSONL = DATA / "training_published.jsonl"
+
+if not JSONL.exists():  # CI lays shared/ beside the clone; elsewhere say why nothing ran
+    pytest.skip(f"validation data not found at {JSONL}", allow_module_level=True)
+
+MEGATRON_LINEAGE = ("narayanan21-t1", "narayanan21-t2-ptd", "korthikanti22", "nemo2407", "mbridge")
+
+
+def _errors() -> dict[str, list[tuple[str, float]]]:
+    out: dict[str, list[tuple[str, float]]] = {"throughput": [], "peak_memory": []}
+    for run in load_published(JSONL):
+        if run.skip_reason:
+            continue
+        est = _estimate(run.spec, run.cluster, run.strategy)
+        for metric, meas in run.targets.items():
+            if metric == "tokens_per_s_per_gpu":
+                out["throughput"].append((run.id, est.tokens_per_s_per_gpu / meas - 1))
+            elif metric == "step_time_s":
+                out["throughput"].append((run.id, meas / est.step_time_s - 1))
+            elif metric == "peak_memory_bytes":
+                out["peak_memory"].append((run.id, est.memory.total / meas - 1))
+    return out
+
+
+ERRORS = _errors()
+
+
+def _median(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
+    errs = [abs(e) for i, e in ERRORS[metric] if i.startswith(prefixes)]
+    assert errs, f"no {metric} rows"
+    return statistics.median(errs)
+
+
+def test_most_rows_are_expressible():
+    runs = load_published(JSONL)
+    expressed = [r for r in runs if not r.skip_reason]
+    # 90 rows; the rest lack a stated vocabulary, TP degree or micro-batch, or are analytical
+    assert len(expressed) >= 75, [(r.id, r.skip_reason) for r in runs if r.skip_reason]
+
+
+def test_zero_paper_model_states_exactly():
+    """Rajbhandari et al. SC'20, Fig. 1: 7.5B parameters, 64-way DP, mixed-precision Adam
+    (K = 12): 120 GB baseline, 31.4 GB ZeRO-1, 16.6 GB ZeRO-2, 1.875 GB ZeRO-3 (the row's figures)."""
+    row = next(json.loads(x) for x in JSONL.read_text().splitlines() if "zero20-fig1" in x)
+    want = {m["metric"]: m["value"] for m in row["measured"]}
+    psi, n = 7.5e9, 64
+    sb = state_bytes_per_param("fp16", "adam", fp32_grads=False)
+    for zero, key in [(0, "model_state_memory_per_gpu_baseline_dp"), (1, "model_state_memory_per_gpu_zero1_Pos"),
+                      (2, "model_state_memory_per_gpu_zero2_Pos+g"), (3, "model_state_memory_per_gpu_zero3_Pos+g+p")]:  # fmt: skip
+        got = sum(sharded_state_bytes(psi, sb, zero, n)) / 1e9
+        assert got == pytest.approx(want[key], rel=0.01)
+
+
+def test_megatron_lineage_throughput_guard():
+    """Megatron-LM, NeMo and Megatron-Bridge runs: the frameworks whose kernels the cost model
+    follows (fused attention, fused elementwise ops). Measured so far: median 11.5%."""
+    assert _median("throughput", MEGATRON_LINEAGE) <= 0.13
+
+
+def test_all_rows_throughput_guard():
+    assert _median("throughput") <= 0.26
+
+
+def test_all_rows_memory_guard():
+    assert _median("peak_memory") <= 0.45
+
+
+@pytest.mark.xfail(strict=True, reason="open: median throughput error is ~24% (VALIDATION.md)")
+def test_throughput_median_within_10_percent():
+    assert _median("throughput") <= 0.10
+
+
+@pytest.mark.xfail(strict=True, reason="open: median peak-memory error is ~42% (VALIDATION.md)")
+def test_peak_memory_median_within_10_percent():
+    assert _median("peak_memory") <= 0.10
