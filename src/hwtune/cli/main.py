@@ -66,7 +66,7 @@ def estimate(
     schedule: Annotated[
         str, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
     ] = "1f1b",
-    recompute: Annotated[str, typer.Option(help="none|selective|full")] = "none",
+    recompute: Annotated[str, typer.Option(help="none|selective|selective-op|full")] = "none",
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 3,
     sequence_parallel: Annotated[
         bool, typer.Option("--sequence-parallel/--no-sequence-parallel")

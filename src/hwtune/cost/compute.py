@@ -12,13 +12,14 @@ Sources:
 - Fused attention runs at the device's measured attention efficiencies (FlashAttention-2/3,
   cuDNN; see the device catalog); the backward kernel recomputes the score matrix: 2.5x the
   forward FLOPs (5 vs 2 matmuls; Dao 2023, §3.1).
-- K-loop fill: each output tile pays a prologue (filling the shared-memory pipeline) and an
-  epilogue (writing the tile) besides its k/Tk main-loop steps; with a multistage pipeline of
-  ~4 stages of Tk = 64 (CUTLASS sm80/sm90 defaults) that is ~256 of k's worth of work per tile,
+- K-loop fill: each output tile pays a prologue (filling the shared-memory pipeline, 4-7
+  stages of Tk = 64 on sm80/sm90 CUTLASS/cuBLAS kernels) and an epilogue (writing the tile)
+  besides its k/Tk main-loop steps: about 8 steps, K_FILL = 512 of k's worth of work per tile,
   so a GEMM reaches k / (k + K_FILL) of its large-k efficiency (NVIDIA "Matrix Multiplication
   Background User's Guide": small-K GEMMs are less efficient; CUTLASS docs, "Efficient GEMM").
-  The catalog efficiencies are best-shape measurements with k in the thousands, so the factor
-  is normalized to 1 at ``K_REF``.
+  The epilogue does not speed up with the math, so for fp8 (twice the bf16 rate) the fill is
+  twice as many k. The catalog efficiencies are best-shape measurements (MAMF sweeps, k up to
+  ~16k), so the factor is normalized to 1 at ``K_REF``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ KERNEL_OVERHEAD_S = 4e-6
 """Per-kernel launch and tail cost, seconds (CUDA launch latency of a few microseconds;
 NVIDIA CUDA C++ Best Practices Guide, 'Kernel launch overhead')."""
 
-K_FILL = 256
-K_REF = 8192
+K_FILL = 512
+K_REF = 16384
 """Main-loop-equivalent k of a tile's prologue + epilogue, and the k at which the catalog's
 best-shape GEMM efficiency was measured (MAMF sweeps reach their best at k of several thousand)."""
 
@@ -64,9 +65,11 @@ def quantization_efficiency(m: int, n: int, device: Device, batch: int = 1) -> f
     return eta_tile * tiles / (waves * sms)
 
 
-def k_fill_efficiency(k: int) -> float:
-    """k / (k + K_FILL), normalized to 1 at ``K_REF`` (see the module docstring)."""
-    return (k / (k + K_FILL)) * ((K_REF + K_FILL) / K_REF)
+def k_fill_efficiency(k: int, speedup: float = 1.0) -> float:
+    """k / (k + K_FILL * speedup), normalized to 1 at ``K_REF`` (see the module docstring);
+    ``speedup`` is the dtype's math rate relative to bf16."""
+    kf = K_FILL * speedup
+    return (k / (k + kf)) * ((K_REF + kf) / K_REF)
 
 
 def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch: int = 1) -> float:
@@ -80,7 +83,8 @@ def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch
         return 0.0
     flops = 2.0 * m * n * k * batch
     eb = _DTYPE_BYTES[dtype]
-    eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
+    speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
+    eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k, speedup)
     t_compute = flops / (device.peak_flops(dtype) * device.gemm_fraction(dtype) * eta)
     out_b = 2.0 if eb < 2 else eb  # fp8/fp4 GEMMs write bf16 outputs
     t_mem = (

@@ -17,6 +17,7 @@ Sources:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from hwtune.model.spec import ModelSpec
@@ -83,6 +84,7 @@ def _div(x: int, t: int) -> int:
     return max(1, x // t)
 
 
+@functools.lru_cache(maxsize=8192)
 def layer_activation_bytes(
     spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape, recompute: str
 ) -> float:
@@ -95,6 +97,8 @@ def layer_activation_bytes(
     rep = m / t if a.sp else m  # tokens of the replicated (non-TP) region held by this rank
     if recompute == "full":
         return e * rep * h
+    if recompute == "selective-op":
+        return _per_op_sac_bytes(spec, ltype, moe_layer, a)
     mask = 1.0 if a.dropout else 0.0
     heads = _div(spec.n_heads, t)
     # --- attention block (Korthikanti Table 2 terms, per stored tensor)
@@ -133,6 +137,30 @@ def layer_activation_bytes(
         ffn += e * rep * h  # MLP input (norm output; the SP shard is re-gathered in backward)
         ffn += e * m * (up + 1) * _div(spec.ffn_hidden, t)  # up-projection output(s), act output
     return attn + ffn
+
+
+def _per_op_sac_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape) -> float:
+    """torchtitan's per-op selective activation checkpointing (``selective_ac_option="op"``,
+    torchtitan ``parallelize_llama.py``): the layer input, the attention output and every other
+    matmul output are kept; norms, activations and the other matmuls are recomputed. Fused GEMMs
+    are counted as half kept, so half of the weight-GEMM output elements are stored."""
+    from hwtune.model.lowering import Shard, lower_layer
+
+    sh = Shard(tokens=a.tokens, seq=a.seq, tp=a.tp, sp=a.sp, act_bytes=a.act_bytes, ep=a.ep,
+               moe_imbalance=a.moe_imbalance)  # fmt: skip
+    rep = a.tokens / a.tp if a.sp else a.tokens
+    kept = a.act_bytes * rep * spec.d_model  # layer input
+    for op in lower_layer(spec, ltype, moe_layer, sh):
+        if op.kind == "gemm" and not op.attention_core:
+            kept += 0.5 * a.act_bytes * op.m * op.n * op.batch
+        elif op.kind == "attention":
+            kept += (
+                a.act_bytes
+                * a.tokens
+                * _div(spec.n_heads, a.tp)
+                * (spec.mla.v_head_dim if spec.mla else spec.hd)
+            )
+    return kept
 
 
 def logits_bytes(spec: ModelSpec, tokens: int, tp: int) -> float:

@@ -62,6 +62,9 @@ class Cluster(BaseModel):
     inter_efficiency: float = Field(default=0.90, gt=0, le=1)
     intra_latency_s: float = Field(default=3e-6, ge=0)
     inter_latency_s: float = Field(default=8e-6, ge=0)
+    power_cap_w: float | None = Field(
+        default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
+    )
     name: str = ""
 
     @model_validator(mode="after")

@@ -59,6 +59,9 @@ class Device(BaseModel):
     base_clock_mhz: float | None = Field(default=None, gt=0)
     min_clock_mhz: float | None = Field(default=None, gt=0)
     tdp_w: float = Field(gt=0)
+    reference_power_w: float | None = Field(
+        default=None, gt=0, description="board power at which the peak figures hold (default tdp_w)"
+    )
     idle_w: float | None = Field(default=None, ge=0)
     scaleup_link: str = ""
     scaleup_gbps_per_direction: float = Field(
@@ -90,7 +93,7 @@ class Device(BaseModel):
         # ``sources`` (a dict) is documentation and left out; every figure takes part.
         return hash(
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
-             self.sm_count, self.boost_clock_mhz, self.tdp_w, self.scaleup_gbps_per_direction,
+             self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w, self.scaleup_gbps_per_direction,
              self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
              self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile)
         )  # fmt: skip

@@ -377,6 +377,10 @@ def _layer_kinds(r: _Reader, family: str, n_layers: int) -> dict[str, Any]:
             types = None
     out["layer_types"] = tuple(types) if types is not None else None
     out["sliding_window"] = window
+    if types is not None and "chunked" in types:
+        out["attention_chunk_size"] = r.integer("attention_chunk_size")
+    if r.flag("attn_output_gate", default=False):
+        out["attn_output_gate"] = True
     if (types is not None and "linear" in types) or r.has("linear_num_value_heads"):
         out["linear_attention"] = LinearAttention(
             n_key_heads=r.integer("linear_num_key_heads"),

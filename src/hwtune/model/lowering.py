@@ -113,17 +113,25 @@ def attention_ops(spec: ModelSpec, ltype: str, sh: Shard) -> list[Op]:
     else:
         dqk = dv = spec.hd
         kvh = _div(spec.kv_heads, t)
-        ops.append(gemm("qkv_proj", m, (heads + 2 * kvh) * dqk, h))
+        gate = heads if spec.attn_output_gate else 0
+        ops.append(gemm("qkv_proj", m, (heads + gate + 2 * kvh) * dqk, h))
+        if gate:
+            ops.append(memop("attn_output_gate", 3 * e * m * heads * dv))
         o_in = heads * dv
 
     # Attention core: queries of this rank over keys of the whole sequence (context parallel
     # ranks exchange K/V; Liu et al. 2023 "Ring Attention").
     q = m
     keys = sh.seq
-    if ltype in ("sliding", "chunked") and spec.sliding_window:
+    chunked = ltype == "chunked" and spec.attention_chunk_size is not None
+    if ltype == "sliding" and spec.sliding_window:
         keys = min(keys, spec.sliding_window)
+    elif chunked:
+        keys = min(keys, spec.attention_chunk_size)
     if sh.flash:
-        causal_keys = keys / 2 if keys == sh.seq else keys  # window: ~full window per query
+        # causal: half the keys on average; a sliding window sees ~the whole window per query;
+        # a chunk (Llama 4) is causal inside the chunk, so half of it
+        causal_keys = keys / 2 if (keys == sh.seq or chunked) else keys
         core = 2.0 * q * causal_keys * (dqk + dv) * heads
         io = e * (q * heads * (2 * dqk + 2 * dv) + (m * kvh * (dqk + dv)))
         ops.append(Op("attention_core", "attention", flops=core, bytes=io, dgrad_flops=2 * core,
@@ -216,6 +224,7 @@ def lower_head(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def layer_classes(spec: ModelSpec) -> dict[tuple[str, bool], list[int]]:
     """Layers grouped by (attention type, is-MoE), each with its layer indices."""
     out: dict[tuple[str, bool], list[int]] = {}

@@ -89,6 +89,8 @@ def _attention(spec: ModelSpec, kind: str) -> int:
     hd, kv_h = spec.hd, spec.kv_heads
     q_out, kv_out = h * hd, kv_h * hd
     n = d * (q_out + 2 * kv_out) + q_out * d
+    if spec.attn_output_gate:  # q_proj also produces the gate (modeling_qwen3_next.py)
+        n += d * q_out
     if spec.qkv_bias:
         n += q_out + 2 * kv_out
     if spec.out_bias:

@@ -106,6 +106,13 @@ class ModelSpec(BaseModel):
     mla: MLA | None = None
     moe: MoE | None = None
     sliding_window: int | None = Field(default=None, gt=0)
+    attention_chunk_size: int | None = Field(
+        default=None, gt=0, description="chunked local attention (Llama 4 'chunked' layers)"
+    )
+    attn_output_gate: bool = Field(
+        default=False,
+        description="sigmoid gate on the attention output, from a doubled q_proj (Qwen3-Next/3.5)",
+    )
     layer_types: tuple[LayerType, ...] | None = None
     linear_attention: LinearAttention | None = None
     mtp_layers: int = Field(
@@ -132,6 +139,8 @@ class ModelSpec(BaseModel):
             raise ValueError("layer_types has 'linear' layers but linear_attention is not set")
         if self.layer_types and "sliding" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has 'sliding' layers but sliding_window is not set")
+        if self.layer_types and "chunked" in self.layer_types and self.attention_chunk_size is None:
+            raise ValueError("layer_types has 'chunked' layers but attention_chunk_size is not set")
         if self.moe is not None and self.moe.first_k_dense_layers > self.n_layers:
             raise ValueError("moe.first_k_dense_layers exceeds n_layers")
         return self

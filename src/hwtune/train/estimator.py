@@ -21,11 +21,13 @@ from hwtune.cost import collectives as coll
 from hwtune.cost.compute import attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
     ActShape,
+    StateBytes,
     layer_activation_bytes,
     logits_bytes,
     sharded_state_bytes,
     state_bytes_per_param,
 )
+from hwtune.cost.power import power_limited
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
@@ -156,6 +158,9 @@ class LayerTimes:
     dgrad: float
     wgrad: float
     attn_core_fwd: float
+    sac_fwd: float  # forward time "selective-op" recomputes (every other matmul + memory ops)
+    core_flops: float  # attention-core forward FLOPs (what selective recomputation repeats)
+    gemm_flops: float  # weight-GEMM forward FLOPs
     a2a_bytes: float  # bytes per rank per all-to-all
     cp_bytes: float  # K/V bytes one rank passes around the ring per forward
     flops_fwd: float
@@ -183,6 +188,10 @@ class LayerCost:
     cp: float = 0.0
     ep: float = 0.0
 
+    def __mul__(self, k: float) -> LayerCost:
+        return LayerCost(self.f * k, self.b * k, self.w * k, self.rec * k, self.f_comm * k,
+                         self.b_comm * k, self.tp * k, self.cp * k, self.ep * k)  # fmt: skip
+
     def __add__(self, o: LayerCost) -> LayerCost:
         return LayerCost(self.f + o.f, self.b + o.b, self.w + o.w, self.rec + o.rec,
                          self.f_comm + o.f_comm, self.b_comm + o.b_comm,
@@ -198,10 +207,12 @@ def _layer_times(
     spec: ModelSpec, ltype: str, moe: bool, sh: Shard, device: Device, gdt: str
 ) -> LayerTimes:
     ops = lower_layer(spec, ltype, moe, sh)
-    fwd = dg = wg = core = flops = 0.0
+    fwd = dg = wg = core = flops = sac = core_f = gemm_f = 0.0
     fp8 = gdt == "fp8"
+    n_weight_gemm = 0
     for op in ops:
         flops += op.flops
+        t_before = fwd
         if op.kind == "gemm":
             dt = "bf16" if (op.attention_core or op.name in ("router",)) and fp8 else gdt
             tf = gemm_time(op.m, op.n, op.k, device, dt, op.batch)
@@ -218,15 +229,24 @@ def _layer_times(
                 dg += memory_time(3.0 * op.m * op.n * op.batch, device)
             if op.attention_core:
                 core += tf
+                core_f += op.flops
+            else:
+                gemm_f += op.flops
+                # torchtitan's per-op policy saves every other matmul output (the 1st, 3rd, ...)
+                # and recomputes the rest; fused GEMMs count as half saved, half recomputed
+                n_weight_gemm += 1
+                sac += (fwd - t_before) * 0.5
         elif op.kind == "attention":
             tf = attention_time(op.flops, op.bytes, device, gdt, backward=False)
             fwd += tf
             dg += attention_time(op.flops, op.dgrad_bytes, device, gdt, backward=True)
             core += tf
+            core_f += op.flops
         else:
             tm = memory_time(op.bytes, device, op.kernels)
             fwd += tm
             dg += memory_time(op.dgrad_bytes, device, op.kernels)
+            sac += tm
             if op.attention_core:
                 core += tm
     e = sh.act_bytes
@@ -244,7 +264,7 @@ def _layer_times(
         else:
             kvw = 2 * max(1, spec.kv_heads // sh.tp) * spec.hd
         cp_bytes = e * sh.tokens * kvw * (sh.cp - 1)
-    return LayerTimes(fwd, dg, wg, core, a2a, cp_bytes, flops)
+    return LayerTimes(fwd, dg, wg, core, sac, core_f, gemm_f, a2a, cp_bytes, flops)
 
 
 def _stage_layers(n_layers: int, pp: int, v: int) -> list[list[int]]:
@@ -259,6 +279,39 @@ def _stage_layers(n_layers: int, pp: int, v: int) -> list[list[int]]:
     for c in range(chunks):
         ranks[c % pp].extend(range(bounds[c], bounds[c + 1]))
     return ranks
+
+
+@dataclass(frozen=True, slots=True)
+class RankLayout:
+    """What one pipeline rank holds: layer classes with their counts, and parameters
+    (routed-expert parameters apart, since expert parallelism shards them)."""
+
+    counts: tuple[tuple[tuple[str, bool], int], ...]
+    n_layers: int
+    dense_params: float
+    expert_params: float
+
+
+@functools.lru_cache(maxsize=4096)
+def rank_layouts(spec: ModelSpec, pp: int, v: int) -> tuple[RankLayout, ...]:
+    """Per pipeline rank: embedding on the first, LM head and final norm on the last."""
+    out = []
+    for r, layers in enumerate(_stage_layers(spec.n_layers, pp, v)):
+        counts: dict[tuple[str, bool], int] = {}
+        dense = expert = 0.0
+        for i in layers:
+            key = (spec.layer_type(i), spec.is_moe_layer(i))
+            counts[key] = counts.get(key, 0) + 1
+            ex = P.routed_expert_params(spec, i)
+            expert += ex
+            dense += P.layer_params(spec, i) - ex
+        if r == 0:
+            dense += P.input_embedding_params(spec)
+        if r == pp - 1:
+            dense += P.embedding_params(spec) - P.input_embedding_params(spec)
+            dense += P.final_norm_params(spec)
+        out.append(RankLayout(tuple(counts.items()), len(layers), dense, expert))
+    return tuple(out)
 
 
 def estimate(
@@ -306,7 +359,7 @@ def _resolve_model(model: ModelSpec | str) -> ModelSpec:
 
 
 def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
-    dev = cl.device
+    dev = power_limited(cl.device, cl.power_cap_w)
     gdt = _gemm_dtype(st.precision, dev)
     e = 4.0 if st.precision == "fp32" else 2.0
     tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
@@ -328,10 +381,6 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 
     # ---- per-layer times and communication
     classes = {key: _layer_times(spec, key[0], key[1], sh, dev, gdt) for key in layer_classes(spec)}
-    cls_of = {}
-    for key, idx in layer_classes(spec).items():
-        for i in idx:
-            cls_of[i] = key
 
     # one TP "point" (after attention, after MLP): an all-reduce, or with sequence parallelism
     # an all-gather before and a reduce-scatter after (Korthikanti et al. 2022, §4.2.2)
@@ -368,6 +417,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             rec_c, rec_comm = lt.fwd, t_tp + t_cp_f + t_a2a
         elif st.recompute == "selective":
             rec_c = lt.attn_core_fwd
+        elif st.recompute == "selective-op":
+            rec_c = lt.sac_fwd
         return LayerCost(
             f=lt.fwd, b=lt.dgrad + lt.wgrad, w=lt.wgrad, rec=rec_c,
             f_comm=t_tp + t_cp_f + t_a2a, b_comm=t_tp + t_cp_b + t_a2a + rec_comm,
@@ -378,7 +429,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     costs = {key: layer_cost(key) for key in classes}
 
     # ---- pipeline ranks: layers, embedding on the first, head on the last
-    ranks = _stage_layers(spec.n_layers, pp, v if st.schedule == "interleaved" else 1)
+    layouts = rank_layouts(spec, pp, v if st.schedule == "interleaved" else 1)
     emb_t = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
     emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
     head_f = head_b = 0.0
@@ -396,10 +447,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         head_comm = 2 * coll.all_reduce_time(4.0 * tokens, tp_span, cl)
 
     per_rank: list[LayerCost] = []
-    for r, layers in enumerate(ranks):
+    for r, lay in enumerate(layouts):
         acc = LayerCost()
-        for i in layers:
-            acc = acc + costs[cls_of[i]]
+        for key, cnt in lay.counts:
+            acc = acc + costs[key] * cnt
         if r == 0:
             acc = acc + LayerCost(f=emb_t, b=emb_b)
         if r == pp - 1:
@@ -419,21 +470,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     compute_total = pt.total
 
     # ---- data parallel: gradients and (ZeRO-3) parameters
-    layers_here = ranks[busiest]
-    dense_params = 0.0
-    expert_params = 0.0
-    for i in layers_here:
-        ex = P.routed_expert_params(spec, i)
-        expert_params += ex
-        dense_params += P.layer_params(spec, i) - ex
-    if busiest == 0 or pp == 1:
-        dense_params += P.embedding_params(spec) if pp == 1 else P.input_embedding_params(spec)
-    if busiest == pp - 1 and pp > 1:
-        dense_params += (
-            P.embedding_params(spec) - P.input_embedding_params(spec) + P.final_norm_params(spec)
-        )
-    if pp == 1:
-        dense_params += P.final_norm_params(spec)
+    here = layouts[busiest]
+    n_here = max(1, here.n_layers)
+    dense_params, expert_params = here.dense_params, here.expert_params
     dense_local = dense_params / tp
     expert_local = expert_params / ep
     copies = param_copies(st.schedule) if pp > 1 else 1
@@ -461,9 +500,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             else:
                 t_dp += coll.all_reduce_time(grad_bytes_expert, edp_span, cl)
         window = (b + rec) if st.overlap_grad_reduce else 0.0
-        t_dp_exposed = max(
-            t_dp - window, t_dp / max(1, len(layers_here)) if st.overlap_grad_reduce else t_dp
-        )
+        t_dp_exposed = max(t_dp - window, t_dp / n_here if st.overlap_grad_reduce else t_dp)
         if t_ag:
             t_dp_exposed += max(0.0, t_ag - f) if st.overlap_param_gather else t_ag
     else:
@@ -477,7 +514,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             coll.reduce_scatter_time(grad_bytes_expert, edp_span, cl) if expert_local else 0.0
         )
         t_dp = m * (2 * ag + rs)
-        nl = max(1, len(layers_here))
+        nl = n_here
         if st.overlap_param_gather and st.overlap_grad_reduce:
             per_mb = max(0.0, ag - f) + max(0.0, ag + rs - (b + rec)) + (ag + rs) / nl
         else:
@@ -502,19 +539,22 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     step = compute_total + t_dp_exposed + t_opt + t_off
 
     # ---- memory of the busiest-in-memory rank (rank 0 holds the most in-flight micro-batches)
-    mem = _memory(spec, st, cl, sh, ranks, sb, copies, fp32_grads)
+    mem = _memory(spec, st, sh, layouts, sb, copies, fp32_grads)
 
     # ---- FLOPs and rates
     tokens_step = st.global_batch_seqs * seq
     model_flops = model_flops_per_token(spec, seq) * tokens_step
-    hw_flops = model_flops
-    if st.recompute == "full":
-        hw_flops += model_flops / 3.0
-    elif st.recompute == "selective":
-        att = model_flops_per_token(spec, seq) - model_flops_per_token(spec, 1)
-        hw_flops += max(0.0, att) / 3.0 * tokens_step
+    # hardware FLOPs add what recomputation repeats, as a share of the forward FLOPs
+    fwd_f = sum(classes[k].flops_fwd * c for k, c in here.counts) or 1.0
+    rec_f = {
+        "none": 0.0,
+        "full": fwd_f,
+        "selective": sum(classes[k].core_flops * c for k, c in here.counts),
+        "selective-op": 0.5 * sum(classes[k].gemm_flops * c for k, c in here.counts),
+    }[st.recompute]
+    hw_flops = model_flops * (1.0 + rec_f / fwd_f / 3.0)
     n = cl.n_gpus
-    peak = dev.peak_flops(gdt)
+    peak = cl.device.peak_flops(gdt)  # MFU against the nominal datasheet peak
     mfu = model_flops / (step * n * peak)
     hfu = hw_flops / (step * n * peak)
 
@@ -533,10 +573,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     }
     volume = {
         "dp_bytes_per_gpu": (t_dp and (grad_bytes_dense + grad_bytes_expert)) or 0.0,
-        "tp_bytes_per_gpu": (4 * len(layers_here) * e * tokens * spec.d_model * m)
-        if tp > 1
-        else 0.0,
-        "ep_a2a_bytes_per_gpu": sum(4 * classes[cls_of[i]].a2a_bytes for i in layers_here) * m
+        "tp_bytes_per_gpu": (4 * here.n_layers * e * tokens * spec.d_model * m) if tp > 1 else 0.0,
+        "ep_a2a_bytes_per_gpu": sum(4 * classes[k].a2a_bytes * c for k, c in here.counts) * m
         if ep > 1
         else 0.0,
     }
@@ -565,10 +603,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 def _memory(
     spec: ModelSpec,
     st: Strategy,
-    cl: Cluster,
     sh: Shard,
-    ranks: list[list[int]],
-    sb: object,
+    layouts: tuple[RankLayout, ...],
+    sb: StateBytes,
     copies: int,
     fp32_grads: bool,
 ) -> Memory:
@@ -578,41 +615,22 @@ def _memory(
                  flash=st.flash_attention, dropout=st.dropout, ep=ep, moe_imbalance=st.moe_imbalance)  # fmt: skip
     m = st.grad_accum
     v = st.vpp if st.schedule == "interleaved" else 1
+    flight = in_flight(st.schedule, pp, m, v)
     best: Memory | None = None
     for r in sorted({0, pp - 1}):
-        layers = ranks[r]
-        dense = expert = 0.0
-        for i in layers:
-            ex = P.routed_expert_params(spec, i)
-            expert += ex
-            dense += P.layer_params(spec, i) - ex
-        if r == 0:
-            dense += P.input_embedding_params(spec)
-        if r == pp - 1:
-            dense += (
-                P.embedding_params(spec)
-                - P.input_embedding_params(spec)
-                + P.final_norm_params(spec)
-            )
-        dense_local = dense / tp * copies
-        expert_local = expert / ep * copies
-        w1, g1, o1 = sharded_state_bytes(dense_local, sb, st.zero, dp * cp, st.offload_optimizer)  # type: ignore[arg-type]
-        w2, g2, o2 = sharded_state_bytes(expert_local, sb, st.zero, edp, st.offload_optimizer)  # type: ignore[arg-type]
+        lay = layouts[r]
+        dense_local = lay.dense_params / tp * copies
+        expert_local = lay.expert_params / ep * copies
+        w1, g1, o1 = sharded_state_bytes(dense_local, sb, st.zero, dp * cp, st.offload_optimizer)
+        w2, g2, o2 = sharded_state_bytes(expert_local, sb, st.zero, edp, st.offload_optimizer)
         per_mb = 0.0
         biggest_layer = 0.0
-        for i in layers:
-            key = (spec.layer_type(i), spec.is_moe_layer(i))
-            per_mb += layer_activation_bytes(spec, key[0], key[1], a, st.recompute)
-            biggest_layer = max(
-                biggest_layer, layer_activation_bytes(spec, key[0], key[1], a, "none")
-            )
-        flight = (
-            in_flight(st.schedule, pp, m, v)
-            * (copies if st.schedule == "dualpipe" else 1)
-            / (1 if st.schedule != "dualpipe" else 2)
-        )
+        for (lt, moe), cnt in lay.counts:
+            per_mb += cnt * layer_activation_bytes(spec, lt, moe, a, st.recompute)
+            if st.recompute == "full":
+                biggest_layer = max(biggest_layer, layer_activation_bytes(spec, lt, moe, a, "none"))
         acts = per_mb * flight
-        if r == 0:
+        if r == 0:  # the embedding output kept for its backward
             acts += (
                 sh.act_bytes
                 * sh.tokens
@@ -620,14 +638,12 @@ def _memory(
                 * flight
                 / (tp if st.sequence_parallel else 1)
             )
-        transient = 0.0
-        if st.recompute == "full":
-            transient += biggest_layer  # one layer's activations rebuilt during its backward
+        transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if r == pp - 1:
             transient += logits_bytes(spec, sh.tokens, tp)
         if st.zero >= 3:
             # two layers' gathered 16-bit weights (current + prefetched) and one layer's grads
-            per_layer = (dense + expert / max(1, ep) * tp) / max(1, len(layers)) / tp * copies
+            per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
             transient += per_layer * (2 * 2.0 + (4.0 if fp32_grads else 2.0))
         mem = Memory(
             weights=w1 + w2,

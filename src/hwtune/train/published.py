@@ -119,9 +119,13 @@ def _spec(r: dict) -> ModelSpec:
     )
 
 
-def _nic_gbps(text: str | None) -> float | None:
+def _nic_gbps(text: str | None, gpus_per_node: int = 8) -> float | None:
     if not text:
         return None
+    opa = re.search(r"Omni-Path.*?(\d+)\s*OPA links per node", text)
+    if opa:
+        # Intel Omni-Path Architecture 100 Series: 100 Gb/s per link (Intel OPA product brief)
+        return 100.0 * int(opa.group(1)) / gpus_per_node
     gbit = re.search(r"([\d.]+)\s*Gb/s", text)
     if gbit:
         return float(gbit.group(1))
@@ -145,6 +149,8 @@ def _recompute(p: dict, run: PublishedRun) -> str:
         run.assumptions.append("full recomputation (Narayanan et al. §5: used in all runs)")
         return "full"
     s = str(p.get("recompute") or "none").lower()
+    if "per-op" in s:
+        return "selective-op"
     for k in ("full", "selective"):
         if s.startswith(k):
             return k
@@ -194,10 +200,20 @@ def from_row(r: dict) -> PublishedRun:
     if sched != "interleaved":
         vpp = 1
     zero = p.get("zero_stage")
+    if zero == 3 and pp > 1 and "torchtitan" in fw:
+        # torchtitan with PP keeps FSDP parameters unsharded across the micro-batches of a step
+        # (reshard_after_forward=False) and reduces gradients at the last one: ZeRO-1 in memory
+        # and traffic (torchtitan parallelize_llama.py, apply_fsdp)
+        zero = 1
+        run.assumptions.append(
+            "FSDP under PP behaves as ZeRO-1 (torchtitan: no reshard after forward)"
+        )
     if zero is None:
         zero = 1 if ("NeMo" in fw or "Bridge" in fw) else 0
         run.assumptions.append(
-            f"ZeRO stage {zero} (framework default: distributed optimizer on in NeMo/Megatron-Bridge)"
+            "ZeRO-1 (NeMo/Megatron-Bridge distributed optimizer)"
+            if zero
+            else "no ZeRO (not stated)"
         )
     sp = p.get("sequence_parallel")
     if sp is None:
@@ -224,6 +240,7 @@ def from_row(r: dict) -> PublishedRun:
             precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
+            overlap_tp_comm=bool(other.get("async_tp")),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

@@ -15,7 +15,7 @@ from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "selective-op", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
 Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
 SCHEDULES: tuple[str, ...] = (
@@ -41,7 +41,9 @@ class Strategy(BaseModel):
     ep: int = Field(default=1, gt=0)
     cp: int = Field(default=1, gt=0)
     sequence_parallel: bool = False
-    zero: int = Field(default=1, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
+    zero: int = Field(
+        default=3, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard (the default)"
+    )
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int | None = Field(default=None, gt=0, description="sequences per step")
     seq: int = Field(default=4096, gt=0)
