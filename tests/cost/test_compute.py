@@ -70,7 +70,7 @@ def test_exact_tiles_and_full_waves_is_one():
 
 def test_one_extra_tile_costs_a_wave():
     # 109 full tiles on 108 SMs: C = 109 tiles need ceil(109/108) = 2 waves of 108 slots,
-    # eta_wave = C / (ceil(C/S) S) = 109/216 (the paper's wave-quantization example shape).
+    # eta_wave = C / (ceil(C/S) S) = 109/216 (Anthony et al. 2024, §3 definition).
     eff = quantization_efficiency(109 * 128, 128, DEV)
     assert eff == pytest.approx(109 / 216)
 
@@ -166,13 +166,6 @@ def test_wide_skinny_gemm_is_memory_bound_on_h100():
     assert gemm_time(m, n, k, H100) == pytest.approx(nbytes / bw + KERNEL_OVERHEAD_S, rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compute.py gemm_time applies tile+wave quantization to a GEMV: m=1 is padded to a "
-    "128-row tile and a 16-32 tile grid leaves most of the 132 SMs idle, so the predicted "
-    "compute time exceeds the bandwidth bound 2-4x; real cuBLAS picks GEMV/split-K kernels "
-    "that stream the weights at close to HBM bandwidth",
-)
 @pytest.mark.parametrize(("n", "k"), [(4096, 4096), (8192, 8192)])
 def test_decode_gemv_is_memory_bound_on_h100(n, k):
     # Llama-style decode projections (one token): 2 bytes per weight, read once. On H100 at
@@ -218,12 +211,6 @@ def test_gemm_time_at_least_both_roofline_bounds(m, n, k, batch):
     assert t >= nbytes / 2.0e12 * (1 - 1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compute.py k_fill_efficiency exceeds 1 for k > K_REF (k/(k+K_FILL) normalized at "
-    "K_REF), so a device whose measured gemm_efficiency is >= 0.97 (allowed: le=1) is "
-    "predicted to run a deep GEMM faster than its datasheet peak",
-)
 def test_gemm_never_beats_peak_even_at_full_efficiency():
     # A calibrated device that reaches 100% of peak on its best shape cannot exceed the peak.
     perfect = DEV.model_copy(update={"gemm_efficiency": 1.0})

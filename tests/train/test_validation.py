@@ -74,25 +74,37 @@ def test_zero_paper_model_states_exactly():
         assert got == pytest.approx(want[key], rel=0.01)
 
 
-def test_megatron_lineage_throughput_guard():
-    """Megatron-LM, NeMo and Megatron-Bridge runs: the frameworks whose kernels the cost model
-    follows (fused attention, fused elementwise ops). Measured so far: median 11.5%."""
-    assert _median("throughput", MEGATRON_LINEAGE) <= 0.13
+def _p90(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
+    errs = sorted(abs(e) for i, e in ERRORS[metric] if i.startswith(prefixes))
+    k = (len(errs) - 1) * 0.9
+    lo = int(k)
+    hi = min(lo + 1, len(errs) - 1)
+    return errs[lo] + (errs[hi] - errs[lo]) * (k - lo)
+
+
+def test_megatron_lineage_meets_the_targets():
+    """Megatron-LM, NeMo and Megatron-Bridge runs (41 rows): the frameworks whose kernels the
+    cost model follows (fused attention and elementwise ops, overlapped gradient reduction)
+    meet the issue's throughput targets: median <= 10%, p90 <= 25% (measured: 5.7%, 23.7%)."""
+    assert _median("throughput", MEGATRON_LINEAGE) <= 0.10
+    assert _p90("throughput", MEGATRON_LINEAGE) <= 0.25
 
 
 def test_all_rows_throughput_guard():
-    assert _median("throughput") <= 0.26
+    assert _median("throughput") <= 0.21  # measured 19.0%
 
 
 def test_all_rows_memory_guard():
-    assert _median("peak_memory") <= 0.45
+    assert _median("peak_memory") <= 0.19  # measured 16.7%
 
 
-@pytest.mark.xfail(strict=True, reason="open: median throughput error is ~24% (VALIDATION.md)")
+@pytest.mark.xfail(strict=True, reason="open: median throughput error over all rows is 19%")
 def test_throughput_median_within_10_percent():
     assert _median("throughput") <= 0.10
 
 
-@pytest.mark.xfail(strict=True, reason="open: median peak-memory error is ~42% (VALIDATION.md)")
+@pytest.mark.xfail(
+    strict=True, reason="open: median peak-memory error is 16.7% (reserved vs allocated)"
+)
 def test_peak_memory_median_within_10_percent():
     assert _median("peak_memory") <= 0.10

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from hwtune.errors import HwtuneInputError
 
@@ -20,11 +19,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-err = Console(stderr=True)
-
 
 def _fail(e: Exception) -> None:
-    err.print(f"error: {e}", highlight=False, markup=False)
+    # plain write: a rich console would wrap long messages over several lines
+    sys.stderr.write(f"error: {e}\n")
     raise typer.Exit(2)
 
 
@@ -67,7 +65,9 @@ def estimate(
         str, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
     ] = "1f1b",
     recompute: Annotated[str, typer.Option(help="none|selective|selective-op|full")] = "none",
-    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (3 = FSDP full shard)")] = 3,
+    zero: Annotated[
+        int | None, typer.Option(help="ZeRO stage 0-3 (default: 3 = FSDP without PP, 1 with PP)")
+    ] = None,
     sequence_parallel: Annotated[
         bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
     ] = False,

@@ -50,12 +50,25 @@ _DTYPE_BYTES = {
 }  # fmt: skip
 
 
+def _tile_side(x: int, t: int) -> int:
+    """Tile side a library picks for a dimension of ``x``: the catalog tile, or the smallest
+    power of two >= x (at least 16) when x is smaller (cuBLAS/CUTLASS ship 16..256-wide tiles)."""
+    if x >= t:
+        return t
+    side = 16
+    while side < x:
+        side *= 2
+    return side
+
+
 def quantization_efficiency(m: int, n: int, device: Device, batch: int = 1) -> float:
     """eta_tile * eta_wave of ``batch`` (m x n) outputs on ``device`` (Anthony et al. 2024, §3).
 
     A batched or grouped GEMM schedules the tiles of all its problems together, so waves are
-    counted over ``batch`` times the tiles of one problem."""
+    counted over ``batch`` times the tiles of one problem. Dimensions smaller than the catalog
+    tile get the smallest power-of-two tile that covers them (skinny and decode-size GEMMs)."""
     tm, tn = device.gemm_tile
+    tm, tn = _tile_side(m, tm), _tile_side(n, tn)
     tiles_m = -(-m // tm)
     tiles_n = -(-n // tn)
     eta_tile = (m * n) / (tiles_m * tm * tiles_n * tn)
@@ -69,7 +82,7 @@ def k_fill_efficiency(k: int, speedup: float = 1.0) -> float:
     """k / (k + K_FILL * speedup), normalized to 1 at ``K_REF`` (see the module docstring);
     ``speedup`` is the dtype's math rate relative to bf16."""
     kf = K_FILL * speedup
-    return (k / (k + kf)) * ((K_REF + kf) / K_REF)
+    return min(1.0, (k / (k + kf)) * ((K_REF + kf) / K_REF))
 
 
 def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch: int = 1) -> float:

@@ -454,7 +454,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if r == 0:
             acc = acc + LayerCost(f=emb_t, b=emb_b)
         if r == pp - 1:
-            acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm)
+            acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm, tp=head_comm)
         per_rank.append(acc)
     busiest = max(range(pp), key=lambda r: per_rank[r].total)
     rc = per_rank[busiest]
@@ -486,19 +486,25 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     t_dp = 0.0
     t_dp_exposed = 0.0
     t_ag = 0.0
+    # NIC sharing: an overlapped gradient reduction that crosses the network runs during the
+    # backward, when the expert all-to-alls (also across the network) use the same NICs
+    share = 2.0 if (ep > 1 and ep_span.domains > 1 and st.overlap_grad_reduce) else 1.0
+    rs_t = functools.partial(coll.reduce_scatter_time, nic_share=share)
+    ag_t = functools.partial(coll.all_gather_time, nic_share=share)
+    ar_t = functools.partial(coll.all_reduce_time, nic_share=share)
     if st.zero < 3:
         if dp * cp > 1:
             if st.zero >= 1:
-                t_dp = coll.reduce_scatter_time(grad_bytes_dense, dp_span, cl)
-                t_ag = coll.all_gather_time(dense_local * copies * 2.0, dp_span, cl)
+                t_dp = rs_t(grad_bytes_dense, dp_span, cl)
+                t_ag = ag_t(dense_local * copies * 2.0, dp_span, cl)
             else:
-                t_dp = coll.all_reduce_time(grad_bytes_dense, dp_span, cl)
+                t_dp = ar_t(grad_bytes_dense, dp_span, cl)
         if edp > 1 and grad_bytes_expert:
             if st.zero >= 1:
-                t_dp += coll.reduce_scatter_time(grad_bytes_expert, edp_span, cl)
-                t_ag += coll.all_gather_time(expert_local * copies * 2.0, edp_span, cl)
+                t_dp += rs_t(grad_bytes_expert, edp_span, cl)
+                t_ag += ag_t(expert_local * copies * 2.0, edp_span, cl)
             else:
-                t_dp += coll.all_reduce_time(grad_bytes_expert, edp_span, cl)
+                t_dp += ar_t(grad_bytes_expert, edp_span, cl)
         window = (b + rec) if st.overlap_grad_reduce else 0.0
         t_dp_exposed = max(t_dp - window, t_dp / n_here if st.overlap_grad_reduce else t_dp)
         if t_ag:
@@ -507,11 +513,11 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # FSDP / ZeRO-3: gather 16-bit weights before forward and backward, reduce-scatter
         # gradients, every micro-batch; prefetching overlaps them with the layers' compute.
         w16 = 2.0
-        ag = coll.all_gather_time(dense_local * w16, dp_span, cl) + (
-            coll.all_gather_time(expert_local * w16, edp_span, cl) if expert_local else 0.0
+        ag = ag_t(dense_local * w16, dp_span, cl) + (
+            ag_t(expert_local * w16, edp_span, cl) if expert_local else 0.0
         )
-        rs = coll.reduce_scatter_time(grad_bytes_dense, dp_span, cl) + (
-            coll.reduce_scatter_time(grad_bytes_expert, edp_span, cl) if expert_local else 0.0
+        rs = rs_t(grad_bytes_dense, dp_span, cl) + (
+            rs_t(grad_bytes_expert, edp_span, cl) if expert_local else 0.0
         )
         t_dp = m * (2 * ag + rs)
         nl = n_here
@@ -544,15 +550,27 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     # ---- FLOPs and rates
     tokens_step = st.global_batch_seqs * seq
     model_flops = model_flops_per_token(spec, seq) * tokens_step
-    # hardware FLOPs add what recomputation repeats, as a share of the forward FLOPs
-    fwd_f = sum(classes[k].flops_fwd * c for k, c in here.counts) or 1.0
-    rec_f = {
-        "none": 0.0,
-        "full": fwd_f,
-        "selective": sum(classes[k].core_flops * c for k, c in here.counts),
-        "selective-op": 0.5 * sum(classes[k].gemm_flops * c for k, c in here.counts),
+
+    # hardware FLOPs add what recomputation repeats: per layer class, the recomputed forward
+    # FLOPs of one rank's shard times the ranks that share a micro-batch (tp x cp), the layers
+    # of that class, and the micro-batches of the step (Narayanan et al. SC'21 eq. 3: only the
+    # transformer layers are recomputed)
+    # attention counted in the model-FLOPs convention (non-causal, PaLM App. B) like the rest
+    def core_nc(key: tuple[str, bool], lt: LayerTimes) -> float:
+        return lt.core_flops * (2.0 if key[0] == "full" and st.flash_attention else 1.0)
+
+    rec_per_class = {
+        "none": lambda key, lt: 0.0,
+        "full": lambda key, lt: lt.flops_fwd - lt.core_flops + core_nc(key, lt),
+        "selective": core_nc,
+        "selective-op": lambda key, lt: 0.5 * lt.gemm_flops,
     }[st.recompute]
-    hw_flops = model_flops * (1.0 + rec_f / fwd_f / 3.0)
+    rec_flops = (
+        sum(rec_per_class(key, classes[key]) * len(idx) for key, idx in layer_classes(spec).items())
+        * (tp * cp)
+        * (dp * m)
+    )
+    hw_flops = model_flops + rec_flops
     n = cl.n_gpus
     peak = cl.device.peak_flops(gdt)  # MFU against the nominal datasheet peak
     mfu = model_flops / (step * n * peak)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
@@ -42,7 +42,11 @@ class Strategy(BaseModel):
     cp: int = Field(default=1, gt=0)
     sequence_parallel: bool = False
     zero: int = Field(
-        default=3, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard (the default)"
+        default=-1,
+        ge=-1,
+        le=3,
+        description="ZeRO stage; 3 = FSDP full shard; default (-1): 3 without pipeline "
+        "parallelism, 1 (distributed optimizer) with it, as torchtitan and Megatron-LM run",
     )
     micro_batch: int = Field(default=1, gt=0)
     global_batch: int | None = Field(default=None, gt=0, description="sequences per step")
@@ -60,6 +64,12 @@ class Strategy(BaseModel):
     dropout: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
+
+    @model_validator(mode="after")
+    def _default_zero(self) -> Strategy:
+        if self.zero == -1:
+            object.__setattr__(self, "zero", 3 if self.pp == 1 else 1)
+        return self
 
     @property
     def n_gpus(self) -> int:

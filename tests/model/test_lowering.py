@@ -1,0 +1,222 @@
+"""Lowering a model into ops: GEMM FLOPs against parameter counts, backward = 2x forward, tensor
+parallel sharding, and the PaLM model-FLOPs convention (Chowdhery et al. 2022, App. B)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwtune.model import params as P
+from hwtune.model.lowering import (
+    Shard,
+    lower_embedding,
+    lower_head,
+    lower_layer,
+    model_flops_per_token,
+)
+from hwtune.model.spec import ModelSpec, MoE
+
+L, H, A, FF, V = 4, 1024, 16, 2816, 32000
+SEQ = 2048
+
+
+def llama(kv: int = A, ff: int = FF, vocab: int = V, **kw: object) -> ModelSpec:
+    """Bias-free RMSNorm SwiGLU model: every non-norm layer parameter is a GEMM weight."""
+    return ModelSpec(
+        n_layers=L, d_model=H, n_heads=A, n_kv_heads=kv, ffn_hidden=ff, vocab=vocab, **kw
+    )
+
+
+def moe(experts: int, top_k: int, fe: int = 704) -> ModelSpec:
+    return llama(moe=MoE(n_routed_experts=experts, top_k=top_k, expert_ffn_hidden=fe))
+
+
+def gemm_flops(ops, weight_only: bool = False) -> float:
+    return sum(
+        op.flops for op in ops if op.kind == "gemm" and (op.wgrad_flops > 0 or not weight_only)
+    )
+
+
+def experts(ops) -> float:
+    """FLOPs of the routed-expert GEMMs."""
+    return sum(op.flops for op in ops if op.kind == "gemm" and op.name.startswith("expert"))
+
+
+# --- forward GEMM FLOPs vs parameters --------------------------------------------------------------
+@pytest.mark.parametrize("kv", [16, 4, 1])
+def test_layer_gemm_flops_are_2_per_weight_per_token(kv):
+    # A token passes once through every weight of a layer: 2 FLOPs (multiply + add) per weight.
+    # The weights are the layer's parameters minus its two RMSNorm vectors (h each).
+    spec = llama(kv=kv)
+    sh = Shard(tokens=SEQ, seq=SEQ)
+    weights = P.layer_params(spec, 0) - 2 * H
+    per_token = gemm_flops(lower_layer(spec, "full", False, sh), weight_only=True) / SEQ
+    assert per_token == pytest.approx(2 * weights)
+
+
+def test_lm_head_flops_are_2vh_per_token():
+    spec = llama()
+    sh = Shard(tokens=SEQ, seq=SEQ)
+    assert gemm_flops(lower_head(spec, sh)) / SEQ == pytest.approx(2 * V * H)
+    # The same for a tied head: the matmul runs whether or not the weight is shared.
+    tied = llama(tied_embeddings=True)
+    assert gemm_flops(lower_head(tied, sh)) / SEQ == pytest.approx(2 * V * H)
+
+
+def test_embedding_lookup_has_no_flops():
+    sh = Shard(tokens=SEQ, seq=SEQ)
+    assert sum(op.flops for op in lower_embedding(llama(), sh)) == 0
+
+
+def test_forward_flops_match_total_matmul_params():
+    # Whole model, forward: 2 x (non-embedding weights + LM head), norms excluded.
+    spec = llama()
+    sh = Shard(tokens=SEQ, seq=SEQ)
+    layer_weights = sum(P.layer_params(spec, i) - 2 * H for i in range(L))
+    fwd = L * gemm_flops(lower_layer(spec, "full", False, sh), weight_only=True)
+    fwd += gemm_flops(lower_head(spec, sh))
+    expected = 2 * (layer_weights + P.lm_head_params(spec)) * SEQ
+    assert fwd == pytest.approx(expected)
+    # and the non-embedding count of params.py is those weights plus 2h per layer + final norm.
+    assert P.non_embedding_params(spec) == layer_weights + 2 * H * L + H
+
+
+# --- backward ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("flash", [True, False])
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_backward_is_twice_forward_for_every_gemm(flash, model):
+    # Narayanan et al. SC'21 §5.1: dgrad (dY W^T) and wgrad (X^T dY) each cost a forward; an
+    # activation-activation product (scores, context) has two input gradients and no weight.
+    spec = llama() if model == "dense" else moe(8, 2)
+    sh = Shard(tokens=SEQ, seq=SEQ, flash=flash)
+    ops = lower_layer(spec, "full", model == "moe", sh)
+    gemms = [op for op in ops if op.kind == "gemm"]
+    assert gemms
+    for op in gemms:
+        assert op.dgrad_flops + op.wgrad_flops == pytest.approx(2 * op.flops), op.name
+        if op.wgrad_flops:
+            assert op.dgrad_flops == pytest.approx(op.flops), op.name
+    if not flash:
+        # the unfused core is in the list, with no weight gradient
+        assert any(op.attention_core and op.wgrad_flops == 0 for op in gemms)
+
+
+def test_flash_attention_backward_counts_two_forward_matmul_pairs():
+    # Model FLOPs of the attention backward: dQ, dK (from dS) and dV, dP: 2x the forward.
+    sh = Shard(tokens=SEQ, seq=SEQ)
+    (core,) = [op for op in lower_layer(llama(), "full", False, sh) if op.kind == "attention"]
+    assert core.dgrad_flops == pytest.approx(2 * core.flops)
+
+
+# --- tensor parallelism ------------------------------------------------------------------------------
+@pytest.mark.parametrize("t", [2, 4, 8, 16])
+@pytest.mark.parametrize("flash", [True, False])
+def test_tensor_parallel_divides_layer_flops(t, flash):
+    # Megatron TP splits heads and FFN columns over t ranks (Shoeybi et al. 2019 §3): every GEMM
+    # and the attention core do 1/t of the work on each rank (heads, FFN width divisible by t).
+    spec = llama()
+    one = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ, flash=flash))
+    many = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ, tp=t, flash=flash))
+    assert sum(op.flops for op in many) == pytest.approx(sum(op.flops for op in one) / t)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_tensor_parallel_divides_lm_head(t):
+    # Vocabulary-parallel head: V/t columns per rank (V = 32000 divides by 8).
+    spec = llama()
+    one = gemm_flops(lower_head(spec, Shard(tokens=SEQ, seq=SEQ)))
+    many = gemm_flops(lower_head(spec, Shard(tokens=SEQ, seq=SEQ, tp=t)))
+    assert many == pytest.approx(one / t)
+
+
+def test_tensor_parallel_divides_moe_expert_work():
+    # With TP (expert-TP = 1) the t ranks of a micro-batch dispatch disjoint token shards, so
+    # each rank's experts see 1/t of the token-slots. (The router may run replicated, so only
+    # the expert GEMMs are compared.)
+    spec = moe(8, 2)
+    f1 = experts(lower_layer(spec, "full", True, Shard(tokens=SEQ, seq=SEQ)))
+    f2 = experts(lower_layer(spec, "full", True, Shard(tokens=SEQ, seq=SEQ, tp=2)))
+    assert f2 == pytest.approx(f1 / 2)
+
+
+@pytest.mark.parametrize("ep", [2, 4, 8])
+def test_expert_parallel_keeps_per_rank_expert_flops(ep):
+    # An EP rank holds E/ep experts and receives, on balanced routing, the same m k token-slots
+    # in all that a single rank would process: expert FLOPs per rank do not change with ep.
+    spec = moe(8, 2)
+    base = lower_layer(spec, "full", True, Shard(tokens=SEQ, seq=SEQ))
+    sharded = lower_layer(spec, "full", True, Shard(tokens=SEQ, seq=SEQ, ep=ep))
+    assert experts(sharded) == pytest.approx(experts(base))
+
+
+# --- model FLOPs per token (PaLM App. B) -------------------------------------------------------------
+def palm(spec_layers: int, h: int, ff: int, vocab: int, attn_keys: float) -> float:
+    """6 N + 12 L h s: N = the matmul weights a token touches (MHA q, k, v, o: 4h^2; SwiGLU gate,
+    up, down: 3 h ff per layer, and the LM head V h); attention 12 L h (keys) per token."""
+    n = spec_layers * (4 * h * h + 3 * h * ff) + vocab * h
+    return 6 * n + 12 * spec_layers * h * attn_keys
+
+
+@pytest.mark.parametrize("seq", [512, 2048, 8192])
+def test_model_flops_per_token_palm(seq):
+    assert model_flops_per_token(llama(), seq) == pytest.approx(palm(L, H, FF, V, seq))
+
+
+def test_model_flops_per_token_llama3_8b_shapes():
+    # Llama 3 8B (32 layers, h 4096, GQA 8 KV heads of 128, ff 14336, V 128256) at s = 8192:
+    # weights per layer q 4096^2 + k,v 2 x 4096 x 1024 + o 4096^2 + 3 x 4096 x 14336.
+    spec = ModelSpec(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, ffn_hidden=14336,
+                     vocab=128256)  # fmt: skip
+    per_layer = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    expected = 6 * (32 * per_layer + 128256 * 4096) + 12 * 32 * 4096 * 8192
+    assert model_flops_per_token(spec, 8192) == pytest.approx(expected)
+
+
+def test_causal_halves_the_attention_term():
+    # Causal masking: each query sees s/2 keys on average -> 6 L h s instead of 12 L h s.
+    full = model_flops_per_token(llama(), SEQ)
+    causal = model_flops_per_token(llama(), SEQ, causal=True)
+    assert full - causal == pytest.approx(6 * L * H * SEQ)
+    assert causal == pytest.approx(palm(L, H, FF, V, SEQ / 2))
+
+
+def test_sliding_window_counts_the_window():
+    # Every query of a sliding-window layer attends to (at most) w keys: 12 L h w per token.
+    w = 512
+    spec = llama(sliding_window=w, layer_types=("sliding",) * L)
+    assert model_flops_per_token(spec, 4096) == pytest.approx(palm(L, H, FF, V, w))
+
+
+def test_moe_flops_scale_with_top_k_not_experts():
+    # A token runs through top_k experts; more experts only widen the router (h x E).
+    fe, seq = 704, 4096
+    base = model_flops_per_token(moe(8, 2, fe), seq)
+    more_experts = model_flops_per_token(moe(64, 2, fe), seq)
+    assert more_experts - base == pytest.approx(6 * L * H * (64 - 8))
+    # One more active expert adds its SwiGLU weights 3 h fe, times 6, per layer.
+    more_k = model_flops_per_token(moe(8, 3, fe), seq)
+    assert more_k - base == pytest.approx(6 * L * 3 * H * fe)
+
+
+def test_moe_flops_from_active_params():
+    # 6 x (active matmul weights incl. router and LM head) + attention, with active weights
+    # from params.py: active layer params minus the two norms.
+    spec = moe(16, 4)
+    active = sum(P.active_layer_params(spec, i) - 2 * H for i in range(L)) + V * H
+    assert model_flops_per_token(spec, SEQ) == pytest.approx(6 * active + 12 * L * H * SEQ)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    layers=st.integers(1, 8),
+    heads=st.sampled_from([4, 8, 16]),
+    hd=st.sampled_from([32, 64, 128]),
+    ff=st.integers(1, 64).map(lambda x: 64 * x),
+    vocab=st.integers(100, 60000),
+    seq=st.sampled_from([128, 1024, 4096]),
+)
+def test_model_flops_match_palm_for_random_mha_models(layers, heads, hd, ff, vocab, seq):
+    h = heads * hd
+    spec = ModelSpec(n_layers=layers, d_model=h, n_heads=heads, ffn_hidden=ff, vocab=vocab)
+    assert model_flops_per_token(spec, seq) == pytest.approx(palm(layers, h, ff, vocab, seq))
