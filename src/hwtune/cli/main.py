@@ -129,6 +129,15 @@ def estimate(
     render_estimate(est, f"{spec.name} on {cl.n_gpus} x {cl.device.name}")
 
 
+from hwtune.cli.plan import plan_cmd, scale_cmd  # noqa: E402
+from hwtune.cli.size_study import size_cmd, study_cmd  # noqa: E402
+
+app.command("plan")(plan_cmd)
+app.command("scale")(scale_cmd)
+app.command("size")(size_cmd)
+app.command("study")(study_cmd)
+
+
 def main() -> None:
     app()
 

@@ -30,6 +30,20 @@ KERNEL_OVERHEAD_S = 4e-6
 """Per-kernel launch and tail cost, seconds (CUDA launch latency of a few microseconds;
 NVIDIA CUDA C++ Best Practices Guide, 'Kernel launch overhead')."""
 
+ALIGN_ELEMENT_BYTES = 16
+MISALIGNED_EFFICIENCY = 273.0 / 398.0
+"""GEMMs whose inner or output dimension is not a multiple of 16 bytes of elements (8 in
+bf16, 16 in fp8) lose the vectorized, tensor-core-friendly kernels: Anthony et al. 2024 measure
+a SwiGLU width of 10,922 at 273 TFLOP/s against 398 at 10,944 on an H100 with h = 4096
+(Fig. 9); NVIDIA "Matrix Multiplication Background User's Guide", "Tensor Core Requirements"."""
+
+ALIGN_ELEMENT_BYTES = 16
+MISALIGNED_EFFICIENCY = 273.0 / 398.0
+"""GEMMs whose inner or output dimension is not a multiple of 16 bytes of elements (8 in
+bf16, 16 in fp8) lose the vectorized, tensor-core-friendly kernels: Anthony et al. 2024 measure
+a SwiGLU width of 10,922 at 273 TFLOP/s against 398 at 10,944 on an H100 with h = 4096
+(Fig. 9); NVIDIA "Matrix Multiplication Background User's Guide", "Tensor Core Requirements"."""
+
 K_FILL = 512
 K_REF = 16384
 """Main-loop-equivalent k of a tile's prologue + epilogue, and the k at which the catalog's
@@ -85,6 +99,12 @@ def k_fill_efficiency(k: int, speedup: float = 1.0) -> float:
     return min(1.0, (k / (k + kf)) * ((K_REF + kf) / K_REF))
 
 
+def alignment_efficiency(n: int, k: int, dtype: str = "bf16") -> float:
+    """1, or ``MISALIGNED_EFFICIENCY`` when n or k is not a multiple of 16 bytes of elements."""
+    step = max(1, int(ALIGN_ELEMENT_BYTES / _DTYPE_BYTES[dtype]))
+    return 1.0 if (n % step == 0 and k % step == 0) else MISALIGNED_EFFICIENCY
+
+
 def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch: int = 1) -> float:
     """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs in ``dtype`` (2mnk FLOPs each).
 
@@ -98,6 +118,7 @@ def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch
     eb = _DTYPE_BYTES[dtype]
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
     eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k, speedup)
+    eta *= alignment_efficiency(n, k, dtype)
     t_compute = flops / (device.peak_flops(dtype) * device.gemm_fraction(dtype) * eta)
     out_b = 2.0 if eb < 2 else eb  # fp8/fp4 GEMMs write bf16 outputs
     t_mem = (

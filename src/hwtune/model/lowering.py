@@ -149,6 +149,14 @@ def attention_ops(spec: ModelSpec, ltype: str, sh: Shard) -> list[Op]:
                       dgrad_bytes=(2 * e + 1) * sbytes, attention_core=True))  # fmt: skip
         ops.append(Op("attn_context", "gemm", flops=2.0 * sq * keys * dv * bh, m=sq, n=dv, k=keys,
                       batch=bh, dgrad_flops=4.0 * sq * keys * dv * bh, attention_core=True))  # fmt: skip
+    if sh.cp > 1 and sh.flash:
+        # ring attention runs the core as cp partial blocks and merges each partial output with
+        # its log-sum-exp into the running result: read both, write one, per extra block
+        # (Liu et al. 2023 "Ring Attention", Alg. 1; the online-softmax rescaling of Milakov &
+        # Gimelshein 2018), in forward and again in backward
+        merge = (sh.cp - 1) * 3 * e * m * heads * dv
+        ops.append(Op("cp_merge", "memory", bytes=merge, dgrad_bytes=merge, kernels=sh.cp - 1,
+                      attention_core=True))  # fmt: skip
     ops.append(gemm("o_proj", m, h, o_in))
     if spec.pos_emb == "rope":
         ops.append(memop("rotary", 2 * e * m * (heads + kvh) * dqk))

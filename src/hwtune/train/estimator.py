@@ -21,7 +21,6 @@ from hwtune.cost import collectives as coll
 from hwtune.cost.compute import attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
     ActShape,
-    StateBytes,
     layer_activation_bytes,
     logits_bytes,
     sharded_state_bytes,
@@ -358,27 +357,26 @@ def _resolve_model(model: ModelSpec | str) -> ModelSpec:
     return get_model(model)
 
 
-def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
-    dev = power_limited(cl.device, cl.power_cap_w)
-    gdt = _gemm_dtype(st.precision, dev)
-    e = 4.0 if st.precision == "fp32" else 2.0
-    tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
-    mb, seq = st.micro_batch, st.seq
-    m = st.grad_accum
-    tokens = mb * seq // cp
-    sh = Shard(tokens=tokens, seq=seq, tp=tp, cp=cp, ep=ep, sp=st.sequence_parallel,
-               act_bytes=e, flash=st.flash_attention, moe_imbalance=st.moe_imbalance)  # fmt: skip
-    notes: list[str] = []
-
-    # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
+@functools.lru_cache(maxsize=16384)
+def _pipeline_ranks(
+    spec: ModelSpec,
+    cl: Cluster,
+    dev: Device,
+    gdt: str,
+    sh: Shard,
+    recompute: str,
+    overlap_tp_comm: bool,
+    overlap_moe_a2a: bool,
+    pp: int,
+    v: int,
+) -> tuple[dict, tuple[LayerCost, ...], int, dict]:
+    """Per-layer-class times and the per-pipeline-rank costs of one micro-batch (compute and
+    exposed in-layer communication), and the busiest rank. Independent of the data-parallel
+    degree, ZeRO stage and offload, so the planner reuses it across those."""  # fmt: skip
+    e, tokens, tp, cp, ep = sh.act_bytes, sh.tokens, sh.tp, sh.cp, sh.ep
     tp_span = cl.span(tp, 1)
     cp_span = cl.span(cp, tp)
-    dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks
     ep_span = cl.span(ep, tp)
-    edp = max(1, dp * cp // ep)
-    edp_span = cl.span(edp, tp * ep)
-    pp_cross = tp * cp * dp >= cl.domain
-
     # ---- per-layer times and communication
     classes = {key: _layer_times(spec, key[0], key[1], sh, dev, gdt) for key in layer_classes(spec)}
 
@@ -387,7 +385,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     t_tp_point = 0.0
     if tp > 1:
         nb = e * tokens * spec.d_model
-        if st.sequence_parallel:
+        if sh.sp:
             t_tp_point = coll.all_gather_time(nb, tp_span, cl) + coll.reduce_scatter_time(
                 nb, tp_span, cl
             )
@@ -398,7 +396,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         lt = classes[key]
         # tensor parallel: 2 points forward, 2 backward (Shoeybi et al. 2019, Fig. 4)
         t_tp = 2 * t_tp_point
-        if st.overlap_tp_comm:
+        if overlap_tp_comm:
             t_tp = max(0.0, t_tp - TP_OVERLAP_SHARE * lt.fwd)
         # context parallel: ring exchange of K/V hidden behind the attention core
         t_cp_f = t_cp_b = 0.0
@@ -410,26 +408,26 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         t_a2a = 0.0
         if lt.a2a_bytes and ep > 1:
             t_a2a = 2 * coll.all_to_all_time(lt.a2a_bytes, ep_span, cl)
-            if st.overlap_moe_a2a:
+            if overlap_moe_a2a:
                 t_a2a = max(0.0, t_a2a - A2A_OVERLAP_SHARE * lt.fwd)
         rec_c = rec_comm = 0.0
-        if st.recompute == "full":
+        if recompute == "full":
             rec_c, rec_comm = lt.fwd, t_tp + t_cp_f + t_a2a
-        elif st.recompute == "selective":
+        elif recompute == "selective":
             rec_c = lt.attn_core_fwd
-        elif st.recompute == "selective-op":
+        elif recompute == "selective-op":
             rec_c = lt.sac_fwd
         return LayerCost(
             f=lt.fwd, b=lt.dgrad + lt.wgrad, w=lt.wgrad, rec=rec_c,
             f_comm=t_tp + t_cp_f + t_a2a, b_comm=t_tp + t_cp_b + t_a2a + rec_comm,
-            tp=2 * t_tp + (t_tp if st.recompute == "full" else 0.0),
-            cp=t_cp_f + t_cp_b, ep=2 * t_a2a + (t_a2a if st.recompute == "full" else 0.0),
+            tp=2 * t_tp + (t_tp if recompute == "full" else 0.0),
+            cp=t_cp_f + t_cp_b, ep=2 * t_a2a + (t_a2a if recompute == "full" else 0.0),
         )  # fmt: skip
 
     costs = {key: layer_cost(key) for key in classes}
 
     # ---- pipeline ranks: layers, embedding on the first, head on the last
-    layouts = rank_layouts(spec, pp, v if st.schedule == "interleaved" else 1)
+    layouts = rank_layouts(spec, pp, v)
     emb_t = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
     emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
     head_f = head_b = 0.0
@@ -457,6 +455,68 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm, tp=head_comm)
         per_rank.append(acc)
     busiest = max(range(pp), key=lambda r: per_rank[r].total)
+    return classes, tuple(per_rank), busiest, costs
+
+
+def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, float]:
+    """Forward and backward seconds of one transformer layer (of the first layer's kind) for
+    one micro-batch on one rank, exposed in-layer communication and recomputation included:
+    what Korthikanti et al. 2022 (Table 4) time per layer."""
+    dev = power_limited(cl.device, cl.power_cap_w)
+    e = 4.0 if st.precision == "fp32" else 2.0
+    sh = Shard(tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
+               sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
+               moe_imbalance=st.moe_imbalance)  # fmt: skip
+    costs = _pipeline_ranks(
+        spec, cl, dev, _gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
+        st.overlap_moe_a2a, 1, 1,
+    )[3]  # fmt: skip
+    c = costs[(spec.layer_type(0), spec.is_moe_layer(0))]
+    return c.f + c.f_comm, c.b + c.b_comm + c.rec
+
+
+def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
+    """Compute time of the busiest pipeline rank for all micro-batches, without bubble,
+    communication, optimizer or offload: no strategy's step is shorter. The planner's bound."""
+    dev = power_limited(cl.device, cl.power_cap_w)
+    e = 4.0 if st.precision == "fp32" else 2.0
+    sh = Shard(tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
+               sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
+               moe_imbalance=st.moe_imbalance)  # fmt: skip
+    v_eff = st.vpp if st.schedule == "interleaved" else 1
+    _, per_rank, busiest, _ = _pipeline_ranks(
+        spec, cl, dev, _gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
+        st.overlap_moe_a2a, st.pp, v_eff,
+    )  # fmt: skip
+    rc = per_rank[busiest]
+    return st.grad_accum * (rc.f + rc.b + rc.rec)
+
+
+def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
+    dev = power_limited(cl.device, cl.power_cap_w)
+    gdt = _gemm_dtype(st.precision, dev)
+    e = 4.0 if st.precision == "fp32" else 2.0
+    tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
+    mb, seq = st.micro_batch, st.seq
+    m = st.grad_accum
+    tokens = mb * seq // cp
+    sh = Shard(tokens=tokens, seq=seq, tp=tp, cp=cp, ep=ep, sp=st.sequence_parallel,
+               act_bytes=e, flash=st.flash_attention, moe_imbalance=st.moe_imbalance)  # fmt: skip
+    notes: list[str] = []
+
+    # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
+    dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks
+    ep_span = cl.span(ep, tp)
+    edp = max(1, dp * cp // ep)
+    edp_span = cl.span(edp, tp * ep)
+    pp_cross = tp * cp * dp >= cl.domain
+
+    # ---- per-layer times and communication, per pipeline rank
+    v_eff = v if st.schedule == "interleaved" else 1
+    layouts = rank_layouts(spec, pp, v_eff)
+    classes, per_rank, busiest, _ = _pipeline_ranks(
+        spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff
+    )
     rc = per_rank[busiest]
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
 
@@ -477,7 +537,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     expert_local = expert_params / ep
     copies = param_copies(st.schedule) if pp > 1 else 1
 
-    fp32_grads = st.grad_reduce_dtype == "fp32" or (st.grad_reduce_dtype is None and st.zero < 3)
+    fp32_grads = _fp32_grads(st)
     gb = 4.0 if fp32_grads else 2.0
     if st.precision == "fp32":
         gb = 4.0
@@ -528,7 +588,6 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         t_dp_exposed = m * per_mb
 
     # ---- optimizer step and offload
-    sb = state_bytes_per_param(st.precision, st.optimizer, fp32_grads)
     shards_dense = dp * cp if st.zero >= 1 else 1
     opt_params = dense_local * copies / shards_dense + expert_local * copies / (
         edp if st.zero >= 1 else 1
@@ -545,7 +604,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     step = compute_total + t_dp_exposed + t_opt + t_off
 
     # ---- memory of the busiest-in-memory rank (rank 0 holds the most in-flight micro-batches)
-    mem = _memory(spec, st, sh, layouts, sb, copies, fp32_grads)
+    mem = estimate_memory(spec, cl, st)
 
     # ---- FLOPs and rates
     tokens_step = st.global_batch_seqs * seq
@@ -618,59 +677,170 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     )
 
 
-def _memory(
+def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
+    """Memory per GPU of the most loaded stage, without the timing: the planner's first filter."""
+    return _memory(
+        spec, st.precision, st.optimizer, st.grad_reduce_dtype, st.tp, st.pp, st.dp, st.cp,
+        st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
+        st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
+        st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance,
+    )  # fmt: skip
+
+
+def _fp32_grads(st: Strategy) -> bool:
+    """Gradients kept and reduced in fp32: Megatron's main_grad buffer (ZeRO 0-2) unless the
+    strategy says otherwise; FSDP (ZeRO-3) keeps them in the parameter dtype."""
+    return _grads_in_fp32(st.grad_reduce_dtype, st.zero)
+
+
+def _grads_in_fp32(grad_reduce_dtype: str | None, zero: int) -> bool:
+    return grad_reduce_dtype == "fp32" or (grad_reduce_dtype is None and zero < 3)
+
+
+@functools.lru_cache(maxsize=65536)
+def _states(
     spec: ModelSpec,
-    st: Strategy,
-    sh: Shard,
-    layouts: tuple[RankLayout, ...],
-    sb: StateBytes,
+    pp: int,
+    v: int,
     copies: int,
-    fp32_grads: bool,
-) -> Memory:
-    tp, pp, dp, cp, ep = st.tp, st.pp, st.dp, st.cp, st.ep
+    tp: int,
+    ep: int,
+    dp: int,
+    cp: int,
+    zero: int,
+    offload: bool,
+    precision: str,
+    optimizer: str,
+    grad_reduce_dtype: str | None,
+) -> tuple[tuple[float, float, float, float], ...]:
+    """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and one layer's
+    gathered-weight transient under ZeRO-3."""  # fmt: skip
+    fp32_grads = _grads_in_fp32(grad_reduce_dtype, zero)
+    sb = state_bytes_per_param(precision, optimizer, fp32_grads)
     edp = max(1, dp * cp // ep)
-    a = ActShape(tokens=sh.tokens, seq=sh.seq, tp=tp, sp=st.sequence_parallel, act_bytes=sh.act_bytes,
-                 flash=st.flash_attention, dropout=st.dropout, ep=ep, moe_imbalance=st.moe_imbalance)  # fmt: skip
-    m = st.grad_accum
-    v = st.vpp if st.schedule == "interleaved" else 1
-    flight = in_flight(st.schedule, pp, m, v)
-    best: Memory | None = None
+    layouts = rank_layouts(spec, pp, v)
+    out = []
     for r in sorted({0, pp - 1}):
         lay = layouts[r]
         dense_local = lay.dense_params / tp * copies
         expert_local = lay.expert_params / ep * copies
-        w1, g1, o1 = sharded_state_bytes(dense_local, sb, st.zero, dp * cp, st.offload_optimizer)
-        w2, g2, o2 = sharded_state_bytes(expert_local, sb, st.zero, edp, st.offload_optimizer)
+        w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload)
+        w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload)
+        zt = 0.0
+        if zero >= 3:
+            # two layers' gathered 16-bit weights (current + prefetched) and one layer's grads
+            per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
+            zt = per_layer * (2 * 2.0 + (4.0 if fp32_grads else 2.0))
+        out.append((w1 + w2, g1 + g2, o1 + o2, zt))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _activations(
+    spec: ModelSpec, pp: int, v: int, a: ActShape, recompute: str, flight: float
+) -> tuple[tuple[float, float], ...]:
+    """Per pipeline rank (first and last): activations kept, and the transient of the loss and
+    of a layer rebuilt by full recomputation."""
+    layouts = rank_layouts(spec, pp, v)
+    out = []
+    for r in sorted({0, pp - 1}):
+        lay = layouts[r]
         per_mb = 0.0
         biggest_layer = 0.0
         for (lt, moe), cnt in lay.counts:
-            per_mb += cnt * layer_activation_bytes(spec, lt, moe, a, st.recompute)
-            if st.recompute == "full":
+            per_mb += cnt * layer_activation_bytes(spec, lt, moe, a, recompute)
+            if recompute == "full":
                 biggest_layer = max(biggest_layer, layer_activation_bytes(spec, lt, moe, a, "none"))
         acts = per_mb * flight
         if r == 0:  # the embedding output kept for its backward
-            acts += (
-                sh.act_bytes
-                * sh.tokens
-                * spec.d_model
-                * flight
-                / (tp if st.sequence_parallel else 1)
-            )
+            acts += a.act_bytes * a.tokens * spec.d_model * flight / (a.tp if a.sp else 1)
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if r == pp - 1:
-            transient += logits_bytes(spec, sh.tokens, tp)
-        if st.zero >= 3:
-            # two layers' gathered 16-bit weights (current + prefetched) and one layer's grads
-            per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
-            transient += per_layer * (2 * 2.0 + (4.0 if fp32_grads else 2.0))
-        mem = Memory(
-            weights=w1 + w2,
-            gradients=g1 + g2,
-            optimizer=o1 + o2,
-            activations=acts * FRAGMENTATION,
-            transient=transient,
-            reserve=FRAMEWORK_RESERVE_BYTES,
-        )
+            transient += logits_bytes(spec, a.tokens, a.tp)
+        out.append((acts * FRAGMENTATION, transient))
+    return tuple(out)
+
+
+def memory_table(
+    spec: ModelSpec,
+    precision: str,
+    optimizer: str,
+    grad_reduce_dtype: str | None,
+    tp: int,
+    pp: int,
+    dp: int,
+    cp: int,
+    ep: int,
+    sp: bool,
+    mb: int,
+    seq: int,
+    m: int,
+    v: int,
+    schedule: str,
+    flash: bool,
+    dropout: bool,
+    imbalance: float,
+    settings: list[tuple[int, str, bool]],
+) -> dict[tuple[int, str, bool], float]:
+    """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
+
+    Memory is separable: model states depend on (ZeRO, offload), activations on the
+    recomputation, so the planner costs each part once and adds them up."""  # fmt: skip
+    copies = param_copies(schedule) if pp > 1 else 1
+    a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
+                 act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
+                 ep=ep, moe_imbalance=imbalance)  # fmt: skip
+    flight = in_flight(schedule, pp, m, v)
+    # per rank: model-state bytes for each (ZeRO, offload), activation bytes for each recompute
+    states: dict[tuple[int, bool], list[float]] = {}
+    acts: dict[str, list[float]] = {}
+    out = {}
+    for z, r, o in settings:
+        s = states.get((z, o))
+        if s is None:
+            s = states[(z, o)] = [
+                w + g + op + zt
+                for w, g, op, zt in _states(
+                    spec,
+                    pp,
+                    v,
+                    copies,
+                    tp,
+                    ep,
+                    dp,
+                    cp,
+                    z,
+                    o,
+                    precision,
+                    optimizer,
+                    grad_reduce_dtype,
+                )  # fmt: skip
+            ]
+        ac = acts.get(r)
+        if ac is None:
+            ac = acts[r] = [x + y for x, y in _activations(spec, pp, v, a, r, flight)]
+        t = s[0] + ac[0]
+        if len(s) > 1:
+            t = max(t, s[1] + ac[1])
+        out[(z, r, o)] = t + FRAMEWORK_RESERVE_BYTES
+    return out
+
+
+def _memory(
+    spec: ModelSpec, precision: str, optimizer: str, grad_reduce_dtype: str | None, tp: int,
+    pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
+    schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
+) -> Memory:  # fmt: skip
+    copies = param_copies(schedule) if pp > 1 else 1
+    states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
+                     grad_reduce_dtype)  # fmt: skip
+    a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
+                 act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
+                 ep=ep, moe_imbalance=imbalance)  # fmt: skip
+    acts = _activations(spec, pp, v, a, recompute, in_flight(schedule, pp, m, v))
+    best: Memory | None = None
+    for (w, g, o, zt), (act, tr) in zip(states, acts, strict=True):
+        mem = Memory(w, g, o, act, tr + zt, FRAMEWORK_RESERVE_BYTES)
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None

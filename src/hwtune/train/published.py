@@ -52,7 +52,8 @@ def _act(s: str) -> str:
 
 def _spec(r: dict) -> ModelSpec:
     m = r["model"]
-    if m.get("vocab") is None:
+    layer_only = any(x["metric"].startswith("layer_") for x in r["measured"])
+    if m.get("vocab") is None and not layer_only:
         raise HwtuneInputError("model.vocab", None, "a vocabulary size (not stated in the source)")
     megatron_gpt = m.get("norm", "").startswith("layernorm") and m.get("pos_emb", "").startswith(
         "learned"
@@ -104,7 +105,7 @@ def _spec(r: dict) -> ModelSpec:
         head_dim=m.get("head_dim"),
         ffn_hidden=ffn,
         ffn_act=_act(m.get("ffn_act")),
-        vocab=m["vocab"],
+        vocab=m["vocab"] or 51200,  # per-layer rows time one layer: the vocabulary plays no part
         tied_embeddings=bool(m.get("tied_embeddings")),
         norm="layernorm" if str(m.get("norm", "")).startswith("layernorm") else "rmsnorm",
         pos_emb="learned" if megatron_gpt else ("alibi" if m.get("pos_emb") == "alibi" else "rope"),
@@ -163,6 +164,17 @@ def from_row(r: dict) -> PublishedRun:
     h, p = r["hardware"], r["parallel"]
     try:
         run.spec = _spec(r)
+        fw0 = str(r.get("framework") or "")
+        tp0 = (r["parallel"].get("tp") or 1) if isinstance(r.get("parallel"), dict) else 1
+        if "Megatron" in fw0 or "NeMo" in fw0:
+            # Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by)
+            q = 128 * tp0
+            padded = -(-run.spec.vocab // q) * q
+            if padded != run.spec.vocab:
+                run.spec = run.spec.model_copy(update={"vocab": padded})
+                run.assumptions.append(
+                    f"vocabulary padded to {padded} (Megatron: multiple of 128 x tp)"
+                )
         dev = get_device(h["gpu"])
     except HwtuneInputError as e:
         run.skip_reason = str(e)
@@ -264,6 +276,11 @@ def _targets(r: dict, spec: ModelSpec) -> dict[str, float]:
     meas = {m["metric"]: m for m in r["measured"]}
     t: dict[str, float] = {}
     seq = r["model"]["seq_len"]
+    if "layer_forward_time" in meas:
+        # Korthikanti et al. Table 4: one layer's forward and backward, milliseconds
+        t["layer_forward_s"] = float(meas["layer_forward_time"]["value"]) / 1e3
+        t["layer_backward_s"] = float(meas["layer_backward_time"]["value"]) / 1e3
+        return t
     if "tokens_per_sec_per_gpu" in meas:
         t["tokens_per_s_per_gpu"] = float(meas["tokens_per_sec_per_gpu"]["value"])
     elif "iteration_time" in meas:

@@ -1,0 +1,480 @@
+"""`hwtune plan` and `hwtune scale`: parse, call the library, render. No formulas here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hwtune.errors import HwtuneInputError
+
+GIB = 2**30
+out = Console()
+err_console = Console(stderr=True)
+
+
+def fail(e: Exception) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, enabled: bool = True) -> Iterator:
+    """A progress callback (done, total) drawn on stderr."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    with Progress(
+        TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=err_console, transient=True,
+    ) as prog:  # fmt: skip
+        task = prog.add_task(label, total=1)
+
+        def cb(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        yield cb
+
+
+def parse_pairs(items: list[str] | None, what: str) -> dict[str, object]:
+    """``k=v`` pairs (``--fix tp=8``); integers where they parse, else strings."""
+    out_d: dict[str, object] = {}
+    for it in items or []:
+        if "=" not in it:
+            raise HwtuneInputError(what, it, "name=value, e.g. tp=8")
+        k, v = it.split("=", 1)
+        k = k.strip().replace("-", "_")
+        if k == "mb":
+            k = "micro_batch"
+        try:
+            out_d[k] = int(v)
+        except ValueError:
+            out_d[k] = v.strip()
+    return out_d
+
+
+def make_clusters(
+    gpu: str, gpus: int, gpus_per_node: int | None, nic_gbps: float | None,
+    scaleup_domain: int | None, cluster: Path | None,
+) -> list:  # fmt: skip
+    from hwtune.hardware.cluster import load_cluster_file, make_cluster
+
+    if cluster is not None:
+        return [load_cluster_file(cluster)]
+    names = [g.strip() for g in gpu.split(",") if g.strip()]
+    if not names:
+        raise HwtuneInputError("gpu", gpu, "one or more catalog GPU names, comma-separated")
+    return [
+        make_cluster(
+            n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain
+        )
+        for n in names
+    ]
+
+
+def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) -> int:
+    if global_batch and global_batch_tokens:
+        raise HwtuneInputError(
+            "global batch", "both", "--global-batch or --global-batch-tokens, not both"
+        )
+    if global_batch_tokens:
+        if global_batch_tokens % seq:
+            raise HwtuneInputError(
+                "global_batch_tokens", global_batch_tokens, f"a multiple of --seq {seq}"
+            )
+        return global_batch_tokens // seq
+    return global_batch or 512
+
+
+def _est_row(e: object) -> dict:
+    from hwtune.train.search import strategy_label
+
+    d = e.to_dict()  # type: ignore[attr-defined]
+    d["label"] = strategy_label(e.strategy)  # type: ignore[attr-defined]
+    return d
+
+
+def plan_cmd(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="catalog name or config.json")
+    ] = "llama3.1-70b",
+    gpu: Annotated[
+        str, typer.Option(help="GPU(s): one catalog name, or a comma-separated list to compare")
+    ] = "h100-sxm-80gb",
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 64,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
+    scaleup_domain: Annotated[int | None, typer.Option(help="GPUs per NVLink domain")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="cluster YAML")] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="sequences per step (default 512)")
+    ] = None,
+    global_batch_tokens: Annotated[int | None, typer.Option(help="tokens per step")] = None,
+    seq: Annotated[int, typer.Option(help="sequence length")] = 8192,
+    precision: Annotated[str, typer.Option(help="bf16|fp16|fp8|fp32")] = "bf16",
+    objective: Annotated[
+        str, typer.Option(help="throughput|cost|energy|time-to-train")
+    ] = "throughput",
+    top: Annotated[int, typer.Option(help="strategies to show")] = 5,
+    fix: Annotated[list[str] | None, typer.Option(help="fix a knob: tp=8 (repeatable)")] = None,
+    max_: Annotated[
+        list[str] | None, typer.Option("--max", help="upper bound: pp=16 (repeatable)")
+    ] = None,
+    schedule: Annotated[
+        list[str] | None, typer.Option(help="allowed pipeline schedules (repeatable)")
+    ] = None,
+    no_offload: Annotated[
+        bool, typer.Option("--no-offload", help="never offload optimizer states")
+    ] = False,
+    price_per_gpu_hour: Annotated[
+        float | None, typer.Option(help="USD per GPU-hour (overrides the catalog)")
+    ] = None,
+    tokens: Annotated[
+        float, typer.Option(help="tokens to train, for time/cost/energy to train")
+    ] = 1e12,
+    what_if: Annotated[
+        str | None,
+        typer.Option(
+            help="vary the network: nic=100,200,400 | domain=8,72 | oversubscription=1,2,4"
+        ),
+    ] = None,
+    target_efficiency: Annotated[
+        float, typer.Option(help="with --what-if: fraction of the best throughput to keep")
+    ] = 0.9,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
+    recomputation, offload) for the best one under an objective."""
+    from hwtune.model.catalog import get_model
+    from hwtune.train.objectives import objective_value
+    from hwtune.train.search import SCHEDULES, Constraints, plan
+    from hwtune.train.selection import compare_hardware, network_whatif
+
+    try:
+        spec = get_model(model)
+        gb = _batch(global_batch, global_batch_tokens, seq)
+        fixed = parse_pairs(fix, "--fix")
+        maxima = {k: int(v) for k, v in parse_pairs(max_, "--max").items()}  # type: ignore[call-overload]
+        for s in schedule or []:
+            if s not in SCHEDULES:
+                raise HwtuneInputError("--schedule", s, f"one of {', '.join(SCHEDULES)}")
+        c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
+                        allow_offload=not no_offload)  # fmt: skip
+        clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
+        kw = dict(precision=precision, objective=objective, constraints=c, top_k=top)
+        if what_if:
+            field, _, vals = what_if.partition("=")
+            values = [float(x) for x in vals.split(",") if x.strip()]
+            if not values:
+                raise HwtuneInputError("--what-if", what_if, "field=v1,v2,... e.g. nic=100,200,400")
+            with progress_bar(f"what-if {field}", not as_json) as cb:
+                pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
+                                            target_efficiency, progress=cb, **kw)  # fmt: skip
+            _render_whatif(spec.name, field, pts, least, target_efficiency, as_json)
+            return
+        if len(clusters) > 1:
+            with progress_bar("hardware", not as_json):
+                choices = compare_hardware(spec, clusters, gb, seq, tokens_to_train=tokens,
+                                           price_per_gpu_hour=price_per_gpu_hour, **kw)  # fmt: skip
+            _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
+            return
+        cl = clusters[0]
+        with progress_bar("layouts", not as_json) as cb:
+            r = plan(spec, cl, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
+        if objective == "cost" and r.top:
+            objective_value("cost", r.top[0], cl, price_per_gpu_hour)  # names a missing price
+    except HwtuneInputError as e:
+        fail(e)
+        return
+    _render_plan(spec.name, cl, gb, seq, r, as_json, objective, price_per_gpu_hour, tokens)
+
+
+def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> None:  # noqa: ANN001
+    from hwtune.train.objectives import objective_value
+
+    doc = {
+        "model": name,
+        "gpu": cl.device.name,
+        "n_gpus": cl.n_gpus,
+        "global_batch": gb,
+        "seq": seq,
+        "objective": objective,
+        "candidates": r.candidates,
+        "evaluated": r.evaluated,
+        "pruned": dict(r.pruned),
+        "search_seconds": r.seconds,
+        "candidates_per_s": r.candidates / r.seconds if r.seconds else None,
+        "why_best": r.why_best,
+        "top": [
+            {**_est_row(e), "objective_value": objective_value(objective, e, cl, price, tokens)}
+            for e in r.top
+        ],
+    }
+    if not r.top and r.shortfall:
+        over, st = r.shortfall
+        doc["infeasible"] = {
+            "smallest_shortfall_bytes": over,
+            "closest_strategy": st.model_dump(),
+        }
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        if not r.top:
+            raise typer.Exit(1)
+        return
+    if not r.top:
+        over, st = r.shortfall if r.shortfall else (0.0, None)
+        from hwtune.train.search import strategy_label
+
+        out.print(f"[red]no strategy fits[/red] {name} on {cl.n_gpus} x {cl.device.name}: the closest "
+                  f"({strategy_label(st) if st else '-'}) needs {over / GIB:.1f} GiB more per GPU "
+                  f"than the {cl.device.memory_gib:.0f} GiB there is.")  # fmt: skip
+        raise typer.Exit(1)
+    t = Table(
+        title=f"{name} on {cl.n_gpus} x {cl.device.name}, batch {gb} x {seq} tokens, by {objective}"
+    )
+    for col in ("#", "strategy", "step", "tokens/s/GPU", "MFU", "mem GiB", objective):
+        t.add_column(col, justify="right" if col not in ("strategy",) else "left")
+    for i, e in enumerate(r.top, 1):
+        t.add_row(
+            str(i), _est_row(e)["label"], f"{e.step_time_s:.3f} s", f"{e.tokens_per_s_per_gpu:,.0f}",
+            f"{e.mfu:.1%}", f"{e.memory.total / GIB:.1f}",
+            f"{objective_value(objective, e, cl, price, tokens):.4g}",
+        )  # fmt: skip
+    out.print(t)
+    out.print(f"why #1: {r.why_best}" if r.why_best else "")
+    pr = ", ".join(f"{v:,} {k}" for k, v in r.pruned.most_common())
+    out.print(
+        f"searched {r.candidates:,} candidates in {r.seconds:.2f} s "
+        f"({r.candidates / max(r.seconds, 1e-9):,.0f}/s); estimated {r.evaluated:,}; pruned: {pr}"
+    )
+
+
+def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: ANN001
+    rows = []
+    for h in choices:
+        best = h.result.top[0] if h.result.top else None
+        rows.append(
+            {
+                "gpu": h.cluster.device.name,
+                "n_gpus": h.cluster.n_gpus,
+                "fits": best is not None,
+                "strategy": _est_row(best)["label"] if best else None,
+                "tokens_per_s": best.tokens_per_s if best else None,
+                "mfu": best.mfu if best else None,
+                "time_to_train_s": h.time_to_train_s,
+                "cost_usd": h.cost_usd,
+                "energy_j": h.energy_j,
+            }
+        )
+    if as_json:
+        sys.stdout.write(json.dumps({"model": name, "global_batch": gb, "seq": seq, "tokens": tokens,
+                                     "hardware": rows}, indent=2) + "\n")  # fmt: skip
+        return
+    t = Table(title=f"{name}: {tokens:.3g} tokens, batch {gb} x {seq}")
+    for col in (
+        "GPU",
+        "GPUs",
+        "best strategy",
+        "tokens/s",
+        "MFU",
+        "days",
+        "cost (USD)",
+        "energy (MWh)",
+    ):
+        t.add_column(col, justify="left" if col in ("GPU", "best strategy") else "right")
+    for r in rows:
+        if not r["fits"]:
+            t.add_row(r["gpu"], str(r["n_gpus"]), "[red]no strategy fits[/red]", "", "", "", "", "")
+            continue
+        t.add_row(
+            r["gpu"], str(r["n_gpus"]), r["strategy"], f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+            f"{r['time_to_train_s'] / 86400:.1f}",
+            f"{r['cost_usd']:,.0f}" if r["cost_usd"] is not None else "no price",
+            f"{r['energy_j'] / 3.6e9:,.1f}",
+        )  # fmt: skip
+    out.print(t)
+
+
+def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: ANN001
+    rows = [
+        {
+            "value": p.value,
+            "tokens_per_s": p.throughput,
+            "efficiency": p.efficiency,
+            "strategy": _est_row(p.result.top[0])["label"] if p.result.top else None,
+        }
+        for p in pts
+    ]
+    if as_json:
+        sys.stdout.write(json.dumps({"model": name, "field": field, "target_efficiency": target,
+                                     "least_value": least, "points": rows}, indent=2) + "\n")  # fmt: skip
+        return
+    t = Table(title=f"{name}: what-if {field}")
+    for col in (field, "tokens/s", "vs best", "best strategy"):
+        t.add_column(col, justify="right" if col != "best strategy" else "left")
+    for r in rows:
+        t.add_row(
+            f"{r['value']:g}",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['efficiency']:.1%}",
+            r["strategy"] or "no fit",
+        )
+    out.print(t)
+    out.print(
+        f"least {field} keeping {target:.0%} of the best throughput: {least:g}"
+        if least is not None
+        else f"no {field} in the sweep keeps {target:.0%} of the best throughput"
+    )
+
+
+def scale_cmd(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", "-m", help="catalog name(s), comma-separated for a model-size sweep"
+        ),
+    ] = "llama3.1-70b",
+    gpu: Annotated[str, typer.Option(help="catalog GPU name")] = "h100-sxm-80gb",
+    gpus: Annotated[
+        str, typer.Option(help="accelerator counts, comma-separated (default 8..8192, powers of 2)")
+    ] = "",
+    fixed_gpus: Annotated[
+        int, typer.Option(help="accelerators for model-size or batch sweeps")
+    ] = 1024,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    nic_gbps: Annotated[float | None, typer.Option()] = None,
+    scaleup_domain: Annotated[int | None, typer.Option()] = None,
+    policy: Annotated[
+        str, typer.Option(help="strong (fixed global batch) | weak (fixed per-GPU batch)")
+    ] = "strong",
+    global_batch: Annotated[int, typer.Option(help="sequences per step (strong scaling)")] = 1024,
+    global_batches: Annotated[
+        str, typer.Option(help="sweep the global batch instead: 128,256,...")
+    ] = "",
+    seqs_per_gpu: Annotated[float, typer.Option(help="sequences per GPU (weak scaling)")] = 1.0,
+    seq: Annotated[int, typer.Option()] = 8192,
+    precision: Annotated[str, typer.Option()] = "bf16",
+    knees: Annotated[
+        str, typer.Option(help="fractions of linear scaling that mark a knee")
+    ] = "0.9,0.5",
+    plot: Annotated[Path | None, typer.Option(help="write a PNG plot here")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Sweep accelerators (or model size, or global batch): best strategy at each point, scaling
+    efficiency, knees where adding accelerators stops paying, and regime changes."""
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.train.scaling import scale_sweep
+    from hwtune.train.search import plan, strategy_label
+
+    try:
+        fr = [float(x) for x in knees.split(",") if x.strip()]
+        names = [x.strip() for x in model.split(",") if x.strip()]
+        mk = lambda n: make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,  # noqa: E731
+                                    scaleup_domain=scaleup_domain)  # fmt: skip
+        if len(names) > 1 or global_batches:
+            # model-size or global-batch sweep at a fixed accelerator count
+            cl = mk(fixed_gpus)
+            rows = []
+            items = [(n, global_batch) for n in names] if len(names) > 1 else [
+                (names[0], int(b)) for b in global_batches.split(",") if b.strip()
+            ]  # fmt: skip
+            with progress_bar("sweep", not as_json) as cb:
+                for i, (n, gb) in enumerate(items):
+                    if cb:
+                        cb(i, len(items))
+                    spec = get_model(n)
+                    r = plan(spec, cl, gb, seq, precision=precision, top_k=1)
+                    b = r.top[0] if r.top else None
+                    rows.append({"model": spec.name, "global_batch": gb,
+                                 "tokens_per_s": b.tokens_per_s if b else 0.0, "mfu": b.mfu if b else None,
+                                 "model_tflops_per_gpu": b.model_tflops_per_gpu if b else None,
+                                 "strategy": strategy_label(b.strategy) if b else None})  # fmt: skip
+            if as_json:
+                sys.stdout.write(
+                    json.dumps(
+                        {"gpu": cl.device.name, "n_gpus": cl.n_gpus, "points": rows}, indent=2
+                    )
+                    + "\n"
+                )
+                return
+            t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}")
+            for col in ("model", "global batch", "tokens/s", "MFU", "best strategy"):
+                t.add_column(col)
+            for r_ in rows:
+                t.add_row(r_["model"], str(r_["global_batch"]), f"{r_['tokens_per_s']:,.0f}",
+                          f"{r_['mfu']:.1%}" if r_["mfu"] else "-", r_["strategy"] or "no fit")  # fmt: skip
+            out.print(t)
+            return
+        spec = get_model(names[0])
+        ns = [int(x) for x in gpus.split(",") if x.strip()] or [2**k for k in range(3, 14)]
+        with progress_bar("accelerators", not as_json) as cb:
+            res = scale_sweep(spec, mk, ns, seq, policy=policy, global_batch=global_batch,
+                              seqs_per_gpu=seqs_per_gpu, fractions=fr, progress=cb,
+                              precision=precision, top_k=1)  # fmt: skip
+    except HwtuneInputError as e:
+        fail(e)
+        return
+    doc = {
+        "model": spec.name,
+        "gpu": gpu,
+        "policy": res.policy,
+        "points": [
+            {
+                "n_gpus": p.n_gpus,
+                "global_batch": p.global_batch,
+                "tokens_per_s": p.throughput,
+                "tokens_per_s_per_gpu": p.throughput / p.n_gpus,
+                "scaling_efficiency": p.efficiency,
+                "mfu": p.best.mfu if p.best else None,
+                "exposed_share": p.shares,
+                "strategy": p.label,
+            }
+            for p in res.points
+        ],
+        "knees": [k.__dict__ for k in res.knees],
+    }
+    if plot:
+        from hwtune.report.scale_plot import plot_scaling
+
+        plot_scaling(res, plot, f"{spec.name} on {gpu}: {res.policy} scaling")
+        doc["plot"] = str(plot)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    t = Table(title=f"{spec.name} on {gpu}: {res.policy} scaling, seq {seq}")
+    for col in (
+        "GPUs",
+        "batch",
+        "tokens/s",
+        "per GPU",
+        "efficiency",
+        "MFU",
+        "exposed comm",
+        "best strategy",
+    ):
+        t.add_column(col, justify="left" if col == "best strategy" else "right")
+    for p in res.points:
+        comm = sum(v for k, v in p.shares.items() if k in ("tp", "cp", "ep", "dp", "pp_p2p"))
+        t.add_row(
+            str(p.n_gpus), str(p.global_batch), f"{p.throughput:,.0f}", f"{p.throughput / p.n_gpus:,.0f}",
+            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}" if p.best else "-", f"{comm:.1%}", p.label,
+        )  # fmt: skip
+    out.print(t)
+    for k in res.knees:
+        out.print(
+            f"[bold]{k.n_gpus} GPUs[/bold]: {k.detail}"
+            + (f" — saturating: {k.resource}" if k.resource else "")
+        )
+    if not res.knees:
+        out.print("no knee in the sweep: scaling stays above the thresholds")
+    if plot:
+        out.print(f"plot: {plot}")

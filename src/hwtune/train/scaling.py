@@ -1,0 +1,208 @@
+"""Scaling sweeps (`hwtune scale`): where adding accelerators stops paying.
+
+At each accelerator count the best strategy is searched (`search.plan`); the sweep reports
+throughput, scaling efficiency, MFU, the share of the step each parallel dimension's exposed
+communication takes, and the strategy. Knees are where the marginal throughput of an added
+accelerator falls below fractions of linear scaling (Amdahl-style diminishing returns; the
+"inflection points" of the scaling study), and regime changes are where the best strategy's
+shape changes.
+
+Batch policies: ``strong`` keeps the global batch fixed; ``weak`` keeps the sequences per GPU
+fixed (global batch = per-GPU batch x GPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster
+from hwtune.model.spec import ModelSpec
+from hwtune.train.estimator import Estimate
+from hwtune.train.search import PlanResult, plan, strategy_label
+
+SHARE_KEYS = {
+    "tp": "tp_comm_exposed",
+    "cp": "cp_comm_exposed",
+    "ep": "ep_comm_exposed",
+    "dp": "dp_comm_exposed",
+    "pp_p2p": "pp_p2p",
+    "bubble": "pipeline_bubble",
+    "recompute": "recompute",
+}
+
+RESOURCE = {
+    "tp": "scale-up link (tensor-parallel traffic)",
+    "cp": "network (context-parallel K/V exchange)",
+    "ep": "network (expert all-to-all)",
+    "dp": "NIC (data-parallel gradient traffic)",
+    "pp_p2p": "network (pipeline point-to-point)",
+    "bubble": "pipeline bubble (too few micro-batches per pipeline)",
+    "recompute": "memory (recomputation forced by capacity)",
+}
+
+
+@dataclass
+class ScalePoint:
+    n_gpus: int
+    global_batch: int
+    result: PlanResult
+    best: Estimate | None
+    throughput: float  # tokens/s of the whole job
+    efficiency: float = 0.0  # per-GPU throughput / per-GPU throughput at the first point
+    shares: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return strategy_label(self.best.strategy) if self.best else "no strategy fits"
+
+
+@dataclass
+class Knee:
+    kind: str  # "efficiency" or "regime"
+    n_gpus: int
+    detail: str
+    fraction: float | None = None
+    resource: str = ""
+
+
+@dataclass
+class ScaleResult:
+    points: list[ScalePoint]
+    knees: list[Knee]
+    policy: str
+
+
+def marginal_fractions(ns: Sequence[float], thr: Sequence[float]) -> list[float]:
+    """Marginal throughput per added accelerator between consecutive points, as a fraction of
+    the first point's per-accelerator throughput (1.0 = linear). Index i is the step into i."""
+    if len(ns) != len(thr) or not ns:
+        raise HwtuneInputError("sweep", len(ns), "as many throughputs as accelerator counts")
+    base = thr[0] / ns[0]
+    out = [1.0]
+    for i in range(1, len(ns)):
+        dn = ns[i] - ns[i - 1]
+        if dn <= 0:
+            raise HwtuneInputError("gpus", list(ns), "strictly increasing accelerator counts")
+        out.append((thr[i] - thr[i - 1]) / dn / base if base > 0 else 0.0)
+    return out
+
+
+def find_knees(
+    ns: Sequence[float], thr: Sequence[float], fractions: Sequence[float] = (0.9, 0.5)
+) -> list[tuple[float, float]]:
+    """(fraction, accelerators) for each fraction: the first count at which the marginal
+    throughput per added accelerator falls below that fraction of linear."""
+    marg = marginal_fractions(ns, thr)
+    out = []
+    for f in sorted(fractions, reverse=True):
+        for i in range(1, len(ns)):
+            if marg[i] < f:
+                out.append((f, ns[i]))
+                break
+    return out
+
+
+def _regime(est: Estimate) -> str:
+    st = est.strategy
+    dims = {"tensor": st.tp, "pipeline": st.pp, "context": st.cp, "expert": st.ep}
+    heavy = [k for k, v in dims.items() if v >= 4]
+    shape = "+".join(heavy) + "-heavy" if heavy else "data-parallel"
+    return f"{shape}, ZeRO-{st.zero}" + (
+        f", {st.recompute} recompute" if st.recompute != "none" else ""
+    )
+
+
+def _shares(est: Estimate) -> dict[str, float]:
+    return {k: est.breakdown.get(v, 0.0) / est.step_time_s for k, v in SHARE_KEYS.items()}
+
+
+def saturating_resource(prev: ScalePoint, cur: ScalePoint) -> str:
+    """The resource whose share of the step grew the most between two points."""
+    if not prev.shares or not cur.shares:
+        return "memory (no strategy fits)"
+    growth = {k: cur.shares.get(k, 0.0) - prev.shares.get(k, 0.0) for k in SHARE_KEYS}
+    k, g = max(growth.items(), key=lambda kv: kv[1])
+    if g <= 0.005:
+        return "none dominant (per-GPU work shrinks: kernels get smaller and less efficient)"
+    return RESOURCE[k]
+
+
+def scale_sweep(
+    spec: ModelSpec,
+    cluster_for: Callable[[int], Cluster],
+    gpus: Sequence[int],
+    seq: int,
+    policy: str = "strong",
+    global_batch: int | None = None,
+    seqs_per_gpu: float | None = None,
+    fractions: Sequence[float] = (0.9, 0.5),
+    progress: Callable[[int, int], None] | None = None,
+    **plan_kw: object,
+) -> ScaleResult:
+    """Best strategy at each accelerator count; knees and regime changes."""
+    ns = sorted(set(int(g) for g in gpus))
+    if not ns or ns[0] < 1:
+        raise HwtuneInputError("gpus", list(gpus), "positive accelerator counts")
+    if policy not in ("strong", "weak"):
+        raise HwtuneInputError(
+            "policy", policy, "strong (fixed global batch) or weak (fixed per-GPU batch)"
+        )
+    if policy == "strong" and not global_batch:
+        raise HwtuneInputError("global_batch", global_batch, "a global batch for strong scaling")
+    if policy == "weak" and not seqs_per_gpu:
+        raise HwtuneInputError("seqs_per_gpu", seqs_per_gpu, "sequences per GPU for weak scaling")
+    points: list[ScalePoint] = []
+    for i, n in enumerate(ns):
+        if progress:
+            progress(i, len(ns))
+        gb = int(global_batch) if policy == "strong" else max(1, round(seqs_per_gpu * n))  # type: ignore[arg-type, operator]
+        try:
+            r = plan(spec, cluster_for(n), gb, seq, **plan_kw)  # type: ignore[arg-type]
+        except HwtuneInputError:
+            # no layout of n GPUs divides this job (e.g. more data-parallel ranks than sequences)
+            points.append(ScalePoint(n, gb, None, None, 0.0))  # type: ignore[arg-type]
+            continue
+        best = r.top[0] if r.top else None
+        points.append(
+            ScalePoint(
+                n,
+                gb,
+                r,
+                best,
+                best.tokens_per_s if best else 0.0,
+                shares=_shares(best) if best else {},
+            )  # fmt: skip
+        )
+    valid = [p for p in points if p.best]
+    if valid:
+        base = valid[0].throughput / valid[0].n_gpus
+        for p in points:
+            p.efficiency = p.throughput / p.n_gpus / base if base else 0.0
+    knees: list[Knee] = []
+    if len(valid) >= 2:
+        vn = [p.n_gpus for p in valid]
+        for f, n in find_knees(vn, [p.throughput for p in valid], fractions):
+            idx = vn.index(n)
+            knees.append(
+                Knee(
+                    "efficiency",
+                    int(n),
+                    f"marginal throughput per added GPU below {f:.0%} of linear",
+                    f,
+                    saturating_resource(valid[idx - 1], valid[idx]),
+                )  # fmt: skip
+            )
+        for a, b in zip(valid, valid[1:], strict=False):
+            ra, rb = _regime(a.best), _regime(b.best)  # type: ignore[arg-type]
+            if ra != rb:
+                knees.append(
+                    Knee(
+                        "regime",
+                        b.n_gpus,
+                        f"best strategy changes: {ra} -> {rb}",
+                        resource=saturating_resource(a, b),
+                    )  # fmt: skip
+                )
+    return ScaleResult(points, knees, policy)

@@ -1,0 +1,351 @@
+"""The planner's search over composite strategies (`hwtune plan`).
+
+Every valid combination of dp x tp x pp x ep x cp, sequence parallelism, ZeRO stage,
+micro-batch, virtual stages, pipeline schedule, recomputation and offload is a candidate. The
+search never estimates a candidate it can rule out:
+
+1. **Validity**: degrees must divide what they split (heads, experts, GPUs, sequence, batch).
+2. **Dominance**: a knob that only trades time for memory is taken at its cheapest level that
+   fits. Sequence parallelism is always on with TP (it moves the same bytes as the all-reduce it
+   replaces and stores less; Korthikanti et al. 2022, §4.2.2); ZeRO-0 is dominated by ZeRO-1
+   (same traffic with a distributed optimizer, less memory; Rajbhandari et al. SC'20, §5).
+   For each layout the memory knobs (ZeRO stage, recomputation, offload) are searched as a
+   lattice: a setting is kept only if it fits and no cheaper setting in every knob also fits.
+3. **Memory**: a candidate whose most loaded stage does not fit is dropped before its time is
+   estimated (the memory model is ~10x cheaper than the time model).
+4. **Bound**: a candidate whose compute alone (no communication, no bubble) is already slower
+   than the k-th best found so far is dropped.
+
+Counts of what was pruned and why are part of the result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster
+from hwtune.model.spec import ModelSpec
+from hwtune.train.estimator import Estimate, _estimate, memory_table, step_time_lower_bound
+from hwtune.train.objectives import OBJECTIVES, objective_value
+from hwtune.train.strategy import SCHEDULES, Strategy
+
+RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
+ZERO_ORDER = (1, 2, 3)
+KNOB_FIELDS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "schedule", "recompute", "zero")
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """User constraints: fixed values (``--fix tp=8``), maxima (``--max pp=16``), allowed sets."""
+
+    fixed: dict[str, object] = field(default_factory=dict)
+    maxima: dict[str, int] = field(default_factory=dict)
+    schedules: tuple[str, ...] | None = None
+    allow_offload: bool = True
+
+    def allows(self, name: str, value: object) -> bool:
+        if name in self.fixed and self.fixed[name] != value:
+            return False
+        mx = self.maxima.get(name)
+        return not (mx is not None and isinstance(value, int) and value > mx)
+
+
+@dataclass
+class PlanResult:
+    """The top-k strategies, best first, with what the search did."""
+
+    top: list[Estimate]
+    objective: str
+    candidates: int
+    evaluated: int
+    pruned: Counter
+    seconds: float
+    shortfall: tuple[float, Strategy] | None = None  # smallest memory overshoot when none fits
+    why_best: str = ""
+
+    @property
+    def best(self) -> Estimate:
+        if not self.top:
+            raise HwtuneInputError("plan", "no feasible strategy", "a job that fits in memory")
+        return self.top[0]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, x = [], 1
+    while x <= n:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def layouts(
+    spec: ModelSpec, cl: Cluster, seq: int, gb: int, c: Constraints
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """(tp, pp, cp, dp, ep) that divide what they split; TP stays inside one scale-up domain."""
+    n = cl.n_gpus
+    kv = spec.kv_heads
+    for tp in _pow2_upto(min(cl.domain, spec.n_heads)):
+        if spec.n_heads % tp or (spec.mla is None and kv % tp and tp % kv) or n % tp:
+            continue
+        if not c.allows("tp", tp):
+            continue
+        for pp in _divisors(n // tp):
+            if pp > spec.n_layers or not c.allows("pp", pp):
+                continue
+            for cp in _pow2_upto(min(16, n // (tp * pp))):
+                if (n // (tp * pp)) % cp or seq % (2 * cp) or not c.allows("cp", cp):
+                    continue
+                dp = n // (tp * pp * cp)
+                if gb % dp or not c.allows("dp", dp):
+                    continue
+                eps = [1]
+                if spec.moe is not None:
+                    eps = [e for e in _divisors(dp * cp) if spec.moe.n_routed_experts % e == 0]
+                for ep in eps:
+                    if c.allows("ep", ep):
+                        yield tp, pp, cp, dp, ep
+
+
+def _schedules(spec: ModelSpec, pp: int, m: int, c: Constraints) -> Iterator[tuple[str, int]]:
+    """(schedule, virtual stages) valid for ``pp`` ranks and ``m`` micro-batches."""
+    allowed = c.schedules or SCHEDULES
+    if pp == 1:
+        yield "1f1b", 1
+        return
+    for s in allowed:
+        if s == "gpipe":
+            continue  # dominated by 1F1B: same bubble, more activations in flight
+        if s == "interleaved":
+            if m % pp:
+                continue
+            for v in range(2, 9):
+                if spec.n_layers >= pp * v and c.allows("vpp", v):
+                    yield s, v
+            continue
+        if s == "dualpipe" and (pp % 2 or m < 2 * pp):
+            continue
+        yield s, 1
+
+
+def n_raw_for(tp: int, c: Constraints, lattice: list) -> int:
+    """Raw candidates per (layout, micro-batch, schedule): ZeRO 0-3 x recomputation x offload
+    x sequence parallel on/off (with TP)."""
+    return 4 * len(RECOMPUTE_ORDER) * (2 if c.allow_offload else 1) * (2 if tp > 1 else 1)
+
+
+def _complexity(st: Strategy) -> int:
+    """How many parallel dimensions and memory savers a strategy uses (the tie-breaker)."""
+    return (
+        sum(d > 1 for d in (st.tp, st.pp, st.cp, st.ep))
+        + (st.vpp > 1)
+        + (st.recompute != "none")
+        + st.offload_optimizer
+    )
+
+
+def _knob_lattice(allow_offload: bool) -> list[tuple[int, str, bool]]:
+    offs = (False, True) if allow_offload else (False,)
+    return [(z, r, o) for o in offs for z in ZERO_ORDER for r in RECOMPUTE_ORDER]
+
+
+_RANK = {r: i for i, r in enumerate(RECOMPUTE_ORDER)}
+
+
+def _dominated(a: tuple[int, str, bool], b: tuple[int, str, bool]) -> bool:
+    """Whether knob setting ``b`` is no cheaper than ``a`` in every knob (so ``a`` dominates)."""
+    return a[0] <= b[0] and a[2] <= b[2] and _RANK[a[1]] <= _RANK[b[1]] and a != b
+
+
+def plan(
+    spec: ModelSpec,
+    cl: Cluster,
+    global_batch: int,
+    seq: int,
+    *,
+    precision: str = "bf16",
+    objective: str = "throughput",
+    constraints: Constraints | None = None,
+    top_k: int = 5,
+    micro_batches: Iterable[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    base: dict[str, object] | None = None,
+) -> PlanResult:
+    """Search the strategies of training ``spec`` on ``cl`` with ``global_batch`` sequences of
+    ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`)."""
+    if objective not in OBJECTIVES:
+        raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
+    c = constraints or Constraints()
+    for name in c.fixed:
+        if name not in KNOB_FIELDS + ("sequence_parallel", "offload_optimizer"):
+            raise HwtuneInputError("--fix", name, f"one of {', '.join(KNOB_FIELDS)}")
+    base = dict(base or {})
+    t0 = time.perf_counter()
+    pruned: Counter = Counter()
+    top: list[tuple[tuple[float, int], Estimate]] = []
+    evaluated = candidates = 0
+    best_short: tuple[float, Strategy] | None = None
+    lattice = [
+        k
+        for k in _knob_lattice(c.allow_offload)
+        if c.allows("zero", k[0]) and c.allows("recompute", k[1])
+        and c.allows("offload_optimizer", k[2])
+    ]  # fmt: skip
+    lay = list(layouts(spec, cl, seq, global_batch, c))
+    if not lay:
+        raise HwtuneInputError(
+            "constraints", {**c.fixed, **c.maxima} or "none",
+            f"a layout of {cl.n_gpus} GPUs that divides the heads, layers, sequence and batch {global_batch}",
+        )  # fmt: skip
+    cap = cl.device.memory_bytes
+    sense = OBJECTIVES[objective]
+    # step time orders throughput, cost and time-to-train alike (fixed GPUs and tokens per step)
+    bounded = objective in ("throughput", "cost", "time-to-train")
+    for li, (tp, pp, cp, dp, ep) in enumerate(lay):
+        if progress:
+            progress(li, len(lay))
+        per_rank = global_batch // dp
+        mbs = [b for b in (micro_batches or _divisors(min(per_rank, 64))) if per_rank % b == 0]
+        mbs = [b for b in mbs if c.allows("micro_batch", b)]
+        lightest = lattice[-1]  # the most memory-saving setting (lattice is in cost order)
+        for mi, mb in enumerate(mbs):
+            m = per_rank // mb
+            any_fit = False
+            for sched, v in _schedules(spec, pp, m, c):
+                n_raw = n_raw_for(tp, c, lattice)
+                candidates += n_raw
+                pruned["dominated (SP off with TP, ZeRO-0)"] += n_raw - len(lattice)
+                fitting: list[tuple[int, str, bool]] = []
+                b_ = base
+                mems = memory_table(
+                    spec, precision, str(b_.get("optimizer", "adam")), b_.get("grad_reduce_dtype"),  # type: ignore[arg-type]
+                    tp, pp, dp, cp, ep, tp > 1, mb, seq, m, v, sched,
+                    bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
+                    float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
+                )  # fmt: skip
+                lightest_mem = mems[lightest]
+                if lightest_mem > cap:
+                    # if even the most memory-saving setting does not fit, none of them does
+                    pruned["does not fit in memory"] += len(lattice)
+                    if best_short is None or lightest_mem - cap < best_short[0]:
+                        z, r, o = lightest
+                        best_short = (lightest_mem - cap, Strategy(
+                            precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
+                            sequence_parallel=tp > 1, zero=z, micro_batch=mb, global_batch=global_batch,
+                            seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o, **base,
+                        ))  # fmt: skip
+                    continue
+                any_fit = True
+                for knobs in lattice:
+                    if any(_dominated(f, knobs) for f in fitting):
+                        pruned["dominated (a cheaper memory setting fits)"] += 1
+                        continue
+                    if mems[knobs] > cap:
+                        pruned["does not fit in memory"] += 1
+                        continue
+                    zero, rec, off = knobs
+                    st = Strategy(
+                        precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
+                        sequence_parallel=tp > 1, zero=zero, micro_batch=mb,
+                        global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
+                        recompute=rec, offload_optimizer=off, **base,
+                    )  # fmt: skip
+                    fitting.append(knobs)
+                    if (
+                        bounded
+                        and len(top) >= top_k
+                        and step_time_lower_bound(spec, cl, st) >= top[-1][1].step_time_s
+                    ):
+                        pruned["bound: compute alone slower than the top-k"] += 1
+                        continue
+                    est = _estimate(spec, cl, st)
+                    evaluated += 1
+                    # ties (to 6 significant digits) go to the simpler strategy
+                    score = (
+                        float(f"{objective_value(objective, est, cl) * sense:.6g}"),
+                        _complexity(st),
+                    )
+                    if len(top) < top_k or score < top[-1][0]:
+                        top.append((score, est))
+                        top.sort(key=lambda x: x[0])
+                        del top[top_k:]
+                    else:
+                        pruned["ranked below the top-k"] += 1
+            if not any_fit:
+                # activations grow with the micro-batch: no larger one fits either
+                rest = mbs[mi + 1 :]
+                skipped = sum(
+                    len(list(_schedules(spec, pp, per_rank // b, c))) for b in rest
+                ) * n_raw_for(tp, c, lattice)
+                candidates += skipped
+                pruned["does not fit in memory (larger micro-batch)"] += skipped
+                break
+    result = PlanResult(
+        top=[e for _, e in top],
+        objective=objective,
+        candidates=candidates,
+        evaluated=evaluated,
+        pruned=pruned,
+        seconds=time.perf_counter() - t0,
+        shortfall=best_short if not top else None,
+    )
+    if len(result.top) >= 2:
+        result.why_best = why_better(result.top[0], result.top[1])
+    return result
+
+
+_REASONS = {
+    "pipeline_bubble": "a smaller pipeline bubble",
+    "tp_comm_exposed": "less exposed tensor-parallel communication",
+    "cp_comm_exposed": "less exposed context-parallel communication",
+    "ep_comm_exposed": "less exposed expert all-to-all",
+    "dp_comm_exposed": "less exposed data-parallel communication",
+    "pp_p2p": "less pipeline point-to-point traffic",
+    "recompute": "less recomputation",
+    "optimizer": "a cheaper optimizer step",
+    "offload": "no offload traffic",
+    "forward": "faster forward kernels",
+    "backward": "faster backward kernels",
+}
+
+
+def why_better(a: Estimate, b: Estimate) -> str:
+    """One line on why ``a`` beats ``b``: the breakdown part that differs most in a's favour."""
+    diffs = {k: b.breakdown.get(k, 0.0) - a.breakdown.get(k, 0.0) for k in a.breakdown}
+    k, d = max(diffs.items(), key=lambda kv: kv[1])
+    gap = b.step_time_s - a.step_time_s
+    if d <= 0 or gap <= 1e-9 * b.step_time_s:
+        return "ties with the runner-up on step time (the simpler strategy ranks first)"
+    if d > 1.5 * gap:
+        return (
+            f"{_REASONS.get(k, k)} (-{d:.3g} s, partly offset elsewhere): "
+            f"{gap:.3g} s per step faster than the runner-up"
+        )
+    return (
+        f"{_REASONS.get(k, k)}: {d:.3g} s of the {gap:.3g} s per step it gains over the runner-up"
+    )
+
+
+def strategy_label(st: Strategy) -> str:
+    """A compact one-line strategy description."""
+    parts = [f"dp{st.dp}", f"tp{st.tp}", f"pp{st.pp}"]
+    if st.cp > 1:
+        parts.append(f"cp{st.cp}")
+    if st.ep > 1:
+        parts.append(f"ep{st.ep}")
+    parts.append(f"mb{st.micro_batch}")
+    if st.pp > 1:
+        parts.append(st.schedule + (f"/v{st.vpp}" if st.vpp > 1 else ""))
+    parts.append(f"zero{st.zero}")
+    if st.recompute != "none":
+        parts.append(f"rc-{st.recompute}")
+    if st.offload_optimizer:
+        parts.append("offload")
+    return " ".join(parts)

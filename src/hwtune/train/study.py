@@ -1,0 +1,247 @@
+"""`hwtune study`: a grid of models x hardware x topologies x scales, each point searched.
+
+Each grid point is one `search.plan` (top-1). Results are a tidy table, one row per point,
+written as CSV and Parquet; a study is resumable (points already in the CSV are skipped) and
+runs on local processes by default or on a Ray cluster (`ray_address`).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hwtune.errors import HwtuneInputError
+
+COLUMNS = (
+    "model", "gpu", "topology", "n_gpus", "global_batch", "seq", "precision",
+    "fits", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "step_time_s", "memory_gib",
+    "tp", "pp", "dp", "cp", "ep", "micro_batch", "schedule", "vpp", "zero", "recompute",
+    "offload", "exposed_comm_share", "bubble_share", "candidates", "search_s",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    model: str
+    gpu: str
+    topology: str  # a system preset name, or "nic=<Gb/s>,domain=<n>"
+    n_gpus: int
+    global_batch: int
+    seq: int
+    precision: str = "bf16"
+
+    @property
+    def key(self) -> tuple:
+        return (
+            self.model,
+            self.gpu,
+            self.topology,
+            self.n_gpus,
+            self.global_batch,
+            self.seq,
+            self.precision,
+        )
+
+
+def grid(
+    models: Sequence[str],
+    gpus: Sequence[str],
+    topologies: Sequence[str],
+    scales: Sequence[int],
+    global_batch: int,
+    seq: int,
+    precision: str = "bf16",
+) -> list[StudyPoint]:
+    """The Cartesian product of the study's axes."""
+    if not (models and gpus and topologies and scales):
+        raise HwtuneInputError(
+            "study grid", "an empty axis", "at least one model, GPU, topology and scale"
+        )
+    return [
+        StudyPoint(m, g, t, int(n), global_batch, seq, precision)
+        for m, g, t, n in itertools.product(models, gpus, topologies, scales)
+    ]
+
+
+def _cluster(p: StudyPoint) -> object:
+    from hwtune.hardware.cluster import make_cluster, systems
+
+    if p.topology == "default":
+        return make_cluster(p.gpu, p.n_gpus)
+    if p.topology in systems():
+        s = systems()[p.topology]
+        return make_cluster(p.gpu, p.n_gpus, gpus_per_node=s.get("gpus_per_node"),
+                            nic_gbps=s.get("nic_gbps_per_gpu"), scaleup_domain=s.get("scaleup_domain"))  # fmt: skip
+    kv = {}
+    for part in p.topology.split(","):
+        k, _, v = part.partition("=")
+        kv[k.strip()] = float(v)
+    if not kv or set(kv) - {"nic", "domain", "oversubscription"}:
+        raise HwtuneInputError(
+            "topology",
+            p.topology,
+            "'default', a system preset, or nic=..,domain=..,oversubscription=..",
+        )
+    dom = int(kv["domain"]) if "domain" in kv else None
+    extra = {"oversubscription": kv["oversubscription"]} if "oversubscription" in kv else {}
+    return make_cluster(p.gpu, p.n_gpus, nic_gbps=kv.get("nic"), scaleup_domain=dom,
+                        gpus_per_node=min(8, dom) if dom else None, **extra)  # fmt: skip
+
+
+def run_point(p: StudyPoint) -> dict:
+    """Search one grid point; a tidy row (infeasible points have fits=False)."""
+    from hwtune.model.catalog import get_model
+    from hwtune.train.search import plan
+
+    row: dict = {**asdict(p), "fits": False}
+    try:
+        r = plan(
+            get_model(p.model), _cluster(p), p.global_batch, p.seq, precision=p.precision, top_k=1
+        )  # type: ignore[arg-type]
+    except HwtuneInputError as e:
+        row["error"] = str(e)
+        return row
+    row.update(candidates=r.candidates, search_s=r.seconds)
+    if not r.top:
+        return row
+    e = r.top[0]
+    st = e.strategy
+    b = e.breakdown
+    comm = sum(
+        b.get(k, 0.0)
+        for k in (
+            "tp_comm_exposed",
+            "cp_comm_exposed",
+            "ep_comm_exposed",
+            "dp_comm_exposed",
+            "pp_p2p",
+        )
+    )
+    row.update(
+        fits=True, tokens_per_s=e.tokens_per_s, tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,
+        mfu=e.mfu, step_time_s=e.step_time_s, memory_gib=e.memory.total / 2**30,
+        tp=st.tp, pp=st.pp, dp=st.dp, cp=st.cp, ep=st.ep, micro_batch=st.micro_batch,
+        schedule=st.schedule, vpp=st.vpp, zero=st.zero, recompute=st.recompute,
+        offload=st.offload_optimizer, exposed_comm_share=comm / e.step_time_s,
+        bubble_share=b.get("pipeline_bubble", 0.0) / e.step_time_s,
+    )  # fmt: skip
+    return row
+
+
+def _done_keys(csv_path: Path) -> set[tuple]:
+    if not csv_path.exists():
+        return set()
+    keys = set()
+    with csv_path.open() as f:
+        for r in csv.DictReader(f):
+            try:
+                keys.add((r["model"], r["gpu"], r["topology"], int(r["n_gpus"]),
+                          int(r["global_batch"]), int(r["seq"]), r["precision"]))  # fmt: skip
+            except (KeyError, ValueError):
+                continue  # a torn last line from an interrupted run: recomputed
+    return keys
+
+
+def run_study(
+    points: Iterable[StudyPoint],
+    out_dir: str | Path,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Run the grid, appending rows to ``out_dir/study.csv`` as they finish (so an interrupted
+    study resumes where it stopped), then write ``study.parquet`` and summary plots."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "study.csv"
+    done = _done_keys(csv_path)
+    todo = [p for p in points if p.key not in done]
+    new_file = not csv_path.exists() or csv_path.stat().st_size == 0
+    with csv_path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["error"], extrasaction="ignore")
+        if new_file:
+            w.writeheader()
+        total = len(todo)
+        for i, row in enumerate(_execute(todo, workers, ray_address)):
+            w.writerow(row)
+            f.flush()
+            if progress:
+                progress(i + 1, total)
+    _write_parquet(csv_path, out / "study.parquet")
+    _plot(csv_path, out)
+    return csv_path
+
+
+def _execute(
+    todo: list[StudyPoint], workers: int | None, ray_address: str | None
+) -> Iterable[dict]:
+    if not todo:
+        return
+    if ray_address:
+        try:
+            import ray
+        except ImportError:
+            raise HwtuneInputError(
+                "--ray", ray_address, "the optional 'ray' extra: pip install 'hwtune[ray]'"
+            ) from None
+        ray.init(address=None if ray_address == "local" else ray_address, ignore_reinit_error=True,
+                 include_dashboard=False, log_to_driver=False)  # fmt: skip
+        remote = ray.remote(run_point)
+        pending = [remote.remote(p) for p in todo]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+        return
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    if n <= 1:
+        for p in todo:
+            yield run_point(p)
+        return
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        futs = [pool.submit(run_point, p) for p in todo]
+        for fut in as_completed(futs):
+            yield fut.result()
+
+
+def _write_parquet(csv_path: Path, pq_path: Path) -> None:
+    try:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        return  # the 'study' extra is optional; the CSV stands alone
+    pq.write_table(pacsv.read_csv(csv_path), pq_path)
+
+
+def _plot(csv_path: Path, out: Path) -> None:
+    """Per-GPU throughput against scale, one line per (model, GPU, topology)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[tuple, list[tuple[int, float]]] = {}
+    with csv_path.open() as f:
+        for r in csv.DictReader(f):
+            if r.get("fits") == "True" and r.get("tokens_per_s_per_gpu"):
+                series.setdefault((r["model"], r["gpu"], r["topology"]), []).append(
+                    (int(r["n_gpus"]), float(r["tokens_per_s_per_gpu"]))
+                )
+    if not series:
+        return
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    for (m, g, t), pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{m} / {g} / {t}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("accelerators")
+    ax.set_ylabel("tokens/s per GPU (best strategy)")
+    ax.legend(fontsize=7)
+    ax.set_title("study: per-GPU throughput at the best strategy")
+    fig.tight_layout()
+    fig.savefig(out / "study_throughput.png")
+    plt.close(fig)
