@@ -137,6 +137,10 @@ app.command("scale")(scale_cmd)
 app.command("size")(size_cmd)
 app.command("study")(study_cmd)
 
+from hwtune.cli.energy import app as energy_app  # noqa: E402
+
+app.add_typer(energy_app, name="energy")
+
 
 def main() -> None:
     app()

@@ -169,7 +169,8 @@ def plan_cmd(
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
-        kw = dict(precision=precision, objective=objective, constraints=c, top_k=top)
+        kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
+                  price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
             values = [float(x) for x in vals.split(",") if x.strip()]
@@ -182,8 +183,7 @@ def plan_cmd(
             return
         if len(clusters) > 1:
             with progress_bar("hardware", not as_json):
-                choices = compare_hardware(spec, clusters, gb, seq, tokens_to_train=tokens,
-                                           price_per_gpu_hour=price_per_gpu_hour, **kw)  # fmt: skip
+                choices = compare_hardware(spec, clusters, gb, seq, **kw)  # type: ignore[arg-type]
             _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
             return
         cl = clusters[0]

@@ -162,20 +162,22 @@ def study_cmd(
     from hwtune.train.study import grid, run_study
 
     try:
+        try:
+            ns = [int(s) for s in scales.split(",") if s.strip()]
+        except ValueError:
+            raise HwtuneInputError(
+                "--scales", scales, "comma-separated integers, e.g. 8,64,512"
+            ) from None
         pts = grid(
             [m.strip() for m in models.split(",") if m.strip()],
             [g.strip() for g in gpus.split(",") if g.strip()],
             [t.strip() for t in topologies.split(";") if t.strip()],
-            [int(s) for s in scales.split(",") if s.strip()],
-            global_batch, seq, precision,
+            ns, global_batch, seq, precision,
         )  # fmt: skip
         with progress_bar("study", not as_json) as cb:
             path = run_study(pts, output, workers=workers, ray_address=ray, progress=cb)
     except HwtuneInputError as e:
         fail(e)
-        return
-    except ValueError as e:
-        fail(HwtuneInputError("scales", scales, f"integers ({e})"))
         return
     with path.open() as f:
         rows = list(csv.DictReader(f))

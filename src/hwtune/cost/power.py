@@ -45,3 +45,109 @@ def power_limited(device: Device, power_cap_w: float | None = None) -> Device:
         k: (v * f if v is not None else None) for k, v in device.peak_tflops.model_dump().items()
     }
     return device.model_copy(update={"peak_tflops": PeakTflops(**peaks)})
+
+
+# --- power at a frequency (DVFS with a voltage floor) -----------------------------------------
+#
+# Dynamic CMOS power is P_dyn = a C V^2 f (Weste & Harris, "CMOS VLSI Design", 4th ed., §5.1).
+# Inside the DVFS range the regulator raises V with f, roughly in proportion, which gives the
+# cube law above; below some frequency the voltage cannot drop further (the V_min of the
+# V/f table), and from there down power falls only linearly with f (Mei, Wang & Chu, "A
+# survey and measurement study of GPU DVFS on energy conservation", Digital Communications
+# and Networks 2017: measured V/f tables hold the voltage at its minimum on the low clocks). With f and V as fractions of their maxima,
+#
+#     V/V_max = max(v_floor, f/f_max),   P_dyn(f) / P_dyn(f_max) = (f/f_max) (V/V_max)^2,
+#
+# so ``v_floor`` = 0 is the pure cube law of `clock_fraction` and ``v_floor`` = 1 a
+# constant voltage (power linear in f). Utilization u (the share of time kernels run, as
+# NVML's utilization.gpu reports it) scales the dynamic part; a memory term adds DRAM power
+# in proportion to the share of time memory-bound work runs.
+
+
+def voltage_ratio(f_ratio: float, v_floor: float) -> float:
+    """V / V_max at clock ``f_ratio`` = f / f_max, with the voltage floor ``v_floor``."""
+    if not 0.0 <= v_floor <= 1.0:
+        raise ValueError(f"v_floor {v_floor} outside [0, 1]")
+    return max(v_floor, f_ratio)
+
+
+def dynamic_power_fraction(f_ratio: float, v_floor: float) -> float:
+    """P_dyn(f) / P_dyn(f_max) = (f/f_max) (V(f)/V_max)^2 (see the comment above)."""
+    if f_ratio < 0:
+        raise ValueError(f"frequency ratio {f_ratio} is negative")
+    v = voltage_ratio(f_ratio, v_floor)
+    return f_ratio * v * v
+
+
+def power_at_frequency(
+    static_w: float,
+    dynamic_max_w: float,
+    f_ratio: float,
+    utilization: float = 1.0,
+    v_floor: float = 0.0,
+    memory_w: float = 0.0,
+    memory_utilization: float = 0.0,
+) -> float:
+    """Average power, W: static + u * P_dyn,max * f V^2 share + memory power * memory share.
+
+    ``dynamic_max_w`` is the dynamic power at f_max and full utilization; ``memory_w`` the DRAM
+    power while memory-bound work runs (0 when the meter does not see DRAM)."""
+    return (
+        static_w
+        + utilization * dynamic_max_w * dynamic_power_fraction(f_ratio, v_floor)
+        + memory_w * memory_utilization
+    )
+
+
+def frequency_ratio_for_power(
+    static_w: float,
+    dynamic_max_w: float,
+    power_w: float,
+    utilization: float = 1.0,
+    v_floor: float = 0.0,
+    memory_w: float = 0.0,
+    memory_utilization: float = 0.0,
+) -> float:
+    """The largest f / f_max in [0, 1] whose `power_at_frequency` is at most ``power_w``
+    (the closed-form inverse: cube root above the floor, linear below it); 0 when even an idle
+    clock does not fit, 1 when f_max fits."""
+    budget = power_w - static_w - memory_w * memory_utilization
+    if budget <= 0:
+        return 0.0
+    dyn = utilization * dynamic_max_w
+    if dyn <= 0 or budget >= dyn:
+        return 1.0
+    share = budget / dyn  # = f V^2 share, in (0, 1)
+    if share <= v_floor**3:
+        return share / (v_floor * v_floor)
+    return share ** (1.0 / 3.0)
+
+
+def step_energy_j(
+    step_time_s: float,
+    busy_s: float,
+    static_w: float,
+    dynamic_max_w: float,
+    f_ratio: float,
+    v_floor: float = 0.0,
+    memory_busy_s: float = 0.0,
+    memory_w: float = 0.0,
+) -> float:
+    """Energy of one step on one device, J: static power over the whole step, dynamic power
+    at clock ``f_ratio`` over the ``busy_s`` seconds kernels run, DRAM power over
+    ``memory_busy_s`` (the integral of `power_at_frequency` over the step)."""
+    if busy_s > step_time_s * (1 + 1e-9) or busy_s < 0:
+        raise ValueError(f"busy time {busy_s} s outside [0, step time {step_time_s} s]")
+    return (
+        static_w * step_time_s
+        + dynamic_max_w * dynamic_power_fraction(f_ratio, v_floor) * busy_s
+        + memory_w * memory_busy_s
+    )
+
+
+def device_power_figures(device: Device) -> tuple[float, float]:
+    """(static W, dynamic W at the reference clock) of a catalog device: ``idle_w`` (or
+    ``STATIC_FRACTION`` of the reference power) and the rest of the reference power."""
+    ref = device.reference_power_w or device.tdp_w
+    static = device.idle_w if device.idle_w is not None else STATIC_FRACTION * ref
+    return static, max(0.0, ref - static)

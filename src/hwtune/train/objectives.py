@@ -6,10 +6,10 @@ Each objective maps an `Estimate` to a number; ``OBJECTIVES`` gives its sense (+
 
 from __future__ import annotations
 
-from hwtune.cost.power import STATIC_FRACTION
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
 from hwtune.train.estimator import Estimate
+from hwtune.train.step_energy import step_energy
 
 OBJECTIVES: dict[str, int] = {
     "throughput": -1,  # tokens/s, maximized
@@ -17,28 +17,6 @@ OBJECTIVES: dict[str, int] = {
     "energy": +1,  # joules per token
     "time-to-train": +1,  # seconds to train `tokens_to_train` tokens
 }
-
-COMM_ACTIVITY = 0.3
-"""Share of the dynamic power a GPU draws while it waits on communication or a pipeline bubble
-(NCCL kernels keep a few SMs and the copy engines busy); dense GEMMs run at the board limit.
-An assumption until `hwtune energy` measures it."""
-
-
-def step_energy_j(est: Estimate, cl: Cluster) -> float:
-    """Energy of one step on all GPUs: static power all the time, dynamic power at the board
-    limit while computing and at ``COMM_ACTIVITY`` of it while waiting (exposed communication,
-    bubble). Board power = the cluster's power cap or the device TDP."""
-    dev = cl.device
-    board = min(dev.tdp_w, cl.power_cap_w or dev.tdp_w)
-    static = dev.idle_w if dev.idle_w is not None else STATIC_FRACTION * dev.tdp_w
-    b = est.breakdown
-    busy = (
-        b.get("forward", 0) + b.get("backward", 0) + b.get("recompute", 0) + b.get("optimizer", 0)
-    )
-    busy = min(busy, est.step_time_s)
-    idle = est.step_time_s - busy
-    per_gpu = static * est.step_time_s + (board - static) * (busy + COMM_ACTIVITY * idle)
-    return per_gpu * est.n_gpus
 
 
 def objective_value(
@@ -63,7 +41,7 @@ def objective_value(
             )
         return price * est.n_gpus * est.step_time_s / 3600.0 / est.tokens_per_step * 1e6
     if name == "energy":
-        return step_energy_j(est, cl) / est.tokens_per_step
+        return step_energy(est, cl).energy_per_token_j
     if name == "time-to-train":
         return tokens_to_train / est.tokens_per_s
     raise HwtuneInputError("objective", name, f"one of {', '.join(OBJECTIVES)}")

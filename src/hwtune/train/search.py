@@ -115,24 +115,30 @@ def layouts(
 
 
 def _schedules(spec: ModelSpec, pp: int, m: int, c: Constraints) -> Iterator[tuple[str, int]]:
-    """(schedule, virtual stages) valid for ``pp`` ranks and ``m`` micro-batches."""
+    """(schedule, virtual stages) valid for ``pp`` ranks and ``m`` micro-batches and allowed by
+    the constraints (``schedules``, ``--fix schedule=``, ``--fix/--max vpp=``)."""
     allowed = c.schedules or SCHEDULES
     if pp == 1:
-        yield "1f1b", 1
+        if c.allows("schedule", "1f1b") and c.allows("vpp", 1):
+            yield "1f1b", 1
         return
     for s in allowed:
-        if s == "gpipe":
+        if not c.allows("schedule", s):
+            continue
+        if s == "gpipe" and "schedule" not in c.fixed:
             continue  # dominated by 1F1B: same bubble, more activations in flight
         if s == "interleaved":
             if m % pp:
                 continue
-            for v in range(2, 9):
+            vmax = spec.n_layers // pp
+            for v in range(2, max(2, min(vmax, 16)) + 1):
                 if spec.n_layers >= pp * v and c.allows("vpp", v):
                     yield s, v
             continue
         if s == "dualpipe" and (pp % 2 or m < 2 * pp):
             continue
-        yield s, 1
+        if c.allows("vpp", 1):
+            yield s, 1
 
 
 def n_raw_for(tp: int, c: Constraints, lattice: list) -> int:
@@ -177,6 +183,8 @@ def plan(
     micro_batches: Iterable[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
     base: dict[str, object] | None = None,
+    price_per_gpu_hour: float | None = None,
+    tokens_to_train: float = 1e12,
 ) -> PlanResult:
     """Search the strategies of training ``spec`` on ``cl`` with ``global_batch`` sequences of
     ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`)."""
@@ -184,7 +192,7 @@ def plan(
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
     c = constraints or Constraints()
     for name in c.fixed:
-        if name not in KNOB_FIELDS + ("sequence_parallel", "offload_optimizer"):
+        if name not in KNOB_FIELDS + ("offload_optimizer",):
             raise HwtuneInputError("--fix", name, f"one of {', '.join(KNOB_FIELDS)}")
     base = dict(base or {})
     t0 = time.perf_counter()
@@ -269,7 +277,9 @@ def plan(
                     evaluated += 1
                     # ties (to 6 significant digits) go to the simpler strategy
                     score = (
-                        float(f"{objective_value(objective, est, cl) * sense:.6g}"),
+                        float(
+                            f"{objective_value(objective, est, cl, price_per_gpu_hour, tokens_to_train) * sense:.6g}"
+                        ),
                         _complexity(st),
                     )
                     if len(top) < top_k or score < top[-1][0]:

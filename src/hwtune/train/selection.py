@@ -45,7 +45,8 @@ def compare_hardware(
     """Plan the job on each cluster; fastest first. Infeasible devices come last with no figures."""
     out = []
     for cl in clusters:
-        r = plan(spec, cl, global_batch, seq, **plan_kw)  # type: ignore[arg-type]
+        r = plan(spec, cl, global_batch, seq, price_per_gpu_hour=price_per_gpu_hour,
+                 tokens_to_train=tokens_to_train, **plan_kw)  # type: ignore[arg-type]  # fmt: skip
         if not r.top:
             out.append(HardwareChoice(cl, r, None, None, None))
             continue

@@ -174,7 +174,7 @@ def propose(
 
     Searched: hidden size (multiples of 256 within 15% of the naive width, so the depth-to-width
     ratio stays the base's), head dim 128 (or the base's), layers, FFN or expert
-    width (multiples of 256) around the base's FFN/hidden ratio, GQA groups of the base, the
+    width (multiples of 256) around the base's FFN/hidden ratio, the base's number of KV heads, the
     vocabulary padded to a multiple of 128. MoE keeps the base's expert count and top-k."""
     if target <= 0:
         raise HwtuneInputError("target", target, "a positive parameter count")
@@ -182,20 +182,21 @@ def propose(
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
     hd = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128
-    gqa = max(1, base.n_heads // base.kv_heads)
+    kv_fixed = base.kv_heads if base.kv_heads < base.n_heads else None  # GQA: keep the KV heads
     moe = base.moe
     ffn_ratio = (moe.expert_ffn_hidden if moe else base.ffn_hidden) / base.d_model
     cands: list[Proposal] = []
+    seen: set[str] = set()
     base_kw = {k: v for k, v in base.__dict__.items() if not k.startswith("_")}
     nv = naive_shape(base, target)
     lo, hi = int(nv.d_model * 0.85), int(nv.d_model * 1.15)
     for h in range((lo // 256 + 1) * 256, hi + 1, 256):
         heads = h // hd
-        if heads * hd != h or heads % gqa:
+        if heads * hd != h or (kv_fixed and heads % kv_fixed):
             continue
         for fr in (ffn_ratio * x for x in (0.9, 1.0, 1.1)):
             f = _round(h * fr, 256)
-            upd = dict(base_kw, d_model=h, n_heads=heads, n_kv_heads=heads // gqa, head_dim=hd,
+            upd = dict(base_kw, d_model=h, n_heads=heads, n_kv_heads=kv_fixed or heads, head_dim=hd,
                        vocab=vocab, mla=None if base.mla is None else base.mla, layer_types=None,
                        name=f"proposed-h{h}-f{f}")  # fmt: skip
             if moe:
@@ -215,7 +216,10 @@ def propose(
             if abs(n / target - 1) > tolerance:
                 continue
             tps = 1.0 / layer_time_per_token(s, dev, tokens, dtype)
-            cands.append(Proposal(s, n, tps, f"h={h} heads={heads} L={L} ffn={f}"))
+            note = f"h={h} heads={heads} L={L} ffn={f}"
+            if note not in seen:  # width ratios that round to the same width propose one shape
+                seen.add(note)
+                cands.append(Proposal(s, n, tps, note))
     if not cands:
         raise HwtuneInputError(
             "target", target, f"a parameter count reachable within {tolerance:.0%}"

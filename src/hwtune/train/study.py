@@ -62,10 +62,34 @@ def grid(
         raise HwtuneInputError(
             "study grid", "an empty axis", "at least one model, GPU, topology and scale"
         )
+    for t in topologies:  # bad input is named before any point runs
+        _topology_fields(t)
     return [
         StudyPoint(m, g, t, int(n), global_batch, seq, precision)
         for m, g, t, n in itertools.product(models, gpus, topologies, scales)
     ]
+
+
+def _topology_fields(topology: str) -> dict[str, float] | None:
+    """None for 'default' or a system preset; else the parsed nic/domain/oversubscription."""
+    from hwtune.hardware.cluster import systems
+
+    if topology == "default" or topology in systems():
+        return None
+    kv: dict[str, float] = {}
+    for part in topology.split(","):
+        k, _, v = part.partition("=")
+        try:
+            kv[k.strip()] = float(v)
+        except ValueError:
+            kv = {}
+            break
+    if not kv or set(kv) - {"nic", "domain", "oversubscription"}:
+        raise HwtuneInputError(
+            "topology", topology,
+            "'default', a system preset, or nic=<Gb/s>,domain=<GPUs>,oversubscription=<ratio>",
+        )  # fmt: skip
+    return kv
 
 
 def _cluster(p: StudyPoint) -> object:
@@ -77,16 +101,7 @@ def _cluster(p: StudyPoint) -> object:
         s = systems()[p.topology]
         return make_cluster(p.gpu, p.n_gpus, gpus_per_node=s.get("gpus_per_node"),
                             nic_gbps=s.get("nic_gbps_per_gpu"), scaleup_domain=s.get("scaleup_domain"))  # fmt: skip
-    kv = {}
-    for part in p.topology.split(","):
-        k, _, v = part.partition("=")
-        kv[k.strip()] = float(v)
-    if not kv or set(kv) - {"nic", "domain", "oversubscription"}:
-        raise HwtuneInputError(
-            "topology",
-            p.topology,
-            "'default', a system preset, or nic=..,domain=..,oversubscription=..",
-        )
+    kv = _topology_fields(p.topology) or {}
     dom = int(kv["domain"]) if "domain" in kv else None
     extra = {"oversubscription": kv["oversubscription"]} if "oversubscription" in kv else {}
     return make_cluster(p.gpu, p.n_gpus, nic_gbps=kv.get("nic"), scaleup_domain=dom,
@@ -133,18 +148,27 @@ def run_point(p: StudyPoint) -> dict:
     return row
 
 
-def _done_keys(csv_path: Path) -> set[tuple]:
+def _load_complete_rows(csv_path: Path) -> list[dict]:
+    """Rows of a previous run that are whole (every column present and the key fields parse);
+    a line torn by an interrupted run is dropped, so its point is recomputed."""
     if not csv_path.exists():
-        return set()
-    keys = set()
-    with csv_path.open() as f:
+        return []
+    rows = []
+    with csv_path.open(newline="") as f:
         for r in csv.DictReader(f):
+            if any(r.get(c) is None for c in COLUMNS) or None in r:
+                continue
             try:
-                keys.add((r["model"], r["gpu"], r["topology"], int(r["n_gpus"]),
-                          int(r["global_batch"]), int(r["seq"]), r["precision"]))  # fmt: skip
-            except (KeyError, ValueError):
-                continue  # a torn last line from an interrupted run: recomputed
-    return keys
+                int(r["n_gpus"]), int(r["global_batch"]), int(r["seq"])
+            except (TypeError, ValueError):
+                continue
+            rows.append(r)
+    return rows
+
+
+def _key_of(r: dict) -> tuple:
+    return (r["model"], r["gpu"], r["topology"], int(r["n_gpus"]), int(r["global_batch"]),
+            int(r["seq"]), r["precision"])  # fmt: skip
 
 
 def run_study(
@@ -159,13 +183,17 @@ def run_study(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "study.csv"
-    done = _done_keys(csv_path)
+    kept = _load_complete_rows(csv_path)
+    done = {_key_of(r) for r in kept}
     todo = [p for p in points if p.key not in done]
-    new_file = not csv_path.exists() or csv_path.stat().st_size == 0
+    fields = list(COLUMNS) + ["error"]
+    # rewrite what survived (drops a torn last line), then append as points finish
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(kept)
     with csv_path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["error"], extrasaction="ignore")
-        if new_file:
-            w.writeheader()
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         total = len(todo)
         for i, row in enumerate(_execute(todo, workers, ray_address)):
             w.writerow(row)

@@ -1,0 +1,355 @@
+"""`hwtune energy`: power meters, batch-size x clock co-optimization under a power cap, the
+online tuner on a simulated device, cluster energy per step, per-stage pipeline clocks.
+Parse, call `hwtune.energy`, render; no formulas here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hwtune.errors import HwtuneInputError
+
+app = typer.Typer(
+    name="energy",
+    help="Power meters, GPU clock x batch-size tuning under a power cap, energy per step.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document")]
+
+
+def _fail(e: Exception) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+def _emit(doc: object) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _ints(text: str, field: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise HwtuneInputError(field, text, "comma-separated integers, e.g. 8,16,32") from None
+    if not out or any(x <= 0 for x in out):
+        raise HwtuneInputError(field, text, "positive integers")
+    return out
+
+
+def _mhz(hz: float) -> str:
+    return f"{hz / 1e6:.0f} MHz"
+
+
+@app.command("profiles")
+def profiles_cmd(as_json: JsonOpt = False) -> None:
+    """List the edge profiles (frequency tables, power modes, memory bandwidth)."""
+    from hwtune.energy.profiles import profiles
+
+    table = profiles()
+    if as_json:
+        _emit({n: p.model_dump(mode="json") for n, p in table.items()})
+        return
+    for n, p in table.items():
+        modes = ", ".join(f"{m.id}:{m.name}" for m in p.power_modes)
+        sys.stdout.write(
+            f"{n:24s} GPU {p.sm_count} SMs <= {p.gpu_max_mhz:g} MHz ({len(p.gpu_frequencies_mhz)} "
+            f"steps), {p.memory_bandwidth_gbps:g} GB/s, {p.module_power_w[0]:g}-"
+            f"{p.module_power_w[1]:g} W; modes {modes}\n"
+        )
+
+
+def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | None, float | None]]]:
+    """(step points, (clock, power, utilization, mem utilization) rows) from a CSV with
+    batch, frequency_hz, step_time_s, power_w and optionally utilization, mem_utilization."""
+    from hwtune.energy.step_model import StepPoint
+
+    try:
+        rows = list(csv.DictReader(path.open(newline="")))
+    except OSError as e:
+        raise HwtuneInputError("points", str(path), f"a readable CSV file ({e.strerror})") from None
+    need = ("batch", "frequency_hz", "step_time_s", "power_w")
+    if not rows or any(c not in rows[0] for c in need):
+        raise HwtuneInputError("points", str(path), "a CSV with columns " + ", ".join(need))
+    sp, pp = [], []
+    for n, r in enumerate(rows, start=2):
+        try:
+            u = float(r["utilization"]) if r.get("utilization") else None
+            um = float(r["mem_utilization"]) if r.get("mem_utilization") else None
+            b, f, t, w = (float(r[c]) for c in need)
+        except ValueError:
+            raise HwtuneInputError(f"{path.name} line {n}", r, "numbers") from None
+        sp.append(StepPoint(b, f, t, u, um))
+        pp.append((f, w, u, um))
+    return sp, pp
+
+
+@app.command("optimize")
+def optimize_cmd(
+    profile: Annotated[
+        str, typer.Option(help="edge profile name or YAML")
+    ] = "jetson-agx-orin-64gb",
+    cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
+    batch: Annotated[int, typer.Option(help="the user's batch (frequency-only baseline)")] = 64,
+    batches: Annotated[str, typer.Option(help="candidate batches")] = "1,2,4,8,16,32,64,128",
+    b_noise: Annotated[float, typer.Option(help="gradient noise scale B_noise (samples)")] = 32.0,
+    s_min: Annotated[float, typer.Option(help="steps to target at unbounded batch (S_min)")] = 1.0,
+    model: Annotated[
+        str, typer.Option(help="'gpt2-124m', a catalog name or config.json")
+    ] = "gpt2-124m",
+    seq: Annotated[int, typer.Option(help="sequence length")] = 256,
+    host_ms: Annotated[float, typer.Option(help="CPU time per step the GPU waits on, ms")] = 30.0,
+    host_ms_per_sample: Annotated[float, typer.Option(help="... per sample, ms")] = 0.5,
+    points: Annotated[Path | None, typer.Option(help="measured points CSV: fit the models")] = None,
+    objective: Annotated[str, typer.Option(help="time|energy|mix")] = "time",
+    eta: Annotated[float, typer.Option(help="energy weight of 'mix' (Zeus eta)")] = 0.5,
+    plot: Annotated[Path | None, typer.Option(help="write the Pareto plot (PNG)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Choose batch size and GPU clock under a power cap (models of the profile, or fitted)."""
+    from hwtune.energy.convergence import CriticalBatch
+    from hwtune.energy.cooptimizer import co_optimize
+    from hwtune.energy.power_model import PowerPoint, fit_power_model
+    from hwtune.energy.profiles import get_profile
+    from hwtune.energy.step_model import fit_step_model
+    from hwtune.energy.workloads import GPT2_SMALL, edge_step_model
+
+    try:
+        prof = get_profile(profile)
+        cands = _ints(batches, "batches")
+        if points is not None:
+            sp, raw = _load_points(points)
+            step = fit_step_model(sp, prof.f_max_hz)
+            pp = []
+            for s, (f, w, u, um) in zip(sp, raw, strict=True):
+                parts = step.parts(s.batch, f)
+                pp.append(PowerPoint(f, w, u if u is not None else parts.utilization,
+                                     um if um is not None else parts.mem_utilization))  # fmt: skip
+            power = fit_power_model(pp, prof.f_max_hz)
+        else:
+            spec = GPT2_SMALL if model == "gpt2-124m" else model
+            host = (host_ms / 1e3, host_ms_per_sample / 1e3)
+            step = edge_step_model(prof, spec, seq, host)
+            power = prof.default_power_model()
+        res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
+                          cap, user_batch=batch, objective=objective, eta=eta)  # type: ignore[arg-type]  # fmt: skip
+        if plot is not None:
+            from hwtune.energy.plot import plot_frontier
+
+            plot_frontier(
+                res, plot, f"{prof.name}, cap {cap:g} W, B_noise {b_noise:g}, S_min {s_min:g}"
+            )
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if as_json:
+        doc = res.to_dict()
+        doc.update(profile=prof.name, step_model=step.to_dict(), power_model=power.to_dict(),
+                   b_noise=b_noise, s_min=s_min, source="fitted" if points else "profile + estimator (simulated)")  # fmt: skip
+        _emit(doc)
+        return
+    b, fo = res.best, res.frequency_only
+    out = sys.stdout
+    out.write(
+        f"{prof.name}, cap {cap:g} W, objective {objective}, B_noise {b_noise:g}, S_min {s_min:g}\n"
+    )
+
+    def line(label: str, p: object) -> str:
+        return (f"  {label:16s} batch {p.batch:4d} at {_mhz(p.frequency_hz)}: {p.power_w:5.1f} W, "  # type: ignore[attr-defined]
+                f"step {p.step_time_s * 1e3:7.1f} ms, {p.steps:8.3g} steps, "  # type: ignore[attr-defined]
+                f"to target {p.time_to_target_s:.3g} s, {p.energy_to_target_j:.3g} J\n")  # type: ignore[attr-defined]  # fmt: skip
+
+    out.write(line("choice:", b))
+    if fo is not None:
+        out.write(line("frequency-only:", fo))
+        out.write(f"  speedup {res.speedup:.2f}x, energy {res.energy_ratio:.2f}x less\n")
+    else:
+        out.write(f"  frequency-only: batch {batch} fits the cap at no clock\n")
+    out.write(f"  Pareto frontier: {len(res.frontier)} points")
+    out.write(f"; plot {plot}\n" if plot else "\n")
+
+
+@app.command("tune")
+def tune_cmd(
+    profile: Annotated[
+        str, typer.Option(help="edge profile name or YAML")
+    ] = "jetson-agx-orin-64gb",
+    cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
+    batch: Annotated[int, typer.Option(help="the user's batch")] = 64,
+    batches: Annotated[str, typer.Option(help="candidate batches")] = "1,2,4,8,16,32,64,128",
+    b_noise: Annotated[float, typer.Option(help="gradient noise scale (samples)")] = 32.0,
+    steps: Annotated[int, typer.Option(help="training steps to simulate")] = 300,
+    interval: Annotated[float, typer.Option(help="control interval, s")] = 2.0,
+    seed: Annotated[int, typer.Option(help="noise seed")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the online tuner against the simulated device of a profile."""
+    from hwtune.energy.convergence import CriticalBatch
+    from hwtune.energy.meters.simulated import SimulatedDevice
+    from hwtune.energy.profiles import get_profile
+    from hwtune.energy.tuner import OnlineTuner
+    from hwtune.energy.workloads import edge_step_model
+
+    try:
+        if steps <= 0:
+            raise HwtuneInputError("steps", steps, "a positive number of steps")
+        prof = get_profile(profile)
+        sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
+                              prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
+        tuner = OnlineTuner(sim, cap, _ints(batches, "batches"), base_batch=batch,
+                            convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval)  # fmt: skip
+        for _ in range(steps):
+            plan = tuner.step_begin()
+            sim.run_step(plan.batch_size)
+            tuner.step_end()
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    doc = tuner.summary()
+    doc["simulated_time_s"] = sim.now_s()
+    doc["energy_j"] = sim.energy_j()
+    if as_json:
+        doc["intervals"] = [iv.to_dict() for iv in tuner.history]
+        _emit(doc)
+        return
+    sys.stdout.write(
+        f"{prof.name} (simulated), cap {cap:g} W: batch {doc['batch']} at {_mhz(tuner.frequency_hz)} "
+        f"after {doc['profile_steps']} profiling steps; {doc['intervals_over_cap']} of "
+        f"{doc['intervals']} intervals over the cap (longest run {doc['max_consecutive_over_cap']})\n"
+    )
+
+
+@app.command("measure")
+def measure_cmd(
+    backend: Annotated[str, typer.Option(help="nvml|amdsmi|jetson|rapl|replay")] = "rapl",
+    seconds: Annotated[float, typer.Option(help="window length, s")] = 1.0,
+    index: Annotated[int, typer.Option(help="GPU index (nvml, amdsmi)")] = 0,
+    root: Annotated[
+        str | None, typer.Option(help="sysfs root (jetson: /, rapl: /sys/class/powercap)")
+    ] = None,
+    trace: Annotated[Path | None, typer.Option(help="CSV trace (replay)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure energy and average power over a window on a real meter."""
+    import time
+
+    from hwtune.energy.meters import EnergyMonitor, open_device
+
+    try:
+        if not seconds > 0:
+            raise HwtuneInputError("seconds", seconds, "a positive window length")
+        dev = open_device(backend, index=index, root=root, trace=trace)
+        mon = EnergyMonitor(dev)
+        mon.begin("window")
+        if backend == "replay":
+            dev.advance(seconds)  # type: ignore[attr-defined]
+        else:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                dev.power_w()
+                time.sleep(min(0.01, max(0.0, end - time.monotonic())))
+        m = mon.end("window")
+        caps = dev.capabilities()
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if as_json:
+        _emit({"device": dev.name, **m.to_dict(), "capabilities": caps.to_dict()})
+        return
+    sys.stdout.write(
+        f"{dev.name}: {m.energy_j:.3f} J in {m.time_s:.3f} s = {m.avg_power_w:.2f} W\n"
+    )
+
+
+@app.command("step")
+def step_cmd(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="catalog name or config.json")
+    ] = "llama3.1-8b",
+    gpu: Annotated[str, typer.Option(help="catalog GPU or device YAML")] = "h100-sxm-80gb",
+    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 8,
+    tp: Annotated[int, typer.Option(help="tensor parallel")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline parallel")] = 1,
+    micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per step")] = None,
+    seq: Annotated[int, typer.Option(help="sequence length")] = 8192,
+    power_cap: Annotated[float | None, typer.Option(help="per-GPU power limit, W")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Energy per training step and per token of a strategy on a cluster."""
+    from hwtune.energy.cluster import step_energy
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.train.estimator import estimate
+
+    try:
+        cl = make_cluster(gpu, gpus, power_cap_w=power_cap)
+        est = estimate(model, cl, tp=tp, pp=pp, micro_batch=micro_batch,
+                       global_batch=global_batch, seq=seq)  # fmt: skip
+        se = step_energy(est, cl)
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if as_json:
+        _emit({"model": model, "gpu": cl.device.name, **se.to_dict()})
+        return
+    sys.stdout.write(
+        f"{model} on {gpus} x {cl.device.name}: {se.energy_j / 1e3:.1f} kJ per step "
+        f"({se.step_time_s:.2f} s, {se.avg_power_w_per_gpu:.0f} W per GPU), "
+        f"{se.energy_per_token_j * 1e3:.2f} mJ per token\n"
+    )
+
+
+@app.command("pipeline")
+def pipeline_cmd(
+    stage_ms: Annotated[
+        str, typer.Option(help="per stage 'fwd:bwd' ms at the top clock, comma-separated")
+    ] = "10:20,10:20,10:20,13:26",
+    microbatches: Annotated[int, typer.Option(help="micro-batches per step")] = 16,
+    memory_share: Annotated[float, typer.Option(help="memory-bound share of stage time")] = 0.2,
+    profile: Annotated[
+        str, typer.Option(help="edge profile for clocks and power")
+    ] = "jetson-agx-orin-64gb",
+    tolerance: Annotated[float, typer.Option(help="allowed step-time growth (fraction)")] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per-stage GPU clocks that keep a 1F1B step's time and save energy (Perseus-style)."""
+    from hwtune.energy.cluster import StageWork, plan_stage_frequencies
+    from hwtune.energy.profiles import get_profile
+
+    try:
+        stages = []
+        for part in stage_ms.split(","):
+            try:
+                f, b = (float(x) / 1e3 for x in part.split(":"))
+            except ValueError:
+                raise HwtuneInputError("stage-ms", part, "fwd:bwd in ms, e.g. 10:20") from None
+            if f <= 0 or b <= 0:
+                raise HwtuneInputError("stage-ms", part, "positive times")
+            stages.append(StageWork(f, b, memory_share))
+        if not 0 <= memory_share < 1:
+            raise HwtuneInputError("memory-share", memory_share, "a fraction in [0, 1)")
+        prof = get_profile(profile)
+        plan = plan_stage_frequencies(stages, microbatches, prof.frequencies_hz,
+                                      prof.default_power_model(), tolerance)  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if as_json:
+        _emit(plan.to_dict())
+        return
+    clocks = ", ".join(_mhz(f) for f in plan.frequencies_hz)
+    sys.stdout.write(
+        f"stage clocks: {clocks}; step {plan.step_time_s * 1e3:.1f} ms (was "
+        f"{plan.baseline_step_time_s * 1e3:.1f}); energy {plan.saved_fraction:.1%} saved\n"
+    )
+
+
+if __name__ == "__main__":
+    app()

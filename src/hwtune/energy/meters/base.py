@@ -1,0 +1,176 @@
+"""The device protocol: what a measured and controlled device offers, and its errors.
+
+One protocol covers every backend (NVML, AMD SMI, Jetson sysfs, Linux RAPL, replayed traces,
+the simulated device, a user's own simulator): read cumulative energy (J) and power (W), list
+and set clocks or power limits, report what is supported. Backends that cannot do something
+raise `UnsupportedOperation` (a `HwtuneInputError`: the CLI prints one line and exits 2).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from hwtune.errors import HwtuneInputError
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a device supports. ``frequencies_hz`` lists the settable clocks (empty = none)."""
+
+    energy: bool
+    power: bool
+    utilization: bool = False
+    set_frequency: bool = False
+    set_power_limit: bool = False
+    frequencies_hz: tuple[float, ...] = ()
+    power_limit_range_w: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "energy": self.energy,
+            "power": self.power,
+            "utilization": self.utilization,
+            "set_frequency": self.set_frequency,
+            "set_power_limit": self.set_power_limit,
+            "frequencies_hz": list(self.frequencies_hz),
+            "power_limit_range_w": list(self.power_limit_range_w)
+            if self.power_limit_range_w
+            else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    """Busy shares in [0, 1]: kernels running (``gpu``) and memory-bound work (``memory``)."""
+
+    gpu: float
+    memory: float = 0.0
+
+
+@runtime_checkable
+class PowerDevice(Protocol):
+    """A device that can be measured and (maybe) controlled. SI units throughout."""
+
+    name: str
+
+    def capabilities(self) -> Capabilities: ...
+
+    def now_s(self) -> float:
+        """The device's clock (wall clock for hardware, virtual time for simulators)."""
+        ...
+
+    def energy_j(self) -> float:
+        """Energy since an arbitrary origin, J; never decreases (wrap-around handled)."""
+        ...
+
+    def power_w(self) -> float:
+        """Current (or most recent short-window average) power, W."""
+        ...
+
+    def utilization(self) -> Utilization | None:
+        """Busy shares since the previous call, or None when the device cannot tell."""
+        ...
+
+    def frequency_hz(self) -> float | None:
+        """The current (locked or maximum allowed) clock, or None when unknown."""
+        ...
+
+    def set_frequency_hz(self, hz: float) -> None: ...
+
+    def power_limit_w(self) -> float | None: ...
+
+    def set_power_limit_w(self, watts: float) -> None: ...
+
+    def reset(self) -> None:
+        """Give clocks and limits back to the device's defaults."""
+        ...
+
+
+class MeterError(HwtuneInputError):
+    """A meter cannot do what was asked (missing file, bad value); one line, CLI exit 2."""
+
+
+class MeterPermissionError(MeterError):
+    """Reading or writing ``path`` was refused; the message names the privilege needed."""
+
+    def __init__(self, path: str, privilege: str) -> None:
+        super().__init__(path, "permission denied", privilege)
+
+
+class UnsupportedOperation(MeterError):
+    """The device does not offer this operation."""
+
+    def __init__(self, device: str, operation: str, supported: str) -> None:
+        super().__init__(operation, device, f"a device that supports it ({supported})")
+
+
+class BaseDevice:
+    """Defaults for the optional parts of the protocol: unsupported controls, wall clock,
+    power from energy differences, energy from power integration (trapezoid rule)."""
+
+    name = "device"
+
+    def __init__(self, clock: object = None) -> None:
+        self._clock = clock or time.monotonic
+        self._last_power_sample: tuple[float, float] | None = None  # (t, W) for integration
+        self._integrated_j = 0.0
+        self._last_energy_sample: tuple[float, float] | None = None  # (t, J) for power
+
+    # -- clock -------------------------------------------------------------------------
+    def now_s(self) -> float:
+        return float(self._clock())  # type: ignore[operator]
+
+    # -- energy from power (backends that only read power) ------------------------------
+    def _integrate(self, watts: float) -> float:
+        """Add the trapezoid since the last power sample; returns the running energy, J."""
+        t = self.now_s()
+        if self._last_power_sample is not None:
+            t0, w0 = self._last_power_sample
+            self._integrated_j += 0.5 * (w0 + watts) * max(0.0, t - t0)
+        self._last_power_sample = (t, watts)
+        return self._integrated_j
+
+    # -- power from energy (backends that only count energy) ----------------------------
+    def _power_from_energy(self, energy_j: float) -> float | None:
+        """Average power since the previous call (None on the first call)."""
+        t = self.now_s()
+        prev = self._last_energy_sample
+        self._last_energy_sample = (t, energy_j)
+        if prev is None or t <= prev[0]:
+            return None
+        return (energy_j - prev[1]) / (t - prev[0])
+
+    # -- optional parts ------------------------------------------------------------------
+    def utilization(self) -> Utilization | None:
+        return None
+
+    def frequency_hz(self) -> float | None:
+        return None
+
+    def set_frequency_hz(self, hz: float) -> None:
+        raise UnsupportedOperation(self.name, "set_frequency_hz", self._supported())
+
+    def power_limit_w(self) -> float | None:
+        return None
+
+    def set_power_limit_w(self, watts: float) -> None:
+        raise UnsupportedOperation(self.name, "set_power_limit_w", self._supported())
+
+    def reset(self) -> None:
+        return None
+
+    def _supported(self) -> str:
+        caps = self.capabilities()  # type: ignore[attr-defined]
+        names = [k for k, v in caps.to_dict().items() if v is True]
+        return f"{self.name} supports: {', '.join(names) or 'nothing'}"
+
+
+def nearest_frequency(hz: float, table: tuple[float, ...] | list[float], field: str) -> float:
+    """``hz`` when it is in ``table`` (within 0.5 MHz), else an error listing the table."""
+    for f in table:
+        if abs(f - hz) <= 0.5e6:
+            return f
+    shown = ", ".join(f"{f / 1e6:g}" for f in table)
+    raise MeterError(field, hz, f"one of the supported clocks in MHz: {shown}")

@@ -1,0 +1,44 @@
+"""Reading and writing sysfs files with errors that name the file and the privilege needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hwtune.energy.meters.base import MeterError, MeterPermissionError
+
+
+def read_text(path: Path, privilege: str) -> str:
+    """The stripped text of ``path``; a one-line error when it is missing or unreadable."""
+    try:
+        return path.read_text().strip()
+    except PermissionError:
+        raise MeterPermissionError(str(path), privilege) from None
+    except FileNotFoundError:
+        raise MeterError(
+            str(path), "missing", "the file to exist (is the driver loaded?)"
+        ) from None
+    except OSError as e:
+        raise MeterError(str(path), e.strerror or "unreadable", "a readable sysfs file") from None
+
+
+def read_number(path: Path, privilege: str) -> float:
+    text = read_text(path, privilege)
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        raise MeterError(str(path), text, "a number") from None
+
+
+def write_text(path: Path, value: str, privilege: str) -> None:
+    try:
+        path.write_text(value)
+    except PermissionError:
+        raise MeterPermissionError(str(path), privilege) from None
+    except FileNotFoundError:
+        raise MeterError(
+            str(path), "missing", "the file to exist (is the driver loaded?)"
+        ) from None
+    except OSError as e:
+        raise MeterError(
+            str(path), e.strerror or "unwritable", f"a value it accepts ({value})"
+        ) from None

@@ -1,0 +1,65 @@
+"""Measurement windows: named, nestable ``begin``/``end`` pairs that return time, energy and
+average power (the pattern of Zeus's ``ZeusMonitor.begin_window``/``end_window``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+from hwtune.energy.meters.base import MeterError, PowerDevice
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One closed window, SI units."""
+
+    name: str
+    start_s: float
+    time_s: float
+    energy_j: float
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float | str]:
+        d = asdict(self)
+        d["avg_power_w"] = self.avg_power_w
+        return d
+
+
+class EnergyMonitor:
+    """Windows over one device. Windows nest and overlap freely; names must be unique among
+    the open ones."""
+
+    def __init__(self, device: PowerDevice) -> None:
+        self.device = device
+        self._open: dict[str, tuple[float, float]] = {}
+
+    def begin(self, name: str) -> None:
+        if name in self._open:
+            raise MeterError("window", name, "a name not already open")
+        self._open[name] = (self.device.now_s(), self.device.energy_j())
+
+    def end(self, name: str) -> Measurement:
+        if name not in self._open:
+            shown = ", ".join(self._open) or "none open"
+            raise MeterError("window", name, f"an open window ({shown})")
+        t0, e0 = self._open.pop(name)
+        t1, e1 = self.device.now_s(), self.device.energy_j()
+        return Measurement(name=name, start_s=t0, time_s=t1 - t0, energy_j=max(0.0, e1 - e0))
+
+    @property
+    def open_windows(self) -> tuple[str, ...]:
+        return tuple(self._open)
+
+    @contextmanager
+    def window(self, name: str) -> Iterator[list[Measurement]]:
+        """``with monitor.window("step") as out: ...`` then ``out[0]`` is the measurement."""
+        out: list[Measurement] = []
+        self.begin(name)
+        try:
+            yield out
+        finally:
+            out.append(self.end(name))

@@ -1,0 +1,509 @@
+"""Online tuner: a training-loop callback that chooses batch size and GPU clock under a power
+cap with the device in the loop.
+
+Phases (each step is one call of `OnlineTuner.step_begin` then `OnlineTuner.step_end`):
+
+1. ``profile``: a few (batch, clock) points, each run for ``warmup_steps`` + ``profile_steps``
+   steps, with power, time and utilization read from the device. The first points run at a
+   low clock (safe under any cap the device can meet); the later ones at the highest clock the
+   models fitted so far predict to fit under the cap with ``margin``.
+2. ``commit``: the step and power models are fitted to the points (`step_model.fit_step_model`,
+   `power_model.fit_power_model`) and `cooptimizer.co_optimize` picks the point.
+3. ``run``: every control interval (``control_interval_s`` of device time, closed at the first
+   step boundary after it) the measured average power is compared with the cap. Over the cap,
+   the clock steps down at once to the highest clock whose prediction fits with margin, the
+   prediction's dynamic part recalibrated by the interval just measured (one step more when
+   the model was off by more than 10%). Below ``cap x (1 - headroom)`` it steps up one clock
+   when the recalibrated prediction fits. A clock that overshot is not re-entered for
+   ``hold_intervals`` intervals. The first ``refinements`` intervals at a committed point are
+   added to the fitted points and the choice is made again (a measurement exactly where it
+   matters). A new cap (`set_cap`) or a noise scale that moved by more than
+   ``recommit_ratio`` triggers a new choice.
+
+After any interval over the cap the next one is made safe, so the cap is never exceeded for
+longer than one control interval while the lowest clock fits (the guarantee tested on the
+simulated device). Works with any object implementing `hwtune.energy.meters.PowerDevice`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from hwtune.energy.convergence import (
+    CriticalBatch,
+    LrRule,
+    NoiseScaleEstimator,
+    scale_learning_rate,
+)
+from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
+from hwtune.energy.meters.base import PowerDevice
+from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
+from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
+from hwtune.errors import HwtuneInputError
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What the next step should use."""
+
+    batch_size: int
+    lr: float
+    frequency_hz: float
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One closed control interval, as measured through the device."""
+
+    start_s: float
+    end_s: float
+    energy_j: float
+    steps: int
+    batch: int
+    frequency_hz: float
+    phase: str
+    cap_w: float
+
+    @property
+    def avg_power_w(self) -> float:
+        dt = self.end_s - self.start_s
+        return self.energy_j / dt if dt > 0 else 0.0
+
+    @property
+    def over_cap(self) -> bool:
+        return self.avg_power_w > self.cap_w
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["avg_power_w"] = self.avg_power_w
+        d["over_cap"] = self.over_cap
+        return d
+
+
+@dataclass(slots=True)
+class _Probe:
+    batch: int
+    f_hz: float
+    steps: int = 0
+    t0: float | None = None  # after warm-up
+    e0: float = 0.0
+    busy: float = 0.0
+    mem_busy: float = 0.0
+    span: float = 0.0
+
+
+class OnlineTuner:
+    """Batch size x clock under a power cap, hardware in the loop (see the module docstring)."""
+
+    def __init__(
+        self,
+        device: PowerDevice,
+        cap_w: float,
+        batch_sizes: Sequence[int],
+        base_batch: int,
+        base_lr: float = 1.0,
+        lr_rule: LrRule = "sqrt",
+        convergence: CriticalBatch | NoiseScaleEstimator | None = None,
+        b_noise: float | None = None,
+        objective: Objective = "time",
+        frequencies_hz: Sequence[float] | None = None,
+        control_interval_s: float = 1.0,
+        warmup_steps: int = 1,
+        profile_steps: int = 3,
+        profile_batches: Sequence[int] | None = None,
+        prior: PowerModel | None = None,
+        margin: float = 0.01,
+        headroom: float = 0.08,
+        hold_intervals: int = 5,
+        recommit_ratio: float = 1.5,
+        refinements: int = 2,
+    ) -> None:
+        if not cap_w > 0:
+            raise HwtuneInputError("power cap", cap_w, "a positive power in W")
+        if not batch_sizes or any(b <= 0 for b in batch_sizes):
+            raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
+        if not control_interval_s > 0:
+            raise HwtuneInputError("control interval", control_interval_s, "a positive time in s")
+        if profile_steps < 1 or warmup_steps < 0:
+            raise HwtuneInputError("profile steps", (warmup_steps, profile_steps), ">= 0 and >= 1")
+        self.device = device
+        self.cap_w = float(cap_w)
+        self.batch_sizes = sorted({int(b) for b in batch_sizes})
+        self.base_batch, self.base_lr, self.lr_rule = int(base_batch), base_lr, lr_rule
+        self.objective = objective
+        table = frequencies_hz or device.capabilities().frequencies_hz
+        if not table:
+            raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
+        self.table = tuple(sorted(float(f) for f in table))
+        self.f_ref = self.table[-1]
+        self.interval_s = control_interval_s
+        self.warmup_steps, self.profile_steps = warmup_steps, profile_steps
+        self.prior = prior
+        self.margin, self.headroom = margin, headroom
+        self.hold_intervals, self.recommit_ratio = hold_intervals, recommit_ratio
+        self.refinements = refinements
+        self._refined = 0
+        self._estimator = convergence if isinstance(convergence, NoiseScaleEstimator) else None
+        if isinstance(convergence, CriticalBatch):
+            self._b_noise_fixed: float | None = convergence.b_noise
+        else:
+            self._b_noise_fixed = b_noise
+        if self._b_noise_fixed is None and self._estimator is None:
+            raise HwtuneInputError(
+                "convergence", None, "a CriticalBatch, a NoiseScaleEstimator or b_noise"
+            )
+
+        pb = list(profile_batches) if profile_batches else _spread(self.batch_sizes)
+        self._todo: list[_Probe] = [_Probe(b, self._start_clock(b)) for b in pb]
+        self._second: list[int] = list(reversed(pb))  # then each batch at a high clock
+        self.points: list[tuple[_Probe, float, float]] = []  # probe, step time, power
+        self.phase = "profile"
+        self.history: list[Interval] = []
+        self.profile_step_count = 0
+        self.step_model: StepTimeModel | None = None
+        self.power_model: PowerModel | None = None
+        self.choice: CoOptResult | None = None
+        self._b_noise_at_commit: float | None = None
+        self._batch = pb[0]
+        self._f = self._todo[0].f_hz
+        self._recover = False
+        self._held: dict[float, int] = {}
+        self._applied_f: float | None = None
+        self._begin_interval()
+
+    # -- public API -------------------------------------------------------------------------
+    def step_begin(self) -> StepPlan:
+        if self._applied_f != self._f:
+            self.device.set_frequency_hz(self._f)
+            self._applied_f = self._f
+        lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
+        return StepPlan(self._batch, lr, self._f, self.phase)
+
+    def step_end(self) -> None:
+        now = self.device.now_s()
+        self._iv_steps += 1
+        if self.phase == "profile":
+            self.profile_step_count += 1
+            self._profile_step(now)
+        if now - self._iv_t0 >= self.interval_s or self._iv_force_close:
+            self._close_interval(now)
+
+    def observe_gradients(self, g_small_sq: float, g_big_sq: float) -> float | None:
+        """Feed squared gradient norms to the noise-scale estimator (if the tuner has one)."""
+        if self._estimator is None:
+            raise HwtuneInputError("convergence", "fixed", "a NoiseScaleEstimator to observe into")
+        return self._estimator.update(g_small_sq, g_big_sq)
+
+    def set_cap(self, cap_w: float) -> None:
+        """A new cap, effective now (re-chooses when the models are fitted)."""
+        if not cap_w > 0:
+            raise HwtuneInputError("power cap", cap_w, "a positive power in W")
+        now = self.device.now_s()
+        if self._iv_steps:
+            self._close_interval(now)
+        self.cap_w = float(cap_w)
+        self._held.clear()
+        if self.phase == "run":
+            self._commit()
+        self._begin_interval()
+
+    @property
+    def b_noise(self) -> float:
+        if self._estimator is not None and self._estimator.b_simple is not None:
+            return self._estimator.b_simple
+        if self._b_noise_fixed is not None:
+            return self._b_noise_fixed
+        return float(self.batch_sizes[len(self.batch_sizes) // 2])
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch
+
+    @property
+    def frequency_hz(self) -> float:
+        return self._f
+
+    # -- profiling ----------------------------------------------------------------------------
+    def _start_clock(self, batch: int) -> float:
+        """A first clock for a probe: the highest the prior predicts to fit at full
+        utilization (conservative), else the lowest clock."""
+        if self.prior is None:
+            return self.table[0]
+        f = self.prior.max_frequency_hz(self.cap_w * (1 - 2 * self.margin), self.table, 1.0, 1.0)
+        return f if f is not None else self.table[0]
+
+    def _profile_step(self, now: float) -> None:
+        pr = self._todo[0]
+        pr.steps += 1
+        if pr.steps == self.warmup_steps:
+            pr.t0, pr.e0 = now, self.device.energy_j()
+            self.device.utilization()  # reset the busy-share window
+        if pr.steps >= self.warmup_steps + self.profile_steps:
+            self._finish_probe(now)
+
+    def _finish_probe(self, now: float) -> None:
+        pr = self._todo.pop(0)
+        if pr.t0 is not None and now > pr.t0:
+            dt = now - pr.t0
+            n = pr.steps - self.warmup_steps
+            watts = (self.device.energy_j() - pr.e0) / dt
+            util = self.device.utilization()
+            if util is not None:
+                pr.busy, pr.mem_busy = util.gpu, util.memory
+            else:
+                pr.busy, pr.mem_busy = -1.0, -1.0
+            self.points.append((pr, dt / max(1, n), watts))
+        self._iv_force_close = True
+        self._plan_next_probe()
+
+    def _plan_next_probe(self) -> None:
+        while not self._todo and self._second:
+            b = self._second.pop(0)
+            f = self._predicted_max_clock(b)
+            if f is not None and all(not (p.batch == b and p.f_hz == f) for p, _, _ in self.points):
+                self._todo.append(_Probe(b, f))
+        if self._todo:
+            self._batch, self._f = self._todo[0].batch, self._todo[0].f_hz
+            if self._recover:
+                self._f = min(self._f, self.table[0])
+                self._todo[0].f_hz = self._f
+        else:
+            self._commit()
+
+    def _fit(self) -> bool:
+        pts = self.points
+        if len(pts) < 2:
+            return False
+        has_util = all(p.busy >= 0 for p, _, _ in pts)
+        sp = [
+            StepPoint(p.batch, p.f_hz, t, p.busy if has_util else None,
+                      p.mem_busy if has_util else None)
+            for p, t, _ in pts
+        ]  # fmt: skip
+        clocks = {round(p.f_hz) for p, _, _ in pts}
+        try:
+            self.step_model = fit_step_model(sp, self.f_ref)
+            pp = []
+            for (p, _, w), s in zip(pts, sp, strict=True):
+                parts = self.step_model.parts(p.batch, p.f_hz)
+                u = s.utilization if s.utilization is not None else parts.utilization
+                um = s.mem_utilization if s.mem_utilization is not None else parts.mem_utilization
+                pp.append(PowerPoint(p.f_hz, w, u, um))
+            floor = self.prior.v_floor if self.prior else 0.6
+            if len(clocks) < 2:  # one clock: the floor comes from the prior (or a typical 0.6)
+                self.power_model = _fit_one_clock(pp, self.f_ref, floor, self.prior)
+            else:
+                try:
+                    self.power_model = fit_power_model(pp, self.f_ref)
+                except HwtuneInputError:  # too few points to search the floor as well
+                    self.power_model = fit_power_model(pp, self.f_ref, v_floor=floor)
+        except HwtuneInputError:
+            return False
+        return True
+
+    def _predicted_max_clock(self, batch: int) -> float | None:
+        if not self._fit() or self.step_model is None or self.power_model is None:
+            return None
+        budget = self.cap_w * (1 - self.margin)
+        best = None
+        for f in self.table:
+            parts = self.step_model.parts(batch, f)
+            if self.power_model.power_w(f, parts.utilization, parts.mem_utilization) <= budget:
+                best = f
+        return best
+
+    # -- decision -------------------------------------------------------------------------------
+    def _commit(self) -> None:
+        if not self._fit() or self.step_model is None or self.power_model is None:
+            raise HwtuneInputError("profiling", len(self.points), "at least two measured points")
+        conv = CriticalBatch(b_noise=self.b_noise, s_min=1.0)
+        self.choice = co_optimize(
+            self.step_model, self.power_model, conv, self.batch_sizes, self.table,
+            self.cap_w * (1 - self.margin), user_batch=self.base_batch, objective=self.objective,
+        )  # fmt: skip
+        self._b_noise_at_commit = self.b_noise
+        self._refined = 0
+        self.phase = "run"
+        self._batch = self.choice.best.batch
+        self._f = self.choice.best.frequency_hz
+        if self._recover:
+            self._f = self.table[0]
+
+    def _refine(self, iv: Interval, util: object) -> None:
+        """Learn from the committed point itself: add it to the fitted points and choose again
+        (``refinements`` times after each commit). A choice near the cap is where the models
+        matter most, and this is a measurement exactly there."""
+        self._refined += 1
+        pr = _Probe(iv.batch, iv.frequency_hz, steps=iv.steps)
+        u = getattr(util, "gpu", None)
+        um = getattr(util, "memory", None)
+        pr.busy = u if u is not None else -1.0
+        pr.mem_busy = um if um is not None else (-1.0 if u is None else 0.0)
+        self.points.append((pr, (iv.end_s - iv.start_s) / iv.steps, iv.avg_power_w))
+        refined = self._refined
+        self._commit()
+        self._refined = refined
+
+    def _predict(self, f: float, k: float = 1.0) -> float:
+        """Predicted power at clock ``f`` and the current batch, with the dynamic part scaled
+        by ``k`` (the live calibration)."""
+        assert self.step_model is not None and self.power_model is not None
+        pm = self.power_model
+        parts = self.step_model.parts(self._batch, f)
+        static_mem = pm.static_w + pm.memory_w * parts.mem_utilization
+        return static_mem + k * (
+            pm.power_w(f, parts.utilization, parts.mem_utilization) - static_mem
+        )
+
+    def _calibration(self, iv: Interval) -> float:
+        """k with measured = static + memory + k x predicted dynamic at the interval's clock:
+        a misprediction is laid on the dynamic part, the part a hotter chip or another phase
+        of training changes (static and DRAM power do not move with the GPU clock)."""
+        base = self._predict(iv.frequency_hz, 0.0)
+        dyn = self._predict(iv.frequency_hz) - base
+        return max(0.0, (iv.avg_power_w - base) / dyn) if dyn > 0 else 1.0
+
+    def _control(self, iv: Interval) -> None:
+        """Feedback after a run-phase interval (see the module docstring)."""
+        for f in list(self._held):
+            self._held[f] -= 1
+            if self._held[f] <= 0:
+                del self._held[f]
+        measured = iv.avg_power_w
+        k = self._calibration(iv)
+        budget = self.cap_w * (1 - self.margin)
+        i = self.table.index(self._f)
+        if measured > self.cap_w:
+            self._held[self._f] = self.hold_intervals
+            fits = [j for j in range(i) if self._predict(self.table[j], k) <= budget]
+            j = max(fits) if fits else 0
+            if abs(k - 1.0) > 0.1 and j > 0:
+                j -= 1  # the model was far off: one clock more of safety
+            self._f = self.table[j]
+        elif measured < self.cap_w * (1 - self.headroom) and i + 1 < len(self.table):
+            up = self.table[i + 1]
+            if up not in self._held and self._predict(up, k) <= budget:
+                self._f = up
+        if (
+            self._estimator is not None
+            and self._b_noise_at_commit is not None
+            and max(self.b_noise, self._b_noise_at_commit)
+            > self.recommit_ratio * min(self.b_noise, self._b_noise_at_commit)
+        ):
+            f_now = self._f
+            self._commit()
+            self._f = min(self._f, f_now) if measured > self.cap_w else self._f
+
+    # -- intervals ------------------------------------------------------------------------------
+    def _begin_interval(self) -> None:
+        self._iv_t0 = self.device.now_s()
+        self._iv_e0 = self.device.energy_j()
+        self._iv_steps = 0
+        self._iv_batch, self._iv_f, self._iv_phase = self._batch, self._f, self.phase
+        self._iv_cap = self.cap_w
+        self._iv_force_close = False
+
+    def _close_interval(self, now: float) -> None:
+        iv = Interval(
+            start_s=self._iv_t0, end_s=now, energy_j=self.device.energy_j() - self._iv_e0,
+            steps=self._iv_steps, batch=self._iv_batch, frequency_hz=self._iv_f,
+            phase=self._iv_phase, cap_w=self._iv_cap,
+        )  # fmt: skip
+        self.history.append(iv)
+        was_recovering = self._recover
+        self._recover = iv.over_cap
+        if iv.phase == "profile" and iv.over_cap:
+            if self._todo and self._todo[0].steps and not self._iv_force_close:
+                self._finish_probe(now)  # cut the probe: it measured enough to learn from
+            self._make_safe()
+        elif iv.phase == "run" and self.phase == "run":
+            util = self.device.utilization()
+            if not iv.over_cap and self._refined < self.refinements and iv.steps:
+                self._refine(iv, util)
+            else:
+                self._control(iv)
+        if was_recovering and not self._recover and self.phase == "profile" and self._todo:
+            pr = self._todo[0]
+            if pr.steps == 0:
+                f = self._predicted_max_clock(pr.batch)
+                pr.f_hz = f if f is not None else self.table[0]
+                self._f = pr.f_hz
+        self._begin_interval()
+
+    def _make_safe(self) -> None:
+        """After an interval over the cap during profiling: the next runs at the lowest clock."""
+        self._f = self.table[0]
+        if self._todo and self._todo[0].steps == 0:
+            self._todo[0].f_hz = self._f
+
+    def summary(self) -> dict[str, object]:
+        over = [iv for iv in self.history if iv.over_cap]
+        return {
+            "phase": self.phase,
+            "cap_w": self.cap_w,
+            "batch": self._batch,
+            "frequency_hz": self._f,
+            "profile_steps": self.profile_step_count,
+            "profile_points": len(self.points),
+            "intervals": len(self.history),
+            "intervals_over_cap": len(over),
+            "max_consecutive_over_cap": _max_run(iv.over_cap for iv in self.history),
+            "choice": self.choice.best.to_dict() if self.choice else None,
+            "b_noise": self.b_noise,
+        }
+
+
+def _spread(batches: list[int]) -> list[int]:
+    """Three profile batches: the smallest, the geometric middle, the largest."""
+    if len(batches) <= 3:
+        return list(batches)
+    lo, hi = batches[0], batches[-1]
+    mid = min(batches, key=lambda b: abs(math.log(b) - 0.5 * (math.log(lo) + math.log(hi))))
+    return sorted({lo, mid, hi})
+
+
+def _fit_one_clock(
+    pts: list[PowerPoint], f_ref: float, v_floor: float, prior: PowerModel | None
+) -> PowerModel:
+    """With points at a single clock only static + dynamic (+ memory) are identifiable up to
+    the clock shape: fit them with the floor fixed; with fewer points than parameters, keep
+    the prior's memory power."""
+    with_mem = len(pts) >= 3 and len({round(p.mem_utilization, 6) for p in pts}) > 1
+    if not with_mem and prior is not None and prior.memory_w:
+        adj = [
+            PowerPoint(p.f_hz, max(0.0, p.power_w - prior.memory_w * p.mem_utilization),
+                       p.utilization, 0.0)
+            for p in pts
+        ]  # fmt: skip
+        m = _fit_floor(adj, f_ref, v_floor, False)
+        return PowerModel(m.static_w, m.dynamic_w, f_ref, v_floor, prior.memory_w)
+    return _fit_floor(pts, f_ref, v_floor, with_mem)
+
+
+def _fit_floor(pts: list[PowerPoint], f_ref: float, v_floor: float, with_mem: bool) -> PowerModel:
+    import numpy as np
+
+    from hwtune.cost.power import dynamic_power_fraction
+    from hwtune.energy.power_model import nonneg_lstsq
+
+    cols = [
+        np.ones(len(pts)),
+        np.array([p.utilization * dynamic_power_fraction(p.f_hz / f_ref, v_floor) for p in pts]),
+    ]
+    if with_mem:
+        cols.append(np.array([p.mem_utilization for p in pts]))
+    coef = nonneg_lstsq(np.column_stack(cols), np.array([p.power_w for p in pts]))
+    return PowerModel(
+        float(coef[0]), float(coef[1]), f_ref, v_floor, float(coef[2]) if with_mem else 0.0
+    )
+
+
+def _max_run(flags: object) -> int:
+    best = run = 0
+    for f in flags:  # type: ignore[attr-defined]
+        run = run + 1 if f else 0
+        best = max(best, run)
+    return best

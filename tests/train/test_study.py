@@ -1,0 +1,189 @@
+"""`hwtune study` (`hwtune.train.study`): the grid, the tidy CSV + Parquet + PNG output, resuming,
+local processes and a local Ray instance."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import hwtune.train.study as study
+from hwtune.errors import HwtuneInputError
+from hwtune.train.study import COLUMNS, StudyPoint, grid, run_point, run_study
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# columns that are measured wall time, not results: they differ between two runs
+TIMING = {"search_s"}
+
+
+def two_points() -> list[StudyPoint]:
+    # Llama-3.1-8B on 8 and 16 H100, 16 sequences of 4096 tokens: two fast searches
+    return grid(["llama3.1-8b"], ["h100-sxm-80gb"], ["default"], [8, 16], 16, 4096)
+
+
+def read_rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    key = ("model", "gpu", "topology", "n_gpus")
+    return sorted(({k: v for k, v in r.items() if k not in TIMING} for r in rows),
+                  key=lambda r: tuple(str(r[k]) for k in key))  # fmt: skip
+
+
+# ------------------------------------------------------------------ grid
+def test_grid_is_the_product_of_the_axes():
+    pts = grid(["a", "b"], ["g1", "g2", "g3"], ["default", "nic=200"], [8, 16, 32, 64], 512, 8192)
+    assert len(pts) == 2 * 3 * 2 * 4
+    assert len({p.key for p in pts}) == len(pts)  # every point once
+    assert {p.global_batch for p in pts} == {512} and {p.seq for p in pts} == {8192}
+    assert {p.n_gpus for p in pts} == {8, 16, 32, 64}
+
+
+@pytest.mark.parametrize("axis", range(4))
+def test_an_empty_axis_raises(axis):
+    axes = [["llama3.1-8b"], ["h100-sxm-80gb"], ["default"], [8]]
+    axes[axis] = []
+    with pytest.raises(HwtuneInputError):
+        grid(*axes, 16, 4096)
+
+
+# ------------------------------------------------------------------ one point
+def test_run_point_row():
+    p = StudyPoint("llama3.1-8b", "h100-sxm-80gb", "nic=200,domain=4", 16, 16, 4096)
+    row = run_point(p)
+    assert row["fits"] is True
+    assert row["tp"] * row["pp"] * row["dp"] * row["cp"] == 16
+    # tokens per second of the job = GPUs x per-GPU tokens per second
+    assert row["tokens_per_s"] == pytest.approx(16 * row["tokens_per_s_per_gpu"], rel=1e-12)
+    # and = tokens per step / step time
+    assert row["tokens_per_s"] == pytest.approx(16 * 4096 / row["step_time_s"], rel=1e-9)
+    assert 0 <= row["exposed_comm_share"] <= 1 and 0 <= row["bubble_share"] <= 1
+    assert 0 < row["memory_gib"] <= 80
+    assert set(row) - {"error"} <= set(COLUMNS)
+
+
+def test_run_point_infeasible_and_bad_topology_rows():
+    # 405B needs 810 GB for its bf16 weights alone: more than 8 x 80 GB
+    row = run_point(StudyPoint("llama3.1-405b", "h100-sxm-80gb", "default", 8, 64, 8192))
+    assert row["fits"] is False and row["candidates"] > 0
+    bad = run_point(StudyPoint("llama3.1-8b", "h100-sxm-80gb", "bogus=1", 8, 16, 4096))
+    assert bad["fits"] is False and "topology" in bad["error"]
+
+
+@pytest.mark.parametrize("topology", ["fast", "nic=abc"])
+def test_run_point_unparsable_topology_gives_an_error_row(topology):
+    row = run_point(StudyPoint("llama3.1-8b", "h100-sxm-80gb", topology, 8, 16, 4096))
+    assert row["fits"] is False and "topology" in row["error"]
+
+
+# ------------------------------------------------------------------ a study run
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    path = run_study(two_points(), out, workers=1)
+    return out, path
+
+
+def test_run_study_writes_csv_parquet_and_png(first_run):
+    out, path = first_run
+    assert path == out / "study.csv"
+    rows = read_rows(path)
+    assert len(rows) == 2
+    assert sorted(int(r["n_gpus"]) for r in rows) == [8, 16]
+    assert all(r["fits"] == "True" for r in rows)
+    header = path.read_text().splitlines()[0].split(",")
+    assert header[: len(COLUMNS)] == list(COLUMNS)
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(out / "study.parquet")
+    assert table.num_rows == 2
+    back = table.to_pylist()
+    assert sorted(r["n_gpus"] for r in back) == [8, 16]
+    by_n = {int(r["n_gpus"]): r for r in rows}
+    for r in back:
+        assert r["tokens_per_s"] == pytest.approx(float(by_n[r["n_gpus"]]["tokens_per_s"]))
+        assert r["model"] == "llama3.1-8b"
+    pngs = list(out.glob("*.png"))
+    assert pngs and all(p.read_bytes()[:8] == PNG_MAGIC for p in pngs)
+
+
+def test_running_again_adds_no_rows_and_computes_nothing(first_run, monkeypatch):
+    out, path = first_run
+    before = path.read_text()
+
+    def boom(p):
+        raise AssertionError(f"{p} was recomputed")
+
+    monkeypatch.setattr(study, "run_point", boom)
+    run_study(two_points(), out, workers=1)
+    assert path.read_text() == before
+
+
+def test_a_grown_grid_computes_only_the_new_points(tmp_path, monkeypatch):
+    seen = []
+    real = study.run_point
+
+    def spy(p):
+        seen.append(p.n_gpus)
+        return real(p)
+
+    monkeypatch.setattr(study, "run_point", spy)
+    one = grid(["llama3.1-8b"], ["h100-sxm-80gb"], ["default"], [8], 16, 4096)
+    run_study(one, tmp_path, workers=1)
+    run_study(two_points(), tmp_path, workers=1)
+    assert seen == [8, 16]
+    assert len(read_rows(tmp_path / "study.csv")) == 2
+
+
+def _tear_last_line(path: Path, keep_fields: int) -> None:
+    """Simulate a run killed while writing its last row: the row is cut after
+    ``keep_fields`` fields, with no newline."""
+    lines = path.read_text().splitlines(keepends=True)
+    cut = ",".join(lines[-1].split(",")[:keep_fields])
+    path.write_text("".join(lines[:-1]) + cut[:-1])
+
+
+def test_a_torn_short_last_line_is_recomputed(first_run, tmp_path):
+    out, path = first_run
+    (tmp_path / "study.csv").write_text(path.read_text())
+    _tear_last_line(tmp_path / "study.csv", keep_fields=3)
+    run_study(two_points(), tmp_path, workers=1)
+    rows = read_rows(tmp_path / "study.csv")
+    assert len(rows) == 2 and all(r["fits"] == "True" for r in rows)
+
+
+def test_a_torn_long_last_line_is_recomputed(first_run, tmp_path):
+    out, path = first_run
+    (tmp_path / "study.csv").write_text(path.read_text())
+    _tear_last_line(tmp_path / "study.csv", keep_fields=9)
+    run_study(two_points(), tmp_path, workers=1)
+    rows = read_rows(tmp_path / "study.csv")
+    assert len(rows) == 2 and all(r["fits"] == "True" and r["tokens_per_s"] for r in rows)
+    assert all(r["error"] == "" for r in rows)
+
+
+def test_local_processes_give_the_same_rows(first_run, tmp_path):
+    _, path = first_run
+    run_study(two_points(), tmp_path, workers=2)
+    assert comparable(read_rows(tmp_path / "study.csv")) == comparable(read_rows(path))
+
+
+def test_progress_is_reported(tmp_path):
+    calls = []
+    run_study(two_points()[:1], tmp_path, workers=1, progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(1, 1)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the optional 'ray' extra")
+def test_ray_local_gives_the_same_rows_as_local_processes(first_run, tmp_path):
+    import ray
+
+    _, path = first_run
+    try:
+        run_study(two_points(), tmp_path, ray_address="local")
+    finally:
+        ray.shutdown()
+    assert comparable(read_rows(tmp_path / "study.csv")) == comparable(read_rows(path))
