@@ -196,7 +196,9 @@ def test_degenerate_gemm_takes_no_time():
     assert gemm_time(128, 128, 128, DEV, batch=0) == 0.0
 
 
-dims = st.integers(1, 12000)
+# multiples of 8: a misaligned dimension (not 16 bytes of bf16) runs a slower kernel, so adding
+# work to a misaligned GEMM can make it faster (Anthony et al. 2024); the invariant is for aligned ones
+dims = st.integers(1, 1500).map(lambda x: 8 * x)
 
 
 @settings(max_examples=200, deadline=None)

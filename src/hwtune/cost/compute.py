@@ -8,7 +8,9 @@ Sources:
   C = ceil(m/Tm) ceil(n/Tn) tiles run in ceil(C/S) waves on S SMs, eta_wave = C / (ceil(C/S) S));
   NVIDIA "Matrix Multiplication Background User's Guide" (tile and wave quantization).
 - Achievable fractions of peak (``Device.gemm_efficiency``, ``memory_bw_efficiency``) are
-  microbenchmark figures of the device catalog, not fitted here.
+  microbenchmark figures of the device catalog, not fitted here (tier 1). A device with a
+  measured profile (`hwtune bench`, `hardware/profile.py`) uses the measured rates instead,
+  interpolated over shape (tier 2).
 - Fused attention runs at the device's measured attention efficiencies (FlashAttention-2/3,
   cuDNN; see the device catalog); the backward kernel recomputes the score matrix: 2.5x the
   forward FLOPs (5 vs 2 matmuls; Dao 2023, §3.1).
@@ -115,6 +117,11 @@ def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
+    prof = device.profile
+    if prof is not None:  # tier 2: the measured rate at this shape (launch cost included)
+        rate = prof.gemm_rate(m, n, k, dtype, batch)
+        if rate is not None:
+            return flops / rate
     eb = _DTYPE_BYTES[dtype]
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
     eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k, speedup)
@@ -140,6 +147,11 @@ def attention_time(
     if flops <= 0:
         return 0.0
     adt = "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
+    prof = device.profile
+    if prof is not None:
+        rate = prof.attention_rate("bwd" if backward else "fwd", adt)
+        if rate is not None:
+            return (FLASH_BWD_FLOP_RATIO if backward else 1.0) * flops / rate
     peak = device.peak_flops(adt)
     if backward:
         t = FLASH_BWD_FLOP_RATIO * flops / (peak * device.attention_bwd_efficiency)
@@ -153,6 +165,11 @@ def memory_time(nbytes: float, device: Device, kernels: int = 1) -> float:
     """Seconds for memory-bound work moving ``nbytes`` through HBM, in ``kernels`` launches."""
     if nbytes <= 0:
         return 0.0
+    prof = device.profile
+    if prof is not None:
+        per = prof.elementwise_time(nbytes / kernels)
+        if per is not None:
+            return per * kernels
     return (
         nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
         + kernels * KERNEL_OVERHEAD_S

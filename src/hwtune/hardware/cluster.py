@@ -108,7 +108,13 @@ class Cluster(BaseModel):
         return max(1, self.n_gpus // self.gpus_per_node)
 
     def intra_link(self) -> Link:
-        """Scale-up link of one GPU (achievable bandwidth, bytes/s each way)."""
+        """Scale-up link of one GPU (achievable bandwidth, bytes/s each way); with a measured
+        profile, the alpha-beta fit of its all-reduce measurements (tier 2)."""
+        prof = self.device.profile
+        if prof is not None:
+            fit = prof.collective_fit("all_reduce")
+            if fit is not None:
+                return Link(fit[1], fit[0])
         return Link(self.device.scaleup_bandwidth_si * self.intra_efficiency, self.intra_latency_s)
 
     def inter_link(self, share: float = 1.0) -> Link:

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.hardware.profile import PROFILE_VERSION, DeviceProfile, load_profile_file
 
 Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
 DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
@@ -80,6 +81,9 @@ class Device(BaseModel):
     attention_bwd_efficiency: float = Field(default=0.40, gt=0, le=1)
     gemm_tile: tuple[int, int] = (128, 128)
     price_per_hour_usd: float | None = Field(default=None, ge=0)
+    profile: DeviceProfile | None = Field(
+        default=None, description="measured curves from `hwtune bench` (tier 2); None = spec sheet"
+    )
     sources: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("peak_tflops")
@@ -113,7 +117,8 @@ class Device(BaseModel):
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
              self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w, self.scaleup_gbps_per_direction,
              self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
-             self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile)
+             self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile,
+             self.profile)
         )  # fmt: skip
 
     # --- SI accessors -----------------------------------------------------------------
@@ -166,6 +171,11 @@ def load_device_file(path: str | Path) -> Device:
         raise HwtuneInputError("gpu", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of device fields")
+    if "profile_version" in data:  # a measured profile written by `hwtune bench`
+        fields, prof = load_profile_file(p)
+        data = {**fields, "profile": prof}
+        if data.get("profile_version", PROFILE_VERSION) != PROFILE_VERSION:
+            raise HwtuneInputError("profile_version", data["profile_version"], str(PROFILE_VERSION))
     try:
         return Device(**data)
     except ValidationError as e:
