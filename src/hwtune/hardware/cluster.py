@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error, unknown_name
+from hwtune.frozen import FrozenModel
 from hwtune.hardware.catalog import get_device
 from hwtune.hardware.device import Device
 
@@ -40,7 +41,7 @@ class GroupSpan:
     domains: int
 
 
-class Cluster(BaseModel):
+class Cluster(FrozenModel):
     """A homogeneous cluster.
 
     Default efficiencies are the fractions of link bandwidth that NCCL reaches as bus bandwidth
@@ -79,24 +80,6 @@ class Cluster(BaseModel):
                 f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest"
             )
         return self
-
-    _hash: int | None = PrivateAttr(default=None)
-
-    def __hash__(self) -> int:
-        h = self.__pydantic_private__["_hash"]
-        if h is None:
-            h = hash(tuple(self.__dict__.values()))
-            self.__pydantic_private__["_hash"] = h
-        return h
-
-    def __eq__(self, other: object) -> bool:
-        # fields only: the cached hash (a private attribute) must not make equal objects differ
-        return type(self) is type(other) and self.__dict__ == other.__dict__  # type: ignore[union-attr]
-
-    def model_copy(self, *, update: dict | None = None, deep: bool = False):  # noqa: ANN201
-        new = super().model_copy(update=update, deep=deep)
-        new.__pydantic_private__["_hash"] = None
-        return new
 
     @property
     def domain(self) -> int:

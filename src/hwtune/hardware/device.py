@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.frozen import FrozenModel
 from hwtune.hardware.profile import PROFILE_VERSION, DeviceProfile, load_profile_file
 
 Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
@@ -34,7 +35,7 @@ class PeakTflops(BaseModel):
     int8: float | None = Field(default=None, gt=0)
 
 
-class Device(BaseModel):
+class Device(FrozenModel):
     """An accelerator. Figures are vendor datasheet values unless the source says otherwise.
 
     Efficiencies (``gemm_efficiency``, ``memory_bw_efficiency``, ``attention_*_efficiency``) are
@@ -93,27 +94,9 @@ class Device(BaseModel):
             raise ValueError("a peak for at least one of bf16, fp16, fp32")
         return v
 
-    _hash: int | None = PrivateAttr(default=None)
-
-    def __hash__(self) -> int:
+    def _hash_key(self) -> tuple:
         # ``sources`` (a dict) is documentation and left out; every figure takes part.
-        h = self.__pydantic_private__["_hash"]
-        if h is None:
-            h = self._compute_hash()
-            self.__pydantic_private__["_hash"] = h
-        return h
-
-    def __eq__(self, other: object) -> bool:
-        # fields only: the cached hash (a private attribute) must not make equal objects differ
-        return type(self) is type(other) and self.__dict__ == other.__dict__  # type: ignore[union-attr]
-
-    def model_copy(self, *, update: dict | None = None, deep: bool = False):  # noqa: ANN201
-        new = super().model_copy(update=update, deep=deep)
-        new.__pydantic_private__["_hash"] = None
-        return new
-
-    def _compute_hash(self) -> int:
-        return hash(
+        return (
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
              self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w, self.scaleup_gbps_per_direction,
              self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,

@@ -11,7 +11,7 @@ File format (YAML or JSON), version 1::
     software: {torch: "2.13.0", backend: cpu, threads: 2, ...}
     gemm:        [{dtype: fp32, m: 1024, n: 1024, k: 1024, batch: 1, seconds: 0.0031}, ...]
     memory:      {copy_bytes_per_s: 1.2e10, triad_bytes_per_s: 1.1e10, launch_s: 5e-6}
-    elementwise: [{bytes: 4.0e6, seconds: 4.1e-4}, ...]
+    elementwise: [{op: layer_norm, bytes: 4.0e6, seconds: 4.1e-4}, ...]   # op optional
     attention:   [{dtype: fp32, phase: fwd, batch: 1, heads: 8, seq_q: 512, seq_k: 512,
                    head_dim: 64, causal: true, flops: 1.1e9, seconds: 0.012}, ...]
     collectives: [{op: all_reduce, ranks: 2, bytes: 1048576, seconds: 0.0012}, ...]
@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.frozen import FrozenModel
 
 PROFILE_VERSION = 1
 
@@ -53,11 +54,14 @@ class MemoryFigures(BaseModel):
 
 
 class SizedPoint(BaseModel):
-    """A memory-bound op moving ``bytes`` in ``seconds``."""
+    """A memory-bound op moving ``bytes`` (read + written, as `model.lowering` counts them) in
+    ``seconds``; ``op`` names the kernel (add, gelu, layer_norm, ...; optional, None in files
+    that predate it, which stay version 1)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     bytes: float = Field(gt=0)
     seconds: float = Field(gt=0)
+    op: str | None = None
 
 
 class AttentionPoint(BaseModel):
@@ -82,7 +86,7 @@ class CollectivePoint(BaseModel):
     seconds: float = Field(gt=0)
 
 
-class DeviceProfile(BaseModel):
+class DeviceProfile(FrozenModel):
     """Measured curves of one device (see the module docstring for the file format)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,18 +97,11 @@ class DeviceProfile(BaseModel):
     elementwise: tuple[SizedPoint, ...] = ()
     attention: tuple[AttentionPoint, ...] = ()
     collectives: tuple[CollectivePoint, ...] = ()
-    _hash: int | None = PrivateAttr(default=None)
+    _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
 
-    def __hash__(self) -> int:
-        h = self.__pydantic_private__["_hash"]
-        if h is None:
-            h = hash((self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
-                      self.collectives))  # fmt: skip
-            self.__pydantic_private__["_hash"] = h
-        return h
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.__dict__ == other.__dict__  # type: ignore[union-attr]
+    def _hash_key(self) -> tuple:
+        return (self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
+                self.collectives)  # fmt: skip
 
     # ---- interpolation -------------------------------------------------------------------
     def gemm_rate(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float | None:
@@ -128,13 +125,32 @@ class DeviceProfile(BaseModel):
         # harmonic-weighted mean of rates: interpolates time per FLOP, not FLOP/s
         return sum(w) / sum(wi / r for wi, (_, r) in zip(w, near, strict=True))
 
-    def attention_rate(self, phase: str, dtype: str) -> float | None:
-        """Median measured FLOP/s of the attention kernels of ``phase`` (forward model FLOPs
-        for fwd, 2.5x of them for bwd, as `cost.compute.attention_time` counts)."""
-        r = sorted(
-            p.flops / p.seconds for p in self.attention if p.phase == phase and p.dtype == dtype
-        )
-        return r[len(r) // 2] if r else None
+    def attention_rate(
+        self, phase: str, dtype: str, flops: float | None = None, decode: bool = False
+    ) -> float | None:
+        """Measured FLOP/s of the attention kernels of ``phase`` (forward model FLOPs for fwd,
+        2.5x of them for bwd, as `cost.compute.attention_time` counts), over the training and
+        prefill shapes (seq_q > 1) or, with ``decode``, the single-query shapes.
+
+        Without ``flops``: the median rate. With ``flops``: time per FLOP interpolated linearly
+        in log(FLOPs) between the measured kernels that bracket it (points of equal size are
+        averaged), at the nearest measured rate outside them — kernel rates grow with size as
+        fixed costs amortize, so the size of the kernel is the first-order variable."""
+        pts = [
+            p
+            for p in self.attention
+            if p.phase == phase and p.dtype == dtype and (p.seq_q == 1) == decode
+        ]
+        if not pts:
+            return None
+        if flops is None or flops <= 0:
+            r = sorted(p.flops / p.seconds for p in pts)
+            return r[len(r) // 2]
+        by_size: dict[float, list[float]] = {}
+        for p in pts:
+            by_size.setdefault(p.flops, []).append(p.seconds / p.flops)
+        curve = sorted((math.log(f), sum(v) / len(v)) for f, v in by_size.items())
+        return 1.0 / _interp(curve, math.log(flops))
 
     def memory_bandwidth(self) -> float | None:
         if self.memory is not None:
@@ -142,45 +158,75 @@ class DeviceProfile(BaseModel):
         return None
 
     def elementwise_time(self, nbytes: float) -> float | None:
-        """Seconds for a memory-bound op moving ``nbytes``: linear interpolation of time over the
-        measured sizes, extrapolated at the largest measured bandwidth."""
-        pts = sorted(self.elementwise, key=lambda p: p.bytes)
-        if not pts:
+        """Seconds for a memory-bound op moving ``nbytes``: per measured op kind, time linearly
+        interpolated over the measured sizes (proportional below the smallest, at the largest
+        measured bandwidth above it); the median over op kinds (the cost model does not know
+        which kernel a memory-bound op is: norms, activations and adds run at different speeds
+        on CPUs, within a few percent of each other on GPUs)."""
+        if not self.elementwise:
             return None
-        if nbytes <= pts[0].bytes:
-            return pts[0].seconds * nbytes / pts[0].bytes if nbytes > 0 else 0.0
-        for a, b in zip(pts, pts[1:], strict=False):
-            if nbytes <= b.bytes:
-                f = (nbytes - a.bytes) / (b.bytes - a.bytes)
-                return a.seconds + f * (b.seconds - a.seconds)
-        last = pts[-1]
-        return last.seconds * nbytes / last.bytes
+        if nbytes <= 0:
+            return 0.0
+        curves = self.__pydantic_private__.get("_ew_curves")
+        if curves is None:
+            groups: dict[str | None, list[SizedPoint]] = {}
+            for p in self.elementwise:
+                groups.setdefault(p.op, []).append(p)
+            curves = [sorted(g, key=lambda p: p.bytes) for g in groups.values()]
+            self.__pydantic_private__["_ew_curves"] = curves
+        times = sorted(_sized_time(c, nbytes) for c in curves)
+        n = len(times)
+        return times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
 
     def collective_fit(self, op: str = "all_reduce") -> tuple[float, float] | None:
-        """(alpha seconds per step, bytes/s per rank) least-squares fit of the ring model
+        """(alpha seconds per step, bytes/s per rank) fit of the ring model
         t = 2(n-1) alpha + 2 (n-1)/n S / beta (all-reduce; (n-1) for the others) to the
-        measured points (Thakur et al. 2005)."""
+        measured points (Thakur et al. 2005). Least squares on the relative error (each
+        equation divided by its measured time), so that the microsecond points pin alpha and the
+        large messages pin beta; None with fewer than two points or a non-positive bandwidth."""
         pts = [p for p in self.collectives if p.op == op]
         if len(pts) < 2:
             return None
         c = 2.0 if op == "all_reduce" else 1.0
-        xs = [c * (p.ranks - 1) for p in pts]  # alpha coefficient
-        zs = [c * (p.ranks - 1) / p.ranks * p.bytes for p in pts]  # 1/beta coefficient
-        ts = [p.seconds for p in pts]
-        # normal equations of t = a*x + g*z with a, g >= 0
+        xs = [c * (p.ranks - 1) / p.seconds for p in pts]  # alpha coefficient / t
+        zs = [c * (p.ranks - 1) / p.ranks * p.bytes / p.seconds for p in pts]  # 1/beta coef. / t
+        # normal equations of 1 = a*x + g*z (relative residuals); a >= 0
         sxx = sum(x * x for x in xs)
         szz = sum(z * z for z in zs)
         sxz = sum(x * z for x, z in zip(xs, zs, strict=True))
-        sxt = sum(x * t for x, t in zip(xs, ts, strict=True))
-        szt = sum(z * t for z, t in zip(zs, ts, strict=True))
+        sx, sz = sum(xs), sum(zs)
         det = sxx * szz - sxz * sxz
         if det <= 0:
             return None
-        a = max(0.0, (sxt * szz - szt * sxz) / det)
-        g = (szt * sxx - sxt * sxz) / det
+        a = (sx * szz - sz * sxz) / det
+        g = (sz * sxx - sx * sxz) / det
+        if a < 0:  # latency below resolution: bandwidth-only fit
+            a, g = 0.0, sz / szz
         if g <= 0:
             return None
         return a, 1.0 / g
+
+
+def _interp(curve: list[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear y(x) through sorted (x, y) points, constant beyond the ends."""
+    if x <= curve[0][0]:
+        return curve[0][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+        if x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    return curve[-1][1]
+
+
+def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
+    """Seconds at ``nbytes`` on one op's sorted curve (see `DeviceProfile.elementwise_time`)."""
+    if nbytes <= pts[0].bytes:
+        return pts[0].seconds * nbytes / pts[0].bytes
+    for a, b in zip(pts, pts[1:], strict=False):
+        if nbytes <= b.bytes:
+            f = (nbytes - a.bytes) / (b.bytes - a.bytes)
+            return a.seconds + f * (b.seconds - a.seconds)
+    last = pts[-1]
+    return last.seconds * nbytes / last.bytes
 
 
 def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hwtune.frozen import FrozenModel
 
 FfnAct = Literal["swiglu", "geglu", "gelu", "relu", "squared_relu", "silu"]
 GATED_ACTS = ("swiglu", "geglu")
@@ -80,7 +82,7 @@ class LinearAttention(BaseModel):
     conv_kernel: int = Field(default=4, ge=0)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(FrozenModel):
     """A decoder-only transformer. Defaults are those of the Llama family."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -144,25 +146,6 @@ class ModelSpec(BaseModel):
         if self.moe is not None and self.moe.first_k_dense_layers > self.n_layers:
             raise ValueError("moe.first_k_dense_layers exceeds n_layers")
         return self
-
-    _hash: int | None = PrivateAttr(default=None)
-
-    def __hash__(self) -> int:
-        # the spec is immutable and used as a cache key in every cost function: hash it once
-        h = self.__pydantic_private__["_hash"]
-        if h is None:
-            h = hash(tuple(self.__dict__.values()))
-            self.__pydantic_private__["_hash"] = h
-        return h
-
-    def __eq__(self, other: object) -> bool:
-        # fields only: the cached hash (a private attribute) must not make equal objects differ
-        return type(self) is type(other) and self.__dict__ == other.__dict__  # type: ignore[union-attr]
-
-    def model_copy(self, *, update: dict | None = None, deep: bool = False):  # noqa: ANN201
-        new = super().model_copy(update=update, deep=deep)
-        new.__pydantic_private__["_hash"] = None
-        return new
 
     # --- derived shapes (no costs here) ---------------------------------------------------
     @property
