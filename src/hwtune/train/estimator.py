@@ -222,10 +222,12 @@ def _layer_times(
             if op.wgrad_flops:
                 wg += gemm_time(op.k, op.n, op.m, device, dt, op.batch)
             if fp8 and not op.attention_core:
-                # Transformer Engine casts: input to fp8 (forward) and output gradient (backward)
-                cast = 3.0 * op.m * op.k * op.batch
-                fwd += memory_time(cast, device)
-                dg += memory_time(3.0 * op.m * op.n * op.batch, device)
+                # Transformer Engine's fused cast-transpose: the 16-bit input (forward) and
+                # output gradient (backward) are read once (2 B) and written as fp8 twice,
+                # row- and column-major (1 + 1 B), since Hopper fp8 GEMMs take only the TN
+                # layout (TE docs, "FP8 primer"; cuBLASLt fp8 requirements)
+                fwd += memory_time(4.0 * op.m * op.k * op.batch, device)
+                dg += memory_time(4.0 * op.m * op.n * op.batch, device)
             if op.attention_core:
                 core += tf
                 core_f += op.flops
