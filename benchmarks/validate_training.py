@@ -94,7 +94,7 @@ def by_family(rows: list[dict]) -> list[tuple[str, str, int, float, float]]:
 
 NOTES = [
     "",
-    "## What the errors say",
+    "### What the errors say",
     "",
     "- **Per-layer times** (Korthikanti et al. Table 4, a 22B layer on 8 A100s, TP=8, with and",
     "  without sequence parallelism and recomputation): the op-level models (GEMM roofline with",
@@ -131,6 +131,19 @@ def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace the ``name`` section of VALIDATION.md (between its markers), keeping the rest
+    (other benchmarks write their own sections)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{text}\n{end}"
+    old = path.read_text() if path.exists() else ""
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = block + "\n" + old
+    path.write_text(new if new.endswith("\n") else new + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -151,7 +164,7 @@ def main() -> None:
     if a.print_only:
         return
     lines = [
-        "# Validation: `hwtune estimate` against published training runs",
+        "## Training estimator (`hwtune estimate`) against published runs",
         "",
         f"Data: `shared/validation/training_published.jsonl` ({len(rows)} comparisons over "
         f"{len({r['id'] for r in rows})} rows; {len(skipped)} rows not expressible, listed below).",
@@ -162,7 +175,7 @@ def main() -> None:
         "are compared as 1/time. Memory is the peak per GPU. Error = predicted / measured - 1.",
         "No constant is fitted to these rows: device efficiencies come from microbenchmarks in the device catalog.",
         "",
-        "## Summary",
+        "### Summary",
         "",
         "| metric | rows | median abs. error | p90 abs. error | signed median |",
         "|---|---|---|---|---|",
@@ -173,7 +186,7 @@ def main() -> None:
         )
     lines += [
         "",
-        "## By source",
+        "### By source",
         "",
         "| source | metric | rows | median abs. error | signed median |",
     ]
@@ -183,7 +196,7 @@ def main() -> None:
     lines += NOTES
     lines += [
         "",
-        "## Per row",
+        "### Per row",
         "",
         "| row | metric | measured | predicted | error | assumptions |",
         "|---|---|---|---|---|---|",
@@ -195,10 +208,10 @@ def main() -> None:
             meas, pred, unit = meas / 2**30, pred / 2**30, "GiB"
         lines.append(f"| {r['id']} | {r['metric']} ({unit}) | {meas:,.4g} | {pred:,.4g} | {r['rel_err']:+.1%} | "
                      f"{'; '.join(r['assumptions'])} |")  # fmt: skip
-    lines += ["", "## Rows not expressible", "", "| row | reason |", "|---|---|"]
+    lines += ["", "### Rows not expressible", "", "| row | reason |", "|---|---|"]
     for i, why in skipped:
         lines.append(f"| {i} | {why} |")
-    a.out.write_text("\n".join(lines) + "\n")
+    write_section(a.out, "training", "\n".join(lines))
     print(f"wrote {a.out}", file=sys.stderr)
 
 

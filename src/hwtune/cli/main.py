@@ -141,6 +141,10 @@ from hwtune.cli.energy import app as energy_app  # noqa: E402
 
 app.add_typer(energy_app, name="energy")
 
+from hwtune.cli.compile import compile_cmd  # noqa: E402
+
+app.command("compile")(compile_cmd)
+
 
 def main() -> None:
     app()

@@ -1,0 +1,126 @@
+"""`hwtune compile`: model + strategy (flags or YAML) + cluster -> device plan, simulated step,
+Perfetto trace and Gantt chart; ``--run`` trains the tiny runtime models on CPU/gloo under the
+same strategy. Parse, call the library, render: no formulas here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hwtune.errors import HwtuneInputError
+
+
+def _fail(e: Exception) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+def compile_cmd(
+    model: Annotated[
+        str, typer.Option("--model", "-m", help="catalog name or config.json")
+    ] = "llama3.1-8b",
+    strategy: Annotated[
+        Path | None, typer.Option(help="strategy YAML (annotations, schedule)")
+    ] = None,
+    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = "h100-sxm-80gb",
+    gpus: Annotated[int | None, typer.Option(help="GPUs (default: dp*tp*pp*cp)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
+    nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="cluster YAML file")] = None,
+    dp: Annotated[int | None, typer.Option(help="data-parallel degree")] = None,
+    tp: Annotated[int | None, typer.Option(help="tensor-parallel degree")] = None,
+    pp: Annotated[int | None, typer.Option(help="pipeline-parallel degree")] = None,
+    ep: Annotated[int | None, typer.Option(help="expert-parallel degree")] = None,
+    cp: Annotated[int | None, typer.Option(help="context-parallel degree")] = None,
+    zero: Annotated[int | None, typer.Option(help="ZeRO stage 0-3")] = None,
+    micro_batch: Annotated[int | None, typer.Option(help="sequences per micro-batch")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per step")] = None,
+    seq: Annotated[int | None, typer.Option(help="sequence length")] = None,
+    schedule: Annotated[
+        str | None, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
+    ] = None,
+    vpp: Annotated[int | None, typer.Option(help="model chunks per rank (interleaved)")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none|selective|selective-op|full")] = None,
+    trace: Annotated[Path | None, typer.Option(help="write the Perfetto trace JSON here")] = None,
+    gantt: Annotated[Path | None, typer.Option(help="write the PNG Gantt chart here")] = None,
+    show_orders: Annotated[
+        bool, typer.Option("--orders", help="print the per-rank action orders")
+    ] = False,
+    run: Annotated[
+        bool, typer.Option("--run", help="train the tiny runtime model on CPU/gloo")
+    ] = False,
+    steps: Annotated[int, typer.Option(help="training steps with --run")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Compile a strategy into per-rank device plans and simulate the step as a DAG."""
+    from hwtune.hardware.cluster import load_cluster_file, make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.parallel.actions import format_orders
+    from hwtune.parallel.compiler import compile_plan
+    from hwtune.parallel.simulator import simulate
+    from hwtune.parallel.spec import load_spec, make_spec
+    from hwtune.parallel.trace import write_gantt, write_trace
+
+    flags = dict(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, micro_batch=micro_batch,
+                 global_batch=global_batch, seq=seq, recompute=recompute)  # fmt: skip
+    try:
+        spec_model = get_model(model)
+        base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
+        if schedule is not None or vpp is not None:
+            sched = dict(base.get("schedule") or {})
+            if schedule is not None:
+                sched["name"] = schedule
+            if vpp is not None:
+                sched["vpp"] = vpp
+            base["schedule"] = sched
+        spec = make_spec(base, **flags)
+        if cluster is not None:
+            cl = load_cluster_file(cluster)
+        else:
+            cl = make_cluster(
+                gpu, gpus or spec.mesh.world, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps
+            )
+        plan = compile_plan(spec, spec_model, cl)
+        res = simulate(plan)
+        title = f"{spec_model.name} on {cl.n_gpus} x {cl.device.name}: {plan.schedule}"
+        if trace:
+            write_trace(res, trace, title)
+        if gantt:
+            write_gantt(res, gantt, title)
+        run_doc = None
+        if run:
+            from hwtune.parallel.runtime.launch import run_spec
+
+            run_doc = run_spec(spec, steps=steps)
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    doc = {"model": spec_model.name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
+           "plan": plan.summary(), "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json")}  # fmt: skip
+    if run_doc is not None:
+        doc["run"] = run_doc
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    gib = 2**30
+    print(title)
+    print(
+        f"  stages {len(plan.stage_rank)} over pp={plan.pp}, {plan.n_micro} micro-batches, {len(plan.ops)} ops"
+    )
+    print(f"  simulated step time {res.step_time_s * 1e3:.1f} ms")
+    for r in range(plan.pp):
+        print(f"  rank {r}: stages {plan.summary()['ranks'][r]['stages']}, bubble {res.bubble_fraction[r]:.1%}, "
+              f"peak memory {res.peak_bytes[r] / gib:.1f} GiB")  # fmt: skip
+    if show_orders:
+        print(format_orders(plan.orders))
+    for p in (trace, gantt):
+        if p:
+            print(f"  wrote {p}")
+    if run_doc is not None:
+        print(f"  run ({run_doc['world']} processes, gloo): losses {run_doc['losses']}")
+        print(f"  single process:                  losses {run_doc['reference']}")
+        print(f"  max |difference| {run_doc['max_abs_diff']:.2e}")

@@ -1,0 +1,52 @@
+"""Data parallelism and ZeRO, on PyTorch's own building blocks:
+- ZeRO-0: ``DistributedDataParallel`` (gradient all-reduce in buckets, overlapped);
+- ZeRO-1: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer`` (optimizer states sharded);
+- ZeRO-2/3: FSDP2 ``fully_shard`` per block and at the root (``reshard_after_forward`` False for
+  ZeRO-2, True for ZeRO-3), as torchtitan's ``apply_fsdp``.
+Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+
+def expert_param_names(model: nn.Module) -> list[str]:
+    return [n for n, _ in model.named_parameters() if ".feed_forward.w" in n and _is_moe(model, n)]
+
+
+def _is_moe(model: nn.Module, name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "layers" and getattr(model.layers[parts[1]], "moe", False)
+
+
+def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ignore = expert_param_names(model)
+    if ignore:
+        DDP._set_params_and_buffers_to_ignore_for_model(model, ignore)
+    return DDP(model, process_group=dp_mesh.get_group(), broadcast_buffers=False)
+
+
+def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = zero >= 3
+    for block in model.layers.values():
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+    return model
+
+
+def make_optimizer(
+    model: nn.Module, zero: int, dp_mesh: DeviceMesh | None, lr: float
+) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if zero == 1 and dp_mesh is not None and dp_mesh.size() > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=lr,
+                                       process_group=dp_mesh.get_group())  # fmt: skip
+    return torch.optim.AdamW(params, lr=lr)

@@ -1,0 +1,92 @@
+"""Mixture of experts with expert parallelism: top-k routing, all-to-all dispatch and combine.
+
+The experts of a layer are split over the expert-parallel group (contiguous blocks, or the
+spec's placement); tokens travel with ``torch.distributed.nn.functional.all_to_all_single``
+(differentiable; variable splits), as in DeepSpeed-MoE / Megatron-Core's all-to-all token
+dispatcher. Without a group every expert is local and the same code runs (the reference).
+Dropless: no capacity factor, so the result does not depend on the layout.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MoE(nn.Module):
+    def __init__(self, c) -> None:  # noqa: ANN001 - TinyConfig (avoids a cycle)
+        super().__init__()
+        e, d, f = c.n_experts, c.d_model, c.ffn
+        self.n_experts, self.top_k = e, c.top_k
+        self.router = nn.Linear(d, e, bias=False)
+        self.w1 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
+        self.w3 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
+        self.w2 = nn.Parameter(torch.randn(e, f, d) / f**0.5)
+        self.group = None
+        self.local = list(range(e))  # global ids of the experts held here
+        self.owner = [0] * e  # expert -> rank in the expert-parallel group
+
+    def shard_experts(self, group, placement: list[list[int]] | None = None) -> None:  # noqa: ANN001
+        """Keep only this rank's experts; tokens reach the others by all-to-all."""
+        import torch.distributed as dist
+
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        per = self.n_experts // n
+        placement = placement or [list(range(i * per, (i + 1) * per)) for i in range(n)]
+        self.owner = [0] * self.n_experts
+        for rank, ids in enumerate(placement):
+            for x in ids:
+                self.owner[x] = rank
+        self.local = list(placement[r])
+        idx = torch.tensor(self.local)
+        with torch.no_grad():
+            self.w1 = nn.Parameter(self.w1[idx].clone())
+            self.w3 = nn.Parameter(self.w3[idx].clone())
+            self.w2 = nn.Parameter(self.w2[idx].clone())
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        t = x.reshape(-1, shape[-1])
+        probs = F.softmax(self.router(t).float(), dim=-1)
+        w, ids = probs.topk(self.top_k, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(t.dtype)
+        flat = ids.reshape(-1)
+        order = torch.argsort(torch.tensor(self.owner)[flat] * self.n_experts + flat, stable=True)
+        tok = t[order // self.top_k]
+        eid = flat[order]
+        if self.group is not None:
+            tok, eid, back = self._dispatch(tok, eid)
+        out = torch.zeros_like(tok)
+        for j, g in enumerate(self.local):
+            sel = (eid == g).nonzero(as_tuple=True)[0]
+            if sel.numel():
+                h = tok[sel]
+                y = (F.silu(h @ self.w1[j]) * (h @ self.w3[j])) @ self.w2[j]
+                out = out.index_add(0, sel, y)
+        if self.group is not None:
+            out = back(out)
+        y = torch.zeros_like(t).index_add(0, order // self.top_k, out * w.reshape(-1)[order, None])
+        return y.reshape(shape)
+
+    def _dispatch(self, tok: torch.Tensor, eid: torch.Tensor):  # noqa: ANN202
+        import torch.distributed as dist
+        from torch.distributed.nn.functional import all_to_all_single
+
+        n = dist.get_world_size(self.group)
+        owner = torch.tensor(self.owner)[eid]
+        send = torch.bincount(owner, minlength=n)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)
+        s, rcv = send.tolist(), recv.tolist()
+        out_tok = torch.empty(sum(rcv), tok.shape[1], dtype=tok.dtype)
+        tok_r = all_to_all_single(out_tok, tok, rcv, s, group=self.group)
+        eid_r = torch.empty(sum(rcv), dtype=eid.dtype)
+        dist.all_to_all_single(eid_r, eid, rcv, s, group=self.group)
+
+        def back(y: torch.Tensor) -> torch.Tensor:
+            buf = torch.empty(sum(s), y.shape[1], dtype=y.dtype)
+            return all_to_all_single(buf, y, s, rcv, group=self.group)
+
+        return tok_r, eid_r, back

@@ -1,0 +1,102 @@
+"""Start the processes of a run on 127.0.0.1 (torch.multiprocessing, a free port, gloo) and
+compare their losses with the single-process reference. Under torchrun the same `worker` runs
+with ``RANK``/``WORLD_SIZE`` from the environment (see VALIDATION-parallel.md for NCCL)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+from pathlib import Path
+
+from hwtune.errors import HwtuneInputError
+from hwtune.parallel.runtime.models import TinyConfig
+from hwtune.parallel.runtime.train import RunConfig, reference_losses, worker
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_many(cfgs: list[RunConfig]) -> list[dict]:
+    """Run configs of one world size in one set of processes; per config: the losses, the
+    per-rank state bytes, and the single-process reference."""
+    import torch.multiprocessing as mp
+
+    world = cfgs[0].world
+    if any(c.world != world for c in cfgs):
+        raise HwtuneInputError("configs", [c.world for c in cfgs], "one world size per launch")
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(worker, args=(world, free_port(), cfgs, d), nprocs=world, join=True)
+        for i, cfg in enumerate(cfgs):
+            ranks = [
+                json.loads(p.read_text()) for p in sorted((Path(d) / str(i)).glob("rank*.json"))
+            ]
+            losses = next(r["losses"] for r in ranks if r["losses"])
+            ref = reference_losses(cfg)
+            out.append({
+                "world": world,
+                "losses": losses,
+                "reference": ref,
+                "max_abs_diff": max(abs(a - b) for a, b in zip(losses, ref, strict=True)),
+                "memory": {r["rank"]: r["memory"] for r in ranks},
+            })  # fmt: skip
+    return out
+
+
+def launch(cfg: RunConfig) -> dict:
+    """Run ``cfg`` in ``cfg.world`` processes and compare with the single-process run."""
+    return launch_many([cfg])[0]
+
+
+def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunConfig:  # noqa: ANN001
+    """The `RunConfig` of a `ParallelSpec` on the tiny model (its mesh, ZeRO stage, stages and
+    compiled orders; 4 layers, or as many as the stages need)."""
+    from hwtune.parallel.compiler import orders_for
+    from hwtune.parallel.spec import even_stages
+
+    mesh = spec.mesh
+    if mesh.cp > 1:
+        raise HwtuneInputError(
+            "mesh.cp", mesh.cp, "1 in the runtime (context parallelism is simulated only)"
+        )
+    if not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1:
+        raise HwtuneInputError(
+            "schedule.name",
+            "dualpipe",
+            "dualpipev for --run (torch's runtime runs one stage chain)",
+        )
+    chunks = spec.n_chunks() if mesh.pp > 1 else 1
+    layers = max(4, chunks)
+    if spec.stages is not None and mesh.pp > 1:
+        counts = list(spec.stages)
+        layers = sum(counts)
+    else:
+        counts = list(even_stages(layers, chunks))
+    c = TinyConfig(n_layers=layers, n_experts=8 if moe else 0)
+    bounds = [sum(counts[:i]) for i in range(len(counts) + 1)]
+    stage_layers = [list(range(bounds[i], bounds[i + 1])) for i in range(len(counts))]
+    orders = None
+    if mesh.pp > 1:
+        orders = (
+            {r: [str(a) for a in v] for r, v in orders_for(spec, ()).items()}
+            if spec.explicit
+            else None
+        )
+        if orders is None:
+            from hwtune.parallel import schedules as S
+
+            gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
+            orders = {r: [str(a) for a in v] for r, v in gen.items()}
+    return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
+                     zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
+                     stage_layers=stage_layers, orders=orders, steps=steps, seed=seed)  # fmt: skip
+
+
+def run_spec(spec, steps: int = 3, moe: bool | None = None) -> dict:  # noqa: ANN001
+    """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1)."""
+    cfg = run_config(spec, steps, moe=spec.mesh.ep > 1 if moe is None else moe)
+    return launch(cfg)

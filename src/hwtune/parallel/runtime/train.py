@@ -1,0 +1,208 @@
+"""One rank's training loop under a strategy, and the single-process reference it must match."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from hwtune.parallel.runtime.models import TinyConfig, batch, build, loss_fn
+
+
+@dataclass
+class RunConfig:
+    """What the runtime needs of a compiled strategy (plain data, picklable)."""
+
+    model: TinyConfig = field(default_factory=TinyConfig)
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    zero: int = 0
+    n_micro: int = 1  # micro-batches per data-parallel rank
+    micro_batch: int = 2
+    stage_layers: list[list[int]] | None = None  # layers of each pipeline stage
+    orders: dict[int, list[str]] | None = None  # per-rank actions (hwtune notation)
+    tp_attention: bool = True
+    tp_ffn: bool = True
+    steps: int = 3
+    seed: int = 0
+    lr: float = 1e-2
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.n_micro * self.dp
+
+
+def reference_losses(cfg: RunConfig) -> list[float]:
+    """The same model, data and optimizer in one process, whole batch at once."""
+    model = build(cfg.model, cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    out = []
+    for step in range(cfg.steps):
+        x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        out.append(loss.item())
+    return out
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _state_bytes(modules: list[torch.nn.Module], opt: torch.optim.Optimizer) -> dict[str, float]:
+    params = {id(p): p for m in modules for p in m.parameters()}.values()
+    w = sum(_local(p).numel() * _local(p).element_size() for p in params)
+    g = sum(
+        _local(p.grad).numel() * _local(p.grad).element_size() for p in params if p.grad is not None
+    )
+    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's optimizer here
+    o = 0
+    for st in inner.state.values():
+        for v in st.values():
+            if torch.is_tensor(v) and v.numel() > 1:
+                o += _local(v).numel() * _local(v).element_size()
+    return {"weights": float(w), "gradients": float(g), "optimizer": float(o)}
+
+
+def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str) -> None:
+    """Entry point of one process (torch.multiprocessing.spawn): runs each config in turn on
+    one gloo process group (one start-up for several strategies)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    try:
+        for i, cfg in enumerate(cfgs):
+            out = Path(outdir) / str(i)
+            out.mkdir(exist_ok=True)
+            _train(rank, cfg, out)
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, cfg: RunConfig, out: Path) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hwtune.parallel.runtime.data_parallel import (
+        apply_ddp,
+        apply_fsdp,
+        expert_param_names,
+        make_optimizer,
+    )
+    from hwtune.parallel.runtime.tensor_parallel import apply_tp
+
+    mesh = init_device_mesh("cpu", (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
+    dp_mesh, tp_mesh = mesh["dp"], mesh["tp"]
+    dp_rank, pp_rank = dp_mesh.get_local_rank(), mesh["pp"].get_local_rank()
+    model = build(cfg.model, cfg.seed)
+    if cfg.ep > 1:
+        if cfg.ep != cfg.dp or cfg.tp > 1 or cfg.pp > 1:
+            raise ValueError("runtime: ep must equal dp (tp = pp = 1) for expert parallelism")
+        for block in model.layers.values():
+            if block.moe:
+                block.feed_forward.shard_experts(dp_mesh.get_group())
+    if cfg.tp > 1:
+        apply_tp(model, tp_mesh, cfg.tp_attention, cfg.tp_ffn)
+    x_all, _ = batch(cfg.model, cfg.global_batch, 0, cfg.seed)
+    per_dp = cfg.global_batch // cfg.dp
+    expert_names = set(expert_param_names(model))
+    losses: list[float] = []
+
+    if cfg.pp == 1:
+        wrapped = model
+        if cfg.dp > 1:
+            wrapped = (
+                apply_fsdp(model, dp_mesh, cfg.zero) if cfg.zero >= 2 else apply_ddp(model, dp_mesh)
+            )
+        opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr)
+        for step in range(cfg.steps):
+            x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
+            x, y = (
+                x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
+                y[dp_rank * per_dp : (dp_rank + 1) * per_dp],
+            )
+            total = torch.zeros(())
+            for mb in range(cfg.n_micro):
+                sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
+                loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
+                loss.backward()
+                total += loss.detach()
+            if cfg.ep > 1:  # expert gradients gathered every rank's tokens: a sum over dp
+                for n, p in model.named_parameters():
+                    if n in expert_names and p.grad is not None:
+                        p.grad.div_(cfg.dp)
+            mem = _state_bytes([wrapped], opt)
+            opt.step()
+            opt.zero_grad()
+            if cfg.dp > 1:
+                dist.all_reduce(total, group=dp_mesh.get_group())
+                total /= cfg.dp
+            losses.append(total.item())
+        mem["params_local"] = float(sum(_local(p).numel() for p in wrapped.parameters()))
+    else:
+        from hwtune.parallel.actions import parse_action
+        from hwtune.parallel.runtime.pipeline import CompiledSchedule, build_stages
+
+        assert cfg.orders is not None and cfg.stage_layers is not None
+        orders = {int(r): [parse_action(a) for a in v] for r, v in cfg.orders.items()}
+        stage_rank = {}
+        for r, v in orders.items():
+            for a in v:
+                for p in a.parts:
+                    stage_rank[p.stage] = r
+        ranks = [stage_rank[s] for s in range(len(cfg.stage_layers))]
+        stages, mods = build_stages(model, cfg.stage_layers, ranks, pp_rank, mesh["pp"].get_group())
+        if cfg.dp > 1:
+            if cfg.zero < 2:
+                raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
+            for mod in mods:
+                apply_fsdp(mod, dp_mesh, cfg.zero)
+        sched = CompiledSchedule(stages, cfg.n_micro, loss_fn, orders)
+        params = [p for m in mods for p in m.parameters()]
+        opt = torch.optim.AdamW(params, lr=cfg.lr)
+        has_first = any(s.is_first for s in stages)
+        has_last = any(s.is_last for s in stages)
+        for step in range(cfg.steps):
+            x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
+            x, y = (
+                x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
+                y[dp_rank * per_dp : (dp_rank + 1) * per_dp],
+            )
+            mb_losses: list[torch.Tensor] = []
+            args = (x,) if has_first else ()
+            sched.step(
+                *args, target=y if has_last else None, losses=mb_losses if has_last else None
+            )
+            mem = _state_bytes(mods, opt)
+            opt.step()
+            opt.zero_grad()
+            total = torch.stack(mb_losses).mean() if has_last else torch.zeros(())
+            if cfg.dp > 1:
+                dist.all_reduce(total, group=dp_mesh.get_group())
+                total /= cfg.dp
+            losses.append(total.item())
+        mem["params_local"] = float(sum(_local(p).numel() for p in params))
+        if not has_last:
+            losses = []
+    del x_all
+    doc = {"rank": rank, "losses": losses, "memory": mem}
+    (out / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def config_dict(cfg: RunConfig) -> dict:
+    return asdict(cfg)

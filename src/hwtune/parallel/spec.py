@@ -1,0 +1,482 @@
+"""The declarative strategy language: mesh degrees, module annotations and schedule directives.
+
+A `ParallelSpec` says how one training step is laid out, in Python or YAML::
+
+    mesh: {dp: 2, tp: 2, pp: 2, ep: 2}
+    micro_batch: 1
+    global_batch: 16
+    seq: 4096
+    stages: [10, 6]                         # layers per pipeline stage (uneven is fine)
+    modules:                                # annotations, matched against module names
+      - {match: "layers.*.attention", tp: 2}
+      - {match: "layers.*.experts", tp: 1, ep: 2}
+      - {match: "layers[0:4]", recompute: full}
+    schedule: {name: dualpipev}             # or {actions: {0: ["0F0", "0B0"], 1: [...]}}
+
+Module names (torchtitan's layout): ``embedding``, ``layers.<i>``, ``layers.<i>.attention``,
+``layers.<i>.mlp`` (a dense FFN), ``layers.<i>.experts`` (routed experts), ``head``. A selector
+is ``layers.*``, ``layers.3``, ``layers[a:b]`` (Python slice), optionally followed by a sub-module.
+Later annotations override earlier ones. `from_strategy` turns the estimator's `Strategy` into
+this language (one preset of it).
+
+Validation (`validate`) refuses, with one line naming the annotation, whatever the model or the
+cluster cannot honour: a TP degree that does not divide the heads or the global TP degree,
+experts that do not divide, more stages than layers, a stage map that leaves a rank idle.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.model.spec import ModelSpec
+from hwtune.parallel import schedules as S
+from hwtune.parallel.actions import Action, parse_action
+from hwtune.train.strategy import Precision, Recompute, Strategy
+
+Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
+SUBMODULES = ("attention", "mlp", "experts")
+_SEL = re.compile(
+    r"^(?:(embedding|head)|layers(?:\.(\*|\d+)|\[(-?\d*):(-?\d*)\]))(?:\.(attention|mlp|experts))?$"
+)
+
+
+class Mesh(BaseModel):
+    """Degrees of the device mesh (Megatron order: tp innermost, then cp, dp, pp)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dp: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0, description="expert parallel, folded over dp*cp")
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+
+class ModuleAnnotation(BaseModel):
+    """One annotation: which modules (``match``) get which parallel treatment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    match: str
+    tp: int | None = Field(default=None, gt=0, description="tensor-parallel degree of the module")
+    stage: int | None = Field(default=None, ge=0, description="pipeline stage of these layers")
+    ep: int | None = Field(default=None, gt=0, description="expert-parallel degree (experts)")
+    placement: tuple[tuple[int, ...], ...] | None = Field(
+        default=None, description="experts on each expert-parallel rank: [[0, 1], [2, 3]]"
+    )
+    recompute: Recompute | None = None
+
+
+class Overlap(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    grad_reduce: bool = True
+    param_gather: bool = True
+    tp_comm: bool = False
+    moe_a2a: bool = False
+
+
+class ScheduleDirective(BaseModel):
+    """A pipeline schedule by name, or an explicit per-rank action list."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"] = "1f1b"
+    vpp: int = Field(default=1, gt=0, description="model chunks per rank (interleaved)")
+    actions: dict[int, list[str]] | None = Field(
+        default=None, description="rank -> actions like 0F0, 0B0, 0I1, 0W1, 0R2 (overrides name)"
+    )
+    stage_map: Literal["loop", "v"] | None = Field(
+        default=None, description="stage -> rank for explicit actions (default: loop)"
+    )
+
+
+class ParallelSpec(BaseModel):
+    """A composite strategy: mesh, batch, stage layout, module annotations, schedule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mesh: Mesh = Mesh()
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adam"
+    zero: int = Field(default=-1, ge=-1, le=3, description="-1: 3 without PP, 1 with PP")
+    sequence_parallel: bool = False
+    micro_batch: int = Field(default=1, gt=0)
+    global_batch: int | None = Field(default=None, gt=0)
+    seq: int = Field(default=4096, gt=0)
+    recompute: Recompute = "none"
+    stages: tuple[int, ...] | None = Field(default=None, description="layers per stage")
+    modules: tuple[ModuleAnnotation, ...] = ()
+    schedule: ScheduleDirective = ScheduleDirective()
+    overlap: Overlap = Overlap()
+    flash_attention: bool = True
+    moe_imbalance: float = Field(default=1.0, ge=1.0)
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def zero_stage(self) -> int:
+        return self.zero if self.zero >= 0 else (3 if self.mesh.pp == 1 else 1)
+
+    @property
+    def global_batch_seqs(self) -> int:
+        return self.global_batch or self.micro_batch * self.mesh.dp
+
+    @property
+    def n_micro(self) -> int:
+        """Micro-batches per step per data-parallel rank."""
+        return self.global_batch_seqs // (self.micro_batch * self.mesh.dp)
+
+    @property
+    def explicit(self) -> bool:
+        return self.schedule.actions is not None
+
+    def n_stages(self) -> int:
+        if self.explicit:
+            acts = self.parsed_actions()
+            return 1 + max((p.stage for v in acts.values() for a in v for p in a.parts), default=0)
+        return S.n_stages(self.schedule.name, self.mesh.pp, self.schedule.vpp)
+
+    def n_chunks(self) -> int:
+        """Model pieces (stages, or p for DualPipe whose two directions share pieces)."""
+        if self.explicit:
+            return self.n_stages()
+        return S.model_chunks(self.schedule.name, self.mesh.pp, self.schedule.vpp)
+
+    def stage_rank(self, stage: int) -> int:
+        if self.explicit:
+            if self.schedule.stage_map == "v":
+                return S.stage_rank("zbv", self.mesh.pp, stage)
+            return stage % self.mesh.pp
+        return S.stage_rank(self.schedule.name, self.mesh.pp, stage)
+
+    def chunk_of_stage(self, stage: int) -> int:
+        if self.explicit:
+            return stage
+        return S.chunk_of_stage(self.schedule.name, self.mesh.pp, stage)
+
+    def parsed_actions(self) -> dict[int, list[Action]]:
+        assert self.schedule.actions is not None
+        return {
+            int(r): [parse_action(a, f"schedule.actions[{r}][{i}]") for i, a in enumerate(v)]
+            for r, v in self.schedule.actions.items()
+        }
+
+    def base_strategy(self) -> Strategy:
+        """The estimator's `Strategy` with the global degrees (what its cost functions take)."""
+        name = self.schedule.name
+        sched = name if not self.explicit else "1f1b"
+        return Strategy(
+            precision=self.precision, dp=self.mesh.dp, tp=self.mesh.tp, pp=self.mesh.pp,
+            ep=self.mesh.ep, cp=self.mesh.cp, sequence_parallel=self.sequence_parallel,
+            zero=self.zero_stage, micro_batch=self.micro_batch, global_batch=self.global_batch,
+            seq=self.seq, vpp=self.schedule.vpp if sched == "interleaved" else 1, schedule=sched,
+            recompute=self.recompute, optimizer=self.optimizer,
+            overlap_grad_reduce=self.overlap.grad_reduce,
+            overlap_param_gather=self.overlap.param_gather, overlap_tp_comm=self.overlap.tp_comm,
+            overlap_moe_a2a=self.overlap.moe_a2a, flash_attention=self.flash_attention,
+            moe_imbalance=self.moe_imbalance,
+        )  # fmt: skip
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+
+
+# ---- construction ----------------------------------------------------------------------------
+def make_spec(data: dict | None = None, **fields: object) -> ParallelSpec:
+    """A spec from a mapping (the YAML form) and/or keywords, with one-line errors."""
+    d = dict(data or {})
+    d.update({k: v for k, v in fields.items() if v is not None})
+    mesh = dict(d.pop("mesh", {}) or {})
+    for k in ("dp", "tp", "pp", "cp", "ep"):
+        if k in d:
+            mesh[k] = d.pop(k)
+    d["mesh"] = mesh
+    sched = d.get("schedule")
+    if isinstance(sched, str):
+        d["schedule"] = {"name": sched}
+    if "vpp" in d:
+        d["schedule"] = {**(d.get("schedule") or {}), "vpp": d.pop("vpp")}
+    try:
+        return ParallelSpec(**d)
+    except ValidationError as e:
+        raise from_validation_error(e, where="strategy") from None
+
+
+def load_spec(path: str | Path) -> ParallelSpec:
+    """A spec from a YAML file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise HwtuneInputError(
+            "strategy", str(path), f"a readable YAML file ({e.strerror})"
+        ) from None
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0]
+        raise HwtuneInputError("strategy", str(path), f"valid YAML ({first})") from None
+    if not isinstance(data, dict):
+        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of strategy fields")
+    return make_spec(data)
+
+
+def from_strategy(st: Strategy) -> ParallelSpec:
+    """The estimator's `Strategy` as a spec (uniform stages, one TP degree, a named schedule)."""
+    return make_spec(
+        dp=st.dp, tp=st.tp, pp=st.pp, cp=st.cp, ep=st.ep, precision=st.precision,
+        optimizer=st.optimizer, zero=st.zero, sequence_parallel=st.sequence_parallel,
+        micro_batch=st.micro_batch, global_batch=st.global_batch, seq=st.seq,
+        recompute=st.recompute, schedule={"name": st.schedule, "vpp": st.vpp},
+        overlap={"grad_reduce": st.overlap_grad_reduce, "param_gather": st.overlap_param_gather,
+                 "tp_comm": st.overlap_tp_comm, "moe_a2a": st.overlap_moe_a2a},
+        flash_attention=st.flash_attention, moe_imbalance=st.moe_imbalance,
+    )  # fmt: skip
+
+
+# ---- resolution: what each layer gets --------------------------------------------------------
+class LayerPlan(BaseModel):
+    """What the annotations resolve to for one layer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    stage: int
+    tp_attention: int
+    tp_ffn: int
+    ep: int
+    recompute: Recompute
+    placement: tuple[tuple[int, ...], ...] | None = None
+
+
+def _selects(sel: re.Match, i: int, n: int) -> bool:
+    if sel.group(1):
+        return False
+    if sel.group(2) is not None:
+        return sel.group(2) == "*" or int(sel.group(2)) == i
+    a = int(sel.group(3)) if sel.group(3) else None
+    b = int(sel.group(4)) if sel.group(4) else None
+    return i in range(n)[slice(a, b)]
+
+
+def _where(i: int, ann: ModuleAnnotation) -> str:
+    return f"modules[{i}] '{ann.match}'"
+
+
+def even_stages(n_layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers per stage, remainder to the first stages (as `estimator._stage_layers`)."""
+    base, extra = divmod(n_layers, chunks)
+    return tuple(base + (1 if c < extra else 0) for c in range(chunks))
+
+
+def resolve(spec: ParallelSpec, model: ModelSpec) -> tuple[LayerPlan, ...]:
+    """Per layer: stage (model chunk), TP degrees, EP degree, expert placement, recompute."""
+    n, mesh = model.n_layers, spec.mesh
+    chunks = spec.n_chunks()
+    tp_a = [mesh.tp] * n
+    tp_f = [mesh.tp] * n
+    ep = [mesh.ep] * n
+    rec = [spec.recompute] * n
+    place: list[tuple[tuple[int, ...], ...] | None] = [None] * n
+    pinned: dict[int, int] = {}
+    for k, ann in enumerate(spec.modules):
+        m = _SEL.match(ann.match.replace(" ", ""))
+        if not m:
+            raise HwtuneInputError(
+                f"modules[{k}].match", ann.match,
+                "embedding, head, layers.*, layers.<i> or layers[a:b], optionally .attention/.mlp/.experts",
+            )  # fmt: skip
+        sub = m.group(5)
+        _check_annotation(k, ann, sub, model, spec)
+        hit = [i for i in range(n) if _selects(m, i, n)]
+        if not hit and not m.group(1):
+            raise HwtuneInputError(
+                _where(k, ann), ann.match, f"a selector that names some of the {n} layers"
+            )
+        if m.group(1) and (ann.stage is not None or ann.ep is not None or ann.placement):
+            raise HwtuneInputError(
+                _where(k, ann),
+                ann.match,
+                "only tp/recompute on embedding and head (they follow the first and last stage)",
+            )
+        for i in hit:
+            if ann.tp is not None:
+                if sub in (None, "attention"):
+                    tp_a[i] = ann.tp
+                if sub in (None, "mlp", "experts"):
+                    tp_f[i] = ann.tp
+            if ann.ep is not None or ann.placement is not None:
+                if sub not in (None, "experts"):
+                    raise HwtuneInputError(
+                        _where(k, ann) + ".ep",
+                        ann.ep,
+                        "expert placement on .experts (or whole layers)",
+                    )
+                if model.is_moe_layer(i):
+                    ep[i] = ann.ep or (len(ann.placement) if ann.placement else mesh.ep)
+                    place[i] = ann.placement
+            if ann.recompute is not None:
+                rec[i] = ann.recompute
+            if ann.stage is not None:
+                if sub is not None:
+                    raise HwtuneInputError(
+                        _where(k, ann) + ".stage",
+                        ann.stage,
+                        "a stage for whole layers (no .attention/.mlp)",
+                    )
+                pinned[i] = ann.stage
+
+    # stages: pinned layers, else `stages`, else even
+    if pinned:
+        if len(pinned) != n:
+            missing = next(i for i in range(n) if i not in pinned)
+            raise HwtuneInputError(
+                "modules.stage",
+                f"layer {missing} unassigned",
+                "a stage for every layer once any layer is pinned",
+            )
+        stage_of = [pinned[i] for i in range(n)]
+        if any(b < a for a, b in zip(stage_of, stage_of[1:], strict=False)):
+            raise HwtuneInputError(
+                "modules.stage", stage_of, "stages that do not decrease along the layers"
+            )
+        counts = tuple(stage_of.count(c) for c in range(chunks))
+        if max(stage_of) >= chunks:
+            raise HwtuneInputError(
+                "modules.stage", max(stage_of), f"a stage below the {chunks} stages of the schedule"
+            )
+    elif spec.stages is not None:
+        counts = spec.stages
+    else:
+        if n < chunks:
+            raise HwtuneInputError("pp*vpp", chunks, f"at most the {n} layers of {model.name}")
+        counts = even_stages(n, chunks)
+    if len(counts) != chunks:
+        raise HwtuneInputError(
+            "stages", list(counts), f"{chunks} entries (one per stage of the schedule)"
+        )
+    if sum(counts) != n:
+        raise HwtuneInputError("stages", list(counts), f"layer counts summing to the {n} layers")
+    if any(c < 1 for c in counts):
+        raise HwtuneInputError("stages", list(counts), "at least one layer in every stage")
+    stage_of = [c for c, cnt in enumerate(counts) for _ in range(cnt)]
+    return tuple(
+        LayerPlan(
+            index=i,
+            stage=stage_of[i],
+            tp_attention=tp_a[i],
+            tp_ffn=tp_f[i],
+            ep=ep[i],
+            recompute=rec[i],
+            placement=place[i],
+        )  # fmt: skip
+        for i in range(n)
+    )
+
+
+def _check_annotation(
+    k: int, ann: ModuleAnnotation, sub: str | None, model: ModelSpec, spec: ParallelSpec
+) -> None:
+    w = _where(k, ann)
+    mesh = spec.mesh
+    if ann.tp is not None:
+        if mesh.tp % ann.tp:
+            raise HwtuneInputError(w + ".tp", ann.tp, f"a divisor of the mesh's tp={mesh.tp}")
+        if sub in (None, "attention") and model.n_heads % ann.tp:
+            raise HwtuneInputError(
+                w + ".tp", ann.tp, f"a divisor of the {model.n_heads} attention heads"
+            )
+        if sub in (None, "mlp") and model.ffn_hidden % ann.tp:
+            raise HwtuneInputError(
+                w + ".tp", ann.tp, f"a divisor of the FFN width {model.ffn_hidden}"
+            )
+    if ann.ep is not None or ann.placement is not None:
+        if model.moe is None:
+            raise HwtuneInputError(w + ".ep", ann.ep, "no expert annotation on a dense model")
+        e = model.moe.n_routed_experts
+        ep = ann.ep or (len(ann.placement) if ann.placement else mesh.ep)
+        fold = mesh.dp * mesh.cp * mesh.tp // (ann.tp or mesh.tp)
+        if ann.ep is not None and e % ann.ep:
+            raise HwtuneInputError(w + ".ep", ann.ep, f"a divisor of the {e} experts")
+        if fold % ep:
+            raise HwtuneInputError(
+                w + ".ep", ep, f"a divisor of the ranks it folds over (dp*cp*tp/expert-tp = {fold})"
+            )
+        if ann.placement is not None:
+            flat = sorted(x for grp in ann.placement for x in grp)
+            if len(ann.placement) != ep:
+                raise HwtuneInputError(
+                    w + ".placement",
+                    len(ann.placement),
+                    f"one list per expert-parallel rank ({ep})",
+                )
+            if flat != list(range(e)):
+                raise HwtuneInputError(
+                    w + ".placement",
+                    list(ann.placement),
+                    f"each of the {e} experts on exactly one rank",
+                )
+
+
+def validate(
+    spec: ParallelSpec, model: ModelSpec, n_gpus: int | None = None
+) -> tuple[LayerPlan, ...]:
+    """Check the spec against the model and the cluster; one-line errors; the resolved layers."""
+    mesh = spec.mesh
+    if n_gpus is not None and mesh.world != n_gpus:
+        raise HwtuneInputError(
+            "mesh", f"dp*tp*pp*cp = {mesh.world}", f"the cluster's {n_gpus} GPUs"
+        )
+    st = spec.base_strategy()
+    if not spec.explicit or mesh.pp == 1:
+        # the estimator's checks of the global degrees (heads, experts, batch, schedule)
+        st.validate_for(model, None)
+    if spec.global_batch_seqs % (spec.micro_batch * mesh.dp):
+        raise HwtuneInputError(
+            "global_batch",
+            spec.global_batch_seqs,
+            f"a multiple of micro_batch*dp = {spec.micro_batch * mesh.dp}",
+        )
+    layers = resolve(spec, model)
+    nst = spec.n_stages()
+    used = {spec.stage_rank(s) for s in range(nst)}
+    if nst and max(used) >= mesh.pp:
+        raise HwtuneInputError(
+            "schedule", f"{nst} stages", f"stages mapped onto the pp={mesh.pp} ranks"
+        )
+    if len(used) != mesh.pp:
+        idle = sorted(set(range(mesh.pp)) - used)
+        raise HwtuneInputError(
+            "schedule",
+            f"rank {idle[0]} without a stage",
+            f"every one of the pp={mesh.pp} ranks holding a stage",
+        )
+    if spec.explicit:
+        acts = spec.parsed_actions()
+        bad = sorted(set(acts) - set(range(mesh.pp)))
+        if bad:
+            raise HwtuneInputError("schedule.actions", f"rank {bad[0]}", f"ranks 0..{mesh.pp - 1}")
+        for r, v in acts.items():
+            for i, a in enumerate(v):
+                for p in a.parts:
+                    if spec.stage_rank(p.stage) != r:
+                        raise HwtuneInputError(
+                            f"schedule.actions[{r}][{i}]",
+                            str(a),
+                            f"a stage that lives on rank {r} (stage {p.stage} is on rank {spec.stage_rank(p.stage)})",
+                        )
+                    if p.mb >= spec.n_micro:
+                        raise HwtuneInputError(
+                            f"schedule.actions[{r}][{i}]",
+                            str(a),
+                            f"a micro-batch below the {spec.n_micro} of the step",
+                        )
+    return layers

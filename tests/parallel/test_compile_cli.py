@@ -1,0 +1,51 @@
+"""`hwtune compile`: --json prints one JSON document; trace and Gantt files; bad annotations
+exit 2 with one line (the command is registered here on a test app; the lead registers it in
+hwtune.cli.main)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from typer.testing import CliRunner
+
+from hwtune.cli.compile import compile_cmd
+
+app = typer.Typer()
+app.command("compile")(compile_cmd)
+
+
+@app.callback()
+def _root() -> None:
+    """test root"""
+
+
+runner = CliRunner()
+
+
+def test_json_trace_and_gantt(tmp_path):
+    r = runner.invoke(app, ["compile", "--pp", "4", "--global-batch", "8", "--seq", "4096",
+                            "--schedule", "zb-h1", "--trace", str(tmp_path / "t.json"),
+                            "--gantt", str(tmp_path / "g.png"), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["plan"]["pp"] == 4 and doc["simulation"]["step_time_s"] > 0
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_yaml_strategy_and_orders(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("mesh: {pp: 2}\nglobal_batch: 4\nstages: [20, 12]\nschedule: {name: 1f1b}\n")
+    r = runner.invoke(app, ["compile", "--strategy", str(p), "--orders"])
+    assert r.exit_code == 0, r.output
+    assert "0F0" in r.stdout and "simulated step time" in r.stdout
+
+
+def test_bad_annotation_exits_2_with_one_line(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("mesh: {tp: 2}\nmodules:\n  - {match: layers.*.attention, tp: 3}\n")
+    r = runner.invoke(app, ["compile", "--strategy", str(p)])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "modules[0] 'layers.*.attention'.tp: got 3" in lines[0]
