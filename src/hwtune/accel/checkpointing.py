@@ -1,0 +1,325 @@
+"""Activation checkpointing: which saved activations to keep and which to recompute, to
+minimize recomputation under a memory limit (Chen et al., "Training Deep Nets with Sublinear
+Memory Cost", arXiv 1604.06174, Sec. 4).
+
+Memory model (Chen et al. Sec. 4.1, made exact for a given plan): the kept activations live
+through the backward pass; the activations of a dropped segment (a run of consecutive dropped
+units on a chain; a connected set of dropped activations in a graph, with the non-saved
+intermediates needed to rebuild them) are recomputed together while that segment's backward
+runs. So
+
+    peak = sum(bytes kept) + max over segments (bytes the segment materializes)
+    recomputation = sum(forward time of every layer re-run)
+
+Every activation the backward pass reads is either kept or rebuilt, and the peak is never
+below the kept bytes (tests). Chains are solved exactly by dynamic programming over Pareto
+states; graphs by (a) the same DP over the chain of stages between articulation tensors (every
+path from input to loss crosses them; ResNet blocks, transformer layers) and (b) a greedy
+per-tensor heuristic, keeping the better feasible plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hwtune.accel.training import saved_roots
+from hwtune.accel.workload import Graph
+from hwtune.errors import HwtuneInputError
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    keep: tuple[bool, ...]
+    recompute: float
+    peak: float
+    feasible: bool
+
+
+def chain_optimal(
+    keep_bytes: list[float], seg_bytes: list[float], cost: list[float], limit: float
+) -> ChainPlan:
+    """Exact: choose kept units of a chain minimizing the recompute cost subject to
+    ``sum(keep_bytes[kept]) + max over runs of dropped units of sum(seg_bytes[run]) <= limit``.
+
+    Dynamic programming over units with Pareto-pruned states (kept bytes, largest finished run,
+    current run, recompute); exact because a state is dropped only if another is no worse in
+    all four. If nothing fits, returns the plan with the smallest peak (``feasible=False``)."""
+    n = len(keep_bytes)
+    if not (len(seg_bytes) == len(cost) == n):
+        raise HwtuneInputError(
+            "chain", (len(keep_bytes), len(seg_bytes), len(cost)), "equal lengths"
+        )
+    plan = _chain_dp(keep_bytes, seg_bytes, cost, limit)
+    if plan is not None:
+        return plan
+    # infeasible: the plan with the smallest peak (bisection on the limit, the DP decides)
+    lo, hi = 0.0, float(sum(keep_bytes) + sum(seg_bytes)) + 1.0
+    best = _chain_dp(keep_bytes, seg_bytes, cost, hi)
+    assert best is not None
+    while hi - lo > max(1.0, 1e-4 * hi):
+        mid = (lo + hi) / 2
+        p = _chain_dp(keep_bytes, seg_bytes, cost, mid)
+        if p is not None:
+            best, hi = p, mid
+        else:
+            lo = mid
+    return ChainPlan(best.keep, best.recompute, best.peak, False)
+
+
+def _chain_dp(
+    keep_bytes: list[float], seg_bytes: list[float], cost: list[float], limit: float
+) -> ChainPlan | None:
+    n = len(keep_bytes)
+    # state: (kept, maxseg, cur, rec) -> choice bits (as int)
+    states: dict[tuple[float, float, float, float], int] = {(0.0, 0.0, 0.0, 0.0): 0}
+    for i in range(n):
+        nxt: dict[tuple[float, float, float, float], int] = {}
+        for (kept, mx, cur, rec), bits in states.items():
+            a = (kept + keep_bytes[i], max(mx, cur), 0.0, rec)  # keep unit i: closes the run
+            b = (kept, mx, cur + seg_bytes[i], rec + cost[i])  # drop unit i
+            for st, bb in ((a, bits | (1 << i)), (b, bits)):
+                if st[0] + max(st[1], st[2]) > limit:
+                    continue
+                if st not in nxt:
+                    nxt[st] = bb
+        states = _pareto(nxt)
+        if not states:
+            break
+    if not states:
+        return None
+    best = min(states, key=lambda s: (s[3], s[0] + max(s[1], s[2])))
+    bits = states[best]
+    return ChainPlan(
+        tuple(bool(bits >> i & 1) for i in range(n)), best[3], best[0] + max(best[1], best[2]), True
+    )
+
+
+def _pareto(states: dict) -> dict:
+    items = sorted(states.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2]))
+    front: list[tuple] = []
+    out = {}
+    for st, bits in items:
+        if any(f[0] <= st[0] and f[1] <= st[1] and f[2] <= st[2] for f in front):
+            continue  # (recompute is sorted ascending, so f[3] <= st[3])
+        front.append(st)
+        out[st] = bits
+    return out
+
+
+# ---- graphs ------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckpointPlan:
+    dropped: frozenset[str]
+    kept: frozenset[str]
+    kept_bytes: int
+    predicted_peak_bytes: float
+    recompute_cost: float
+    method: str
+    feasible: bool
+    limit_bytes: float
+    all_kept_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "feasible": self.feasible,
+            "limit_bytes": self.limit_bytes,
+            "all_kept_bytes": self.all_kept_bytes,
+            "kept_bytes": self.kept_bytes,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "recompute_cost": self.recompute_cost,
+            "n_kept": len(self.kept),
+            "n_dropped": len(self.dropped),
+            "dropped": sorted(self.dropped),
+        }
+
+
+class _Units:
+    """Activation units of a graph: one per layer output (storage root)."""
+
+    def __init__(self, g: Graph, cost: dict[str, float]) -> None:
+        self.g = g
+        self.saved = saved_roots(g)
+        self.order = [g.root(x.output) for x in g.layers]
+        self.bytes = {g.root(x.output): g.tensors[g.root(x.output)].nbytes for x in g.layers}
+        self.cost = {
+            g.root(x.output): float(cost.get(x.name, max(x.macs, x.vector_ops, 1)))
+            for x in g.layers
+        }
+        self.preds: dict[str, list[str]] = {}
+        for x in g.layers:
+            o = g.root(x.output)
+            self.preds[o] = [g.root(t) for t in x.inputs if g.tensors[t].kind == "activation"]
+
+    def evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
+        """(peak, recompute cost, kept bytes) of a plan under the module's memory model."""
+        kept_b = sum(self.bytes[r] for r in self.saved if r not in dropped)
+        needed: set[str] = set()
+        stack = list(dropped)
+        while stack:  # dropped saved tensors and their unkept ancestors
+            r = stack.pop()
+            if r in needed:
+                continue
+            needed.add(r)
+            for p in self.preds[r]:
+                if p not in self.saved or p in dropped:
+                    stack.append(p)
+        # segments: connected components of the needed units
+        parent = {r: r for r in needed}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for r in needed:
+            for p in self.preds[r]:
+                if p in needed:
+                    parent[find(p)] = find(r)
+        seg: dict[str, int] = {}
+        for r in needed:
+            k = find(r)
+            seg[k] = seg.get(k, 0) + self.bytes[r]
+        rec = sum(self.cost[r] for r in needed)
+        return kept_b + max(seg.values(), default=0), rec, kept_b
+
+
+def plan_checkpointing(
+    g: Graph, limit_bytes: float, layer_cost: dict[str, float] | None = None, method: str = "auto"
+) -> CheckpointPlan:
+    """Keep/recompute plan for ``g``'s saved activations under ``limit_bytes`` of activation
+    memory. ``layer_cost``: forward time (or any cost) per layer name; default MACs/vector ops.
+    ``method``: auto | chain (exact DP; chain graphs, or stages of a graph) | greedy."""
+    if limit_bytes <= 0:
+        raise HwtuneInputError("memory_limit", limit_bytes, "a positive number of bytes")
+    if method not in ("auto", "chain", "greedy"):
+        raise HwtuneInputError("method", method, "auto, chain or greedy")
+    u = _Units(g, layer_cost or {})
+    all_kept = sum(u.bytes[r] for r in u.saved)
+    plans: list[tuple[frozenset[str], str]] = []
+    if method in ("auto", "chain"):
+        plans.append((_stage_dp(u, limit_bytes), "chain-dp" if g.is_chain() else "stage-dp"))
+    if method == "greedy" or (method == "auto" and not g.is_chain()):
+        plans.append((_greedy(u, limit_bytes), "greedy"))
+    scored = []
+    for dropped, name in plans:
+        peak, rec, kept_b = u.evaluate(dropped)
+        scored.append(
+            (
+                peak > limit_bytes,
+                rec if peak <= limit_bytes else peak,
+                dropped,
+                name,
+                peak,
+                rec,
+                kept_b,
+            )
+        )
+    scored.sort(key=lambda s: (s[0], s[1]))
+    infeasible, _, dropped, name, peak, rec, kept_b = scored[0]
+    return CheckpointPlan(
+        dropped=dropped,
+        kept=frozenset(u.saved - dropped),
+        kept_bytes=kept_b,
+        predicted_peak_bytes=peak,
+        recompute_cost=rec,
+        method=name,
+        feasible=not infeasible,
+        limit_bytes=limit_bytes,
+        all_kept_bytes=all_kept,
+    )
+
+
+def stages(u: _Units) -> list[list[str]]:
+    """Units grouped into stages that end at articulation tensors: after a stage, only its
+    last tensor is read later. A stage with nothing saved joins the next one."""
+    pos = {r: i for i, r in enumerate(u.order)}
+    last_use = {r: i for i, r in enumerate(u.order)}
+    for r, ps in u.preds.items():
+        for p in ps:
+            last_use[p] = max(last_use[p], pos[r])
+    out: list[list[str]] = []
+    cur: list[str] = []
+    crossing: set[str] = set()
+    for i, r in enumerate(u.order):
+        cur.append(r)
+        crossing.add(r)
+        crossing = {x for x in crossing if last_use[x] > i}
+        if crossing <= {r}:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    merged: list[list[str]] = []
+    carry: list[str] = []
+    for s in out:
+        if any(r in u.saved for r in s):
+            merged.append(carry + s)
+            carry = []
+        else:
+            carry += s
+    if carry:
+        if merged:
+            merged[-1] += carry
+        else:
+            merged.append(carry)
+    return merged
+
+
+def _stage_dp(u: _Units, limit: float) -> frozenset[str]:
+    st = stages(u)
+    keep_b = [float(sum(u.bytes[r] for r in s if r in u.saved)) for s in st]
+    seg_b, cost = [], []
+    for s in st:
+        # a dropped stage also rebuilds unsaved tensors of earlier stages that feed it
+        # (counted again if that stage is dropped too: conservative)
+        units, stack = set(s), list(s)
+        while stack:
+            for p in u.preds[stack.pop()]:
+                if p not in units and p not in u.saved:
+                    units.add(p)
+                    stack.append(p)
+        seg_b.append(float(sum(u.bytes[r] for r in units)))
+        cost.append(sum(u.cost[r] for r in units))
+    plan = chain_optimal(keep_b, seg_b, cost, limit)
+    return frozenset(
+        r for s, k in zip(st, plan.keep, strict=True) if not k for r in s if r in u.saved
+    )
+
+
+def _greedy(u: _Units, limit: float) -> frozenset[str]:
+    """Drop, one at a time, the kept tensor that lowers the peak most per unit of recompute
+    (ties: the largest bytes per cost, as in Chen et al.'s greedy); then re-keep any dropped
+    tensor that still fits, cheapest recompute first."""
+    dropped: frozenset[str] = frozenset()
+    peak, rec, _ = u.evaluate(dropped)
+    cands = sorted(u.saved, key=lambda r: -u.bytes[r] / max(u.cost[r], 1e-30))
+    lowest = (peak, dropped, rec)
+    while peak > limit:
+        best = None
+        for r in cands:
+            if r in dropped:
+                continue
+            p, c, _ = u.evaluate(dropped | {r})
+            gain = peak - p
+            score = (gain > 0, gain / max(c - rec, 1e-30), u.bytes[r] / max(u.cost[r], 1e-30))
+            if best is None or score > best[0]:
+                best = (score, r, p, c)
+        if best is None:
+            break
+        dropped = dropped | {best[1]}
+        peak, rec = best[2], best[3]
+        if peak < lowest[0]:
+            lowest = (peak, dropped, rec)
+    if peak > limit:  # unreachable: the lowest peak seen
+        peak, dropped, rec = lowest
+    for r in sorted(dropped, key=lambda r: -u.cost[r]):
+        trial = dropped - {r}
+        p, c, _ = u.evaluate(trial)
+        if p <= limit:
+            dropped, peak, rec = trial, p, c
+    return dropped

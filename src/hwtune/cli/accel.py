@@ -1,0 +1,270 @@
+"""`hwtune accel`: training on dataflow accelerators: evaluate a (workload, architecture,
+schedule), plan activation checkpointing under a memory limit, search architectures with
+NSGA-II. Parse, call `hwtune.accel`, render; no formulas here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hwtune.errors import HwtuneInputError
+
+app = typer.Typer(
+    name="accel",
+    help="Training on dataflow accelerators: layer fusion, checkpointing, architecture search.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document")]
+Workload = Annotated[
+    str, typer.Option("--workload", "-w", help="resnet18 | gpt2 | a .yaml/.onnx graph")
+]
+Arch = Annotated[str, typer.Option("--arch", "-a", help="catalog accelerator or a YAML file")]
+Batch = Annotated[int, typer.Option(help="samples per step")]
+Seq = Annotated[int, typer.Option(help="tokens per sample (gpt2)")]
+Image = Annotated[int, typer.Option(help="image size in pixels (resnet18)")]
+
+
+def _fail(e: Exception) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+def _emit(doc: object) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:,.2f} MiB"
+
+
+@app.command("list")
+def list_cmd(as_json: JsonOpt = False) -> None:
+    """The catalog accelerators and built-in workloads."""
+    from hwtune.accel.architecture import catalog_names, load_accelerator
+    from hwtune.accel.models import WORKLOADS
+
+    accs = {n: load_accelerator(n) for n in catalog_names()}
+    if as_json:
+        _emit(
+            {
+                "accelerators": {n: a.model_dump(mode="json") for n, a in accs.items()},
+                "workloads": list(WORKLOADS),
+            }
+        )
+        return
+    for n, a in accs.items():
+        cores = ", ".join(f"{c.count}x {c.pe_rows}x{c.pe_cols} {c.name}" for c in a.cores)
+        sys.stdout.write(
+            f"{n:16s} {cores}; shared {a.shared_memory.size_mib:g} MiB; DRAM {a.dram.bandwidth_gbps:g} GB/s; {a.area_mm2():.1f} mm2\n"
+        )
+    sys.stdout.write("workloads: " + ", ".join(WORKLOADS) + " (or a .yaml/.onnx graph)\n")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    workload: Workload = "resnet18",
+    arch: Arch = "tpu-like-quad",
+    batch: Batch = 1,
+    seq: Seq = 1024,
+    image: Image = 224,
+    fusion: Annotated[int, typer.Option(help="ops per fused group (1 = layer by layer)")] = 1,
+    optimizer: Annotated[str, typer.Option(help="adam | sgd")] = "adam",
+    activation_limit_mib: Annotated[
+        float | None, typer.Option(help="plan checkpointing to fit this")
+    ] = None,
+    ops: Annotated[bool, typer.Option("--ops", help="include every scheduled op (JSON)")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Latency, energy by component and peak memory per level of one training step."""
+    from hwtune.accel.architecture import load_accelerator
+    from hwtune.accel.evaluate import evaluate
+    from hwtune.accel.graph_yaml import load_workload
+
+    try:
+        if fusion < 1:
+            raise HwtuneInputError("fusion", fusion, "an integer >= 1")
+        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        acc = load_accelerator(arch)
+        limit = activation_limit_mib * 2**20 if activation_limit_mib is not None else None
+        ev = evaluate(
+            g, acc, fusion_depth=fusion, optimizer=optimizer, activation_limit_bytes=limit
+        )
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    doc = ev.to_dict()
+    if ops:
+        doc["ops"] = [o.__dict__ for o in ev.result.ops]
+    doc.update(workload=g.name, accelerator=acc.name, fusion_depth=fusion)
+    if as_json:
+        _emit(doc)
+        return
+    r = ev.result
+    w = sys.stdout.write
+    w(f"{g.name} on {acc.name} (fusion depth {fusion}, {optimizer})\n")
+    w(
+        f"  latency        {r.latency_s * 1e3:,.3f} ms   ({r.macs / 1e9:,.2f} GMAC, recompute {r.recompute_macs / 1e9:,.2f} GMAC)\n"
+    )
+    w(
+        f"  energy         {r.total_energy_j * 1e3:,.3f} mJ  "
+        + ", ".join(f"{k} {v * 1e3:,.2f}" for k, v in r.energy_j.items())
+        + "\n"
+    )
+    w(
+        f"  peak memory    local {_mib(r.peak_bytes['local'])}, shared {_mib(r.peak_bytes['shared'])}, DRAM {_mib(r.peak_bytes['dram'])}{'' if r.fits_dram else ' (exceeds DRAM capacity)'}\n"
+    )
+    w(
+        f"  traffic        DRAM {_mib(r.dram_traffic_bytes)}, shared {_mib(r.shared_traffic_bytes)}, links {_mib(r.link_traffic_bytes)}\n"
+    )
+    if ev.plan is not None:
+        p = ev.plan
+        w(
+            f"  checkpointing  {p.method}: keep {len(p.kept)}, recompute {len(p.dropped)}; activations {_mib(p.predicted_peak_bytes)} of limit {_mib(p.limit_bytes)}{'' if p.feasible else ' (limit unreachable: smallest shown)'}\n"
+        )
+
+
+@app.command("checkpoint")
+def checkpoint_cmd(
+    limit_mib: Annotated[float, typer.Option(help="activation memory limit, MiB")],
+    workload: Workload = "resnet18",
+    arch: Arch = "tpu-like-quad",
+    batch: Batch = 1,
+    seq: Seq = 1024,
+    image: Image = 224,
+    method: Annotated[str, typer.Option(help="auto | chain | greedy")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Which activations to keep and which to recompute under a memory limit."""
+    from hwtune.accel.architecture import load_accelerator
+    from hwtune.accel.evaluate import evaluate
+    from hwtune.accel.graph_yaml import load_workload
+
+    try:
+        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        acc = load_accelerator(arch)
+        ev = evaluate(g, acc, activation_limit_bytes=limit_mib * 2**20, checkpoint_method=method)
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    assert ev.plan is not None
+    doc = ev.to_dict()
+    if as_json:
+        _emit(doc)
+        return
+    p = ev.plan
+    sys.stdout.write(
+        f"{g.name}: {p.method}, {'meets' if p.feasible else 'cannot meet'} {_mib(p.limit_bytes)}; "
+        f"activations {_mib(p.predicted_peak_bytes)} (all kept: {_mib(p.all_kept_bytes)}); "
+        f"recompute {len(p.dropped)} tensors, {ev.result.recompute_macs / 1e9:.2f} GMAC; "
+        f"step {ev.result.latency_s * 1e3:.2f} ms\n"
+    )
+
+
+@app.command("search")
+def search_cmd(
+    workload: Workload = "resnet18",
+    template: Annotated[
+        str, typer.Option(help="accelerator whose energies/clock/area model are used")
+    ] = "edge-hetero",
+    batch: Batch = 1,
+    seq: Seq = 1024,
+    image: Image = 224,
+    evaluations: Annotated[
+        int, typer.Option(help="total evaluations (population x generations)")
+    ] = 5000,
+    pop_size: Annotated[int, typer.Option(help="NSGA-II population")] = 100,
+    workers: Annotated[int, typer.Option(help="local processes")] = 1,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    objective: Annotated[str, typer.Option(help="third objective: area | memory")] = "area",
+    area_budget_mm2: Annotated[float | None, typer.Option(help="area constraint")] = None,
+    power_budget_w: Annotated[float | None, typer.Option(help="average power constraint")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write the Pareto plot (PNG/SVG)")] = None,
+    table: Annotated[Path | None, typer.Option(help="write the Pareto table (CSV)")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """NSGA-II architecture search: latency, energy and area (or memory) under budgets."""
+    from hwtune.accel.architecture import load_accelerator
+    from hwtune.accel.graph_yaml import load_workload
+    from hwtune.accel.search import Budget, search
+    from hwtune.accel.training import lower_training
+
+    try:
+        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        t = load_accelerator(template)
+        res = search(lower_training(g), t, evaluations, pop_size, workers, seed, objective,
+                     Budget(area_budget_mm2, power_budget_w))  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    rows = res.rows(t)
+    if plot is not None and len(res.F):
+        from hwtune.accel.plots import pareto_plot
+
+        pareto_plot(res.F, plot, objective, res.all_F, f"{g.name}: {res.evaluations} evaluations")
+    if table is not None and rows:
+        with table.open("w", newline="") as fh:
+            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            wr.writeheader()
+            wr.writerows(rows)
+    if as_json:
+        _emit(
+            {
+                "workload": g.name,
+                "evaluations": res.evaluations,
+                "seconds": res.seconds,
+                "pareto": rows,
+            }
+        )
+        return
+    sys.stdout.write(
+        f"{g.name}: {res.evaluations} evaluations in {res.seconds:.1f} s on {workers} process(es); {len(rows)} Pareto points\n"
+    )
+    sys.stdout.write(
+        f"{'cores':>5} {'PEs':>9} {'dataflow':>17} {'local':>8} {'shared':>7} {'DRAM':>7} {'fuse':>4} {'ms':>9} {'mJ':>9} {'mm2':>7}\n"
+    )
+    for r in rows:
+        sys.stdout.write(
+            f"{r['cores']:>5} {r['pe_rows']:>4}x{r['pe_cols']:<4} {r['dataflow']:>17} {r['local_kib']:>6.0f}K "
+            f"{r['shared_mib']:>6g}M {r['dram_gbps']:>6g} {r['fusion_depth']:>4} {r['latency_s'] * 1e3:>9.3f} "
+            f"{r['energy_j'] * 1e3:>9.3f} {r['area_mm2']:>7.2f}\n"
+        )
+
+
+@app.command("graph")
+def graph_cmd(
+    workload: Workload = "resnet18",
+    batch: Batch = 1,
+    seq: Seq = 1024,
+    image: Image = 224,
+    as_json: JsonOpt = False,
+) -> None:
+    """Layers of a workload with their exact MACs, weight and activation bytes."""
+    from hwtune.accel.graph_yaml import load_workload
+
+    try:
+        g = load_workload(workload, batch=batch, image=image, seq=seq)
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    layers = [
+        {"name": x.name, "kind": x.kind, "macs": x.macs,
+         "weight_bytes": g.tensors[x.weight].nbytes if x.weight else 0,
+         "output_bytes": g.tensors[x.output].nbytes}
+        for x in g.layers
+    ]  # fmt: skip
+    if as_json:
+        _emit({"name": g.name, "macs": g.macs, "weight_bytes": g.weight_bytes(), "layers": layers})
+        return
+    for r in layers:
+        sys.stdout.write(
+            f"{r['name']:28s} {r['kind']:10s} {r['macs']:>14,} MAC {r['weight_bytes']:>12,} B weights {r['output_bytes']:>12,} B out\n"
+        )
+    sys.stdout.write(f"total {g.macs:,} MAC, {g.weight_bytes():,} B weights\n")
