@@ -142,9 +142,11 @@ from hwtune.cli.energy import app as energy_app  # noqa: E402
 app.add_typer(energy_app, name="energy")
 
 from hwtune.cli.accel import app as accel_app  # noqa: E402
+from hwtune.cli.bench import bench_cmd  # noqa: E402
 from hwtune.cli.compile import compile_cmd  # noqa: E402
 
 app.add_typer(accel_app, name="accel")
+app.command("bench")(bench_cmd)
 
 app.command("compile")(compile_cmd)
 

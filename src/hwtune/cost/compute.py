@@ -149,9 +149,10 @@ def attention_time(
     adt = "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
     prof = device.profile
     if prof is not None:
-        rate = prof.attention_rate("bwd" if backward else "fwd", adt)
+        f_exec = (FLASH_BWD_FLOP_RATIO if backward else 1.0) * flops  # as the profile counts
+        rate = prof.attention_rate("bwd" if backward else "fwd", adt, flops=f_exec)
         if rate is not None:
-            return (FLASH_BWD_FLOP_RATIO if backward else 1.0) * flops / rate
+            return f_exec / rate
     peak = device.peak_flops(adt)
     if backward:
         t = FLASH_BWD_FLOP_RATIO * flops / (peak * device.attention_bwd_efficiency)

@@ -15,19 +15,28 @@ File format (YAML or JSON), version 1::
     attention:   [{dtype: fp32, phase: fwd, batch: 1, heads: 8, seq_q: 512, seq_k: 512,
                    head_dim: 64, causal: true, flops: 1.1e9, seconds: 0.012}, ...]
     collectives: [{op: all_reduce, ranks: 2, bytes: 1048576, seconds: 0.0012}, ...]
+    skipped:     [{section: gemm, what: tf32, reason: "..."}, ...]          # optional
+
+Fields added since the first version 1 files (``elementwise[].op``, ``skipped``) are optional,
+so those files still load.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.frozen import FrozenModel
+
+if TYPE_CHECKING:
+    from hwtune.hardware.device import Device
+
+D = TypeVar("D", bound="Device")
 
 PROFILE_VERSION = 1
 
@@ -86,6 +95,16 @@ class CollectivePoint(BaseModel):
     seconds: float = Field(gt=0)
 
 
+class SkippedBenchmark(BaseModel):
+    """A benchmark `hwtune bench` did not run (unsupported dtype, missing backend, out of memory,
+    time budget), and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    section: str
+    what: str
+    reason: str
+
+
 class DeviceProfile(FrozenModel):
     """Measured curves of one device (see the module docstring for the file format)."""
 
@@ -97,6 +116,7 @@ class DeviceProfile(FrozenModel):
     elementwise: tuple[SizedPoint, ...] = ()
     attention: tuple[AttentionPoint, ...] = ()
     collectives: tuple[CollectivePoint, ...] = ()
+    skipped: tuple[SkippedBenchmark, ...] = ()
     _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
 
     def _hash_key(self) -> tuple:
@@ -255,3 +275,21 @@ def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
     except ValidationError as e:
         raise from_validation_error(e, where=p.name) from None
     return dev, prof
+
+
+def attach_profile(device: D, path: str | Path) -> D:
+    """``device`` (a catalog `Device`) with the measured curves of the profile at ``path``.
+
+    Refused when the profile was measured on another device (its ``device.name`` is neither the
+    device's name nor one of its aliases, case-insensitive): a profile of one GPU applied to
+    another would silently mix two devices' figures."""
+    fields, prof = load_profile_file(path)
+    theirs = str(fields.get("name", "")).strip().lower()
+    ours = {device.name.lower(), *(a.lower() for a in device.aliases)}
+    if theirs not in ours:
+        raise HwtuneInputError(
+            f"{Path(path).name}.device.name",
+            fields.get("name"),
+            f"a profile measured on {device.name} (this one is from another device)",
+        )
+    return device.model_copy(update={"profile": prof})

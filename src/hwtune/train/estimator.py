@@ -504,7 +504,11 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     tokens = mb * seq // cp
     sh = Shard(tokens=tokens, seq=seq, tp=tp, cp=cp, ep=ep, sp=st.sequence_parallel,
                act_bytes=e, flash=st.flash_attention, moe_imbalance=st.moe_imbalance)  # fmt: skip
-    notes: list[str] = []
+    notes: list[str] = [
+        f"tier 2: measured profile of {cl.device.name} (hwtune bench), spec sheet outside it"
+        if cl.device.profile is not None
+        else f"tier 1: spec-sheet figures of {cl.device.name} (calibrate with hwtune bench)"
+    ]
 
     # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks

@@ -1,0 +1,215 @@
+"""`hwtune bench`: run the microbenchmarks on the device at hand and build its profile.
+
+One model-agnostic run per device (tier 2 of the cost models): GEMMs, STREAM bandwidth,
+memory-bound ops, attention and collectives, each section within a share of the mode's time
+budget (quick: about 2 minutes on a 2-core CPU; thorough: up to 30 minutes), each failure
+recorded as a skip with its reason. The result is a profile document (`hardware/profile.py`,
+format version 1) that every command accepts as ``--gpu PROFILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from hwtune.calibrate.attention import bench_attention
+from hwtune.calibrate.collectives import bench_collectives
+from hwtune.calibrate.device_info import device_fields, software_versions
+from hwtune.calibrate.gemm import bench_gemm, best_rates
+from hwtune.calibrate.harness import Budget, Skip, cpu_count, detect_backend
+from hwtune.calibrate.memory import bench_elementwise, bench_stream
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.profile import PROFILE_VERSION
+
+SECTIONS: tuple[str, ...] = ("gemm", "memory", "elementwise", "attention", "collectives")
+MODES: dict[str, float] = {"quick": 110.0, "thorough": 1800.0}
+"""Wall-clock budget of each mode, seconds (quick stays under 2 minutes with start-up)."""
+WEIGHTS: dict[str, float] = {
+    "gemm": 0.35,
+    "memory": 0.05,
+    "elementwise": 0.15,
+    "attention": 0.2,
+    "collectives": 0.25,
+}
+"""Share of the budget each section may use (of what is left when it starts)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    mode: str = "quick"
+    dtypes: tuple[str, ...] | None = None  # None: what the backend supports
+    ranks: int | None = None  # None: 2 on a CPU, every visible GPU
+    threads: int | None = None  # torch intra-op threads (CPU); None: all usable CPUs
+    device: str = "auto"
+    sections: tuple[str, ...] = SECTIONS
+    collectives_from: str | None = None
+    budget_s: float | None = None
+    clock: str = "auto"
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise HwtuneInputError("mode", self.mode, "quick or thorough")
+        for s in self.sections:
+            if s not in SECTIONS:
+                raise HwtuneInputError("sections", s, "one of " + ", ".join(SECTIONS))
+        if "gemm" not in self.sections:
+            raise HwtuneInputError("sections", ",".join(self.sections), "a list that includes gemm")
+        if self.ranks is not None and self.ranks < 1:
+            raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise HwtuneInputError("threads", self.threads, "a number of threads >= 1")
+        if self.clock not in ("auto", "wall", "cpu"):
+            raise HwtuneInputError("clock", self.clock, "auto, wall or cpu")
+        if self.device not in ("auto", "cpu", "cuda", "rocm", "gpu"):
+            raise HwtuneInputError("device", self.device, "auto, cpu, cuda or rocm")
+        known = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+        for d in self.dtypes or ():
+            if d not in known:
+                raise HwtuneInputError("dtypes", d, "a list of " + ", ".join(known))
+
+
+@dataclass
+class BenchResult:
+    document: dict
+    skipped: list[Skip] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        """What `hwtune bench --json` prints: the profile, the skips and the bandwidths."""
+        from hwtune.calibrate.collectives import bandwidths
+
+        coll = []
+        for p in self.document.get("collectives", []):
+            alg, bus = bandwidths(p)
+            coll.append({**p, "algbw_bytes_per_s": alg, "busbw_bytes_per_s": bus})
+        return {
+            "profile": self.document,
+            "skipped": [s.to_dict() for s in self.skipped],
+            "collectives_bandwidth": coll,
+            "seconds": self.seconds,
+        }
+
+
+def default_dtypes(kind: str, skips: list[Skip] | None = None) -> tuple[str, ...]:
+    """What a device of ``kind`` supports natively (fp8 needs torch._scaled_mm: not measured).
+    A CPU runs bf16 natively only with the avx512_bf16 or amx_bf16 instructions; without them
+    torch converts to fp32 and the rate says nothing about a bf16 run, so it is skipped unless
+    asked for."""
+    if kind != "cpu":
+        return ("fp32", "tf32", "bf16", "fp16")
+    from hwtune.calibrate.device_info import cpu_flags
+
+    if cpu_flags() & {"avx512_bf16", "amx_bf16"}:
+        return ("fp32", "bf16")
+    if skips is not None:
+        skips.append(Skip("gemm", "bf16", "no native bf16 on this CPU (no avx512_bf16/amx_bf16 "
+                          "flag); --dtypes fp32,bf16 measures the emulated rate"))  # fmt: skip
+    return ("fp32",)
+
+
+def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure the device and build its profile document (device + software + curves)."""
+    cfg.validate()
+    say = progress or (lambda _: None)
+    t_start = time.perf_counter()
+    try:
+        backend = detect_backend(cfg.device, cfg.threads, cfg.clock)
+    except RuntimeError as e:
+        raise HwtuneInputError("device", cfg.device, str(e)) from None
+    except ValueError as e:
+        raise HwtuneInputError("clock", cfg.clock, str(e)) from None
+    total = Budget(cfg.budget_s or MODES[cfg.mode])
+    skips: list[Skip] = []
+    dtypes = list(cfg.dtypes or default_dtypes(backend.kind, skips))
+    ranks = cfg.ranks or (max(2, _gpu_count()) if backend.is_gpu else 2)
+    doc: dict = {"profile_version": PROFILE_VERSION}
+    weights = {s: WEIGHTS[s] for s in cfg.sections}
+    remaining = dict(weights)
+
+    def share(section: str) -> Budget:
+        w = remaining.pop(section)
+        return Budget(max(0.0, total.left) * w / (w + sum(remaining.values())))
+
+    gemm: list[dict] = []
+    memory = None
+    timings: dict[str, float] = {}
+    for section in SECTIONS:
+        if section not in cfg.sections:
+            continue
+        b = share(section)
+        say(f"{section}: starting")
+        t0 = time.perf_counter()
+        if section == "gemm":
+            gemm = bench_gemm(backend, dtypes, cfg.mode, b, skips, say)
+        elif section == "memory":
+            memory = bench_stream(backend, cfg.mode, skips)
+        elif section == "elementwise":
+            doc["elementwise"], ew_dtype = bench_elementwise(backend, cfg.mode, b, skips, say)
+        elif section == "attention":
+            doc["attention"] = bench_attention(backend, dtypes, cfg.mode, b, skips, say)
+        elif section == "collectives":
+            if cfg.collectives_from:
+                doc["collectives"] = _read_collectives(cfg.collectives_from, skips)
+            else:
+                doc["collectives"] = bench_collectives(backend, ranks, cfg.mode, b, skips, say)
+        timings[section] = round(time.perf_counter() - t0, 2)
+    software = software_versions(backend)
+    software["mode"] = cfg.mode
+    software["clock"] = backend.clock
+    for k, v in timings.items():
+        software[f"seconds_{k}"] = v
+    software["collective_ranks"] = ranks
+    software["collective_threads_per_rank"] = 1 if backend.is_gpu else max(1, cpu_count() // ranks)
+    if "elementwise" in doc:
+        software["elementwise_dtype"] = ew_dtype
+    doc["device"] = device_fields(backend, best_rates(gemm), memory)
+    doc["software"] = software
+    doc["gemm"] = gemm
+    if memory is not None:
+        doc["memory"] = {
+            k: memory[k] for k in ("copy_bytes_per_s", "triad_bytes_per_s", "launch_s")
+        }
+    doc["skipped"] = [s.to_dict() for s in skips]
+    # the document must load as a device (what `--gpu PROFILE` does) before it is handed out
+    from hwtune.hardware.device import Device
+    from hwtune.hardware.profile import DeviceProfile
+
+    body = {k: v for k, v in doc.items() if k != "device"}
+    Device(**doc["device"], profile=DeviceProfile(**body))
+    return BenchResult(doc, skips, time.perf_counter() - t_start)
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _read_collectives(path: str, skips: list[Skip]) -> list[dict]:
+    """Points written by ``torchrun -m hwtune.calibrate.collectives`` (across nodes)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise HwtuneInputError("collectives_from", path, f"a JSON file of points ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("collectives"), list):
+        raise HwtuneInputError(f"{path}.collectives", None, "a list of collective points")
+    for s in data.get("skipped", []):
+        skips.append(
+            Skip(s.get("section", "collectives"), s.get("what", "?"), s.get("reason", "?"))
+        )
+    return data["collectives"]
+
+
+def write_profile(doc: dict, path: str | Path) -> Path:
+    """Write the profile document: JSON for a .json path, YAML otherwise."""
+    p = Path(path)
+    if p.suffix.lower() == ".json":
+        p.write_text(json.dumps(doc, indent=1) + "\n")
+    else:
+        p.write_text(yaml.safe_dump(doc, sort_keys=False, width=100))
+    return p

@@ -1,0 +1,201 @@
+"""The ``device`` and ``software`` blocks of a profile: what the OS and torch say about the
+device, completed with what the benchmarks measured.
+
+A CPU has no datasheet the cost model can use, so its Device is built from measurements:
+the peak of each dtype is the best measured GEMM rate (with ``gemm_efficiency`` 1.0), the memory
+bandwidth is the STREAM copy bandwidth (``memory_bw_efficiency`` 1.0), memory from
+/proc/meminfo, the name and clocks from /proc/cpuinfo and cpufreq, ``sm_count`` the cores the
+benchmarks ran on. Every figure says where it came from in ``sources``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from hwtune.calibrate.harness import Backend, cpu_count
+from hwtune.calibrate.memory import last_level_cache_bytes
+
+DEFAULT_CLOCK_MHZ = 2000.0
+CPU_WATTS_PER_CORE = 8.0
+"""Assumed power per busy server core, W: 350 W / 56 cores = 6.3 W (Xeon Platinum 8480+), 280 W /
+64 = 4.4 W (EPYC 7763), 270 W / 40 = 6.8 W (Xeon 8380) per vendor TDPs, rounded up for uncore and
+memory. Used only when no RAPL limit is readable; energy estimates on a CPU profile are rough."""
+GPU_DEFAULT_TDP_W = 300.0
+
+
+def _cpuinfo() -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out.setdefault(k.strip(), v.strip())
+    return out
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of /proc/cpuinfo (empty where there is none)."""
+    return set(_cpuinfo().get("flags", "").split())
+
+
+def _meminfo_bytes() -> float | None:
+    try:
+        m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+    except OSError:
+        return None
+    return float(m.group(1)) * 1024 if m else None
+
+
+def _physical_cores() -> int:
+    """Distinct (physical id, core id) pairs of /proc/cpuinfo; the CPU count without them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.cpu_count() or 1
+    pairs = set(re.findall(r"physical id\s*:\s*(\d+).*?core id\s*:\s*(\d+)", text, re.S))
+    return len(pairs) or (os.cpu_count() or 1)
+
+
+def _sysfs_khz(name: str) -> float | None:
+    try:
+        return float(Path(f"/sys/devices/system/cpu/cpu0/cpufreq/{name}").read_text()) / 1000.0
+    except (OSError, ValueError):
+        return None
+
+
+def _rapl_watts() -> float | None:
+    p = Path("/sys/class/powercap/intel-rapl:0/constraint_0_max_power_uw")
+    try:
+        return float(p.read_text()) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
+def software_versions(backend: Backend) -> dict[str, str | int | float]:
+    """Versions and settings the measurements depend on."""
+    sw: dict[str, str | int | float] = {
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "backend": backend.kind,
+        "threads": backend.threads,
+    }
+    if backend.kind == "cuda" and torch.version.cuda:
+        sw["cuda"] = torch.version.cuda
+    if backend.kind == "rocm" and getattr(torch.version, "hip", None):
+        sw["hip"] = str(torch.version.hip)
+    if backend.is_gpu:
+        with contextlib.suppress(RuntimeError, AttributeError, TypeError):
+            sw["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+    else:
+        sw["mkldnn"] = int(torch.backends.mkldnn.is_available())
+        sw["mkl"] = int(torch.backends.mkl.is_available())
+    try:
+        from importlib.metadata import version
+
+        sw["hwtune"] = version("hwtune")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        pass
+    sw["argv0"] = Path(sys.argv[0]).name
+    return sw
+
+
+def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict | None) -> dict:
+    """Device fields (catalog keys and units) for the measured device."""
+    if not any(d in peaks_flops for d in ("fp32", "bf16", "fp16")):
+        raise RuntimeError("no fp32/bf16/fp16 GEMM was measured; a profile needs one")
+    peak_tflops = {d: r / 1e12 for d, r in peaks_flops.items()}
+    sources = {
+        "peak_tflops": "best GEMM rate measured by hwtune bench per dtype (gemm_efficiency 1.0)",
+    }
+    fields: dict = {"peak_tflops": peak_tflops, "gemm_efficiency": 1.0}
+    if memory is not None:
+        fields["memory_bandwidth_tbps"] = memory["copy_bytes_per_s"] / 1e12
+        fields["memory_bw_efficiency"] = 1.0
+        sources["memory_bandwidth_tbps"] = (
+            f"STREAM copy over {memory['array_bytes'] / 2**20:.0f} MiB arrays, hwtune bench "
+            "(memory_bw_efficiency 1.0)"
+        )
+    if backend.is_gpu:
+        props = torch.cuda.get_device_properties(backend.device)
+        fields.update(
+            name=props.name,
+            vendor="amd" if backend.kind == "rocm" else "nvidia",
+            architecture=getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}",
+            form_factor="gpu",
+            memory_gib=props.total_memory / 2**30,
+            sm_count=props.multi_processor_count,
+            l2_cache_mib=getattr(props, "L2_cache_size", 0) / 2**20,
+        )
+        clock = _nvml("clock")
+        fields["boost_clock_mhz"] = clock or DEFAULT_CLOCK_MHZ
+        tdp = _nvml("power")
+        fields["tdp_w"] = tdp or GPU_DEFAULT_TDP_W
+        sources["boost_clock_mhz"] = "NVML max SM clock" if clock else "default (NVML unavailable)"
+        sources["tdp_w"] = "NVML power limit" if tdp else "assumed 300 W (NVML unavailable)"
+        sources.update(
+            name="torch.cuda.get_device_properties", memory_gib="torch.cuda total_memory"
+        )
+    else:
+        info = _cpuinfo()
+        vendor_id = info.get("vendor_id", "")
+        cores = min(backend.threads, _physical_cores())
+        mhz_max = _sysfs_khz("cpuinfo_max_freq")
+        mhz_min = _sysfs_khz("cpuinfo_min_freq")
+        mhz_now = float(info["cpu MHz"]) if "cpu MHz" in info else None
+        boost = mhz_max or mhz_now or DEFAULT_CLOCK_MHZ
+        rapl = _rapl_watts()
+        fields.update(
+            name=info.get("model name") or platform.processor() or "cpu",
+            vendor={"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(vendor_id, "other"),
+            architecture=f"{vendor_id} family {info.get('cpu family', '?')} model "
+            f"{info.get('model', '?')}".strip(),
+            form_factor="cpu",
+            memory_gib=(_meminfo_bytes() or 8 * 2**30) / 2**30,
+            sm_count=cores,
+            l2_cache_mib=last_level_cache_bytes() / 2**20,
+            boost_clock_mhz=boost,
+            tdp_w=rapl if rapl else CPU_WATTS_PER_CORE * cores,
+        )
+        if mhz_min:
+            fields["min_clock_mhz"] = mhz_min
+        sources.update(
+            name="/proc/cpuinfo model name",
+            memory_gib="/proc/meminfo MemTotal",
+            sm_count=f"cores the benchmarks ran on (torch threads {backend.threads}, "
+            f"{_physical_cores()} physical cores, {cpu_count()} CPUs usable)",
+            l2_cache_mib="largest cache in /sys/devices/system/cpu/cpu0/cache (last level)",
+            boost_clock_mhz="cpufreq cpuinfo_max_freq"
+            if mhz_max
+            else ("/proc/cpuinfo cpu MHz (no cpufreq)" if mhz_now else "default 2000 MHz"),
+            tdp_w="RAPL package limit"
+            if rapl
+            else f"assumption: {CPU_WATTS_PER_CORE:.0f} W per busy server core "
+            "(hwtune.calibrate.device_info.CPU_WATTS_PER_CORE)",
+            attention_efficiency="defaults (not measured in tier 1; the profile's curves are)",
+        )
+    fields["sources"] = sources
+    return fields
+
+
+def _nvml(what: str) -> float | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        if what == "clock":
+            return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
+        return pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+    except Exception:  # noqa: BLE001 - NVML absent (ROCm, no driver, no package)
+        return None

@@ -1,0 +1,162 @@
+"""The microbenchmark harness and a small real `hwtune bench` run on this CPU (torch needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import typer  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile  # noqa: E402
+from hwtune.calibrate.collectives import bandwidths, bench_collectives, bus_factor  # noqa: E402
+from hwtune.calibrate.gemm import bench_gemm, check_dtype, gemm_grid  # noqa: E402
+from hwtune.calibrate.harness import (  # noqa: E402
+    Budget,
+    Skip,
+    detect_backend,
+    guarded,
+    resolve_clock,
+    time_fn,
+)
+from hwtune.cli.bench import bench_cmd  # noqa: E402
+from hwtune.errors import HwtuneInputError  # noqa: E402
+from hwtune.hardware.device import load_device_file  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return detect_backend("cpu", threads=1)
+
+
+def test_guarded_records_failures_and_goes_on(cpu):
+    skips: list[Skip] = []
+
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+
+    def bad_dtype():
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'\nmore lines")
+
+    assert guarded(skips, "gemm", "big", oom, cpu) is None
+    assert guarded(skips, "gemm", "fp16", bad_dtype, cpu) is None
+    assert guarded(skips, "gemm", "ok", lambda: 3, cpu) == 3
+    assert [s.reason for s in skips][0] == "out of memory"
+    assert skips[1].reason.startswith("RuntimeError:") and "\n" not in skips[1].reason
+    assert len(skips) == 2
+
+
+def test_unsupported_dtypes_are_skipped_and_the_rest_measured(cpu):
+    skips: list[Skip] = []
+    assert check_dtype("tf32", cpu) and check_dtype("fp8", cpu) and check_dtype("int3", cpu)
+    pts = bench_gemm(cpu, ["fp8", "tf32", "fp32"], "quick", Budget(1.5), skips)
+    assert pts and {p["dtype"] for p in pts} == {"fp32"}
+    why = {s.what: s.reason for s in skips}
+    assert "torch._scaled_mm" in why["fp8"] and "CUDA" in why["tf32"]
+    assert any(s.reason == "time budget" for s in skips)  # 1.5 s cannot cover the grid
+
+
+def test_grid_has_skinny_and_moe_shapes(cpu):
+    grid = gemm_grid(cpu, "quick")
+    assert any(s.m == 1 for s in grid) and any(s.batch > 1 for s in grid)
+    assert grid == sorted(grid, key=lambda s: (s.flops, s.m, s.n, s.k))
+    assert len(gemm_grid(cpu, "thorough")) > len(grid)
+
+
+def test_time_fn_and_clock(cpu):
+    calls = []
+    t = time_fn(lambda: calls.append(1), cpu, warmup=2, min_repeats=3, max_repeats=3)
+    assert len(calls) == 5 and t >= 0
+    assert resolve_clock("auto", "cpu", 1) == "cpu"
+    assert resolve_clock("auto", "cpu", 2) == "wall"
+    assert resolve_clock("auto", "cuda", 1) == "wall"
+    with pytest.raises(ValueError, match="one thread"):
+        resolve_clock("cpu", "cpu", 2)
+
+
+def test_bus_bandwidth_factors():
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    assert bus_factor("send_recv", 2) == 1.0
+    alg, bus = bandwidths({"op": "all_reduce", "ranks": 2, "bytes": 1e6, "seconds": 1e-3})
+    assert (alg, bus) == pytest.approx((1e9, 1e9))
+
+
+def test_collectives_on_two_gloo_ranks(cpu):
+    skips: list[Skip] = []
+    pts = bench_collectives(cpu, 2, "quick", Budget(25), skips, ops=["all_reduce", "send_recv"])
+    ops = {p["op"] for p in pts}
+    assert ops == {"all_reduce", "send_recv"}, skips
+    assert all(p["ranks"] == 2 and p["seconds"] > 0 for p in pts)
+    assert bench_collectives(cpu, 1, "quick", Budget(5), skips) == []
+    assert "needs 2" in skips[-1].reason
+
+
+def test_small_bench_writes_a_loadable_profile(tmp_path):
+    cfg = BenchConfig(mode="quick", threads=1, budget_s=12,
+                      sections=("gemm", "memory", "elementwise", "attention"),
+                      dtypes=("fp32", "fp8"))  # fmt: skip
+    res = run_bench(cfg)
+    doc = res.document
+    assert doc["gemm"] and doc["elementwise"] and doc["attention"] and "memory" in doc
+    assert {"fp8"} <= {s.what for s in res.skipped}
+    dev_block = doc["device"]
+    assert dev_block["gemm_efficiency"] == 1.0 and dev_block["sm_count"] == 1
+    assert dev_block["peak_tflops"]["fp32"] * 1e12 == pytest.approx(
+        max(2.0 * p["m"] * p["n"] * p["k"] * p["batch"] / p["seconds"] for p in doc["gemm"])
+    )
+    assert "peak_tflops" in dev_block["sources"] and "tdp_w" in dev_block["sources"]
+    assert doc["software"]["clock"] == "cpu" and doc["software"]["torch"]
+    for name in ("p.yaml", "p.json"):
+        dev = load_device_file(write_profile(doc, tmp_path / name))
+        assert dev.profile is not None and dev.profile.skipped
+        assert dev.profile.gemm_rate(256, 256, 256, "fp32") > 0
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(bench_cmd)
+
+    @app.command("noop")
+    def _noop() -> None:  # a second command keeps `bench` a subcommand, as in hwtune
+        pass
+
+    return app
+
+
+def test_cli_json(tmp_path):
+    out = tmp_path / "prof.json"
+    r = CliRunner().invoke(_app(), ["bench-cmd", "--quick", "--threads", "1", "--budget", "4",
+                                    "--sections", "gemm,memory", "-o", str(out), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["output"] == str(out) and doc["profile"]["gemm"] and out.exists()
+    assert load_device_file(out).profile is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--dtypes", "fp7"], "dtypes"),
+        (["--sections", "memory"], "sections"),
+        (["--ranks", "0"], "ranks"),
+        (["-o", "profile.txt"], "output"),
+        (["--clock", "sundial"], "clock"),
+        (["--threads", "2", "--clock", "cpu"], "clock"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(args, field, tmp_path):
+    base = ["bench-cmd", "--budget", "1", "--sections", "gemm", "-o", str(tmp_path / "p.yaml")]
+    r = CliRunner().invoke(_app(), base + args)
+    assert r.exit_code == 2, r.output
+    line = r.stderr.strip()
+    assert line.startswith("error:") and field in line and "\n" not in line
+    assert "Traceback" not in r.output
+
+
+def test_config_validation():
+    with pytest.raises(HwtuneInputError, match="mode"):
+        BenchConfig(mode="slow").validate()
