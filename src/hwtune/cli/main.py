@@ -144,9 +144,11 @@ app.add_typer(energy_app, name="energy")
 from hwtune.cli.accel import app as accel_app  # noqa: E402
 from hwtune.cli.bench import bench_cmd  # noqa: E402
 from hwtune.cli.compile import compile_cmd  # noqa: E402
+from hwtune.cli.serve import serve_app  # noqa: E402
 
 app.add_typer(accel_app, name="accel")
 app.command("bench")(bench_cmd)
+app.add_typer(serve_app, name="serve")
 
 app.command("compile")(compile_cmd)
 

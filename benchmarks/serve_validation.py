@@ -1,0 +1,88 @@
+"""Predicted vs measured TTFT and TPOT for every row of shared/validation/serving_measured.csv
+that the simulator can express; writes a JSON of all rows and prints the Markdown tables of
+VALIDATION-serve.md.
+
+    .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
+        [--requests-per-client 10] [--limit N] [--from-json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hwtune.serve.published import REQUESTS_PER_CLIENT, load_rows, predict_all
+
+
+def rel(p: float, m: float) -> float:
+    return abs(p - m) / m
+
+
+def table(out: list[dict], key: str) -> str:
+    lines = [f"| {key} | rows | TTFT median | TTFT p90 | TPOT median | TPOT p90 | "
+             "pred/meas TTFT (median) | pred/meas TPOT (median) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    groups = collections.defaultdict(list)
+    for o in out:
+        groups[o[key] if key != "all" else "all"].append(o)
+    for k, v in sorted(groups.items()):
+        e1 = np.array([rel(o["pred_ttft_s"], o["ttft_s"]) for o in v])
+        e2 = np.array([rel(o["pred_tpot_s"], o["tpot_s"]) for o in v])
+        r1 = np.median([o["pred_ttft_s"] / o["ttft_s"] for o in v])
+        r2 = np.median([o["pred_tpot_s"] / o["tpot_s"] for o in v])
+        lines.append(f"| {k} | {len(v)} | {np.median(e1):.1%} | {np.percentile(e1, 90):.1%} | "
+                     f"{np.median(e2):.1%} | {np.percentile(e2, 90):.1%} | {r1:.2f} | {r2:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="serve_validation.json")
+    ap.add_argument("--processes", type=int, default=None)
+    ap.add_argument("--requests-per-client", type=int, default=REQUESTS_PER_CLIENT)
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--from-json", default=None)
+    a = ap.parse_args()
+    if a.from_json:
+        doc = json.loads(Path(a.from_json).read_text())
+    else:
+        rows = load_rows()
+        ok = [r for r in rows if r.deployment is not None]
+        if a.limit:
+            ok = ok[: a.limit]
+        t = time.time()
+        pred = predict_all(ok, a.requests_per_client, a.processes)
+        wall = time.time() - t
+        out, failed = [], []
+        for r in ok:
+            pt, pp, w, err = pred[r.id]
+            rec = {"id": r.id, "backend": r.backend, "model": r.model, "system": r.system,
+                   "mode": r.mode, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+                   "ttft_s": r.ttft_s, "tpot_s": r.tpot_s, "pred_ttft_s": pt,
+                   "pred_tpot_s": pp, "wall_s": w}  # fmt: skip
+            (failed if err else out).append(rec | ({"error": err} if err else {}))
+        skipped = [{"id": r.id, "reason": r.reason} for r in rows if r.deployment is None]
+        doc = {"rows": out, "failed": failed, "skipped": skipped, "wall_s": wall,
+               "requests_per_client": a.requests_per_client}  # fmt: skip
+        Path(a.out).write_text(json.dumps(doc, indent=1))
+    out = doc["rows"]
+    print(
+        f"expressed {len(out)} rows; failed {len(doc['failed'])}; "
+        f"not expressible {len(doc['skipped'])}; wall {doc['wall_s']:.0f} s\n"
+    )
+    for key in ("all", "backend", "model", "mode", "system"):
+        print(table(out, key) + "\n")
+    reasons = collections.Counter(s["reason"].split(";")[0][:100] for s in doc["skipped"])
+    for k, v in reasons.most_common():
+        print(f"- {v} rows: {k}")
+    for f in doc["failed"]:
+        print(f"- failed {f['id']}: {f['error'][:160]}")
+
+
+if __name__ == "__main__":
+    main()

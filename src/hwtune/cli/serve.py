@@ -1,0 +1,265 @@
+"""`hwtune serve` (simulate serving) and `hwtune serve plan` (deployment search under SLOs).
+
+Registered in `hwtune.cli.main` with ``app.add_typer(serve_app, name="serve")``; also runnable
+as ``python -m hwtune.cli.serve``. Parse, call the library, render: no formulas here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hwtune.errors import HwtuneInputError
+
+serve_app = typer.Typer(
+    name="serve",
+    help="Simulate LLM serving (continuous batching, paged KV cache) and plan deployments.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(e: Exception) -> None:
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
+Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
+Precision = Annotated[str, typer.Option(help="weight format: bf16|fp16|fp8|fp4")]
+KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
+InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
+OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
+Dataset = Annotated[str, typer.Option(help="length mix when no fixed lengths: sharegpt|fixed")]
+NumReq = Annotated[int | None, typer.Option(help="requests (default 10 x concurrency, or 1000)")]
+Rate = Annotated[float | None, typer.Option(help="open loop: requests/s (Poisson)")]
+Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (gamma; 1 = Poisson)")]
+Trace = Annotated[
+    Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
+]
+Seed = Annotated[int, typer.Option(help="seed of every random choice")]
+Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|static")]
+Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
+
+
+def _workload(
+    concurrency: int | None,
+    input_len: int | None,
+    output_len: int | None,
+    dataset: str,
+    num_requests: int | None,
+    rate: float | None,
+    burstiness: float,
+    trace: Path | None,
+    seed: int,
+    prefix_len: int,
+    prefix_groups: int,
+):  # noqa: ANN202
+    from hwtune.serve.request import (
+        closed_loop,
+        fixed_lengths,
+        load_trace,
+        open_loop,
+        sharegpt_like_lengths,  # fmt: skip
+    )
+
+    if trace is not None:
+        return load_trace(trace)
+    c = concurrency if concurrency is not None else 16
+    if c < 1:
+        raise HwtuneInputError("concurrency", c, "a positive integer")
+    n = num_requests if num_requests is not None else (1000 if rate else 10 * c)
+    if n < 1:
+        raise HwtuneInputError("num-requests", n, "a positive integer")
+    if input_len is not None or output_len is not None or dataset == "fixed":
+        i, o = input_len or 1024, output_len or 256
+        if i < 1 or o < 1:
+            raise HwtuneInputError("input-len/output-len", (i, o), "positive token counts")
+        p, q = fixed_lengths(n, i, o)
+    elif dataset == "sharegpt":
+        p, q = sharegpt_like_lengths(n, seed)
+    else:
+        raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
+    if rate is not None:
+        return open_loop(rate, p, q, seed, burstiness, prefix_len, prefix_groups)
+    return closed_loop(c, p, q, prefix_len, prefix_groups, seed)
+
+
+def _replica(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    ep: int,
+    dp_attention: int,
+    precision: str,
+    kv_precision: str | None,
+    scheduler: str,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    gpu_memory_utilization: float,
+    prefix_caching: bool,
+    profile: Path | None,
+):  # noqa: ANN202
+    from hwtune.hardware.catalog import get_device
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.profile import load_profile
+
+    prof = load_profile(profile) if profile is not None else None
+    return ReplicaConfig(
+        get_model(model), get_device(gpu), tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
+        weight_dtype=precision, kv_dtype=kv_precision or "bf16", scheduler=scheduler,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
+        enable_prefix_caching=prefix_caching, profile=prof,
+    )  # fmt: skip
+
+
+@serve_app.callback(invoke_without_command=True)
+def serve(
+    ctx: typer.Context,
+    model: Model = "llama3.1-8b",
+    gpu: Gpu = "h100-sxm-80gb",
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree per replica")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline stages per replica")] = 1,
+    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE)")] = 1,
+    dp_attention: Annotated[int, typer.Option(help="attention data parallelism (MLA models)")] = 1,
+    precision: Precision = "bf16",
+    kv_precision: KvPrecision = None,
+    concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
+    input_len: InLen = None,
+    output_len: OutLen = None,
+    dataset: Dataset = "sharegpt",
+    num_requests: NumReq = None,
+    rate: Rate = None,
+    burstiness: Burst = 1.0,
+    trace: Trace = None,
+    prefix_len: Annotated[int, typer.Option(help="shared prompt prefix tokens")] = 0,
+    prefix_groups: Annotated[int, typer.Option(help="distinct shared prefixes")] = 0,
+    scheduler: Sched = "vllm",
+    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    block_size: Annotated[int, typer.Option(help="KV block size, tokens")] = 16,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="usable memory fraction")] = 0.9,
+    prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = True,
+    replicas: Annotated[int, typer.Option(help="replicas behind the router")] = 1,
+    router: Annotated[str, typer.Option(help="round-robin|least-tokens")] = "round-robin",
+    disagg: Annotated[
+        bool, typer.Option("--disagg/--no-disagg", help="separate prefill pool")
+    ] = False,
+    prefill_tp: Annotated[int | None, typer.Option(help="prefill replica tp (disagg)")] = None,
+    prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
+    profile: Profile = None,
+    seed: Seed = 0,
+    trace_out: Annotated[
+        Path | None, typer.Option(help="write a Perfetto/Chrome trace JSON")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a latency CDF / timeline PNG")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Simulate serving a model: TTFT, TPOT, E2E percentiles, throughput, KV use, prefix hits."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from dataclasses import replace
+
+    from hwtune.serve.config import Deployment
+    from hwtune.serve.metrics import summarize
+    from hwtune.serve.simulator import simulate
+
+    try:
+        cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
+                       max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
+                       prefix_caching, profile)  # fmt: skip
+        pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
+        dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
+        wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
+                       burstiness, trace, seed, prefix_len, prefix_groups)  # fmt: skip
+        res = simulate(dep, wl, record_steps=trace_out is not None)
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    doc = summarize(res)
+    doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
+               dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
+               scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
+               tier=2 if profile else 1, workload=wl.mode)  # fmt: skip
+    if trace_out is not None:
+        from hwtune.report.serve_trace import write_chrome_trace
+
+        write_chrome_trace(res, trace_out)
+    if plot is not None:
+        from hwtune.report.serve_plots import plot_serving
+
+        plot_serving(res, plot, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}")
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from hwtune.report.serve_view import render_summary
+
+    render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
+                        f"{len(wl)} requests, {scheduler})")  # fmt: skip
+
+
+@serve_app.command("plan")
+def plan_cmd(
+    model: Model = "llama3.1-8b",
+    gpu: Gpu = "h100-sxm-80gb",
+    precision: Precision = "bf16",
+    kv_precision: KvPrecision = None,
+    max_gpus: Annotated[int, typer.Option(help="GPU budget")] = 8,
+    ttft_p90: Annotated[float | None, typer.Option(help="SLO: p90 TTFT, seconds")] = None,
+    tpot_p90: Annotated[float | None, typer.Option(help="SLO: p90 TPOT, seconds")] = None,
+    e2e_p90: Annotated[float | None, typer.Option(help="SLO: p90 E2E, seconds")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
+    input_len: InLen = None,
+    output_len: OutLen = None,
+    dataset: Dataset = "sharegpt",
+    num_requests: NumReq = None,
+    rate: Rate = None,
+    burstiness: Burst = 1.0,
+    trace: Trace = None,
+    scheduler: Sched = "vllm",
+    objective: Annotated[str, typer.Option(help="gpus|cost")] = "gpus",
+    disagg: Annotated[bool, typer.Option("--disagg/--no-disagg", help="also disaggregated")] = True,
+    processes: Annotated[
+        int | None, typer.Option(help="worker processes (default: all cores)")
+    ] = None,
+    top: Annotated[int, typer.Option(help="layouts to show")] = 5,
+    profile: Profile = None,
+    seed: Seed = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
+    from hwtune.serve.plan import SLO, plan
+
+    try:
+        base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
+                        16, 0.9, True, profile)  # fmt: skip
+        n = num_requests if num_requests is not None else (400 if concurrency is None else None)
+        wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
+                       concurrency else 4.0, burstiness, trace, seed, 0, 0)  # fmt: skip
+        res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
+                   processes)  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    best = [r.to_dict() for r in res[:top] if r.meets]
+    if as_json:
+        doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
+               "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
+               "candidates": len(res), "best": best}  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from hwtune.report.serve_view import render_plan
+
+    render_plan(best, f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated")
+
+
+if __name__ == "__main__":
+    serve_app()

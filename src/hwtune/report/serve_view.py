@@ -1,0 +1,52 @@
+"""Render `hwtune serve` and `hwtune serve plan` results for people (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _ms(s: float) -> str:
+    return "-" if s != s else (f"{s:.2f} s" if s >= 10 else f"{s * 1e3:.1f} ms")
+
+
+def render_summary(doc: dict, title: str, console: Console | None = None) -> None:
+    """Latency percentiles, throughput, KV utilization and prefix hits of one simulation."""
+    con = console or Console()
+    con.print(f"[bold]{title}[/bold]")
+    t = Table(title="latency", title_justify="left")
+    for c in ("metric", "mean", "p50", "p90", "p99"):
+        t.add_column(c, justify="right" if c != "metric" else "left")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                       ("e2e_s", "E2E"), ("queue_s", "queueing")):  # fmt: skip
+        st = doc[key]
+        t.add_row(label, *(_ms(st[k]) for k in ("mean", "p50", "p90", "p99")))
+    con.print(t)
+    tp = doc["throughput_tokens_per_s"]
+    con.print(
+        f"throughput: {doc['requests_per_s']:.2f} req/s, {tp['output']:,.0f} output tok/s, "
+        f"{tp['total']:,.0f} total tok/s on {doc['gpus']} GPU(s)"
+    )
+    kv = doc["kv_utilization"]
+    con.print(
+        f"KV cache: {doc['kv_cache_tokens']:,} tokens; utilization mean {kv['mean']:.1%}, "
+        f"max {kv['max']:.1%}; prefix hit rate {doc['prefix_hit_rate']:.1%}; "
+        f"preemptions {doc['preemptions']}"
+    )
+    con.print(
+        f"simulated {doc['simulated_s']:.1f} s in {doc['wall_s']:.2f} s wall "
+        f"({doc['steps']:,} steps)"
+    )
+
+
+def render_plan(best: list[dict], title: str, console: Console | None = None) -> None:
+    con = console or Console()
+    con.print(f"[bold]{title}[/bold]")
+    t = Table(title="layouts that meet the SLOs, best first", title_justify="left")
+    for c in ("layout", "GPUs", "$/h", "p90 TTFT", "p90 TPOT", "tok/s"):
+        t.add_column(c)
+    for r in best:
+        cost = "-" if r["cost_per_hour"] is None else f"{r['cost_per_hour']:.2f}"
+        t.add_row(r["layout"], str(r["gpus"]), cost, _ms(r["ttft_p90_s"]), _ms(r["tpot_p90_s"]),
+                  f"{r['throughput_tokens_per_s']:,.0f}")  # fmt: skip
+    con.print(t)

@@ -1,0 +1,118 @@
+"""Paged KV cache with prefix caching (vLLM's block manager, Kwon et al. SOSP'23 §4.2).
+
+The cache is ``num_blocks`` blocks of ``block_size`` tokens. A request holds a list of blocks;
+a full block gets a hash chained to its predecessor's (hash of (parent hash, block content)),
+as in vLLM's automatic prefix caching (vLLM docs, "Automatic Prefix Caching", design: hash of
+the prefix tokens up to and including the block). A new request reuses the cached blocks of its
+longest cached prefix. Blocks whose reference count falls to zero stay cached and evictable;
+allocation takes never-cached free blocks first, then evicts the least recently freed (LRU).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class BlockManager:
+    """Block allocation, reference counts, the prefix-hash table and its LRU of free blocks."""
+
+    __slots__ = ("block_size", "num_blocks", "_free", "_ref", "_hash_of", "_table", "_lru",
+                 "hit_tokens", "query_tokens", "enable_prefix")  # fmt: skip
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix: bool = True) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._ref: list[int] = [0] * num_blocks
+        self._hash_of: list[int | None] = [None] * num_blocks
+        self._table: dict[int, int] = {}
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        self.hit_tokens = 0
+        self.query_tokens = 0
+        self.enable_prefix = enable_prefix
+
+    # --- capacity ---------------------------------------------------------------------------
+    @property
+    def free_blocks(self) -> int:
+        """Blocks that an allocation can take: never-cached free plus evictable cached."""
+        return len(self._free) + len(self._lru)
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks referenced by at least one request."""
+        return self.num_blocks - self.free_blocks
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    # --- allocation -------------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks (reference count 1), or None (and nothing taken) if short."""
+        if n <= 0:
+            return []
+        if n > len(self._free) + len(self._lru):
+            return None
+        out: list[int] = []
+        free, ref = self._free, self._ref
+        for _ in range(n):
+            if free:
+                b = free.pop()
+            else:
+                b, _ = self._lru.popitem(last=False)
+                h = self._hash_of[b]
+                if h is not None and self._table.get(h) == b:
+                    del self._table[h]
+                self._hash_of[b] = None
+            ref[b] = 1
+            out.append(b)
+        return out
+
+    def release(self, blocks: list[int]) -> None:
+        """Drop one reference to each block, tail first (so a sequence's last blocks are the
+        first evicted, as vLLM frees them)."""
+        ref, lru = self._ref, self._lru
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0:
+                if self._hash_of[b] is not None:
+                    lru[b] = None
+                else:
+                    self._free.append(b)
+
+    # --- prefix cache -------------------------------------------------------------------------
+    def register(self, block: int, h: int) -> None:
+        """Record that ``block`` holds the full block whose chained hash is ``h``."""
+        if not self.enable_prefix:
+            return
+        if h not in self._table:
+            self._table[h] = block
+            self._hash_of[block] = h
+
+    def lookup(self, hashes: list[int]) -> list[int]:
+        """The cached blocks of the longest prefix of ``hashes``, each referenced once more."""
+        out: list[int] = []
+        if not self.enable_prefix:
+            return out
+        table, ref, lru = self._table, self._ref, self._lru
+        for h in hashes:
+            b = table.get(h)
+            if b is None:
+                break
+            if ref[b] == 0:
+                lru.pop(b, None)
+            ref[b] += 1
+            out.append(b)
+        return out
+
+    def check(self) -> None:
+        """Invariants (for tests): every block is exactly one of free, evictable or referenced."""
+        free = set(self._free)
+        lru = set(self._lru)
+        assert not free & lru
+        assert len(free) == len(self._free)
+        for b in range(self.num_blocks):
+            r = self._ref[b]
+            assert r >= 0
+            assert (r == 0) == (b in free or b in lru), b
+        for h, b in self._table.items():
+            assert self._hash_of[b] == h

@@ -1,0 +1,180 @@
+"""`ReplicaConfig`: one serving replica (model, device, layout, precision, engine limits) and the
+deployment around it (replicas, routing, disaggregation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hwtune.cost.compute import dtype_bytes
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.hardware.device import Device
+from hwtune.model.spec import ModelSpec
+from hwtune.serve.profile import CalibrationProfile
+
+SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first")
+ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+
+HOST_OVERHEAD_PER_ITERATION_S = 2.0e-4
+"""Engine time per step that does not overlap the GPU (scheduling, input preparation, output
+processing), seconds. vLLM v0.5.3 spent most of an 8B decode step on the CPU (vLLM blog,
+"vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction", 2024-09-05: HTTP server
+33%, scheduling 29% of execution time); since then multi-step/async scheduling (vLLM v0.6, V1),
+SGLang's overlap scheduler (SGLang v0.4 blog, 2024-12-04, "zero-overhead batch scheduler") and
+TensorRT-LLM's C++ runtime hide nearly all of it behind the GPU step: a few hundred microseconds
+remain exposed per step. Tier-2 profiles replace it with a measurement."""
+
+HOST_OVERHEAD_PER_SEQUENCE_S = 5.0e-6
+"""Exposed per-sequence engine work per step (sampling bookkeeping, detokenization, stop
+checks), seconds: a few microseconds of Python/C++ per sequence (same sources as above)."""
+
+WORKSPACE_FIXED_BYTES = 1.5 * 2**30
+"""Memory per GPU outside weights, KV and activations: CUDA context, cuBLAS/NCCL workspaces and
+CUDA-graph pools (vLLM docs, "Conserving Memory": the non-torch memory and CUDA graphs take
+on the order of 1-2 GiB per GPU)."""
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """One model instance on ``tp * pp * dp_attention`` GPUs.
+
+    ``dp_attention`` > 1 is SGLang/TensorRT-LLM attention data parallelism (for MLA models):
+    attention runs data-parallel over ``dp_attention`` groups of ``tp`` GPUs while the MoE layers
+    run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
+    parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
+    on GPUs without FP4 math); ``kv_dtype`` that of the KV cache.
+    """
+
+    model: ModelSpec
+    device: Device
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    scheduler: str = "vllm"
+    chunk_size: int = 512
+    enable_prefix_caching: bool = True
+    host_overhead_s: float = HOST_OVERHEAD_PER_ITERATION_S
+    host_overhead_per_seq_s: float = HOST_OVERHEAD_PER_SEQUENCE_S
+    nic_gbps: float | None = None
+    profile: CalibrationProfile | None = field(default=None, compare=True)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "ep", "dp_attention", "block_size", "max_num_batched_tokens",
+                     "max_num_seqs", "chunk_size"):  # fmt: skip
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise HwtuneInputError(name, v, "a positive integer")
+        if self.weight_dtype not in PRECISIONS:
+            raise HwtuneInputError(
+                "precision", self.weight_dtype, "one of " + ", ".join(PRECISIONS)
+            )
+        if self.kv_dtype not in PRECISIONS:
+            raise HwtuneInputError("kv_precision", self.kv_dtype, "one of " + ", ".join(PRECISIONS))
+        if self.scheduler not in SCHEDULERS:
+            raise HwtuneInputError("scheduler", self.scheduler, "one of " + ", ".join(SCHEDULERS))
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise HwtuneInputError(
+                "gpu_memory_utilization", self.gpu_memory_utilization, "a fraction in (0, 1]"
+            )
+        heads, kv = self.model.n_heads, self.model.kv_heads
+        if heads % self.tp or (kv % self.tp and self.tp % kv):
+            raise HwtuneInputError(
+                "tp", self.tp, f"a divisor of n_heads={heads} that divides or is a multiple of "
+                f"n_kv_heads={kv} ({self.model.name})",
+            )  # fmt: skip
+        if self.ep > 1 and self.model.moe is None:
+            raise HwtuneInputError("ep", self.ep, f"1 ({self.model.name} has no experts)")
+        if self.stage_gpus % self.ep:
+            raise HwtuneInputError(
+                "ep", self.ep, f"a divisor of tp * dp_attention = {self.stage_gpus}"
+            )
+        if self.pp > self.model.n_layers:
+            raise HwtuneInputError("pp", self.pp, f"at most n_layers = {self.model.n_layers}")
+        if self.model.moe is not None and self.model.moe.n_routed_experts % self.ep:
+            raise HwtuneInputError(
+                "ep", self.ep, f"a divisor of n_routed_experts = {self.model.moe.n_routed_experts}"
+            )
+        dtype_bytes(self.weight_dtype)  # a known format
+
+    # --- derived ----------------------------------------------------------------------------
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: tp * dp_attention (= moe_tp * ep)."""
+        return self.tp * self.dp_attention
+
+    @property
+    def gpus(self) -> int:
+        return self.stage_gpus * self.pp
+
+    @property
+    def moe_tp(self) -> int:
+        """Tensor parallelism inside each expert: the stage's GPUs left after expert parallelism."""
+        return self.stage_gpus // self.ep
+
+    @property
+    def effective_device(self) -> Device:
+        """The catalog device (tier 1) or the device with a profile's measurements (tier 2)."""
+        return self.profile.apply_device(self.device) if self.profile else self.device
+
+    @property
+    def iteration_overhead_s(self) -> float:
+        p = self.profile
+        if p is not None and p.host_overhead_per_iteration_s is not None:
+            return p.host_overhead_per_iteration_s
+        return self.host_overhead_s
+
+    @property
+    def sequence_overhead_s(self) -> float:
+        p = self.profile
+        if p is not None and p.host_overhead_per_sequence_s is not None:
+            return p.host_overhead_per_sequence_s
+        return self.host_overhead_per_seq_s
+
+    def cluster(self) -> Cluster:
+        """The GPUs of this replica as a cluster (catalog system preset for the network)."""
+        cl = make_cluster(self.effective_device, self.gpus, nic_gbps=self.nic_gbps)
+        return self.profile.apply_cluster(cl) if self.profile else cl
+
+    def token_budget(self) -> int:
+        """Tokens one step may process: Sarathi's chunk size, or max_num_batched_tokens."""
+        if self.scheduler == "sarathi":
+            return min(self.chunk_size, self.max_num_batched_tokens)
+        return self.max_num_batched_tokens
+
+    def with_(self, **kw: object) -> ReplicaConfig:
+        return replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Replicas behind a router; with ``prefill`` set, a disaggregated deployment whose
+    ``prefill`` pool runs prompts and hands the KV cache to the ``replica`` (decode) pool."""
+
+    replica: ReplicaConfig
+    replicas: int = 1
+    router: str = "round-robin"
+    prefill: ReplicaConfig | None = None
+    prefill_replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.router not in ROUTERS:
+            raise HwtuneInputError("router", self.router, "one of " + ", ".join(ROUTERS))
+        if self.replicas < 1:
+            raise HwtuneInputError("replicas", self.replicas, "a positive integer")
+        if self.prefill is not None and self.prefill_replicas < 1:
+            raise HwtuneInputError("prefill_replicas", self.prefill_replicas, "a positive integer")
+
+    @property
+    def gpus(self) -> int:
+        n = self.replica.gpus * self.replicas
+        if self.prefill is not None:
+            n += self.prefill.gpus * self.prefill_replicas
+        return n

@@ -1,0 +1,240 @@
+"""Time of one engine step (iteration) of a replica: a batch of prefill chunks and decode tokens.
+
+A step runs every layer once over all scheduled tokens (Yu et al. OSDI'22 "Orca", §3.2 selective
+batching: token-wise ops on the concatenated tokens, attention per sequence). Its time is
+
+  sum over layer kinds (n_layers x [projection/FFN GEMMs at T tokens + norms + collectives
+                                    + prefill attention over the chunks + decode attention over
+                                    the cached contexts])
+  + embedding + LM head and sampling on the sampled rows + pipeline hand-offs + host overhead.
+
+Token-wise costs depend only on T (and the MoE routing it implies), so they are computed once per
+T on a grid and interpolated (tile quantization makes them step-like; the grid is exact up to 256
+tokens, then 16- and 64-token steps). Attention costs are linear in the batch's pair and context
+sums and are evaluated per step from `hwtune.cost.kv_cache`. GEMMs, memory ops and collectives
+are `hwtune.cost` functions; the ops come from `hwtune.model.lowering` (attention projections,
+dense FFN, norms), except the inference-specific expert layout below.
+
+MoE at inference (vLLM/SGLang fused MoE; DeepSeek-V3 report §3.4): each of the E/ep local
+experts is sharded over moe_tp GPUs and processes the tokens routed to it. With T tokens and
+top-k of E uniform routing, E * (1 - (1 - k/E)^T) distinct experts are hit (the expected count
+of occupied bins), each with T*k/that rows, and only their weights are read (decode-size MoE is
+bound by expert weight reads).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hwtune.cost.collectives import (
+    all_gather_time,
+    all_to_all_time,
+    reduce_scatter_time,
+    send_recv_time,
+)
+from hwtune.cost.compute import gemm_time, memory_time
+from hwtune.cost.inference_collectives import serving_all_reduce_time
+from hwtune.cost.kv_cache import attention_shape, decode_attention_time, prefill_attention_time
+from hwtune.cost.quantized_gemm import serving_gemm_time
+from hwtune.model.lowering import Shard, attention_ops, ffn_ops, layer_classes, norm_residual_ops
+from hwtune.serve.config import ReplicaConfig
+
+ACT_BYTES = 2.0  # activations and collectives in 16 bits
+
+
+@dataclass(slots=True)
+class StepShape:
+    """What one step processes (sums over the batch, before attention-DP splitting).
+
+    ``tokens``: new tokens in all; ``sampled``: rows that produce a token (decodes and prompts
+    whose last chunk runs); ``pf_pairs``: sum of q*(c + q/2) over prefill chunks (q new tokens
+    after c cached); ``pf_kv``: sum of (c + q); ``pf_tokens``: sum of q; ``dec_n``: decode
+    sequences; ``dec_ctx``: their cached tokens in all; ``*_w``: the same capped at the model's
+    attention window (sliding/chunked layers), equal to the uncapped sums for models without.
+    """
+
+    tokens: int = 0
+    seqs: int = 0
+    sampled: int = 0
+    pf_pairs: float = 0.0
+    pf_kv: float = 0.0
+    pf_tokens: int = 0
+    pf_pairs_w: float = 0.0
+    pf_kv_w: float = 0.0
+    dec_n: int = 0
+    dec_ctx: float = 0.0
+    dec_ctx_w: float = 0.0
+
+
+BREAKDOWN_KEYS = ("gemm", "memory", "communication", "attention_prefill", "attention_decode",
+                  "lm_head", "pipeline", "host")  # fmt: skip
+
+
+def _grid_points(t: int) -> tuple[int, int]:
+    """The grid points around ``t``: exact below 256, 16-token steps to 2048, then 64."""
+    if t <= 256:
+        return t, t
+    step = 16 if t <= 2048 else 64
+    lo = (t // step) * step
+    return lo, lo + step
+
+
+class IterationModel:
+    """Step times of one replica (tier 1: catalog device; tier 2: with a calibration profile)."""
+
+    def __init__(self, cfg: ReplicaConfig) -> None:
+        self.cfg = cfg
+        self.spec = cfg.model
+        self.dev = cfg.effective_device
+        self.cluster = cfg.cluster()
+        self.window = self.spec.sliding_window or self.spec.attention_chunk_size
+        self.classes = [
+            (ltype, moe, len(idx), attention_shape(self.spec, ltype, cfg.tp))
+            for (ltype, moe), idx in layer_classes(self.spec).items()
+        ]
+        self._lin: dict[int, tuple[float, float, float]] = {}
+        self._head: dict[int, float] = {}
+        self.host = cfg.iteration_overhead_s
+        self.host_seq = cfg.sequence_overhead_s
+
+    # --- token-wise part -----------------------------------------------------------------
+    def _linear_exact(self, t: int) -> tuple[float, float, float]:
+        """(GEMM, memory-op, collective) seconds of all layers for a step of ``t`` tokens."""
+        cfg, spec, dev = self.cfg, self.spec, self.dev
+        ta = max(1, -(-t // cfg.dp_attention))
+        sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=ACT_BYTES)
+        wdt = cfg.weight_dtype
+        g_tot = m_tot = c_tot = 0.0
+        tp_span = self.cluster.span(cfg.tp, 1)
+        hbytes = ACT_BYTES * spec.d_model
+        for ltype, moe, n, _shape in self.classes:
+            ops = [o for o in attention_ops(spec, ltype, sh) if o.kind != "attention"]
+            ops += norm_residual_ops(spec, sh)
+            if not moe:
+                ops += ffn_ops(spec, False, sh)
+            g = sum(serving_gemm_time(o.m, o.n, o.k, dev, wdt, o.batch)
+                    for o in ops if o.kind == "gemm")  # fmt: skip
+            m = sum(memory_time(o.bytes, dev, o.kernels) for o in ops if o.kind == "memory")
+            c = serving_all_reduce_time(ta * hbytes, tp_span, self.cluster) if cfg.tp > 1 else 0.0
+            if moe:
+                eg, em, ec = self._moe(t, ta)
+                g, m, c = g + eg, m + em, c + ec
+            elif cfg.tp > 1:
+                c += serving_all_reduce_time(ta * hbytes, tp_span, self.cluster)
+            g_tot += n * g
+            m_tot += n * m
+            c_tot += n * c
+        return g_tot, m_tot, c_tot
+
+    def _moe(self, t: int, ta: int) -> tuple[float, float, float]:
+        """(GEMM, memory, collective) seconds of one MoE layer for ``t`` tokens of the stage."""
+        cfg, spec, dev = self.cfg, self.spec, self.dev
+        moe = spec.moe
+        assert moe is not None
+        E, k, h, fe = moe.n_routed_experts, moe.top_k, spec.d_model, moe.expert_ffn_hidden
+        up = 2 if spec.gated else 1
+        hit = E * (1.0 - (1.0 - k / E) ** t)
+        local = max(1, math.ceil(hit / cfg.ep))
+        rows = max(1, math.ceil(t * k / hit))
+        width = max(1, fe // cfg.moe_tp)
+        wdt = cfg.weight_dtype
+        g = gemm_time(ta, E, h, dev, "bf16")  # router
+        g += serving_gemm_time(rows, up * width, h, dev, wdt, local)
+        g += serving_gemm_time(rows, h, width, dev, wdt, local)
+        m = memory_time(ACT_BYTES * rows * local * width * (up + 1), dev)  # activation
+        m += memory_time(4 * ACT_BYTES * ta * k * h / cfg.tp, dev, kernels=2)  # permute/unpermute
+        if moe.shared_width:
+            sw = max(1, moe.shared_width // cfg.tp)
+            g += serving_gemm_time(ta, up * sw, h, dev, wdt)
+            g += serving_gemm_time(ta, h, sw, dev, wdt)
+            m += memory_time(ACT_BYTES * ta * sw * (up + 1), dev)
+        c = 0.0
+        hbytes = ACT_BYTES * h
+        stage = self.cluster.span(cfg.stage_gpus, 1)
+        if cfg.ep > 1:
+            # dispatch and combine: each GPU sends the k copies of its token share
+            # (REFERENCES.md, Collectives: ~b*s*k*h bytes per rank per all-to-all)
+            per_rank = ta / cfg.tp * k * hbytes
+            c += 2.0 * all_to_all_time(per_rank, stage, self.cluster)
+        elif cfg.dp_attention > 1:
+            # gather the stage's tokens for the tensor-parallel experts, scatter the sums back
+            c += all_gather_time(t * hbytes, stage, self.cluster)
+            c += reduce_scatter_time(t * hbytes, stage, self.cluster)
+        elif cfg.tp > 1:
+            c += serving_all_reduce_time(ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster)
+        return g, m, c
+
+    def linear(self, t: int) -> tuple[float, float, float]:
+        """Token-wise seconds for ``t`` tokens, from the grid (interpolated between points)."""
+        lo, hi = _grid_points(t)
+        a = self._lin.get(lo)
+        if a is None:
+            a = self._lin[lo] = self._linear_exact(lo)
+        if hi == lo:
+            return a
+        b = self._lin.get(hi)
+        if b is None:
+            b = self._lin[hi] = self._linear_exact(hi)
+        f = (t - lo) / (hi - lo)
+        return (a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
+
+    def head(self, rows: int, tokens: int) -> float:
+        """Embedding of ``tokens`` tokens plus LM head and sampling of ``rows`` rows (the LM head
+        runs only on the rows that sample; vocabulary-parallel over tp, 16-bit)."""
+        key = rows * 1_000_003 + tokens
+        v = self._head.get(key)
+        if v is None:
+            cfg, spec, dev = self.cfg, self.spec, self.dev
+            r = max(1, -(-rows // cfg.dp_attention)) if rows else 0
+            ta = max(1, -(-tokens // cfg.dp_attention))
+            vocab = -(-spec.vocab // cfg.tp)
+            v = memory_time(2 * ACT_BYTES * ta * spec.d_model, dev)
+            if r:
+                v += gemm_time(r, vocab, spec.d_model, dev, "bf16")
+                v += memory_time(3 * 4.0 * r * vocab, dev, kernels=3)  # softmax/top-p in fp32
+            if len(self._head) < 200_000:
+                self._head[key] = v
+        return v
+
+    # --- one step ----------------------------------------------------------------------------
+    def step_time(self, s: StepShape) -> float:
+        """Seconds of one step (the latency of its batch through all pipeline stages)."""
+        g, m, c = self.linear(s.tokens)
+        return g + m + c + self._attention(s)[0] + self._rest(s)
+
+    def _rest(self, s: StepShape) -> float:
+        cfg = self.cfg
+        t = self.head(s.sampled, s.tokens)
+        if cfg.pp > 1:
+            ta = max(1, -(-s.tokens // cfg.dp_attention))
+            cross = cfg.stage_gpus >= self.cluster.domain
+            t += (cfg.pp - 1) * send_recv_time(ACT_BYTES * ta * self.spec.d_model, cross,
+                                               self.cluster)  # fmt: skip
+        return t + self.host + self.host_seq * s.seqs
+
+    def _attention(self, s: StepShape) -> tuple[float, float, float]:
+        """(total, prefill, decode) attention seconds over all layers."""
+        cfg, dev, kvd = self.cfg, self.dev, self.cfg.kv_dtype
+        d = cfg.dp_attention
+        pf = dc = 0.0
+        for _lt, _moe, n, shape in self.classes:
+            win = shape.window is not None
+            if s.pf_tokens:
+                pairs = (s.pf_pairs_w if win else s.pf_pairs) / d
+                kv = (s.pf_kv_w if win else s.pf_kv) / d
+                pf += n * prefill_attention_time(shape, pairs, kv, s.pf_tokens / d, dev, kvd)
+            if s.dec_n:
+                ctx = (s.dec_ctx_w if win else s.dec_ctx) / d
+                dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd)
+        return pf + dc, pf, dc
+
+    def breakdown(self, s: StepShape) -> dict[str, float]:
+        """The step's seconds by kind (for traces); sums to `step_time`."""
+        g, m, c = self.linear(s.tokens)
+        _, pf, dc = self._attention(s)
+        head = self.head(s.sampled, s.tokens)
+        host = self.host + self.host_seq * s.seqs
+        pipe = self._rest(s) - head - host
+        return {"gemm": g, "memory": m, "communication": c, "attention_prefill": pf,
+                "attention_decode": dc, "lm_head": head, "pipeline": pipe, "host": host}  # fmt: skip

@@ -1,0 +1,103 @@
+"""Memory of one serving GPU: weights, activation workspace, and what is left for the KV cache.
+
+vLLM's sizing (vLLM docs, "Engine arguments: --gpu-memory-utilization"; ``gpu_worker.py``
+``determine_available_memory``): the engine may use ``gpu_memory_utilization`` of the device;
+from that it subtracts the weights, the peak activation of a profiling run at
+``max_num_batched_tokens`` and non-torch memory, and gives the rest to KV blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwtune.cost.compute import dtype_bytes
+from hwtune.cost.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
+from hwtune.errors import HwtuneInputError
+from hwtune.model.params import embedding_params, routed_expert_params, total_params
+from hwtune.serve.config import WORKSPACE_FIXED_BYTES, ReplicaConfig
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMemory:
+    """Bytes per GPU (the busiest one) and the KV cache that results."""
+
+    usable: float
+    weights: float
+    activations: float
+    fixed: float
+    kv_bytes_per_token: float
+    state_bytes_per_seq: float
+    kv_blocks: int
+    block_size: int
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.usable - self.weights - self.activations - self.fixed
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_blocks * self.block_size
+
+
+def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
+    """Weights on one GPU. Embedding and LM head stay 16-bit and are vocabulary-parallel over
+    ``tp``; routed experts are spread over all GPUs of a stage (``ep`` x ``moe_tp``); the other
+    weights are tensor-parallel over ``tp`` (replicated across attention-DP groups); the model is
+    cut into ``pp`` stages (the largest holds ceil(L/pp) of L layers)."""
+    spec = cfg.model
+    wb = dtype_bytes(cfg.weight_dtype)
+    emb = embedding_params(spec)
+    routed = sum(routed_expert_params(spec, i) for i in range(spec.n_layers))
+    other = total_params(spec) - emb - routed
+    share = (-(-spec.n_layers // cfg.pp)) / spec.n_layers
+    layers = (other * wb / cfg.tp + routed * wb / cfg.stage_gpus) * share
+    return layers + emb * 2.0 / cfg.tp
+
+
+def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
+    """Peak activation of one step of ``max_num_batched_tokens`` tokens (the profiling run):
+    the residual stream and the widest intermediate (QKV or gated FFN up-projection) in 16 bits,
+    plus fp32 logits of ``max_num_seqs`` sampled rows."""
+    spec = cfg.model
+    t = -(-cfg.token_budget() // cfg.dp_attention)
+    up = 2 if spec.gated else 1
+    widest = max(
+        spec.ffn_hidden * up // cfg.tp, (spec.n_heads + 2 * spec.kv_heads) * spec.hd // cfg.tp
+    )
+    if spec.moe is not None:
+        widest = max(widest, spec.moe.top_k * up * spec.moe.expert_ffn_hidden // cfg.moe_tp)
+    act = 2.0 * t * (4 * spec.d_model + 2 * widest)
+    logits = 4.0 * 2 * cfg.max_num_seqs * -(-spec.vocab // cfg.tp)
+    return act + logits
+
+
+def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
+    """Weights, workspace and KV-cache blocks of one GPU of the replica.
+
+    Raises `HwtuneInputError` naming how much is missing when the model does not fit."""
+    dev = cfg.effective_device
+    usable = dev.memory_bytes * cfg.gpu_memory_utilization
+    w = weight_bytes_per_gpu(cfg)
+    a = activation_bytes_per_gpu(cfg)
+    per_tok = kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, cfg.pp)
+    per_seq = state_bytes_per_sequence(cfg.model, cfg.tp, cfg.pp)
+    free = usable - w - a - WORKSPACE_FIXED_BYTES
+    block = cfg.block_size * per_tok
+    # fixed per-sequence state (linear attention) is reserved for max_num_seqs sequences
+    free_kv = free - per_seq * cfg.max_num_seqs
+    need = block * cfg.block_size  # at least a few blocks
+    if free_kv < need:
+        short = (need - free_kv) / GIB
+        raise HwtuneInputError(
+            "model",
+            cfg.model.name,
+            f"a model that fits: {w / GIB:.1f} GiB of weights + {a / GIB:.1f} GiB of activations "
+            f"+ {WORKSPACE_FIXED_BYTES / GIB:.1f} GiB workspace per GPU (tp={cfg.tp} pp={cfg.pp} "
+            f"ep={cfg.ep} dp_attention={cfg.dp_attention}, {cfg.weight_dtype}) leave no KV cache "
+            f"in {usable / GIB:.1f} GiB usable of {dev.name}: short by {short:.1f} GiB per GPU",
+        )
+    blocks = int(free_kv // block) if block > 0 else 1 << 30
+    return ReplicaMemory(usable, w, a, WORKSPACE_FIXED_BYTES, per_tok, per_seq, blocks,
+                         cfg.block_size)  # fmt: skip

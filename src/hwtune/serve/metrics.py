@@ -1,0 +1,97 @@
+"""Summaries of a run: latency percentiles, throughput, KV utilization and prefix hits.
+
+Definitions (as ``vllm bench serve`` and genai-perf report them): TTFT = first token − arrival;
+TPOT = (E2E − TTFT)/(output tokens − 1) per request, over requests with more than one output
+token; ITL = the gaps between consecutive tokens of a request; E2E = finish − arrival; queueing
+delay = first scheduled − arrival. Throughput divides by the span from the first arrival to the
+last finish.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hwtune.serve.simulator import SimResult
+
+PERCENTILES = (50, 90, 99)
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 (linear interpolation, numpy's default) of finite values."""
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    p = np.percentile(v, PERCENTILES)
+    return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+def weighted_stats(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+    """`stats` of samples that each stand for ``weights`` equal observations (the inverted
+    empirical CDF: the smallest value whose cumulative weight reaches q of the total)."""
+    ok = np.isfinite(values)
+    v, w = values[ok], weights[ok]
+    if v.size == 0 or w.sum() <= 0:
+        return stats(v)
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], w[order]
+    cw = np.cumsum(w)
+    tot = cw[-1]
+    out = {"mean": float((v * w).sum() / tot)}
+    for p in PERCENTILES:
+        i = int(np.searchsorted(cw, p / 100.0 * tot, side="left"))
+        out[f"p{p}"] = float(v[min(i, v.size - 1)])
+    return out
+
+
+def per_request(res: SimResult) -> dict[str, np.ndarray]:
+    """Arrays over finished requests: ttft, tpot, e2e, queue, prompt, output."""
+    rs = res.requests
+    return {
+        "ttft": np.array([r.ttft for r in rs]),
+        "tpot": np.array([r.tpot for r in rs]),
+        "e2e": np.array([r.e2e for r in rs]),
+        "queue": np.array([r.first_scheduled - r.arrival for r in rs]),
+        "prompt": np.array([r.prompt for r in rs]),
+        "output": np.array([r.output for r in rs]),
+        "arrival": np.array([r.arrival for r in rs]),
+    }
+
+
+def summarize(res: SimResult) -> dict:
+    """The JSON summary of ``hwtune serve``."""
+    pr = per_request(res)
+    n = len(res.requests)
+    start = float(pr["arrival"].min()) if n else 0.0
+    span = max(res.duration_s - start, 1e-12)
+    tin, tout = float(pr["prompt"].sum()), float(pr["output"].sum())
+    hit = res.prefix_hit_tokens / res.prefix_query_tokens if res.prefix_query_tokens else 0.0
+    dep = res.deployment
+    return {
+        "requests": n,
+        "ttft_s": stats(pr["ttft"]),
+        "tpot_s": stats(pr["tpot"]),
+        "itl_s": weighted_stats(res.itl, res.itl_weights),
+        "e2e_s": stats(pr["e2e"]),
+        "queue_s": stats(pr["queue"]),
+        "throughput_tokens_per_s": {
+            "input": tin / span,
+            "output": tout / span,
+            "total": (tin + tout) / span,
+        },  # fmt: skip
+        "requests_per_s": n / span,
+        "kv_utilization": {
+            "mean": float(res.kv_util.mean()) if res.kv_util.size else 0.0,
+            "max": float(res.kv_util.max()) if res.kv_util.size else 0.0,
+        },
+        "prefix_hit_rate": hit,
+        "preemptions": res.preemptions,
+        "kv_cache_blocks": res.memory.kv_blocks * dep.replica.dp_attention,
+        "kv_cache_tokens": res.memory.kv_tokens * dep.replica.dp_attention,
+        "weights_per_gpu_bytes": res.memory.weights,
+        "gpus": dep.gpus,
+        "simulated_s": res.duration_s,
+        "wall_s": res.wall_s,
+        "steps": res.n_steps,
+    }

@@ -1,0 +1,194 @@
+"""Deployment search (``hwtune serve plan``): the layouts that meet latency SLOs with the fewest
+GPUs (or the lowest hourly cost), each candidate simulated on the same workload.
+
+Candidates: tensor parallelism over powers of two up to the scale-up domain, pipeline stages
+{1, 2}, expert parallelism {1, tp} for MoE models, replicas up to the GPU budget, batch limits
+``max_num_seqs`` in {64, 256}, aggregated or disaggregated (prefill and decode pools with their
+own tensor parallelism). Layouts whose weights do not fit are dropped before simulating; the rest
+run in parallel local processes (``multiprocessing``, spawn context), cheapest first.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from dataclasses import dataclass, replace
+
+from hwtune.errors import HwtuneInputError
+from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.memory import replica_memory
+from hwtune.serve.request import Workload
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets on percentiles of the simulated requests (None = no target)."""
+
+    ttft_p90_s: float | None = None
+    tpot_p90_s: float | None = None
+    e2e_p90_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s"):
+            v = getattr(self, k)
+            if v is not None and not v > 0:
+                raise HwtuneInputError(k, v, "a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """One simulated candidate."""
+
+    deployment: Deployment
+    gpus: int
+    cost_per_hour: float | None
+    ttft_p90_s: float
+    tpot_p90_s: float
+    e2e_p90_s: float
+    throughput_tokens_per_s: float
+    meets: bool
+    error: str = ""
+
+    def describe(self) -> str:
+        d = self.deployment
+        r = d.replica
+        s = f"{d.replicas} x (tp={r.tp} pp={r.pp} ep={r.ep} seqs={r.max_num_seqs})"
+        if d.prefill is not None:
+            p = d.prefill
+            s = f"prefill {d.prefill_replicas} x tp={p.tp} ep={p.ep} + decode " + s
+        return s
+
+    def to_dict(self) -> dict:
+        d = self.deployment
+        out = {
+            "layout": self.describe(), "gpus": self.gpus, "cost_per_hour": self.cost_per_hour,
+            "disaggregated": d.prefill is not None, "replicas": d.replicas,
+            "tp": d.replica.tp, "pp": d.replica.pp, "ep": d.replica.ep,
+            "max_num_seqs": d.replica.max_num_seqs, "ttft_p90_s": self.ttft_p90_s,
+            "tpot_p90_s": self.tpot_p90_s, "e2e_p90_s": self.e2e_p90_s,
+            "throughput_tokens_per_s": self.throughput_tokens_per_s, "meets_slo": self.meets,
+        }  # fmt: skip
+        if d.prefill is not None:
+            out.update(prefill_replicas=d.prefill_replicas, prefill_tp=d.prefill.tp,
+                       prefill_ep=d.prefill.ep)  # fmt: skip
+        return out
+
+
+def _fits(cfg: ReplicaConfig) -> bool:
+    try:
+        replica_memory(cfg)
+    except HwtuneInputError:
+        return False
+    return True
+
+
+def candidates(base: ReplicaConfig, max_gpus: int, disagg: bool = True) -> list[Deployment]:
+    """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs."""
+    spec = base.model
+    dom = 8
+    tps = [t for t in (1, 2, 4, 8) if t <= min(max_gpus, dom) and spec.n_heads % t == 0]
+    reps: list[ReplicaConfig] = []
+    for tp in tps:
+        for pp in (1, 2):
+            if tp * pp > max_gpus:
+                continue
+            eps = (1, tp) if spec.moe is not None and tp > 1 else (1,)
+            for ep in eps:
+                if spec.moe is not None and spec.moe.n_routed_experts % ep:
+                    continue
+                for seqs in (64, 256):
+                    try:
+                        cfg = replace(base, tp=tp, pp=pp, ep=ep, dp_attention=1, max_num_seqs=seqs)
+                    except HwtuneInputError:
+                        continue
+                    if _fits(cfg):
+                        reps.append(cfg)
+    out: list[Deployment] = []
+    for cfg in reps:
+        for n in range(1, max_gpus // cfg.gpus + 1):
+            out.append(Deployment(cfg, replicas=n, router="least-tokens"))
+    if disagg:
+        big = [c for c in reps if c.max_num_seqs == 256 and c.pp == 1]
+        for dcfg in big:
+            for pcfg in big:
+                for nd in range(1, max_gpus // dcfg.gpus + 1):
+                    left = max_gpus - nd * dcfg.gpus
+                    for npf in range(1, left // pcfg.gpus + 1):
+                        p = replace(pcfg, max_num_seqs=16)
+                        out.append(Deployment(dcfg, nd, "least-tokens", p, npf))
+    out.sort(key=lambda d: (d.gpus, d.prefill is not None, d.replica.tp, d.replica.pp))
+    return out
+
+
+def _evaluate(args: tuple[Deployment, Workload, SLO]) -> PlanResult:
+    from hwtune.serve.metrics import summarize
+    from hwtune.serve.simulator import simulate
+
+    dep, wl, slo = args
+    price = dep.replica.device.price_per_hour_usd
+    cost = price * dep.gpus if price is not None else None
+    try:
+        res = simulate(dep, wl)
+    except HwtuneInputError as e:
+        nan = math.nan
+        return PlanResult(dep, dep.gpus, cost, nan, nan, nan, 0.0, False, str(e))
+    s = summarize(res)
+    t, p, e = s["ttft_s"]["p90"], s["tpot_s"]["p90"], s["e2e_s"]["p90"]
+    ok = (
+        (slo.ttft_p90_s is None or t <= slo.ttft_p90_s)
+        and (slo.tpot_p90_s is None or (p != p) or p <= slo.tpot_p90_s)
+        and (slo.e2e_p90_s is None or e <= slo.e2e_p90_s)
+    )
+    return PlanResult(dep, dep.gpus, cost, t, p, e, s["throughput_tokens_per_s"]["total"], ok)
+
+
+def plan(
+    base: ReplicaConfig,
+    workload: Workload,
+    slo: SLO,
+    max_gpus: int = 8,
+    objective: str = "gpus",
+    disagg: bool = True,
+    processes: int | None = None,
+    limit: int = 400,
+) -> list[PlanResult]:
+    """Simulate the candidates (in parallel) and return them best first: those that meet the
+    SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
+    best achievable percentiles when no layout meets the SLO."""
+    if objective not in ("gpus", "cost"):
+        raise HwtuneInputError("objective", objective, "gpus or cost")
+    if max_gpus < 1:
+        raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
+    cands = candidates(base, max_gpus, disagg)[:limit]
+    if not cands:
+        raise HwtuneInputError(
+            "max_gpus", max_gpus, f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
+        )
+    jobs = [(d, workload, slo) for d in cands]
+    if processes == 1 or len(jobs) == 1:
+        results = [_evaluate(j) for j in jobs]
+    else:
+        with mp.get_context("spawn").Pool(processes) as pool:
+            results = pool.map(_evaluate, jobs, chunksize=1)
+
+    def key(r: PlanResult) -> tuple:
+        money = r.cost_per_hour if r.cost_per_hour is not None else r.gpus
+        first = money if objective == "cost" else r.gpus
+        return (first, -r.throughput_tokens_per_s)
+
+    ok = sorted((r for r in results if r.meets), key=key)
+    if not ok:
+        valid = [r for r in results if not r.error]
+        if not valid:
+            raise HwtuneInputError("workload", "every layout failed", results[0].error)
+        bt = min(valid, key=lambda r: r.ttft_p90_s)
+        bp = min(valid, key=lambda r: r.tpot_p90_s if r.tpot_p90_s == r.tpot_p90_s else math.inf)
+        raise HwtuneInputError(
+            "slo",
+            {k: v for k, v in vars(slo).items() if v is not None},
+            f"targets some layout on {max_gpus} GPUs can meet; best achievable p90 TTFT "
+            f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
+            f"({bp.describe()})",
+        )
+    rest = sorted((r for r in results if not r.meets), key=key)
+    return ok + rest

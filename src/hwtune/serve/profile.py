@@ -1,0 +1,80 @@
+"""Tier-2 calibration profiles: measured efficiencies of one device that replace the spec-sheet
+defaults of the catalog (tier 1).
+
+A profile is a small YAML or JSON mapping, written by one model-agnostic microbenchmark run on the
+target (GEMM, HBM copy, fused attention, NCCL all-reduce, an empty engine step). Every field is
+optional; what is absent keeps the catalog value::
+
+    device: h100-sxm-80gb            # what it was measured on (checked against --gpu when given)
+    gemm_efficiency: 0.78            # large bf16 GEMM, fraction of the dense peak
+    gemm_efficiency_fp8: 0.66        # large fp8 GEMM, fraction of the fp8 peak
+    memory_bw_efficiency: 0.90       # STREAM-like copy, fraction of the datasheet bandwidth
+    attention_fwd_efficiency: 0.60   # causal flash attention forward, fraction of bf16 peak
+    intra_busbw_gbps: 360            # nccl-tests all-reduce bus bandwidth inside a node, GB/s
+    host_overhead_per_iteration_s: 4.0e-4   # engine step with nothing to do
+    host_overhead_per_sequence_s: 5.0e-6    # per scheduled sequence (input prep, sampling)
+    source: "hwtune bench on node gpu-17, 2026-05-01"
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.hardware.cluster import Cluster
+from hwtune.hardware.device import Device
+
+
+class CalibrationProfile(BaseModel):
+    """Measured figures of one device (see the module docstring for the file format)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: str | None = None
+    gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    gemm_efficiency_fp8: float | None = Field(default=None, gt=0, le=1)
+    memory_bw_efficiency: float | None = Field(default=None, gt=0, le=1)
+    attention_fwd_efficiency: float | None = Field(default=None, gt=0, le=1)
+    intra_busbw_gbps: float | None = Field(default=None, gt=0)
+    host_overhead_per_iteration_s: float | None = Field(default=None, ge=0)
+    host_overhead_per_sequence_s: float | None = Field(default=None, ge=0)
+    source: str = ""
+
+    def apply_device(self, device: Device) -> Device:
+        """``device`` with the measured efficiencies in place of the catalog's."""
+        keys = ("gemm_efficiency", "gemm_efficiency_fp8", "memory_bw_efficiency",
+                "attention_fwd_efficiency")  # fmt: skip
+        upd = {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+        return device.model_copy(update=upd) if upd else device
+
+    def apply_cluster(self, cluster: Cluster) -> Cluster:
+        """``cluster`` with its NVLink efficiency set from the measured bus bandwidth."""
+        if self.intra_busbw_gbps is None:
+            return cluster
+        link = cluster.device.scaleup_bandwidth_si
+        eff = min(1.0, self.intra_busbw_gbps * 1e9 / link)
+        return cluster.model_copy(update={"intra_efficiency": eff})
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read a profile file (YAML or JSON); bad fields get the one-line error."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise HwtuneInputError("profile", str(path), f"a readable file ({e.strerror})") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        msg = str(e).splitlines()[0]
+        raise HwtuneInputError("profile", str(path), f"valid YAML/JSON ({msg})") from None
+    if not isinstance(data, dict):
+        raise HwtuneInputError("profile", str(path), "a mapping of profile fields")
+    try:
+        return CalibrationProfile(**data)
+    except ValidationError as e:
+        raise from_validation_error(e, where=p.name) from None

@@ -1,0 +1,163 @@
+"""Published serving measurements (``shared/validation/serving_measured.csv``) as simulator runs.
+
+Each row is a benchmark at a fixed client concurrency with fixed input and output lengths. It
+becomes a closed-loop workload of ``REQUESTS_PER_CLIENT`` x concurrency requests (``vllm bench
+serve --max-concurrency C --num-prompts 10C``, the InferenceMAX/aiconfigurator sweep convention;
+all requests count, the first wave included) on the row's layout and precision.
+
+Assumptions, the same for every row (none is tuned to a row):
+- Empty ``precision`` (the TensorRT-LLM Llama-3.1-8B sweep) means the checkpoint's bf16.
+- KV cache in fp8 for TensorRT-LLM fp8 rows (its quantized checkpoints ship fp8 KV scales and
+  aiconfigurator's default ``kvcache_quant_mode`` for them is fp8), bf16 otherwise (vLLM and
+  SGLang default ``kv_cache_dtype=auto``, the model dtype).
+- Engine limits: ``max_num_batched_tokens`` 8192 (vLLM V1 default on H100/H200-class GPUs,
+  TensorRT-LLM ``max_num_tokens`` default 8192, SGLang ``chunked_prefill_size`` 8192), and
+  ``max_num_seqs`` at least the concurrency (benchmark servers are started with a batch limit
+  that admits every client: 256 by default, raised otherwise); disaggregated rows use their
+  ``prefill_batch_size``/``decode_batch_size``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.request import closed_loop, fixed_lengths
+
+REQUESTS_PER_CLIENT = 10
+SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
+
+
+def default_csv() -> Path:
+    """``shared/validation/serving_measured.csv`` next to the checkout, if present."""
+    here = Path(__file__).resolve()
+    for up in here.parents:
+        cand = up / "shared" / "validation" / "serving_measured.csv"
+        if cand.is_file():
+            return cand
+        cand = up.parent / "shared" / "validation" / "serving_measured.csv"
+        if cand.is_file():
+            return cand
+    return Path("/work/shared/validation/serving_measured.csv")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured point and the deployment that expresses it (or why none does)."""
+
+    id: str
+    backend: str
+    model: str
+    system: str
+    mode: str
+    isl: int
+    osl: int
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+    deployment: Deployment | None
+    reason: str = ""
+
+
+def _i(v: str, default: int = 1) -> int:
+    return int(float(v)) if v not in ("", None) else default
+
+
+def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaConfig:
+    spec = get_model(row["model_path"])
+    dev = get_device(SYSTEMS[row["system"]])
+    return ReplicaConfig(
+        spec, dev,
+        tp=_i(row[f"{prefix}tp_size"]), pp=_i(row[f"{prefix}pp_size"]),
+        ep=_i(row[f"{prefix}moe_ep_size"]), dp_attention=_i(row[f"{prefix}attention_dp_size"]),
+        weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
+    )  # fmt: skip
+
+
+def to_row(row: dict) -> Row:
+    """A CSV row as a `Row`; ``deployment`` None with a ``reason`` when it cannot be expressed."""
+    prec = row["precision"] or "bf16"
+    kv = "fp8" if row["backend"] == "trtllm" and prec == "fp8" else "bf16"
+    c = _i(row["batch_size"], 0) or _i(row["decode_batch_size"], 0)
+    conc = c
+    src = row.get("silicon_data_source", "")
+    if "silicon_concurrency=" in src:
+        conc = int(src.split("silicon_concurrency=")[1].split(";")[0])
+    base = dict(id=row["id"], backend=row["backend"], model=row["model_path"],
+                system=row["system"], mode=row["mode"], isl=int(row["isl"]), osl=int(row["osl"]),
+                concurrency=conc, ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
+                tpot_s=float(row["silicon_tpot_ms"]) / 1e3)  # fmt: skip
+    if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
+        return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
+    try:
+        if row["mode"] == "agg":
+            dep = Deployment(_replica(row, "", prec, kv, max(256, conc)))
+        else:
+            missing = [k for k in ("prefill_num_workers", "decode_num_workers") if not row[k]]
+            if missing:
+                return Row(**base, deployment=None,
+                           reason=f"{missing[0]} is empty: the pool sizes are not in the data")  # fmt: skip
+            # batch sizes are per attention-DP rank; max_num_seqs is per replica
+            dseqs = _i(row["decode_batch_size"], 256) * _i(row["decode_attention_dp_size"])
+            pseqs = _i(row["prefill_batch_size"], 1) * _i(row["prefill_attention_dp_size"])
+            d = _replica(row, "decode_", prec, kv, dseqs)
+            p = _replica(row, "prefill_", prec, kv, max(1, pseqs))
+            dep = Deployment(d, replicas=_i(row["decode_num_workers"]), prefill=p,
+                             prefill_replicas=_i(row["prefill_num_workers"]))  # fmt: skip
+        from hwtune.serve.memory import replica_memory
+
+        replica_memory(dep.replica)
+        if dep.prefill is not None:
+            replica_memory(dep.prefill)
+    except HwtuneInputError as e:
+        return Row(**base, deployment=None, reason=str(e))
+    return Row(**base, deployment=dep)
+
+
+def load_rows(path: str | Path | None = None) -> list[Row]:
+    with open(path or default_csv(), newline="") as f:
+        return [to_row(r) for r in csv.DictReader(f)]
+
+
+def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[float, float]:
+    """(mean TTFT, mean TPOT) seconds predicted for an expressible row."""
+    from hwtune.serve.metrics import per_request
+    from hwtune.serve.simulator import simulate
+
+    assert row.deployment is not None
+    n = max(1, requests_per_client) * row.concurrency
+    p, o = fixed_lengths(n, row.isl, row.osl)
+    res = simulate(row.deployment, closed_loop(row.concurrency, p, o))
+    pr = per_request(res)
+    tpot = pr["tpot"][~(pr["tpot"] != pr["tpot"])]
+    return float(pr["ttft"].mean()), float(tpot.mean()) if tpot.size else math.nan
+
+
+def _predict_star(args: tuple[Row, int]) -> tuple[str, float, float, float, str]:
+    import time
+
+    t = time.perf_counter()
+    try:
+        ttft, tpot = predict(*args)
+    except HwtuneInputError as e:  # not picklable across processes: return its text
+        return args[0].id, math.nan, math.nan, time.perf_counter() - t, str(e)
+    return args[0].id, ttft, tpot, time.perf_counter() - t, ""
+
+
+def predict_all(
+    rows: list[Row], requests_per_client: int = REQUESTS_PER_CLIENT, processes: int | None = None
+) -> dict[str, tuple[float, float, float, str]]:
+    """(TTFT, TPOT, wall seconds, error) for every expressible row, in worker processes."""
+    import multiprocessing as mp
+
+    todo = [(r, requests_per_client) for r in rows if r.deployment is not None]
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes) as pool:
+        out = pool.map(_predict_star, todo, chunksize=1)
+    return {i: (a, b, w, e) for i, a, b, w, e in out}

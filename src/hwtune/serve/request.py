@@ -1,0 +1,272 @@
+"""Requests and where they come from: closed loop, open loop (Poisson, gamma), trace files.
+
+Every random choice takes a seed (numpy ``default_rng``), so a workload is reproducible.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hwtune.errors import HwtuneInputError
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request and its progress through a replica.
+
+    ``computed``: tokens whose KV is in the cache; ``target``: tokens to prefill before the next
+    token is sampled (prompt, or prompt + generated after a recompute preemption); ``generated``:
+    output tokens produced so far.
+    """
+
+    rid: int
+    arrival: float
+    prompt: int
+    output: int
+    prefix_group: int = -1
+    prefix_len: int = 0
+    computed: int = 0
+    target: int = 0
+    generated: int = 0
+    blocks: list[int] = field(default_factory=list)
+    hashed: int = 0
+    last_hash: int = 0
+    first_scheduled: float = math.nan
+    first_token: float = math.nan
+    last_token: float = math.nan
+    finish: float = math.nan
+    preemptions: int = 0
+    cached_tokens: int = 0
+    busy: bool = False
+    replica: int = -1
+
+    def __post_init__(self) -> None:
+        self.target = self.prompt
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> float:
+        return self.finish - self.arrival
+
+    @property
+    def tpot(self) -> float:
+        """(E2E − TTFT) / (output tokens − 1); NaN for one-token outputs."""
+        if self.output <= 1:
+            return math.nan
+        return (self.finish - self.first_token) / (self.output - 1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Request lengths and arrivals. ``mode``: "closed" (``concurrency`` clients, each sending its
+    next request when the previous one finishes), "open" (``arrivals`` given), or "trace"."""
+
+    prompts: tuple[int, ...]
+    outputs: tuple[int, ...]
+    mode: str = "closed"
+    concurrency: int = 1
+    arrivals: tuple[float, ...] = ()
+    prefix_groups: tuple[int, ...] = ()
+    prefix_lens: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def make_requests(self) -> list[Request]:
+        n = len(self.prompts)
+        arr = self.arrivals or (0.0,) * n
+        groups = self.prefix_groups or (-1,) * n
+        plens = self.prefix_lens or (0,) * n
+        return [Request(i, float(arr[i]), int(self.prompts[i]), int(self.outputs[i]),
+                        int(groups[i]), int(plens[i])) for i in range(n)]  # fmt: skip
+
+
+# --- lengths -----------------------------------------------------------------------------------
+SHAREGPT_PROMPT_LOGNORMAL = (5.5, 1.0)
+SHAREGPT_OUTPUT_LOGNORMAL = (5.3, 0.9)
+"""Log-normal (mu, sigma) of token counts close to ShareGPT-V3 as used by vLLM's benchmarks
+(prompt median ~250 and mean ~400 tokens, output median ~200 and mean ~300; Kwon et al. SOSP'23
+Fig. 11a reports means of 161 input / 338 output tokens for the filtered set, Vidur (Agrawal
+et al. MLSys'24) Table 2 gives P:D ratios around 1-2 for chat traces). Generated from a seed; no
+dataset is downloaded."""
+
+
+def sharegpt_like_lengths(
+    n: int, seed: int = 0, max_prompt: int = 4096, max_output: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) lengths from the log-normal mix above, clipped to [4, max]."""
+    rng = np.random.default_rng(seed)
+    p = rng.lognormal(*SHAREGPT_PROMPT_LOGNORMAL, size=n)
+    o = rng.lognormal(*SHAREGPT_OUTPUT_LOGNORMAL, size=n)
+    p = np.clip(np.rint(p), 4, max_prompt).astype(int)
+    o = np.clip(np.rint(o), 4, max_output).astype(int)
+    return p, o
+
+
+def fixed_lengths(n: int, prompt: int, output: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full(n, prompt, dtype=int), np.full(n, output, dtype=int)
+
+
+def _check_pos(name: str, v: float) -> None:
+    if not v > 0:
+        raise HwtuneInputError(name, v, "a positive number")
+
+
+def closed_loop(
+    concurrency: int, prompts: np.ndarray, outputs: np.ndarray, prefix_len: int = 0,
+    prefix_groups: int = 0, seed: int = 0,
+) -> Workload:  # fmt: skip
+    """``concurrency`` clients that send back-to-back requests (``vllm bench serve
+    --max-concurrency``, ``genai-perf --concurrency``): requests 0..C-1 start at time 0, and each
+    completion releases the next request. Optional shared prefixes: ``prefix_len`` tokens shared
+    within ``prefix_groups`` groups chosen at random."""
+    if concurrency < 1:
+        raise HwtuneInputError("concurrency", concurrency, "a positive integer")
+    groups, plens = _prefixes(len(prompts), prompts, prefix_len, prefix_groups, seed)
+    return Workload(tuple(int(x) for x in prompts), tuple(int(x) for x in outputs), "closed",
+                    concurrency, (), groups, plens)  # fmt: skip
+
+
+def open_loop(
+    rate: float, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0, cv: float = 1.0,
+    prefix_len: int = 0, prefix_groups: int = 0,
+) -> Workload:  # fmt: skip
+    """Arrivals at ``rate`` requests/s: Poisson (exponential gaps) for ``cv`` = 1, else gamma
+    gaps with shape 1/cv^2 and the same mean (``vllm bench serve --burstiness``)."""
+    _check_pos("rate", rate)
+    _check_pos("cv", cv)
+    rng = np.random.default_rng(seed)
+    n = len(prompts)
+    shape = 1.0 / (cv * cv)
+    gaps = rng.gamma(shape, 1.0 / (rate * shape), size=n)
+    gaps[0] = 0.0
+    arr = np.cumsum(gaps)
+    groups, plens = _prefixes(n, prompts, prefix_len, prefix_groups, seed + 1)
+    return Workload(tuple(int(x) for x in prompts), tuple(int(x) for x in outputs), "open", 0,
+                    tuple(float(a) for a in arr), groups, plens)  # fmt: skip
+
+
+def _prefixes(
+    n: int, prompts: np.ndarray, prefix_len: int, groups: int, seed: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if prefix_len <= 0 or groups <= 0:
+        return (), ()
+    rng = np.random.default_rng(seed + 7919)
+    g = rng.integers(0, groups, size=n)
+    return tuple(int(x) for x in g), tuple(int(min(prefix_len, p - 1)) for p in prompts)
+
+
+# --- traces ------------------------------------------------------------------------------------
+_ARRIVAL_KEYS = ("arrival_time", "arrival", "timestamp", "TIMESTAMP", "time")
+_PROMPT_KEYS = ("prompt_tokens", "input_tokens", "prompt_len", "ContextTokens", "input_length")
+_OUTPUT_KEYS = ("output_tokens", "completion_tokens", "output_len", "GeneratedTokens",
+                "output_length")  # fmt: skip
+_GROUP_KEYS = ("prefix_group", "prefix_group_id", "session_id")
+_PLEN_KEYS = ("prefix_len", "prefix_tokens")
+
+
+def _pick(row: dict, keys: tuple[str, ...]) -> object:
+    for k in keys:
+        if k in row and row[k] not in (None, ""):
+            return row[k]
+    return None
+
+
+def _parse_time(v: object) -> float:
+    """Seconds from a number or an ISO timestamp (the Azure LLM inference trace's TIMESTAMP)."""
+    if isinstance(v, int | float):
+        return float(v)
+    s = str(v).strip()
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    from datetime import datetime
+
+    s = s.replace("Z", "+00:00")
+    if "." in s:  # Azure traces carry 7 fractional digits; Python parses up to 6
+        head, frac = s.split(".", 1)
+        digits = "".join(ch for ch in frac if ch.isdigit())
+        rest = frac[len(digits) :]
+        s = f"{head}.{digits[:6]}{rest}"
+    return datetime.fromisoformat(s).timestamp()
+
+
+def _group_id(g: object) -> int:
+    """A prefix group id: the integer itself, or a stable CRC-32 of a string id."""
+    if g is None:
+        return -1
+    try:
+        return int(float(g))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return zlib.crc32(str(g).encode())
+
+
+def load_trace(path: str | Path) -> Workload:
+    """A trace file: CSV (header row) or JSONL, one request per row with an arrival time
+    (seconds, or ISO timestamps as in the Azure LLM inference traces: ``TIMESTAMP``,
+    ``ContextTokens``, ``GeneratedTokens``), prompt and output token counts and optionally a
+    prefix group id and shared prefix length. Arrivals are shifted to start at 0 and sorted.
+    A malformed row raises an error naming its line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise HwtuneInputError("trace", str(path), f"a readable file ({e.strerror})") from None
+    rows: list[tuple[int, dict]] = []
+    if p.suffix in (".jsonl", ".json", ".ndjson"):
+        for ln, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise HwtuneInputError(
+                    f"{p.name} line {ln}", line[:60], f"a JSON object ({e.msg})"
+                ) from None
+            if not isinstance(obj, dict):
+                raise HwtuneInputError(f"{p.name} line {ln}", line[:60], "a JSON object")
+            rows.append((ln, obj))
+    else:
+        reader = csv.DictReader(text.splitlines())
+        if not reader.fieldnames:
+            raise HwtuneInputError("trace", str(path), "a CSV file with a header row")
+        for i, row in enumerate(reader):
+            rows.append((i + 2, row))
+    if not rows:
+        raise HwtuneInputError("trace", str(path), "at least one request row")
+    recs = []
+    for ln, row in rows:
+        where = f"{p.name} line {ln}"
+        a, pr, out = _pick(row, _ARRIVAL_KEYS), _pick(row, _PROMPT_KEYS), _pick(row, _OUTPUT_KEYS)
+        if a is None or pr is None or out is None:
+            raise HwtuneInputError(where, row, "arrival time, prompt tokens and output tokens "
+                                   f"(columns such as {_ARRIVAL_KEYS[0]}, {_PROMPT_KEYS[0]}, "
+                                   f"{_OUTPUT_KEYS[0]})")  # fmt: skip
+        try:
+            t = _parse_time(a)
+            ip, io = int(float(pr)), int(float(out))
+            g = _pick(row, _GROUP_KEYS)
+            gid = _group_id(g)
+            pl = _pick(row, _PLEN_KEYS)
+            plen = int(float(pl)) if pl is not None else 0
+        except (ValueError, TypeError) as e:
+            raise HwtuneInputError(where, row, f"numbers for time and token counts ({e})") from None
+        if ip < 1 or io < 1 or not math.isfinite(t):
+            raise HwtuneInputError(where, row, "prompt and output tokens >= 1 and a finite time")
+        recs.append((t, ip, io, gid, min(plen, ip - 1) if gid >= 0 else 0))
+    recs.sort(key=lambda r: r[0])
+    t0 = recs[0][0]
+    return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,
+                    tuple(r[0] - t0 for r in recs), tuple(r[3] for r in recs),
+                    tuple(r[4] for r in recs))  # fmt: skip

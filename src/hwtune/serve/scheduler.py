@@ -1,0 +1,288 @@
+"""Batch formation of one replica per engine step: the scheduling policies.
+
+- ``vllm``: vLLM V1's unified scheduler (vLLM docs, "Optimization and Tuning: chunked prefill";
+  ``vllm/v1/core/sched/scheduler.py``): running requests first, in admission order, each taking
+  one decode token or a chunk of its remaining prompt from the ``max_num_batched_tokens`` budget;
+  then waiting requests FCFS while budget and ``max_num_seqs`` allow, the last prompt chunked.
+- ``sarathi``: Sarathi-Serve stall-free batching (Agrawal et al. OSDI'24, §4.3, Algorithm 2):
+  all ongoing decodes first, then the partial prefills, then new prompts, chunked to a small
+  token budget (``chunk_size``) so that decodes never stall behind a long prompt.
+- ``orca``: Orca iteration-level scheduling with selective batching (Yu et al. OSDI'22, §4):
+  new requests join the running batch every iteration, but each prompt is prefilled whole in
+  one iteration (no chunking), within the token budget.
+- ``prefill-first``: vLLM's pre-V1 default (Kwon et al. SOSP'23, §4.5): an iteration is either
+  all prompts (when any waiting prompt fits) or all decodes.
+- ``static``: request-level batching (FasterTransformer-style baseline; Orca §2.2): a batch of up
+  to ``max_num_seqs`` requests is formed when the replica is idle and runs until its last
+  request finishes; nothing joins in between.
+
+All policies are FCFS and preempt by recompute when the KV cache is full (vLLM
+``PreemptionMode.RECOMPUTE``): the most recently admitted running request loses its blocks and
+returns to the head of the queue, to be prefilled again over its prompt and generated tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from hwtune.serve.block_manager import BlockManager
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.request import Request
+
+Batch = list[tuple[Request, int]]
+
+
+def block_key(r: Request, j: int, block_size: int) -> tuple[int, int, int]:
+    """Content identity of block ``j`` of ``r``: the shared prefix of its group (when the block
+    lies wholly inside it), or its own tokens. Integers only, so ``hash`` is the same in every
+    process (string hashing is salted per process)."""
+    if r.prefix_group >= 0 and (j + 1) * block_size <= r.prefix_len:
+        return (0, r.prefix_group, j)
+    return (1, r.rid, j)
+
+
+class Replica:
+    """One engine: its queue, running batch, paged KV cache and step-time model."""
+
+    def __init__(
+        self, idx: int, cfg: ReplicaConfig, model: IterationModel, kv_blocks: int,
+        role: str = "both",
+    ) -> None:  # fmt: skip
+        self.idx = idx
+        self.cfg = cfg
+        self.model = model
+        self.role = role
+        self.blocks = BlockManager(kv_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.inflight = 0
+        self.stage_free = 0.0
+        self.outstanding = 0
+        self.window = model.window
+        self.budget = cfg.token_budget()
+        self.policy = cfg.scheduler
+        self.preemptions = 0
+        self.last_duration = 0.0
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _grow(self, r: Request, q: int) -> bool:
+        need = -(-(r.computed + q) // self.cfg.block_size) - len(r.blocks)
+        if need <= 0:
+            return True
+        got = self.blocks.allocate(need)
+        if got is None:
+            return False
+        r.blocks.extend(got)
+        return True
+
+    def _preempt(self, victim: Request) -> None:
+        self.blocks.release(victim.blocks)
+        victim.blocks = []
+        victim.computed = 0
+        victim.hashed = 0
+        victim.last_hash = 0
+        victim.target = victim.prompt + victim.generated
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.running.remove(victim)
+        self.waiting.appendleft(victim)
+
+    def _victim(self) -> Request | None:
+        for r in reversed(self.running):
+            if not r.busy:
+                return r
+        return None
+
+    def _prefix_lookup(self, r: Request) -> None:
+        bm = self.blocks
+        if not bm.enable_prefix or r.computed or r.blocks:
+            return
+        bs = self.cfg.block_size
+        n = (r.target - 1) // bs
+        bm.query_tokens += r.target
+        if n <= 0:
+            return
+        hashes = []
+        h = 0
+        for j in range(n):
+            h = hash((h, block_key(r, j, bs)))
+            hashes.append(h)
+            if j == 0 and hashes[0] not in bm._table:
+                return
+        hits = bm.lookup(hashes)
+        if hits:
+            r.blocks = hits
+            r.hashed = len(hits)
+            r.computed = len(hits) * bs
+            r.last_hash = hashes[len(hits) - 1]
+            r.cached_tokens += r.computed
+            bm.hit_tokens += r.computed
+
+    def _unlookup(self, r: Request) -> None:
+        """A waiting request that cannot start gives back the cached blocks it found, so
+        waiting requests never hold KV memory (vLLM frees them the same way)."""
+        if r.blocks:
+            self.blocks.hit_tokens -= r.computed
+            self.blocks.query_tokens -= r.target
+            r.cached_tokens -= r.computed
+            self.blocks.release(r.blocks)
+            r.blocks = []
+            r.computed = r.hashed = 0
+            r.last_hash = 0
+
+    def register_blocks(self, r: Request) -> None:
+        """Hash the blocks of ``r`` that became full (prefix caching)."""
+        bs = self.cfg.block_size
+        full = r.computed // bs
+        if full <= r.hashed or not self.blocks.enable_prefix:
+            return
+        h = r.last_hash
+        for j in range(r.hashed, full):
+            h = hash((h, block_key(r, j, bs)))
+            self.blocks.register(r.blocks[j], h)
+        r.hashed = full
+        r.last_hash = h
+
+    def _take(self, r: Request, q: int, s: StepShape) -> None:
+        c = r.computed
+        w = self.window
+        s.tokens += q
+        s.seqs += 1
+        if c < r.target:
+            s.pf_tokens += q
+            pairs = q * (c + q / 2.0)
+            s.pf_pairs += pairs
+            s.pf_kv += c + q
+            if w:
+                s.pf_pairs_w += q * min(c + q / 2.0, w)
+                s.pf_kv_w += min(c, w) + q
+            else:
+                s.pf_pairs_w += pairs
+                s.pf_kv_w += c + q
+            if c + q >= r.target:
+                s.sampled += 1
+        else:
+            ctx = c + 1
+            s.dec_n += 1
+            s.dec_ctx += ctx
+            s.dec_ctx_w += min(ctx, w) if w else ctx
+            s.sampled += 1
+
+    # --- policies ---------------------------------------------------------------------------
+    def schedule(self, now: float) -> tuple[Batch, StepShape]:
+        """The next step's batch (request, new tokens) and its shape; empty when idle."""
+        p = self.policy
+        if p == "static":
+            return self._static(now)
+        if p == "prefill-first":
+            batch, s = self._admit(now, self.budget, [], StepShape(), chunk=False, first=True)
+            if batch:
+                return batch, s
+            return self._running(self.budget, decode_only=True)
+        order_decodes_first = p == "sarathi"
+        chunk = p != "orca"
+        batch, s, budget, preempted = self._running_full(self.budget, order_decodes_first, chunk)
+        if not preempted or not batch:
+            batch, s = self._admit(now, budget, batch, s, chunk=chunk)
+        return batch, s
+
+    def _running(self, budget: int, decode_only: bool) -> tuple[Batch, StepShape]:
+        batch, s, _, _ = self._running_full(budget, False, True, decode_only)
+        return batch, s
+
+    def _running_full(
+        self, budget: int, decodes_first: bool, chunk: bool, decode_only: bool = False
+    ) -> tuple[Batch, StepShape, int, bool]:
+        s = StepShape()
+        batch: Batch = []
+        preempted = False
+        cands = [r for r in self.running if not r.busy]
+        bs = self.cfg.block_size
+        if decodes_first:
+            cands.sort(key=lambda r: r.computed < r.target)  # stable: decodes, then prefills
+        gone: set[int] = set()
+        for r in cands:
+            if r.rid in gone:
+                continue
+            if budget <= 0:
+                break
+            if r.computed < r.target:
+                if decode_only:
+                    continue
+                rem = r.target - r.computed
+                q = min(rem, budget)
+                if not chunk and q < rem:
+                    continue
+            else:
+                q = 1
+                if r.computed < len(r.blocks) * bs:  # room in its last block: the common case
+                    self._take(r, 1, s)
+                    batch.append((r, 1))
+                    budget -= 1
+                    continue
+            while not self._grow(r, q):
+                v = self._victim()
+                if v is None:
+                    break
+                self._preempt(v)
+                gone.add(v.rid)
+                preempted = True
+                if v is r:
+                    break
+            if r.rid in gone or not self._fits(r, q):
+                continue
+            self._take(r, q, s)
+            batch.append((r, q))
+            budget -= q
+        return batch, s, budget, preempted
+
+    def _fits(self, r: Request, q: int) -> bool:
+        return len(r.blocks) * self.cfg.block_size >= r.computed + q
+
+    def _admit(
+        self, now: float, budget: int, batch: Batch, s: StepShape, chunk: bool, first: bool = False
+    ) -> tuple[Batch, StepShape]:
+        limit = self.cfg.max_num_seqs
+        while self.waiting and budget > 0 and len(self.running) < limit:
+            r = self.waiting[0]
+            self._prefix_lookup(r)
+            rem = r.target - r.computed
+            q = 1 if rem <= 0 else min(rem, budget)
+            if q < rem and not chunk and not (not batch and budget == self.budget):
+                self._unlookup(r)
+                break  # whole prompts only; an over-budget prompt runs alone
+            if q < rem and not chunk:
+                q = rem
+            if not self._grow(r, q):
+                self._unlookup(r)
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            if math.isnan(r.first_scheduled):
+                r.first_scheduled = now
+            self._take(r, q, s)
+            batch.append((r, q))
+            budget -= q
+        return batch, s
+
+    def _static(self, now: float) -> tuple[Batch, StepShape]:
+        if self.running:
+            return self._running(1 << 30, decode_only=False)
+        s = StepShape()
+        batch: Batch = []
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            self._prefix_lookup(r)
+            q = max(1, r.target - r.computed)
+            if not self._grow(r, q):
+                self._unlookup(r)
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            if math.isnan(r.first_scheduled):
+                r.first_scheduled = now
+            self._take(r, q, s)
+            batch.append((r, q))
+        return batch, s

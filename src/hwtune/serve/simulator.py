@@ -1,0 +1,417 @@
+"""The discrete-event loop: arrivals, engine steps, KV hand-offs, over one or more replicas.
+
+Events live in one heap ordered by (time, sequence number), so ties resolve in insertion order and
+a run is deterministic. A replica launches a step whenever it is idle (or, with pipeline
+parallelism, when its first stage frees up: up to ``pp`` batches are in flight, vLLM's virtual
+engines) and has work; the step's duration comes from the `IterationModel`.
+
+Disaggregated prefill/decode (Zhong et al. OSDI'24 "DistServe"; Patel et al. ISCA'24 "Splitwise"):
+prefill replicas run prompts only; when a prompt's last chunk finishes, its KV cache is sent to a
+decode replica over the scale-out network (each of the prefill replica's GPUs sends its shard in
+parallel: α + bytes/β per GPU, `hwtune.cost.collectives.send_recv_time`), and the first token
+reaches the user when the decode replica holds the cache (TTFT includes the transfer).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hwtune.cost.collectives import send_recv_time
+from hwtune.errors import HwtuneInputError
+from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.memory import ReplicaMemory, replica_memory
+from hwtune.serve.request import Request, Workload
+from hwtune.serve.scheduler import Replica
+
+ARRIVAL, STEP_DONE, TRY, KV_ARRIVE = 0, 1, 2, 3
+
+
+@dataclass
+class StepRecord:
+    """One engine step, for traces: replica, start, duration, what it ran."""
+
+    replica: int
+    role: str
+    start: float
+    duration: float
+    shape: StepShape
+    prefills: int
+    decodes: int
+    kv_used: float
+
+
+@dataclass
+class SimResult:
+    """Everything a run produced: finished requests, inter-token gaps, step log, KV samples."""
+
+    requests: list[Request]
+    itl: np.ndarray
+    itl_weights: np.ndarray
+    steps: list[StepRecord]
+    kv_time: np.ndarray
+    kv_util: np.ndarray
+    prefix_hit_tokens: int
+    prefix_query_tokens: int
+    preemptions: int
+    duration_s: float
+    wall_s: float
+    n_steps: int
+    memory: ReplicaMemory
+    prefill_memory: ReplicaMemory | None
+    deployment: Deployment
+    models: dict[str, IterationModel] = field(default_factory=dict)
+
+
+_MODEL_CACHE: dict[ReplicaConfig, IterationModel] = {}
+
+
+def iteration_model(cfg: ReplicaConfig) -> IterationModel:
+    """One `IterationModel` per configuration, kept for the process (its grid is reusable)."""
+    m = _MODEL_CACHE.get(cfg)
+    if m is None:
+        if len(_MODEL_CACHE) > 256:
+            _MODEL_CACHE.clear()
+        m = _MODEL_CACHE[cfg] = IterationModel(cfg)
+    return m
+
+
+def _check_lengths(reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str) -> None:
+    cap = mem.kv_tokens * cfg.dp_attention
+    for r in reqs:
+        if r.prompt + r.output > cap:
+            raise HwtuneInputError(
+                "input-len + output-len", r.prompt + r.output,
+                f"at most {cap} tokens, the {what} KV cache of {mem.kv_blocks} blocks of "
+                f"{cfg.block_size} tokens (request {r.rid})",
+            )  # fmt: skip
+
+
+def simulate(
+    deployment: Deployment | ReplicaConfig,
+    workload: Workload,
+    record_steps: bool = False,
+    max_sim_time: float | None = None,
+    fast: bool = True,
+) -> SimResult:
+    """Run ``workload`` on ``deployment`` until every request has finished.
+
+    ``fast`` batches the bookkeeping of decode-only stretches (see ``fast_forward``); the
+    results are the same as step by step (a test checks it)."""
+    t_wall = time.perf_counter()
+    dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
+    cfg = dep.replica
+    mem = replica_memory(cfg)
+    model = iteration_model(cfg)
+    disagg = dep.prefill is not None
+    decode_role = "decode" if disagg else "both"
+    reps = [Replica(i, cfg, model, mem.kv_blocks * cfg.dp_attention, decode_role)
+            for i in range(dep.replicas)]  # fmt: skip
+    pmem = None
+    pmodel = None
+    preps: list[Replica] = []
+    transfer_per_token = 0.0
+    pcl = None
+    if disagg:
+        pcfg = dep.prefill
+        assert pcfg is not None
+        pmem = replica_memory(pcfg)
+        pmodel = iteration_model(pcfg)
+        preps = [Replica(dep.replicas + i, pcfg, pmodel, pmem.kv_blocks * pcfg.dp_attention,
+                         "prefill") for i in range(dep.prefill_replicas)]  # fmt: skip
+        transfer_per_token = pmem.kv_bytes_per_token
+        pcl = pmodel.cluster
+    reqs = workload.make_requests()
+    _check_lengths(reqs, cfg, mem, "decode" if disagg else "replica")
+    if disagg:
+        assert pcfg is not None and pmem is not None
+        _check_lengths(reqs, pcfg, pmem, "prefill")
+    entry = preps if disagg else reps
+
+    heap: list[tuple[float, int, int, object, object]] = []
+    seq = 0
+
+    def push(t: float, kind: int, a: object, b: object = None) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, kind, a, b))
+
+    closed = workload.mode == "closed"
+    next_idx = 0
+    if closed:
+        for r in reqs[: workload.concurrency]:
+            push(0.0, ARRIVAL, r)
+        next_idx = min(workload.concurrency, len(reqs))
+    else:
+        for r in reqs:
+            push(r.arrival, ARRIVAL, r)
+
+    rr = [0, 0]
+    itl: list[float] = []
+    itl_w: list[int] = []
+    steps: list[StepRecord] = []
+    kv_t: list[float] = []
+    kv_u: list[float] = []
+    n_steps = 0
+
+    def route(pool: list[Replica], which: int) -> Replica:
+        if dep.router == "least-tokens" and len(pool) > 1:
+            return min(pool, key=lambda x: (x.outstanding, x.idx))
+        rep = pool[rr[which] % len(pool)]
+        rr[which] += 1
+        return rep
+
+    def launch(rep: Replica, t: float) -> None:
+        nonlocal n_steps
+        if rep.inflight >= rep.cfg.pp or rep.stage_free > t:
+            return
+        if fast and rep.running and fast_forward(rep, t):
+            return
+        batch, shape = rep.schedule(t)
+        if not batch:
+            return
+        dur = rep.model.step_time(shape)
+        rep.last_duration = dur
+        for r, _q in batch:
+            r.busy = True
+        rep.inflight += 1
+        rep.stage_free = t + dur / rep.cfg.pp
+        n_steps += 1
+        push(t + dur, STEP_DONE, rep, batch)
+        if rep.cfg.pp > 1:
+            push(rep.stage_free, TRY, rep)
+        used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
+        kv_t.append(t)
+        kv_u.append(used)
+        if record_steps:
+            pf = sum(1 for r, q in batch if q > 1 or r.computed < r.target)
+            steps.append(StepRecord(rep.idx, rep.role, t, dur, shape, pf, len(batch) - pf, used))
+
+    def fast_forward(rep: Replica, t: float) -> bool:
+        """Run a stretch of identical-membership decode steps in one event: every running
+        request decodes, nothing can join (no admissible waiting request) and nothing finishes
+        or arrives before the stretch ends. Step times are still computed one by one; only the
+        per-request bookkeeping is batched, so results equal step-by-step simulation."""
+        nonlocal n_steps
+        cfg_r = rep.cfg
+        run = rep.running
+        n = len(run)
+        if cfg_r.pp > 1 or rep.role == "prefill" or n > rep.budget:
+            return False
+        if rep.waiting and rep.policy != "static" and n < cfg_r.max_num_seqs:
+            # the head of the queue may still be blocked for the whole stretch: free blocks only
+            # shrink while decodes grow, so a head that does not fit now will not fit later
+            head = rep.waiting[0]
+            room = rep.budget - n
+            if room <= 0:
+                pass
+            elif rep.blocks.enable_prefix or head.blocks:
+                return False
+            else:
+                first = min(max(1, head.target - head.computed), room)
+                if -(-(head.computed + first) // cfg_r.block_size) <= rep.blocks.free_blocks:
+                    return False
+        horizon = heap[0][0] if heap else float("inf")
+        if horizon - t < 2.0 * rep.last_duration:
+            return False  # the next event comes before a second step could start
+        kmax = 1 << 62
+        for r in run:
+            if r.busy or r.computed < r.target:
+                return False
+            left = r.output - r.generated
+            if left < kmax:
+                kmax = left
+        if kmax < 2:
+            return False
+        bs = cfg_r.block_size
+        c = np.fromiter((r.computed for r in run), dtype=np.int64, count=n)
+        have = sum(len(r.blocks) for r in run)
+        free = rep.blocks.free_blocks
+        lo, hi = 1, kmax
+        while lo < hi:  # largest k whose new blocks fit
+            mid = (lo + hi + 1) // 2
+            if int(((c + mid + bs - 1) // bs).sum()) - have <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+        if k < 2:
+            return False
+        w = rep.window
+        ctx0 = float(c.sum()) + n
+        durs: list[float] = []
+        shapes: list[StepShape] = []
+        start = t
+        for i in range(k):
+            if i and start >= horizon:
+                break
+            ctx = ctx0 + i * n
+            ctx_w = float(np.minimum(c + 1 + i, w).sum()) if w else ctx
+            sh = StepShape(tokens=n, seqs=n, sampled=n, dec_n=n, dec_ctx=ctx, dec_ctx_w=ctx_w)
+            d = rep.model.step_time(sh)
+            durs.append(d)
+            if record_steps:
+                shapes.append(sh)
+            start += d
+        k = len(durs)
+        if k < 2:
+            return False
+        for r in run:
+            if not rep._grow(r, k):  # cannot fail: checked above
+                raise AssertionError("fast-forward block allocation")
+            r.busy = True
+        rep.inflight += 1
+        rep.stage_free = start
+        n_steps += k
+        used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
+        kv_t.append(t)
+        kv_u.append(used)
+        if record_steps:
+            st = t
+            for d, sh in zip(durs, shapes, strict=True):
+                steps.append(StepRecord(rep.idx, rep.role, st, d, sh, 0, n, used))
+                st += d
+        push(start, STEP_DONE, rep, (list(run), durs, t))
+        return True
+
+    def finish(r: Request, rep: Replica, t: float) -> None:
+        nonlocal next_idx
+        r.finish = t
+        rep.outstanding -= r.prompt + r.output
+        if closed and next_idx < len(reqs):
+            nxt = reqs[next_idx]
+            next_idx += 1
+            nxt.arrival = t
+            push(t, ARRIVAL, nxt)
+
+    while heap:
+        t, _s, kind, a, b = heapq.heappop(heap)
+        if max_sim_time is not None and t > max_sim_time:
+            break
+        if kind == ARRIVAL:
+            r = a  # type: ignore[assignment]
+            rep = route(entry, 0)
+            r.replica = rep.idx
+            rep.outstanding += r.prompt + r.output
+            rep.waiting.append(r)
+            launch(rep, t)
+        elif kind == STEP_DONE:
+            rep = a  # type: ignore[assignment]
+            batch = b  # type: ignore[assignment]
+            rep.inflight -= 1
+            done = False
+            if isinstance(batch, tuple):  # a fast-forwarded decode stretch
+                run, durs, t0 = batch
+                k = len(durs)
+                if k > 1:
+                    itl.extend(durs[1:])
+                    itl_w.extend([len(run)] * (k - 1))
+                first_end = t0 + durs[0]
+                for r in run:
+                    r.busy = False
+                    r.computed += k
+                    r.target = r.computed
+                    r.generated += k
+                    itl.append(first_end - r.last_token)
+                    itl_w.append(1)
+                    r.last_token = t
+                    if rep.blocks.enable_prefix:
+                        rep.register_blocks(r)
+                    if r.generated >= r.output:
+                        rep.blocks.release(r.blocks)
+                        r.blocks = []
+                        done = True
+                        finish(r, rep, t)
+                if done:
+                    rep.running = [r for r in rep.running if r.generated < r.output]
+                launch(rep, t)
+                continue
+            prefix_on = rep.blocks.enable_prefix
+            bs = rep.cfg.block_size
+            for r, q in batch:  # type: ignore[union-attr]
+                r.busy = False
+                r.computed += q
+                if prefix_on and r.computed // bs > r.hashed:
+                    rep.register_blocks(r)
+                if r.computed < r.target:
+                    continue
+                r.target = r.computed
+                r.generated += 1
+                if rep.role == "prefill":
+                    # hand the KV cache to a decode replica; first token when it lands there
+                    dst = route(reps, 1)
+                    nbytes = r.computed * transfer_per_token
+                    dt = send_recv_time(nbytes, True, pcl) if pcl is not None else 0.0
+                    rep.running.remove(r)
+                    push(t + dt, KV_ARRIVE, dst, (r, rep))
+                    continue
+                if r.generated == 1:
+                    r.first_token = t
+                else:
+                    itl.append(t - r.last_token)
+                    itl_w.append(1)
+                r.last_token = t
+                if r.generated >= r.output:
+                    rep.blocks.release(r.blocks)
+                    r.blocks = []
+                    done = True
+                    finish(r, rep, t)
+            if done:
+                rep.running = [r for r in rep.running if r.generated < r.output]
+            launch(rep, t)
+        elif kind == TRY:
+            launch(a, t)  # type: ignore[arg-type]
+        else:  # KV_ARRIVE
+            dst = a  # type: ignore[assignment]
+            r, src = b  # type: ignore[misc]
+            src.blocks.release(r.blocks)
+            src.outstanding -= r.prompt + r.output
+            r.blocks = []
+            r.hashed = 0
+            r.last_hash = 0
+            r.first_token = t
+            r.last_token = t
+            r.target = r.computed = r.prompt + r.generated - 1
+            if r.generated >= r.output:
+                finish(r, src, t)
+                src.outstanding += r.prompt + r.output  # counted once, at the source
+            else:
+                dst.outstanding += r.prompt + r.output
+                r.replica = dst.idx
+                dst.waiting.append(r)
+                launch(dst, t)
+            launch(src, t)
+
+    unfinished = [r for r in reqs if r.finish != r.finish]
+    if unfinished and max_sim_time is None:
+        r = unfinished[0]
+        raise HwtuneInputError(
+            "workload", f"request {r.rid} (prompt {r.prompt}, output {r.output})",
+            "requests that the replica can run to completion (check max_num_seqs, "
+            "max_num_batched_tokens and the KV cache size)",
+        )  # fmt: skip
+    done_reqs = [r for r in reqs if r.finish == r.finish]
+    end = max((r.finish for r in done_reqs), default=0.0)
+    allreps = reps + preps
+    return SimResult(
+        requests=done_reqs,
+        itl=np.asarray(itl, dtype=float),
+        itl_weights=np.asarray(itl_w, dtype=float),
+        steps=steps,
+        kv_time=np.asarray(kv_t),
+        kv_util=np.asarray(kv_u),
+        prefix_hit_tokens=sum(x.blocks.hit_tokens for x in allreps),
+        prefix_query_tokens=sum(x.blocks.query_tokens for x in allreps),
+        preemptions=sum(x.preemptions for x in allreps),
+        duration_s=end,
+        wall_s=time.perf_counter() - t_wall,
+        n_steps=n_steps,
+        memory=mem,
+        prefill_memory=pmem,
+        deployment=dep,
+        models={"prefill": pmodel, "decode": model} if disagg else {"both": model},
+    )

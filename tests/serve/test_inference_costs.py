@@ -1,0 +1,41 @@
+"""Cost primitives added for serving: weight-only quantized GEMMs and engine all-reduces."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwtune.cost.collectives import all_reduce_time
+from hwtune.cost.compute import KERNEL_OVERHEAD_S, gemm_time
+from hwtune.cost.inference_collectives import serving_all_reduce_time
+from hwtune.cost.quantized_gemm import serving_gemm_time
+from hwtune.hardware.catalog import get_device
+from hwtune.hardware.cluster import make_cluster
+
+
+def test_fp4_weights_on_hopper_read_half_a_byte_per_weight():
+    dev = get_device("h100-sxm-80gb")  # no FP4 tensor cores
+    k, n = 8192, 32768  # enough output tiles to fill the SMs: the weight read dominates
+    t = serving_gemm_time(1, n, k, dev, "fp4")
+    read = (0.5 * k * n + 2 * k + 2 * n) / (dev.memory_bandwidth_si * dev.memory_bw_efficiency)
+    assert t == pytest.approx(read + KERNEL_OVERHEAD_S, rel=1e-6)
+    # large m: compute-bound at the bf16 rate, like a bf16 GEMM
+    big = serving_gemm_time(8192, n, k, dev, "fp4")
+    assert big == pytest.approx(gemm_time(8192, n, k, dev, "bf16"), rel=0.05)
+    # where the device has the format, it is gemm_time itself
+    assert serving_gemm_time(64, n, k, dev, "fp8") == gemm_time(64, n, k, dev, "fp8")
+
+
+def test_one_shot_all_reduce_for_decode_messages():
+    cl = make_cluster("h100-sxm-80gb", 8)
+    span = cl.span(8, 1)
+    s = 16 * 8192  # 16 tokens x 8192 hidden x bf16
+    link = cl.intra_link()
+    assert serving_all_reduce_time(s, span, cl) == pytest.approx(
+        min(
+            link.latency + 7 * s / link.bandwidth, 2 * link.latency + 2 * 7 / 8 * s / link.bandwidth
+        )
+    )
+    assert serving_all_reduce_time(s, span, cl) < 0.2 * all_reduce_time(s, span, cl)
+    big = 8192 * 8192 * 2
+    assert serving_all_reduce_time(big, span, cl) <= all_reduce_time(big, span, cl)
+    assert serving_all_reduce_time(s, cl.span(1, 1), cl) == 0.0

@@ -1,0 +1,85 @@
+"""`hwtune serve` and `hwtune serve plan` as a user runs them (a child process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+KEYS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "requests_per_s",
+        "kv_utilization", "prefix_hit_rate")  # fmt: skip
+
+
+def serve(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hwtune.cli.serve", *args],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_json_has_the_documented_keys(tmp_path):
+    r = serve("--model", "llama3.1-8b", "--gpu", "h100", "--concurrency", "8", "--input-len",
+              "512", "--output-len", "64", "--num-requests", "32", "--json", "--trace-out",
+              str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for k in KEYS:
+        assert k in doc
+    for k in ("ttft_s", "tpot_s"):
+        assert set(doc[k]) >= {"mean", "p50", "p90", "p99"}
+        assert doc[k]["p50"] <= doc[k]["p90"] <= doc[k]["p99"]
+    assert doc["requests"] == 32
+    trace = json.loads((tmp_path / "t.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "gemm" in names and "attention_decode" in names
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_same_seed_prints_the_same():
+    args = ("--rate", "4", "--num-requests", "60", "--seed", "5", "--json")
+    a, b = serve(*args), serve(*args)
+    da, db = json.loads(a.stdout), json.loads(b.stdout)
+    da.pop("wall_s"), db.pop("wall_s")
+    assert da == db
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("--model", "llama3.1-70b", "--gpu", "h100"), "short by"),
+        (("--model", "nosuchmodel"), "model"),
+        (("--scheduler", "fifo"), "scheduler"),
+        (("--tp", "3"), "tp"),
+        (("--rate", "-1"), "rate"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, field):
+    r = serve(*args, "--num-requests", "4")
+    assert r.returncode == 2
+    assert field in r.stderr
+    assert "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_malformed_trace_names_the_line(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("arrival_time,prompt_tokens,output_tokens\n0,10,3\n0.5,abc,3\n")
+    r = serve("--trace", str(f))
+    assert r.returncode == 2 and "bad.csv line 3" in r.stderr
+
+
+def test_plan_finds_a_layout_and_impossible_slos_say_the_best():
+    common = ("--model", "llama3.1-8b", "--gpu", "h100", "--max-gpus", "2", "--rate", "2",
+              "--num-requests", "40", "--input-len", "512", "--output-len", "64",
+              "--no-disagg", "--processes", "2")  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "plan", *common,
+                        "--ttft-p90", "1.0", "--tpot-p90", "0.05", "--json"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["best"] and doc["best"][0]["gpus"] == 1  # one H100 serves 2 req/s of 8B easily
+    assert doc["best"][0]["ttft_p90_s"] <= 1.0
+    r = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "plan", *common,
+                        "--tpot-p90", "0.0005"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2
+    assert "best achievable" in r.stderr and "TPOT" in r.stderr
