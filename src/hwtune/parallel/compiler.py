@@ -27,7 +27,7 @@ from hwtune.parallel.actions import Action
 from hwtune.parallel.costs import StageCost, stage_costs
 from hwtune.parallel.ir import Op, Plan, check
 from hwtune.parallel.spec import ParallelSpec, validate
-from hwtune.train.estimator import FRAMEWORK_RESERVE_BYTES, OPTIMIZER_BYTES_MOVED, _grads_in_fp32
+from hwtune.train.estimator import FRAMEWORK_RESERVE_BYTES, OPTIMIZER_BYTES_MOVED, grads_in_fp32
 
 
 def _chain(spec: ParallelSpec, nst: int) -> tuple[list[int | None], list[int | None]]:
@@ -123,7 +123,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     dp_span = cl.span(dpn, mesh.tp)
     edp = max(1, dpn // mesh.ep)
     edp_span = cl.span(edp, mesh.tp * mesh.ep)
-    fp32_grads = _grads_in_fp32(None, zero) or spec.precision == "fp32"
+    fp32_grads = grads_in_fp32(None, zero) or spec.precision == "fp32"
     gb = 4.0 if fp32_grads else 2.0
     sb = state_bytes_per_param(spec.precision, spec.optimizer, fp32_grads)
     rank_stages = {r: [s for s in range(nst) if srank[s] == r] for r in range(pp)}

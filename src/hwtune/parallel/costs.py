@@ -2,9 +2,9 @@
 
 Nothing is re-derived here: a layer's forward, backward, weight-gradient and recomputation
 seconds and its exposed in-layer communication (tensor, context, expert parallel) are the
-estimator's `LayerCost` (`hwtune.train.estimator._pipeline_ranks`, per layer class, at the
+estimator's `LayerCost` (`hwtune.train.estimator.pipeline_ranks`, per layer class, at the
 layer's own TP and EP degrees); activation bytes are `hwtune.cost.memory.layer_activation_bytes`;
-the embedding and the LM head are what `_pipeline_ranks` adds to the first and last pipeline rank.
+the embedding and the LM head are what `pipeline_ranks` adds to the first and last pipeline rank.
 A layer whose attention and FFN have different TP degrees costs the attention share (by forward
 FLOPs, `hwtune.model.lowering.attention_ops`) at one degree and the rest at the other.
 """
@@ -21,7 +21,7 @@ from hwtune.model import params as P
 from hwtune.model.lowering import Shard, attention_ops, lower_layer
 from hwtune.model.spec import ModelSpec
 from hwtune.parallel.spec import LayerPlan, ParallelSpec
-from hwtune.train.estimator import LayerCost, _gemm_dtype, _pipeline_ranks
+from hwtune.train.estimator import LayerCost, gemm_dtype, pipeline_ranks
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +74,14 @@ def layer_cost(
 ) -> LayerCost:
     """The estimator's `LayerCost` of one layer at its annotated degrees."""
     dev = power_limited(cl.device, cl.power_cap_w)
-    gdt = _gemm_dtype(spec.precision, dev)
+    gdt = gemm_dtype(spec.precision, dev)
     key = (model.layer_type(lp.index), model.is_moe_layer(lp.index))
     ov_tp = spec.overlap.tp_comm and overlap
     ov_a2a = spec.overlap.moe_a2a and overlap
 
     def at(tp: int) -> LayerCost:
         sh = _shard(spec, model, tp, lp.ep)
-        return _pipeline_ranks(model, cl, dev, gdt, sh, lp.recompute, ov_tp, ov_a2a, 1, 1)[3][key]
+        return pipeline_ranks(model, cl, dev, gdt, sh, lp.recompute, ov_tp, ov_a2a, 1, 1)[3][key]
 
     if lp.tp_attention == lp.tp_ffn:
         return at(lp.tp_attention)
@@ -90,14 +90,14 @@ def layer_cost(
 
 
 def _ends(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> tuple[LayerCost, LayerCost]:
-    """Embedding (first stage) and LM head (last stage): what `_pipeline_ranks` adds to the
+    """Embedding (first stage) and LM head (last stage): what `pipeline_ranks` adds to the
     first and last of two pipeline ranks beyond their layers."""
     dev = power_limited(cl.device, cl.power_cap_w)
-    gdt = _gemm_dtype(spec.precision, dev)
+    gdt = gemm_dtype(spec.precision, dev)
     sh = _shard(spec, model, spec.mesh.tp, spec.mesh.ep)
     if model.n_layers < 2:
         return LayerCost(), LayerCost()
-    _, per_rank, _, costs = _pipeline_ranks(
+    _, per_rank, _, costs = pipeline_ranks(
         model, cl, dev, gdt, sh, spec.recompute, spec.overlap.tp_comm, spec.overlap.moe_a2a, 2, 1
     )
     half = [

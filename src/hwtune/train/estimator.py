@@ -143,7 +143,7 @@ class Estimate:
         }
 
 
-def _gemm_dtype(precision: str, device: Device) -> str:
+def gemm_dtype(precision: str, device: Device) -> str:
     if precision == "fp32":
         return "tf32" if device.peak_tflops.tf32 else "fp32"
     return precision
@@ -360,7 +360,7 @@ def _resolve_model(model: ModelSpec | str) -> ModelSpec:
 
 
 @functools.lru_cache(maxsize=16384)
-def _pipeline_ranks(
+def pipeline_ranks(
     spec: ModelSpec,
     cl: Cluster,
     dev: Device,
@@ -469,8 +469,8 @@ def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, floa
     sh = Shard(tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
                sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
                moe_imbalance=st.moe_imbalance)  # fmt: skip
-    costs = _pipeline_ranks(
-        spec, cl, dev, _gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
+    costs = pipeline_ranks(
+        spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
         st.overlap_moe_a2a, 1, 1,
     )[3]  # fmt: skip
     c = costs[(spec.layer_type(0), spec.is_moe_layer(0))]
@@ -486,8 +486,8 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
                sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
                moe_imbalance=st.moe_imbalance)  # fmt: skip
     v_eff = st.vpp if st.schedule == "interleaved" else 1
-    _, per_rank, busiest, _ = _pipeline_ranks(
-        spec, cl, dev, _gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
+    _, per_rank, busiest, _ = pipeline_ranks(
+        spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
         st.overlap_moe_a2a, st.pp, v_eff,
     )  # fmt: skip
     rc = per_rank[busiest]
@@ -496,7 +496,7 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
 
 def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     dev = power_limited(cl.device, cl.power_cap_w)
-    gdt = _gemm_dtype(st.precision, dev)
+    gdt = gemm_dtype(st.precision, dev)
     e = 4.0 if st.precision == "fp32" else 2.0
     tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
     mb, seq = st.micro_batch, st.seq
@@ -520,7 +520,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     # ---- per-layer times and communication, per pipeline rank
     v_eff = v if st.schedule == "interleaved" else 1
     layouts = rank_layouts(spec, pp, v_eff)
-    classes, per_rank, busiest, _ = _pipeline_ranks(
+    classes, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff
     )
     rc = per_rank[busiest]
@@ -696,10 +696,10 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
 def _fp32_grads(st: Strategy) -> bool:
     """Gradients kept and reduced in fp32: Megatron's main_grad buffer (ZeRO 0-2) unless the
     strategy says otherwise; FSDP (ZeRO-3) keeps them in the parameter dtype."""
-    return _grads_in_fp32(st.grad_reduce_dtype, st.zero)
+    return grads_in_fp32(st.grad_reduce_dtype, st.zero)
 
 
-def _grads_in_fp32(grad_reduce_dtype: str | None, zero: int) -> bool:
+def grads_in_fp32(grad_reduce_dtype: str | None, zero: int) -> bool:
     return grad_reduce_dtype == "fp32" or (grad_reduce_dtype is None and zero < 3)
 
 
@@ -721,7 +721,7 @@ def _states(
 ) -> tuple[tuple[float, float, float, float], ...]:
     """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and one layer's
     gathered-weight transient under ZeRO-3."""  # fmt: skip
-    fp32_grads = _grads_in_fp32(grad_reduce_dtype, zero)
+    fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
     sb = state_bytes_per_param(precision, optimizer, fp32_grads)
     edp = max(1, dp * cp // ep)
     layouts = rank_layouts(spec, pp, v)
