@@ -20,6 +20,13 @@ experts is sharded over moe_tp GPUs and processes the tokens routed to it. With 
 top-k of E uniform routing, E * (1 - (1 - k/E)^T) distinct experts are hit (the expected count
 of occupied bins), each with T*k/that rows, and only their weights are read (decode-size MoE is
 bound by expert weight reads).
+
+Full-precision serving (``IterationModel(cfg, dtype="fp32")``, e.g. a model served in fp32 on a
+CPU, where `ReplicaConfig`'s precisions are 16 bits and below): every GEMM, activation, KV entry
+and attention kernel is costed in ``dtype`` through the same `hwtune.cost` functions, so a Device
+with a measured profile (`hwtune bench`) is used at its measured ``dtype`` curves (tier 2).
+Decode attention in that mode is the roofline of `hwtune.cost.kv_cache.decode_attention_time` at
+``dtype``'s peak (the 16-bit path does not read the profile's decode curves either).
 """
 
 from __future__ import annotations
@@ -33,9 +40,20 @@ from hwtune.cost.collectives import (
     reduce_scatter_time,
     send_recv_time,
 )
-from hwtune.cost.compute import gemm_time, memory_time
+from hwtune.cost.compute import (
+    KERNEL_OVERHEAD_S,
+    attention_time,
+    dtype_bytes,
+    gemm_time,
+    memory_time,
+)
 from hwtune.cost.inference_collectives import serving_all_reduce_time
-from hwtune.cost.kv_cache import attention_shape, decode_attention_time, prefill_attention_time
+from hwtune.cost.kv_cache import (
+    AttentionShape,
+    attention_shape,
+    decode_attention_time,
+    prefill_attention_time,
+)
 from hwtune.cost.quantized_gemm import serving_gemm_time
 from hwtune.model.lowering import Shard, attention_ops, ffn_ops, layer_classes, norm_residual_ops
 from hwtune.serve.config import ReplicaConfig
@@ -83,8 +101,15 @@ def _grid_points(t: int) -> tuple[int, int]:
 class IterationModel:
     """Step times of one replica (tier 1: catalog device; tier 2: with a calibration profile)."""
 
-    def __init__(self, cfg: ReplicaConfig) -> None:
+    def __init__(self, cfg: ReplicaConfig, dtype: str | None = None) -> None:
+        """``dtype``: cost everything in this format instead of the 16-bit serving defaults
+        (see the module docstring); None: weights in ``cfg.weight_dtype``, KV in ``cfg.kv_dtype``,
+        activations and collectives in 16 bits."""
         self.cfg = cfg
+        self.dtype = dtype
+        self.act = dtype_bytes(dtype) if dtype else ACT_BYTES
+        self.math = dtype or "bf16"
+        self.kvd = dtype or cfg.kv_dtype
         self.spec = cfg.model
         self.dev = cfg.effective_device
         self.cluster = cfg.cluster()
@@ -103,18 +128,16 @@ class IterationModel:
         """(GEMM, memory-op, collective) seconds of all layers for a step of ``t`` tokens."""
         cfg, spec, dev = self.cfg, self.spec, self.dev
         ta = max(1, -(-t // cfg.dp_attention))
-        sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=ACT_BYTES)
-        wdt = cfg.weight_dtype
+        sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=self.act)
         g_tot = m_tot = c_tot = 0.0
         tp_span = self.cluster.span(cfg.tp, 1)
-        hbytes = ACT_BYTES * spec.d_model
+        hbytes = self.act * spec.d_model
         for ltype, moe, n, _shape in self.classes:
             ops = [o for o in attention_ops(spec, ltype, sh) if o.kind != "attention"]
             ops += norm_residual_ops(spec, sh)
             if not moe:
                 ops += ffn_ops(spec, False, sh)
-            g = sum(serving_gemm_time(o.m, o.n, o.k, dev, wdt, o.batch)
-                    for o in ops if o.kind == "gemm")  # fmt: skip
+            g = sum(self._gemm(o.m, o.n, o.k, o.batch) for o in ops if o.kind == "gemm")
             m = sum(memory_time(o.bytes, dev, o.kernels) for o in ops if o.kind == "memory")
             c = serving_all_reduce_time(ta * hbytes, tp_span, self.cluster) if cfg.tp > 1 else 0.0
             if moe:
@@ -127,6 +150,12 @@ class IterationModel:
             c_tot += n * c
         return g_tot, m_tot, c_tot
 
+    def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> float:
+        """A weight GEMM: in ``dtype`` when set, else with weights in ``cfg.weight_dtype``."""
+        if self.dtype:
+            return gemm_time(m, n, k, self.dev, self.dtype, batch)
+        return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch)
+
     def _moe(self, t: int, ta: int) -> tuple[float, float, float]:
         """(GEMM, memory, collective) seconds of one MoE layer for ``t`` tokens of the stage."""
         cfg, spec, dev = self.cfg, self.spec, self.dev
@@ -138,19 +167,19 @@ class IterationModel:
         local = max(1, math.ceil(hit / cfg.ep))
         rows = max(1, math.ceil(t * k / hit))
         width = max(1, fe // cfg.moe_tp)
-        wdt = cfg.weight_dtype
-        g = gemm_time(ta, E, h, dev, "bf16")  # router
-        g += serving_gemm_time(rows, up * width, h, dev, wdt, local)
-        g += serving_gemm_time(rows, h, width, dev, wdt, local)
-        m = memory_time(ACT_BYTES * rows * local * width * (up + 1), dev)  # activation
-        m += memory_time(4 * ACT_BYTES * ta * k * h / cfg.tp, dev, kernels=2)  # permute/unpermute
+        e = self.act
+        g = gemm_time(ta, E, h, dev, self.math)  # router
+        g += self._gemm(rows, up * width, h, local)
+        g += self._gemm(rows, h, width, local)
+        m = memory_time(e * rows * local * width * (up + 1), dev)  # activation
+        m += memory_time(4 * e * ta * k * h / cfg.tp, dev, kernels=2)  # permute/unpermute
         if moe.shared_width:
             sw = max(1, moe.shared_width // cfg.tp)
-            g += serving_gemm_time(ta, up * sw, h, dev, wdt)
-            g += serving_gemm_time(ta, h, sw, dev, wdt)
-            m += memory_time(ACT_BYTES * ta * sw * (up + 1), dev)
+            g += self._gemm(ta, up * sw, h)
+            g += self._gemm(ta, h, sw)
+            m += memory_time(e * ta * sw * (up + 1), dev)
         c = 0.0
-        hbytes = ACT_BYTES * h
+        hbytes = e * h
         stage = self.cluster.span(cfg.stage_gpus, 1)
         if cfg.ep > 1:
             # dispatch and combine: each GPU sends the k copies of its token share
@@ -189,9 +218,9 @@ class IterationModel:
             r = max(1, -(-rows // cfg.dp_attention)) if rows else 0
             ta = max(1, -(-tokens // cfg.dp_attention))
             vocab = -(-spec.vocab // cfg.tp)
-            v = memory_time(2 * ACT_BYTES * ta * spec.d_model, dev)
+            v = memory_time(2 * self.act * ta * spec.d_model, dev)
             if r:
-                v += gemm_time(r, vocab, spec.d_model, dev, "bf16")
+                v += gemm_time(r, vocab, spec.d_model, dev, self.math)
                 v += memory_time(3 * 4.0 * r * vocab, dev, kernels=3)  # softmax/top-p in fp32
             if len(self._head) < 200_000:
                 self._head[key] = v
@@ -209,13 +238,13 @@ class IterationModel:
         if cfg.pp > 1:
             ta = max(1, -(-s.tokens // cfg.dp_attention))
             cross = cfg.stage_gpus >= self.cluster.domain
-            t += (cfg.pp - 1) * send_recv_time(ACT_BYTES * ta * self.spec.d_model, cross,
+            t += (cfg.pp - 1) * send_recv_time(self.act * ta * self.spec.d_model, cross,
                                                self.cluster)  # fmt: skip
         return t + self.host + self.host_seq * s.seqs
 
     def _attention(self, s: StepShape) -> tuple[float, float, float]:
         """(total, prefill, decode) attention seconds over all layers."""
-        cfg, dev, kvd = self.cfg, self.dev, self.cfg.kv_dtype
+        cfg, dev, kvd = self.cfg, self.dev, self.kvd
         d = cfg.dp_attention
         pf = dc = 0.0
         for _lt, _moe, n, shape in self.classes:
@@ -223,11 +252,36 @@ class IterationModel:
             if s.pf_tokens:
                 pairs = (s.pf_pairs_w if win else s.pf_pairs) / d
                 kv = (s.pf_kv_w if win else s.pf_kv) / d
-                pf += n * prefill_attention_time(shape, pairs, kv, s.pf_tokens / d, dev, kvd)
+                if self.dtype and shape.kind != "linear":
+                    pf += n * self._prefill_attention(shape, pairs, kv, s.pf_tokens / d)
+                else:
+                    pf += n * prefill_attention_time(shape, pairs, kv, s.pf_tokens / d, dev, kvd)
             if s.dec_n:
                 ctx = (s.dec_ctx_w if win else s.dec_ctx) / d
-                dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd)
+                if self.dtype and shape.kind != "linear":
+                    dc += n * self._decode_attention(shape, ctx)
+                else:
+                    dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd)
         return pf + dc, pf, dc
+
+    def _prefill_attention(
+        self, shape: AttentionShape, pairs: float, kv: float, new: float
+    ) -> float:
+        """`kv_cache.prefill_attention_time` with K/V, Q and O in ``dtype``, at its rate."""
+        if pairs <= 0:
+            return 0.0
+        fpk = shape.flops_per_key
+        io = kv * shape.kv_elems_per_token * dtype_bytes(self.kvd) + self.act * new * fpk / 2.0
+        return attention_time(pairs * fpk, io, self.dev, self.math, backward=False)
+
+    def _decode_attention(self, shape: AttentionShape, ctx: float) -> float:
+        """`kv_cache.decode_attention_time` at ``dtype``'s peak and KV width."""
+        dev = self.dev
+        flops = ctx * shape.decode_flops_per_key
+        nbytes = ctx * shape.kv_elems_per_token * dtype_bytes(self.kvd)
+        t_flops = flops / (dev.peak_flops(self.math) * dev.attention_fwd_efficiency)
+        t_mem = nbytes / (dev.memory_bandwidth_si * dev.memory_bw_efficiency)
+        return max(t_flops, t_mem) + KERNEL_OVERHEAD_S
 
     def breakdown(self, s: StepShape) -> dict[str, float]:
         """The step's seconds by kind (for traces); sums to `step_time`."""

@@ -144,6 +144,8 @@ class Estimate:
 
 
 def gemm_dtype(precision: str, device: Device) -> str:
+    """The GEMM dtype of a training precision: fp32 training runs TF32 tensor cores where the
+    device has them (Megatron and PyTorch enable TF32 for matmuls), else the precision itself."""
     if precision == "fp32":
         return "tf32" if device.peak_tflops.tf32 else "fp32"
     return precision
@@ -700,6 +702,7 @@ def _fp32_grads(st: Strategy) -> bool:
 
 
 def grads_in_fp32(grad_reduce_dtype: str | None, zero: int) -> bool:
+    """Whether gradients are kept and reduced in fp32 (see ``_fp32_grads``)."""
     return grad_reduce_dtype == "fp32" or (grad_reduce_dtype is None and zero < 3)
 
 
