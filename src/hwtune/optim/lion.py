@@ -1,0 +1,59 @@
+"""Lion with an 8-bit companded momentum and a split master weight (6 bytes per parameter).
+
+Update rule: Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", Algorithm 2:
+
+    c <- beta1 m + (1 - beta1) g
+    theta <- theta (1 - lr wd) - lr sign(c)
+    m <- beta2 m + (1 - beta2) g
+
+Bytes per parameter (FlashOptim, Table 1): 2 + 1 + 2 + 1 = 6, + 2/32 for the fp16 group scales.
+torch has no Lion; the tests and benchmarks compare against the same rule in plain fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from hwtune.optim.optimizer import SIGNED, CompactOptimizer, _nonnegative, _unit
+
+
+class Lion(CompactOptimizer):
+    """Lion (sign of an interpolated momentum) with an int8 companded momentum and a bf16 + int8
+    split master weight. Options: see `CompactOptimizer`."""
+
+    moments = (("exp_avg", SIGNED),)
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        **options: Any,
+    ) -> None:
+        _nonnegative("lr", lr)
+        _unit("betas[0]", betas[0])
+        _unit("betas[1]", betas[1])
+        _nonnegative("weight_decay", weight_decay)
+        defaults = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+        super().__init__(params, defaults, **options)
+
+    def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
+        """(lr, beta1, beta2, weight decay)."""
+        beta1, beta2 = group["betas"]
+        return (float(group["lr"]), beta1, beta2, group["weight_decay"])
+
+    @staticmethod
+    def rule(
+        theta: torch.Tensor, g: torch.Tensor, moments: list[torch.Tensor], hp: Sequence[float]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Lion on fp32 values (see the module docstring)."""
+        lr, beta1, beta2, wd = hp
+        (m,) = moments
+        c = torch.lerp(m, g, 1.0 - beta1)
+        if wd:
+            theta = theta * (1.0 - lr * wd)
+        return theta - lr * torch.sign(c), [torch.lerp(m, g, 1.0 - beta2)]

@@ -1,0 +1,95 @@
+"""SGD with momentum (heavy ball or Nesterov) on an 8-bit companded buffer and a split master.
+
+Update rule as ``torch.optim.SGD`` (Sutskever et al. 2013, "On the importance of initialization
+and momentum in deep learning", eq. 1-4; the first step sets the buffer to the gradient):
+
+    g <- g + wd theta                      (L2, torch's default; or decoupled: theta <- theta(1 - lr wd))
+    b <- mu b + (1 - dampening) g          (b <- g at the first step)
+    theta <- theta - lr (g + mu b if nesterov else b)
+
+Bytes per parameter (FlashOptim, Table 1): 2 (bf16) + 1 (int8 correction) + 2 (bf16 gradient)
++ 1 (8-bit momentum) = 6, + 2/32 for the fp16 group scales; 5 without momentum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from hwtune.errors import HwtuneInputError
+from hwtune.optim.optimizer import SIGNED, CompactOptimizer, _nonnegative, _unit
+
+
+class SGD(CompactOptimizer):
+    """Drop-in `torch.optim.SGD` (momentum, dampening, Nesterov, weight decay) with an int8
+    companded momentum buffer and a bf16 + int8 split master weight. ``decoupled_weight_decay``
+    gives SGDW (Loshchilov & Hutter 2019). Other options: see `CompactOptimizer`."""
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        decoupled_weight_decay: bool = False,
+        **options: Any,
+    ) -> None:
+        _nonnegative("lr", lr)
+        _unit("momentum", momentum)
+        _unit("dampening", dampening)
+        _nonnegative("weight_decay", weight_decay)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise HwtuneInputError(
+                "nesterov", nesterov, "False unless momentum > 0 and dampening == 0"
+            )
+        self.moments = (("momentum_buffer", SIGNED),) if momentum > 0 else ()
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "decoupled_weight_decay": decoupled_weight_decay,
+        }
+        super().__init__(params, defaults, **options)
+        if any(g["momentum"] > 0 for g in self.param_groups) != (momentum > 0):
+            raise HwtuneInputError(
+                "momentum",
+                [g["momentum"] for g in self.param_groups],
+                "the same sign in every group",
+            )
+
+    def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
+        """(lr, momentum, weight on g in the buffer, L2 decay, decoupled decay, nesterov)."""
+        mu = group["momentum"]
+        first = step == 1
+        decoupled = group["decoupled_weight_decay"]
+        wd = group["weight_decay"]
+        return (
+            float(group["lr"]),
+            mu,
+            1.0 if first else 1.0 - group["dampening"],
+            0.0 if decoupled else wd,
+            wd if decoupled else 0.0,
+            1.0 if group["nesterov"] else 0.0,
+        )
+
+    @staticmethod
+    def rule(
+        theta: torch.Tensor, g: torch.Tensor, moments: list[torch.Tensor], hp: Sequence[float]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """SGD on fp32 values (see the module docstring)."""
+        lr, mu, c_g, l2, decoupled, nesterov = hp
+        if l2:
+            g = g + l2 * theta
+        if moments:
+            buf = moments[0] * mu + c_g * g
+            g = g + mu * buf if nesterov else buf
+            moments = [buf]
+        if decoupled:
+            theta = theta * (1.0 - lr * decoupled)
+        return theta - lr * g, moments
