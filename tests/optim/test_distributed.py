@@ -4,6 +4,7 @@ from per-rank checkpoints, export and import full fp32 weights, and refuse gradi
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import socket
@@ -86,6 +87,11 @@ def ddp_worker(rank, port):
             other = [torch.empty_like(v) for _ in range(2)]
             dist.all_gather(other, v)
             assert torch.equal(other[0], other[1])
+        # release DDP's reducer (it holds gloo work) on both ranks before the group goes away:
+        # tearing the group down under a live reducer can abort the process at exit
+        del opt, model
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
