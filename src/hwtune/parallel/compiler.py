@@ -277,25 +277,24 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     # ---- ZeRO-3: gather before every forward and backward, reduce-scatter after the backward
     if zero >= 3 and dpn > 1:
         compute_ops = [o for o in ops if o.stream == "compute"]
+
+        def grad_reduce_scatter(o: Op, c: object, deps: list, finish_after: list) -> Op:
+            """The gradient reduce-scatter of the stage chunk ``o`` belongs to (ZeRO-2/3)."""
+            return Op(
+                id=-1, rank=o.rank, kind="RS", stream="comm",
+                seconds=reduce(c.dense_params, c.expert_params, True),  # type: ignore[attr-defined]
+                label=f"RS {o.label}", group="dp", group_size=dpn,
+                nbytes=gb * (c.dense_params + c.expert_params),  # type: ignore[attr-defined]
+                deps=deps, finish_after=finish_after,
+            )  # fmt: skip
+
         new: list[Op] = []
         for o in compute_ops:
             c = costs[chunk_of[o.stage]]
             nl = max(1, len(c.layers))
             if o.kind in ("W", "R"):
                 if o.kind == "W":
-                    t_rs = reduce(c.dense_params, c.expert_params, True)
-                    rs = Op(
-                        id=-1,
-                        rank=o.rank,
-                        kind="RS",
-                        stream="comm",
-                        seconds=t_rs,
-                        label=f"RS {o.label}",
-                        group="dp",
-                        group_size=dpn,
-                        nbytes=gb * (c.dense_params + c.expert_params),
-                        deps=[(o, 1.0)],
-                    )  # type: ignore[list-item]
+                    rs = grad_reduce_scatter(o, c, [(o, 1.0)], [])
                     new.append(rs)
                     zero3_rs[o.rank].append(rs)
                 continue
@@ -309,20 +308,9 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
             else:
                 o.deps.append((ag, 1.0))  # type: ignore[arg-type]
             if o.kind in ("B", "FB"):
-                t_rs = reduce(c.dense_params, c.expert_params, True)
-                rs = Op(
-                    id=-1,
-                    rank=o.rank,
-                    kind="RS",
-                    stream="comm",
-                    seconds=t_rs,
-                    label=f"RS {o.label}",
-                    group="dp",
-                    group_size=dpn,
-                    nbytes=gb * (c.dense_params + c.expert_params),
-                    deps=[(o, 1.0 / nl if ov.grad_reduce else 1.0)],  # type: ignore[list-item]
-                    finish_after=[(o, t_rs / nl)] if ov.grad_reduce else [],
-                )  # type: ignore[list-item]
+                rs = grad_reduce_scatter(o, c, [(o, 1.0 / nl if ov.grad_reduce else 1.0)], [])
+                if ov.grad_reduce:  # the last layer's share finishes after the backward
+                    rs.finish_after.append((o, rs.seconds / nl))  # type: ignore[arg-type]
                 new.append(rs)
                 zero3_rs[o.rank].append(rs)
         # number the new ops after the existing ones, keep their stream order
