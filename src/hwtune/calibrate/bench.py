@@ -57,8 +57,11 @@ class BenchConfig:
         for s in self.sections:
             if s not in SECTIONS:
                 raise HwtuneInputError("sections", s, "one of " + ", ".join(SECTIONS))
-        if "gemm" not in self.sections:
-            raise HwtuneInputError("sections", ",".join(self.sections), "a list that includes gemm")
+        if "gemm" not in self.sections or "memory" not in self.sections:
+            # the profile is a device: it needs its peak FLOP/s and its memory bandwidth
+            raise HwtuneInputError(
+                "sections", ",".join(self.sections), "a list that includes gemm and memory"
+            )
         if self.ranks is not None and self.ranks < 1:
             raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 1")
         if self.threads is not None and self.threads < 1:

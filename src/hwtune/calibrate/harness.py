@@ -117,7 +117,8 @@ class Skip:
 
 @dataclass
 class Budget:
-    """Wall-clock budget of one section: benchmarks past it are skipped (quick mode bound)."""
+    """Wall-clock budget of one section: benchmarks past it are skipped (quick mode bound), except
+    the first (smallest) shape of each sweep, so that every requested curve has a point."""
 
     seconds: float
     start: float = field(default_factory=time.perf_counter)
