@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -256,15 +254,19 @@ def test_linear_attention_counts():
     assert layer_params(s, 0) == attn + 3 * 64 * 128 + 2 * 64
 
 
-def test_counts_are_cached_and_fast():
+def test_counts_are_computed_once_per_spec():
+    """The planner calls these millions of times: the per-layer table must be built once per spec
+    (speed itself is measured in benchmarks/, not here)."""
+    from hwtune.model.params import _table
+
     s = get_model("deepseek-v3")
     total_params(s)
-    t = time.perf_counter()
-    for _ in range(20_000):
+    misses = _table.cache_info().misses
+    for _ in range(100):
         total_params(s)
         active_params(s)
         layer_params(s, 30)
-    assert time.perf_counter() - t < 2.0
+    assert _table.cache_info().misses == misses
 
 
 # --- hypothesis: random dense shapes ------------------------------------------------------------
