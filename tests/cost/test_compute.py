@@ -248,3 +248,19 @@ def test_memory_time_is_bytes_over_bandwidth_plus_launches():
     # 2 GB at 2 TB/s = 1 ms, plus one launch overhead per kernel.
     assert memory_time(2e9, DEV, kernels=3) == pytest.approx(1e-3 + 3 * KERNEL_OVERHEAD_S)
     assert memory_time(0, DEV) == 0.0
+
+
+def test_flashattention2_on_hopper_runs_at_the_fa3_papers_ratio():
+    """FA3 paper (Shah et al. 2024, Fig. 5/7, H100, hd 128, 8k): FA2 370 vs FA3 646 TFLOP/s
+    forward, 318 vs 559 backward, both 0.57; on Ampere FA2 is the best kernel (ratio 1)."""
+    from hwtune.cost.compute import attention_time
+
+    flops = 1e13  # large enough that the kernel overhead is negligible
+    for backward in (False, True):
+        best = attention_time(flops, 0.0, H100, "bf16", backward)
+        fa2 = attention_time(flops, 0.0, H100, "bf16", backward, kernel="fa2")
+        assert best / fa2 == pytest.approx(min(370 / 646, 318 / 559), rel=0.01)
+    a100 = get_device("a100-sxm4-80gb")
+    assert attention_time(flops, 0.0, a100, "bf16", False, kernel="fa2") == attention_time(
+        flops, 0.0, a100, "bf16", False
+    )

@@ -220,3 +220,33 @@ def test_model_flops_match_palm_for_random_mha_models(layers, heads, hd, ff, voc
     h = heads * hd
     spec = ModelSpec(n_layers=layers, d_model=h, n_heads=heads, ffn_hidden=ff, vocab=vocab)
     assert model_flops_per_token(spec, seq) == pytest.approx(palm(layers, h, ff, vocab, seq))
+
+
+# --- eager (unfused) elementwise kernels ---------------------------------------------------------
+
+
+def _bytes(ops, name: str) -> float:
+    return sum(op.bytes for op in ops if op.name == name)
+
+
+def test_eager_rmsnorm_swiglu_rope_move_what_their_kernels_move():
+    """Eager PyTorch RMSNorm is x.float() (2+4 B), pow (4+4), mean (4), mul (4+4), type_as
+    (4+2), mul(weight) (2+2): 36 B per element against 4 fused; eager SwiGLU writes and re-reads
+    silu(gate): 10 B against 6; complex-form RoPE upcasts to fp32: 20 B against 4."""
+    spec = llama(kv=4)
+    fused = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ))
+    eager = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ, fused=False))
+    assert _bytes(eager, "norms") / _bytes(fused, "norms") == pytest.approx(36 / 4)
+    assert _bytes(eager, "mlp_act") / _bytes(fused, "mlp_act") == pytest.approx(10 / 6)
+    assert _bytes(eager, "rotary") / _bytes(fused, "rotary") == pytest.approx(20 / 4)
+    assert _bytes(eager, "residual_adds") == _bytes(fused, "residual_adds")
+    assert sum(op.flops for op in eager) == sum(op.flops for op in fused)
+
+
+def test_eager_layernorm_and_gelu_are_single_kernels_already():
+    """torch's LayerNorm and GeLU are one native kernel each in eager mode: no extra bytes."""
+    spec = llama(norm="layernorm", ffn_act="gelu", pos_emb="learned")
+    fused = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ))
+    eager = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ, fused=False))
+    assert _bytes(eager, "norms") == _bytes(fused, "norms")
+    assert _bytes(eager, "mlp_act") == _bytes(fused, "mlp_act")

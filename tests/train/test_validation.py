@@ -107,14 +107,33 @@ def test_layer_times_match_korthikanti_table4():
 
 
 def test_all_rows_throughput_guard():
-    assert _median("throughput") <= 0.21  # measured 19.0%
+    assert _median("throughput") <= 0.15  # measured 13.5%
+    assert _p90("throughput") <= 0.60  # measured 51.7% (DeepSpeed ZeRO-3 rows)
+
+
+def _tps(run_id: str) -> tuple[float, float]:
+    """(predicted, measured) tokens/s per GPU of one row."""
+    run = next(r for r in load_published(JSONL) if r.id == run_id)
+    est = _estimate(run.spec, run.cluster, run.strategy)
+    return est.tokens_per_s_per_gpu, run.targets["tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("table", ["t1-8B-8gpu", "t3-8B-128gpu"])
+def test_eager_elementwise_cost_matches_torchtitans_compile_gain(table):
+    """torchtitan measured the same run with and without torch.compile (6,667 vs 5,762 tokens/s
+    on 8 GPUs; 6,514 vs 5,605 on 128). The only modelled difference is the eager kernels'
+    bytes (``model.lowering.rmsnorm_bytes`` etc., counted from the op sequence, not fitted):
+    the predicted speed-up must match the measured one within 3 points."""
+    p_eager, m_eager = _tps(f"torchtitan-{table}-fsdp")
+    p_comp, m_comp = _tps(f"torchtitan-{table}-fsdp-compile")
+    assert p_comp / p_eager == pytest.approx(m_comp / m_eager, abs=0.03)
 
 
 def test_all_rows_memory_guard():
     assert _median("peak_memory") <= 0.19  # measured 16.7%
 
 
-@pytest.mark.xfail(strict=True, reason="open: median throughput error over all rows is 19%")
+@pytest.mark.xfail(strict=True, reason="open: median throughput error over all rows is 13.5%")
 def test_throughput_median_within_10_percent():
     assert _median("throughput") <= 0.10
 

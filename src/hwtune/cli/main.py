@@ -87,6 +87,19 @@ def estimate(
     flash: Annotated[
         bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")
     ] = True,
+    attention_kernel: Annotated[
+        str,
+        typer.Option(
+            help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper) | fa2 "
+            "(FlashAttention-2, PyTorch SDPA's flash backend)"
+        ),
+    ] = "best",
+    eager: Annotated[
+        bool,
+        typer.Option(
+            "--eager/--fused", help="eager PyTorch elementwise ops (no torch.compile, no TE)"
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -114,6 +127,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
+            attention_kernel=attention_kernel, fused_elementwise=not eager,
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

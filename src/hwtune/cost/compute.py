@@ -136,13 +136,40 @@ def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch
     return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
 
 
+ATTENTION_KERNELS: tuple[str, ...] = ("best", "fa2")
+"""Fused attention kernels: ``best`` is the fastest the device has (the catalog's attention
+efficiencies: FlashAttention-3 / cuDNN on Hopper, FlashAttention-2 on Ampere); ``fa2`` is
+FlashAttention-2, what PyTorch's SDPA flash backend runs (torchtitan before 2025, llm-foundry)."""
+
+FA2_SHARE_ON_HOPPER = 0.57
+"""FlashAttention-2's speed on Hopper as a share of FlashAttention-3's (it issues Ampere
+``mma.sync`` instructions, neither ``wgmma`` nor TMA): Shah et al. 2024 ("FlashAttention-3"),
+Fig. 5 and 7, H100 SXM5, head dim 128, 8k tokens: forward 370 vs 646 TFLOP/s (0.57), backward
+318 vs 559 (0.57). PyTorch issue #142132 (Dec 2024 nightly, H100): SDPA's flash backend 329 vs
+cuDNN 631 TFLOP/s (0.52) at (1, 24, 4608, 128)."""
+
+
+def attention_kernel_share(device: Device, kernel: str) -> float:
+    """Speed of ``kernel`` as a share of the device's best fused attention kernel."""
+    if kernel == "fa2" and device.architecture == "hopper":
+        return FA2_SHARE_ON_HOPPER
+    return 1.0
+
+
 def attention_time(
-    flops: float, io_bytes: float, device: Device, dtype: str, backward: bool
+    flops: float,
+    io_bytes: float,
+    device: Device,
+    dtype: str,
+    backward: bool,
+    kernel: str = "best",
 ) -> float:
     """Seconds for a fused (flash) attention kernel of ``flops`` model FLOPs (forward count).
 
     Backward executes ``FLASH_BWD_FLOP_RATIO`` times the forward FLOPs at the backward efficiency.
     Attention runs in bf16/fp16 even in fp8 training (Transformer Engine keeps the core in 16 bits).
+    ``kernel`` (see ``ATTENTION_KERNELS``) scales the spec-sheet path; a measured profile times
+    whatever kernel the device's SDPA picked.
     """
     if flops <= 0:
         return 0.0
@@ -153,7 +180,7 @@ def attention_time(
         rate = prof.attention_rate("bwd" if backward else "fwd", adt, flops=f_exec)
         if rate is not None:
             return f_exec / rate
-    peak = device.peak_flops(adt)
+    peak = device.peak_flops(adt) * attention_kernel_share(device, kernel)
     if backward:
         t = FLASH_BWD_FLOP_RATIO * flops / (peak * device.attention_bwd_efficiency)
     else:
@@ -183,7 +210,10 @@ def matmul_flops(m: int, n: int, k: int) -> float:
 
 
 __all__ = [
+    "ATTENTION_KERNELS",
+    "FA2_SHARE_ON_HOPPER",
     "KERNEL_OVERHEAD_S",
+    "attention_kernel_share",
     "attention_time",
     "dtype_bytes",
     "gemm_time",

@@ -71,10 +71,38 @@ class Shard:
     act_bytes: float = 2.0
     flash: bool = True
     moe_imbalance: float = 1.0
+    attn_kernel: str = "best"  # fused attention kernel (cost.compute.ATTENTION_KERNELS)
+    fused: bool = True  # elementwise ops fused (Megatron/TE, torch.compile); False: eager PyTorch
 
 
 def _div(x: int, t: int) -> int:
     return max(1, x // t)
+
+
+def rmsnorm_bytes(e: float, fused: bool) -> float:
+    """HBM bytes per normalized element of one RMSNorm forward.
+
+    Fused (Megatron/TE, torch.compile, Apex): read x, write y, ``2e``. Eager PyTorch
+    (``torch.nn.RMSNorm`` before 2.6 and torchtitan's ``RMSNorm``: ``x.float()``, ``pow(2)``,
+    ``mean``, ``rsqrt``, ``mul``, ``type_as``, ``mul(weight)``), each a kernel through memory:
+    (e + 4) + 8 + 4 + 8 + (4 + e) + 2e = 28 + 4e (fp32 intermediates, 4 B)."""
+    return 2 * e if fused else 28 + 4 * e
+
+
+def rope_bytes(e: float, fused: bool) -> float:
+    """HBM bytes per rotated element (q or k) of rotary embeddings. Fused: ``2e``. Eager complex
+    form (Llama reference, torchtitan ``apply_rotary_emb``: ``float()``, complex multiply,
+    ``type_as``): (e + 4) + 8 + (4 + e) = 16 + 2e."""
+    return 2 * e if fused else 16 + 2 * e
+
+
+def act_bytes_per_elem(e: float, gated: bool, fused: bool) -> float:
+    """HBM bytes per hidden element of the MLP activation. Fused SwiGLU reads gate and up and
+    writes the product (3e); eager ``silu(a) * b`` writes and re-reads ``silu(a)`` (2e + 3e). A
+    plain GeLU is one kernel either way (2e)."""
+    if not gated:
+        return 2 * e
+    return 3 * e if fused else 5 * e
 
 
 def attention_ops(spec: ModelSpec, ltype: str, sh: Shard) -> list[Op]:
@@ -159,7 +187,8 @@ def attention_ops(spec: ModelSpec, ltype: str, sh: Shard) -> list[Op]:
                       attention_core=True))  # fmt: skip
     ops.append(gemm("o_proj", m, h, o_in))
     if spec.pos_emb == "rope":
-        ops.append(memop("rotary", 2 * e * m * (heads + kvh) * dqk))
+        ops.append(memop("rotary", rope_bytes(e, sh.fused) * m * (heads + kvh) * dqk,
+                         kernels=1 if sh.fused else 3))  # fmt: skip
     return ops
 
 
@@ -171,7 +200,7 @@ def ffn_ops(spec: ModelSpec, moe_layer: bool, sh: Shard) -> list[Op]:
     if not moe_layer:
         f = _div(spec.ffn_hidden, t)
         ops.append(gemm("mlp_up", m, up_mult * f, h))
-        ops.append(memop("mlp_act", e * m * f * (up_mult + 1)))
+        ops.append(memop("mlp_act", act_bytes_per_elem(e, spec.gated, sh.fused) * m * f))
         ops.append(gemm("mlp_down", m, h, f))
         return ops
     moe = spec.moe
@@ -188,12 +217,14 @@ def ffn_ops(spec: ModelSpec, moe_layer: bool, sh: Shard) -> list[Op]:
     fe = moe.expert_ffn_hidden
     ops.append(memop("moe_permute", 4 * e * (m / t) * k * h, kernels=2))
     ops.append(gemm("expert_up", rows, up_mult * fe, h, batch=local_e))
-    ops.append(memop("expert_act", e * rows * local_e * fe * (up_mult + 1)))
+    ops.append(
+        memop("expert_act", act_bytes_per_elem(e, spec.gated, sh.fused) * rows * local_e * fe)
+    )
     ops.append(gemm("expert_down", rows, h, fe, batch=local_e))
     if moe.shared_width:
         fs = _div(moe.shared_width, t)
         ops.append(gemm("shared_up", m, up_mult * fs, h))
-        ops.append(memop("shared_act", e * m * fs * (up_mult + 1)))
+        ops.append(memop("shared_act", act_bytes_per_elem(e, spec.gated, sh.fused) * m * fs))
         ops.append(gemm("shared_down", m, h, fs))
     return ops
 
@@ -203,7 +234,16 @@ def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
     sequence parallelism these run on tokens/tp (Korthikanti et al. 2022, §4.2.2)."""
     rows = sh.tokens // sh.tp if sh.sp else sh.tokens
     hb = sh.act_bytes * rows * spec.d_model
-    return [memop("norms", 2 * 2 * hb, kernels=2), memop("residual_adds", 2 * 3 * hb, kernels=2)]
+    return [_norm_op("norms", spec, sh, 2 * rows * spec.d_model, 2),
+            memop("residual_adds", 2 * 3 * hb, kernels=2)]  # fmt: skip
+
+
+def _norm_op(name: str, spec: ModelSpec, sh: Shard, elems: float, count: int) -> Op:
+    """``count`` norms over ``elems`` normalized elements in all. LayerNorm is one native kernel
+    in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``)."""
+    eager = not sh.fused and spec.norm == "rmsnorm"
+    return memop(name, rmsnorm_bytes(sh.act_bytes, not eager) * elems,
+                 kernels=count * (7 if eager else 1))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
@@ -226,7 +266,7 @@ def lower_head(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
     v = -(-spec.vocab // sh.tp)
     rows = sh.tokens // sh.tp if sh.sp else sh.tokens
     return (
-        memop("final_norm", 2 * sh.act_bytes * rows * spec.d_model),
+        _norm_op("final_norm", spec, sh, rows * spec.d_model, 1),
         gemm("lm_head", sh.tokens, v, spec.d_model),
         memop("cross_entropy", 3 * 4.0 * sh.tokens * v, kernels=3),
     )

@@ -18,7 +18,7 @@ import functools
 from dataclasses import asdict, dataclass, field
 
 from hwtune.cost import collectives as coll
-from hwtune.cost.compute import attention_time, gemm_time, memory_time
+from hwtune.cost.compute import attention_kernel_share, attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
     ActShape,
     layer_activation_bytes,
@@ -240,9 +240,9 @@ def _layer_times(
                 n_weight_gemm += 1
                 sac += (fwd - t_before) * 0.5
         elif op.kind == "attention":
-            tf = attention_time(op.flops, op.bytes, device, gdt, backward=False)
+            tf = attention_time(op.flops, op.bytes, device, gdt, False, sh.attn_kernel)
             fwd += tf
-            dg += attention_time(op.flops, op.dgrad_bytes, device, gdt, backward=True)
+            dg += attention_time(op.flops, op.dgrad_bytes, device, gdt, True, sh.attn_kernel)
             core += tf
             core_f += op.flops
         else:
@@ -462,15 +462,22 @@ def pipeline_ranks(
     return classes, tuple(per_rank), busiest, costs
 
 
+def shard_of(st: Strategy) -> Shard:
+    """How one rank sees a micro-batch under ``st`` (the key of the per-layer cost caches)."""
+    return Shard(
+        tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
+        sp=st.sequence_parallel, act_bytes=4.0 if st.precision == "fp32" else 2.0,
+        flash=st.flash_attention, moe_imbalance=st.moe_imbalance,
+        attn_kernel=st.attention_kernel, fused=st.fused_elementwise,
+    )  # fmt: skip
+
+
 def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, float]:
     """Forward and backward seconds of one transformer layer (of the first layer's kind) for
     one micro-batch on one rank, exposed in-layer communication and recomputation included:
     what Korthikanti et al. 2022 (Table 4) time per layer."""
     dev = power_limited(cl.device, cl.power_cap_w)
-    e = 4.0 if st.precision == "fp32" else 2.0
-    sh = Shard(tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
-               sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
-               moe_imbalance=st.moe_imbalance)  # fmt: skip
+    sh = shard_of(st)
     costs = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
         st.overlap_moe_a2a, 1, 1,
@@ -483,10 +490,7 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     """Compute time of the busiest pipeline rank for all micro-batches, without bubble,
     communication, optimizer or offload: no strategy's step is shorter. The planner's bound."""
     dev = power_limited(cl.device, cl.power_cap_w)
-    e = 4.0 if st.precision == "fp32" else 2.0
-    sh = Shard(tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
-               sp=st.sequence_parallel, act_bytes=e, flash=st.flash_attention,
-               moe_imbalance=st.moe_imbalance)  # fmt: skip
+    sh = shard_of(st)
     v_eff = st.vpp if st.schedule == "interleaved" else 1
     _, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
@@ -504,13 +508,17 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     mb, seq = st.micro_batch, st.seq
     m = st.grad_accum
     tokens = mb * seq // cp
-    sh = Shard(tokens=tokens, seq=seq, tp=tp, cp=cp, ep=ep, sp=st.sequence_parallel,
-               act_bytes=e, flash=st.flash_attention, moe_imbalance=st.moe_imbalance)  # fmt: skip
+    sh = shard_of(st)
     notes: list[str] = [
         f"tier 2: measured profile of {cl.device.name} (hwtune bench), spec sheet outside it"
         if cl.device.profile is not None
         else f"tier 1: spec-sheet figures of {cl.device.name} (calibrate with hwtune bench)"
     ]
+    share = attention_kernel_share(dev, st.attention_kernel)
+    if share < 1.0:
+        notes.append(f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best")
+    if not st.fused_elementwise:
+        notes.append("elementwise ops eager: one kernel per elementary op (no torch.compile)")
 
     # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks

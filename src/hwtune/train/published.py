@@ -16,6 +16,7 @@ from pathlib import Path
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.hardware.device import Device
 from hwtune.model.spec import MLA, ModelSpec, MoE
 from hwtune.train.strategy import Strategy, make_strategy
 
@@ -158,6 +159,28 @@ def _recompute(p: dict, run: PublishedRun) -> str:
     return "none"
 
 
+def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str, bool]:
+    """(attention kernel, fused elementwise) of the row's framework.
+
+    - torchtitan (2024) calls PyTorch SDPA with the flash backend first on Hopper (its
+      ``ScaledDotProductAttention`` backends list; cuDNN was added for B200 only, torchtitan
+      PR #1196, May 2025), i.e. FlashAttention-2; without ``torch.compile`` its RMSNorm, SwiGLU
+      and complex-form rotary embeddings run eagerly, one kernel per elementary op.
+    - llm-foundry / Composer (2023) used FlashAttention-2-class kernels (flash-attn 2 or Triton);
+      FlashAttention-3 appeared in July 2024 (Shah et al.).
+    Megatron-LM, NeMo and Megatron-Bridge use Transformer Engine (cuDNN fused attention, fused
+    elementwise kernels): the defaults."""
+    kernel, fused = "best", True
+    if "torchtitan" in fw or "llm-foundry" in fw:
+        kernel = "fa2"
+        if dev.architecture == "hopper":
+            run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")
+    if "torchtitan" in fw and other.get("torch_compile") is False:
+        fused = False
+        run.assumptions.append("eager elementwise ops (no torch.compile)")
+    return kernel, fused
+
+
 def from_row(r: dict) -> PublishedRun:
     """Translate one validation row."""
     run = PublishedRun(id=r["id"], source=r.get("source", {}).get("title", ""))
@@ -241,6 +264,7 @@ def from_row(r: dict) -> PublishedRun:
     if r.get("precision") is None:
         run.assumptions.append("precision not stated: bf16")
     ep = p.get("ep") or 1
+    kernel, fused = _kernels(fw, other, dev, run)
     try:
         run.cluster = make_cluster(
             dev,
@@ -252,7 +276,8 @@ def from_row(r: dict) -> PublishedRun:
             precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
-            overlap_tp_comm=bool(other.get("async_tp")),
+            overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
+            fused_elementwise=fused,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

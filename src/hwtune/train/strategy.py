@@ -61,6 +61,16 @@ class Strategy(BaseModel):
     overlap_tp_comm: bool = False
     overlap_moe_a2a: bool = False
     flash_attention: bool = True
+    attention_kernel: Literal["best", "fa2"] = Field(
+        default="best",
+        description="fused attention kernel: best = the device's fastest (FA3/cuDNN on Hopper); "
+        "fa2 = FlashAttention-2 (PyTorch SDPA's flash backend)",
+    )
+    fused_elementwise: bool = Field(
+        default=True,
+        description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
+        "torch.compile); False = eager PyTorch, one kernel per elementary op",
+    )
     dropout: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
