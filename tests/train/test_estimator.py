@@ -357,3 +357,21 @@ def test_random_valid_strategies_give_finite_positive_estimates(
     assert sum(e.breakdown.values()) <= e.step_time_s * (1 + 1e-9)
     # the busiest rank cannot be faster than its share of the model's FLOPs at peak
     assert e.step_time_s >= e.model_flops_per_step / (n * e.peak_flops_used)
+
+
+def test_fsdp_pays_collective_latency_once_per_layer():
+    """ZeRO-3 gathers and reduce-scatters one FSDP unit (a transformer block) at a time, so the
+    alpha term of the ring collectives is paid per layer: without overlap, the exposed
+    data-parallel time holds at least 3 x layers x the cross-node ring latency (a tiny model,
+    so the bandwidth term is small; one collective per stage would pay it 3 times in all)."""
+    from hwtune.hardware.cluster import make_cluster
+
+    cl = make_cluster("h100-sxm-80gb", 512, gpus_per_node=8)
+    lat = cl.inter_latency_s * (cl.n_gpus // 8 - 1)  # ring steps across the nodes, one collective
+    kw = dict(gpus=512, zero=3, global_batch=512, seq=256, overlap_grad_reduce=False,
+              overlap_param_gather=False)  # fmt: skip
+    tiny = ModelSpec(name="tiny", n_layers=4, d_model=256, n_heads=4, ffn_hidden=512, vocab=1024)
+    for n_layers in (4, 16):
+        spec = tiny.model_copy(update={"n_layers": n_layers})
+        t = estimate(spec, gpu="h100-sxm-80gb", **kw).breakdown["dp_comm_exposed"]
+        assert t >= 3 * n_layers * lat  # gather (fwd), gather (bwd), reduce-scatter per layer

@@ -15,6 +15,7 @@ produces for one rank; it re-derives no cost. Conventions:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from hwtune.cost import collectives as coll
@@ -28,7 +29,7 @@ from hwtune.cost.memory import (
 )
 from hwtune.cost.power import power_limited
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.hardware.cluster import Cluster, GroupSpan, make_cluster
 from hwtune.hardware.device import Device
 from hwtune.model import params as P
 from hwtune.model.lowering import (
@@ -588,15 +589,22 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     else:
         # FSDP / ZeRO-3: gather 16-bit weights before forward and backward, reduce-scatter
         # gradients, every micro-batch; prefetching overlaps them with the layers' compute.
+        # One collective per layer (the FSDP unit is a transformer block: torchtitan's
+        # apply_fsdp, PyTorch FSDP's transformer auto-wrap policy), so the per-collective
+        # latency is paid once per layer, not once per stage.
         w16 = 2.0
-        ag = ag_t(dense_local * w16, dp_span, cl) + (
-            ag_t(expert_local * w16, edp_span, cl) if expert_local else 0.0
+        nl = n_here
+
+        def per_layer(fn: Callable[..., float], nbytes: float, span: GroupSpan) -> float:
+            return nl * fn(nbytes / nl, span, cl) if nbytes else 0.0
+
+        ag = per_layer(ag_t, dense_local * w16, dp_span) + per_layer(
+            ag_t, expert_local * w16, edp_span
         )
-        rs = rs_t(grad_bytes_dense, dp_span, cl) + (
-            rs_t(grad_bytes_expert, edp_span, cl) if expert_local else 0.0
+        rs = per_layer(rs_t, grad_bytes_dense, dp_span) + per_layer(
+            rs_t, grad_bytes_expert, edp_span
         )
         t_dp = m * (2 * ag + rs)
-        nl = n_here
         if st.overlap_param_gather and st.overlap_grad_reduce:
             per_mb = max(0.0, ag - f) + max(0.0, ag + rs - (b + rec)) + (ag + rs) / nl
         else:
