@@ -281,3 +281,15 @@ def test_study_unparsable_topology_is_named(tmp_path):
             "--workers", "1")  # fmt: skip
     assert r.exit_code == 2
     assert "topolog" in r.stderr and "scales" not in r.stderr
+
+
+def test_plan_takes_the_frameworks_kernels():
+    """FlashAttention-2 and eager elementwise kernels only add time: the best plan for them is
+    slower than for the fused defaults, and the chosen strategy says which kernels it assumed."""
+    fused = doc_of(run("plan", *SMALL, "--json"))["top"][0]
+    slow = doc_of(run("plan", *SMALL, "--attention-kernel", "fa2", "--eager", "--json"))["top"][0]
+    assert slow["tokens_per_s_per_gpu"] < fused["tokens_per_s_per_gpu"]
+    assert slow["strategy"]["attention_kernel"] == "fa2"
+    assert slow["strategy"]["fused_elementwise"] is False
+    r = hwtune("plan", *SMALL, "--attention-kernel", "fa3")
+    assert r.returncode == 2 and "attention-kernel" in r.stderr and "Traceback" not in r.stderr

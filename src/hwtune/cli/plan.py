@@ -149,10 +149,17 @@ def plan_cmd(
     target_efficiency: Annotated[
         float, typer.Option(help="with --what-if: fraction of the best throughput to keep")
     ] = 0.9,
+    attention_kernel: Annotated[
+        str, typer.Option(help="best (FA3/cuDNN on Hopper) | fa2 (PyTorch SDPA flash backend)")
+    ] = "best",
+    eager: Annotated[
+        bool, typer.Option("--eager/--fused", help="eager PyTorch elementwise ops (no compile)")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
     recomputation, offload) for the best one under an objective."""
+    from hwtune.cost.compute import ATTENTION_KERNELS
     from hwtune.model.catalog import get_model
     from hwtune.train.objectives import objective_value
     from hwtune.train.search import SCHEDULES, Constraints, plan
@@ -169,8 +176,14 @@ def plan_cmd(
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
+        if attention_kernel not in ATTENTION_KERNELS:
+            raise HwtuneInputError(
+                "--attention-kernel", attention_kernel, "one of " + ", ".join(ATTENTION_KERNELS)
+            )
+        software = {"attention_kernel": attention_kernel, "fused_elementwise": not eager}
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
-                  price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens)  # fmt: skip
+                  price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
+                  base=software)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
             values = [float(x) for x in vals.split(",") if x.strip()]
