@@ -265,6 +265,13 @@ def from_row(r: dict) -> PublishedRun:
         run.assumptions.append("precision not stated: bf16")
     ep = p.get("ep") or 1
     kernel, fused = _kernels(fw, other, dev, run)
+    reduce_dtype = None
+    mp = other.get("fsdp_mixed_precision")
+    if mp in ("DEFAULT", "FULL"):
+        # Composer's FSDP mixed precision: DEFAULT keeps reduce_dtype fp32 (param and compute
+        # in the autocast dtype), FULL is all fp32, PURE all 16-bit (Composer FSDP docs)
+        reduce_dtype = "fp32"
+        run.assumptions.append(f"gradients reduced in fp32 (Composer fsdp_mixed_precision {mp})")
     try:
         run.cluster = make_cluster(
             dev,
@@ -277,7 +284,7 @@ def from_row(r: dict) -> PublishedRun:
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
-            fused_elementwise=fused,
+            fused_elementwise=fused, grad_reduce_dtype=reduce_dtype,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:
