@@ -287,9 +287,11 @@ def test_plan_takes_the_frameworks_kernels():
     """FlashAttention-2 and eager elementwise kernels only add time: the best plan for them is
     slower than for the fused defaults, and the chosen strategy says which kernels it assumed."""
     fused = doc_of(run("plan", *SMALL, "--json"))["top"][0]
-    slow = doc_of(run("plan", *SMALL, "--attention-kernel", "fa2", "--eager", "--json"))["top"][0]
+    args = ("--attention-kernel", "fa2", "--eager", "--loss", "pytorch", "--json")
+    slow = doc_of(run("plan", *SMALL, *args))["top"][0]
     assert slow["tokens_per_s_per_gpu"] < fused["tokens_per_s_per_gpu"]
     assert slow["strategy"]["attention_kernel"] == "fa2"
     assert slow["strategy"]["fused_elementwise"] is False
+    assert slow["strategy"]["loss_kernel"] == "pytorch"
     r = hwtune("plan", *SMALL, "--attention-kernel", "fa3")
     assert r.returncode == 2 and "attention-kernel" in r.stderr and "Traceback" not in r.stderr

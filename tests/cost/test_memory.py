@@ -273,3 +273,12 @@ def test_logits_shard_by_vocabulary():
     assert logits_bytes(spec, 4096, 8) == pytest.approx(logits_bytes(spec, 4096, 1) / 8)
     # At least the 16-bit logits plus their fp32 upcast are alive: >= 6 bytes per logit.
     assert logits_bytes(spec, 4096, 1) >= 6 * 4096 * 51200
+
+
+def test_pytorch_cross_entropy_peaks_at_three_fp32_copies():
+    """F.cross_entropy(logits.float()) backward: the saved log_softmax output, nll_loss's dense
+    gradient and log_softmax's input gradient, all fp32, are alive together (12 B per logit);
+    Megatron's in-place kernel keeps the 16-bit logits and one fp32 buffer (6 B)."""
+    spec = gpt()
+    assert logits_bytes(spec, 4096, 1, "pytorch") == 3 * 4 * 4096 * 51200
+    assert logits_bytes(spec, 4096, 1, "fused") == (2 + 4) * 4096 * 51200

@@ -378,3 +378,14 @@ def test_fsdp_pays_collective_latency_once_per_layer():
         spec = tiny.model_copy(update={"n_layers": n_layers})
         t = estimate(spec, gpu="h100-sxm-80gb", **kw).breakdown["dp_comm_exposed"]
         assert t >= 3 * n_layers * lat  # gather (fwd), gather (bwd), reduce-scatter per layer
+
+
+def test_pytorch_loss_adds_six_bytes_per_logit_on_the_last_stage():
+    """`loss_kernel="pytorch"` (F.cross_entropy on fp32) holds 12 B per logit at its peak against
+    the fused kernel's 6 (cost.memory.LOSS_KERNELS): the difference is 6 x tokens x vocab/tp."""
+    kw = dict(gpus=8, tp=2, pp=2, micro_batch=2, global_batch=16, seq=2048)
+    fused = est("llama3.1-8b", **kw).memory
+    torch_ce = est("llama3.1-8b", loss_kernel="pytorch", **kw).memory
+    spec = get_model("llama3.1-8b")
+    extra = 6.0 * 2 * 2048 * spec.vocab / 2
+    assert torch_ce.total - fused.total == pytest.approx(extra, rel=1e-9)

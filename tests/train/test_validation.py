@@ -1,8 +1,8 @@
 """Accuracy of the estimator against published runs (shared/validation/training_published.jsonl).
 
 The issue's targets are median |error| <= 10% on throughput and on peak memory over every row
-the tool can express. They are not met yet (see VALIDATION.md): those two tests are strict
-xfails, so they start failing, loudly, the day the model meets them and the marks must go.
+the tool can express. Peak memory meets it; throughput does not yet (see VALIDATION.md): that
+test is a strict xfail, so it starts failing, loudly, the day the model meets it.
 The guard tests hold the accuracy reached so far, so a change that makes it worse fails.
 """
 
@@ -130,7 +130,7 @@ def test_eager_elementwise_cost_matches_torchtitans_compile_gain(table):
 
 
 def test_all_rows_memory_guard():
-    assert _median("peak_memory") <= 0.19  # measured 16.7%
+    assert _p90("peak_memory") <= 0.21  # measured 18.6% (70B 2D and eager rows)
 
 
 @pytest.mark.xfail(strict=True, reason="open: median throughput error over all rows is 13.5%")
@@ -138,8 +138,7 @@ def test_throughput_median_within_10_percent():
     assert _median("throughput") <= 0.10
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: median peak-memory error is 16.7% (reserved vs allocated)"
-)
 def test_peak_memory_median_within_10_percent():
+    """The issue's target (measured 8.4%: torchtitan's loss is F.cross_entropy on an fp32
+    upcast, 12 B per logit at its backward peak, cost.memory.LOSS_KERNELS)."""
     assert _median("peak_memory") <= 0.10

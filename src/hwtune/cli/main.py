@@ -100,6 +100,13 @@ def estimate(
             "--eager/--fused", help="eager PyTorch elementwise ops (no torch.compile, no TE)"
         ),
     ] = False,
+    loss: Annotated[
+        str,
+        typer.Option(
+            help="fused (Megatron's in-place vocab-parallel cross-entropy) | pytorch "
+            "(F.cross_entropy on an fp32 upcast: torchtitan, Hugging Face)"
+        ),
+    ] = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -127,7 +134,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
-            attention_kernel=attention_kernel, fused_elementwise=not eager,
+            attention_kernel=attention_kernel, fused_elementwise=not eager, loss_kernel=loss,
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

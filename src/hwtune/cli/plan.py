@@ -155,11 +155,15 @@ def plan_cmd(
     eager: Annotated[
         bool, typer.Option("--eager/--fused", help="eager PyTorch elementwise ops (no compile)")
     ] = False,
+    loss: Annotated[
+        str, typer.Option(help="fused (Megatron cross-entropy) | pytorch (F.cross_entropy, fp32)")
+    ] = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
     recomputation, offload) for the best one under an objective."""
     from hwtune.cost.compute import ATTENTION_KERNELS
+    from hwtune.cost.memory import LOSS_KERNELS
     from hwtune.model.catalog import get_model
     from hwtune.train.objectives import objective_value
     from hwtune.train.search import SCHEDULES, Constraints, plan
@@ -180,7 +184,13 @@ def plan_cmd(
             raise HwtuneInputError(
                 "--attention-kernel", attention_kernel, "one of " + ", ".join(ATTENTION_KERNELS)
             )
-        software = {"attention_kernel": attention_kernel, "fused_elementwise": not eager}
+        if loss not in LOSS_KERNELS:
+            raise HwtuneInputError("--loss", loss, "one of " + ", ".join(LOSS_KERNELS))
+        software = {
+            "attention_kernel": attention_kernel,
+            "fused_elementwise": not eager,
+            "loss_kernel": loss,
+        }
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip

@@ -78,6 +78,7 @@ class ActShape:
     dropout: bool = False
     ep: int = 1
     moe_imbalance: float = 1.0
+    loss: str = "fused"  # cross-entropy implementation (LOSS_KERNELS)
 
 
 def _div(x: int, t: int) -> int:
@@ -163,8 +164,18 @@ def _per_op_sac_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape)
     return kept
 
 
-def logits_bytes(spec: ModelSpec, tokens: int, tp: int) -> float:
-    """Peak bytes of the loss on the last stage: 16-bit logits (2), the fp32 upcast the
-    cross-entropy keeps for backward (4) and the fp32 gradient of the logits alive at the same
-    time (4): 10 bytes per logit."""
-    return (2.0 + 4.0 + 4.0) * tokens * -(-spec.vocab // tp)
+LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0}
+"""Peak bytes per logit of the loss on the last stage, by cross-entropy implementation.
+
+- ``fused``: Megatron-Core's vocabulary-parallel cross-entropy (``tensor_parallel/
+  cross_entropy.py``): the 16-bit logits (2) and one fp32 working copy (4) that the max
+  subtraction, ``exp`` and the gradient are computed in, in place: 6.
+- ``pytorch``: ``F.cross_entropy(logits.float(), labels)`` (torchtitan, Hugging Face,
+  llm-foundry). The backward of ``log_softmax`` holds its saved fp32 output, the fp32 gradient
+  from ``nll_loss`` and the fp32 input gradient it allocates at once: 12 (the 16-bit logits are
+  dropped before backward, torchtitan's ``del pred``; the forward peak is 2 + 4 + 4 = 10)."""
+
+
+def logits_bytes(spec: ModelSpec, tokens: int, tp: int, loss: str = "fused") -> float:
+    """Peak bytes of the loss on the last stage (``LOSS_KERNELS``), vocabulary split over tp."""
+    return LOSS_KERNELS[loss] * tokens * -(-spec.vocab // tp)

@@ -707,7 +707,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         spec, st.precision, st.optimizer, st.grad_reduce_dtype, st.tp, st.pp, st.dp, st.cp,
         st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
-        st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance,
+        st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
     )  # fmt: skip
 
 
@@ -781,7 +781,7 @@ def _activations(
             acts += a.act_bytes * a.tokens * spec.d_model * flight / (a.tp if a.sp else 1)
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if r == pp - 1:
-            transient += logits_bytes(spec, a.tokens, a.tp)
+            transient += logits_bytes(spec, a.tokens, a.tp, a.loss)
         out.append((acts * FRAGMENTATION, transient))
     return tuple(out)
 
@@ -806,6 +806,7 @@ def memory_table(
     dropout: bool,
     imbalance: float,
     settings: list[tuple[int, str, bool]],
+    loss: str = "fused",
 ) -> dict[tuple[int, str, bool], float]:
     """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
 
@@ -814,7 +815,7 @@ def memory_table(
     copies = param_copies(schedule) if pp > 1 else 1
     a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
                  act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
-                 ep=ep, moe_imbalance=imbalance)  # fmt: skip
+                 ep=ep, moe_imbalance=imbalance, loss=loss)  # fmt: skip
     flight = in_flight(schedule, pp, m, v)
     # per rank: model-state bytes for each (ZeRO, offload), activation bytes for each recompute
     states: dict[tuple[int, bool], list[float]] = {}
@@ -855,13 +856,14 @@ def _memory(
     spec: ModelSpec, precision: str, optimizer: str, grad_reduce_dtype: str | None, tp: int,
     pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
+    loss: str = "fused",
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
                      grad_reduce_dtype)  # fmt: skip
     a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
                  act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
-                 ep=ep, moe_imbalance=imbalance)  # fmt: skip
+                 ep=ep, moe_imbalance=imbalance, loss=loss)  # fmt: skip
     acts = _activations(spec, pp, v, a, recompute, in_flight(schedule, pp, m, v))
     best: Memory | None = None
     for (w, g, o, zt), (act, tr) in zip(states, acts, strict=True):

@@ -159,8 +159,8 @@ def _recompute(p: dict, run: PublishedRun) -> str:
     return "none"
 
 
-def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str, bool]:
-    """(attention kernel, fused elementwise) of the row's framework.
+def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str, bool, str]:
+    """(attention kernel, fused elementwise, loss kernel) of the row's framework.
 
     - torchtitan (2024) calls PyTorch SDPA with the flash backend first on Hopper (its
       ``ScaledDotProductAttention`` backends list; cuDNN was added for B200 only, torchtitan
@@ -168,17 +168,18 @@ def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str,
       and complex-form rotary embeddings run eagerly, one kernel per elementary op.
     - llm-foundry / Composer (2023) used FlashAttention-2-class kernels (flash-attn 2 or Triton);
       FlashAttention-3 appeared in July 2024 (Shah et al.).
+    Both compute the loss as ``F.cross_entropy`` on an fp32 upcast of the logits.
     Megatron-LM, NeMo and Megatron-Bridge use Transformer Engine (cuDNN fused attention, fused
-    elementwise kernels): the defaults."""
-    kernel, fused = "best", True
+    elementwise kernels) and the in-place vocabulary-parallel cross-entropy: the defaults."""
+    kernel, fused, loss = "best", True, "fused"
     if "torchtitan" in fw or "llm-foundry" in fw:
-        kernel = "fa2"
+        kernel, loss = "fa2", "pytorch"
         if dev.architecture == "hopper":
             run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")
     if "torchtitan" in fw and other.get("torch_compile") is False:
         fused = False
         run.assumptions.append("eager elementwise ops (no torch.compile)")
-    return kernel, fused
+    return kernel, fused, loss
 
 
 def from_row(r: dict) -> PublishedRun:
@@ -264,7 +265,7 @@ def from_row(r: dict) -> PublishedRun:
     if r.get("precision") is None:
         run.assumptions.append("precision not stated: bf16")
     ep = p.get("ep") or 1
-    kernel, fused = _kernels(fw, other, dev, run)
+    kernel, fused, loss = _kernels(fw, other, dev, run)
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
     if mp in ("DEFAULT", "FULL"):
@@ -284,7 +285,7 @@ def from_row(r: dict) -> PublishedRun:
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
-            fused_elementwise=fused, grad_reduce_dtype=reduce_dtype,
+            fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

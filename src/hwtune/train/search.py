@@ -237,6 +237,7 @@ def plan(
                     tp, pp, dp, cp, ep, tp > 1, mb, seq, m, v, sched,
                     bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
                     float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
+                    str(b_.get("loss_kernel", "fused")),
                 )  # fmt: skip
                 lightest_mem = mems[lightest]
                 if lightest_mem > cap:

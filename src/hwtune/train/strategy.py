@@ -71,6 +71,11 @@ class Strategy(BaseModel):
         description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
         "torch.compile); False = eager PyTorch, one kernel per elementary op",
     )
+    loss_kernel: Literal["fused", "pytorch"] = Field(
+        default="fused",
+        description="cross-entropy: fused = Megatron's in-place vocab-parallel kernel (6 B per "
+        "logit at peak); pytorch = F.cross_entropy on an fp32 upcast (12 B)",
+    )
     dropout: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
