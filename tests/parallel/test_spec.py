@@ -117,3 +117,37 @@ def test_explicit_actions_on_the_wrong_rank():
         validate(spec, LLAMA, 2)
     with pytest.raises(HwtuneInputError, match="an action <stage>"):
         validate(make_spec(pp=2, schedule={"actions": {0: ["0X0"], 1: []}}), LLAMA, 2)
+
+
+def test_expert_degree_is_checked_for_explicit_schedules_too():
+    """An explicit action list skips the estimator's schedule checks; the mesh's ep is still
+    checked against the experts and the data-parallel ranks, before anything runs."""
+    acts = {0: ["0F0", "0B0"], 1: ["1F0", "1B0"]}
+    spec = make_spec(pp=2, dp=3, ep=2, global_batch=3, schedule={"actions": acts})
+    with pytest.raises(HwtuneInputError, match=r"mesh.ep: got 2; expected a divisor of dp\*cp = 3"):
+        validate(spec, MOE, 6)
+    spec = make_spec(pp=2, dp=3, ep=3, global_batch=3, schedule={"actions": acts})
+    with pytest.raises(
+        HwtuneInputError, match="mesh.ep: got 3; expected a divisor of the 8 experts"
+    ):
+        validate(spec, MOE, 6)
+    spec = make_spec(pp=2, dp=2, ep=2, global_batch=2, schedule={"actions": acts})
+    with pytest.raises(HwtuneInputError, match="mesh.ep: got 2; expected 1 for the dense model"):
+        validate(spec, LLAMA, 4)
+
+
+def test_a_recompute_action_needs_recomputed_layers():
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.parallel.compiler import compile_plan
+
+    acts = {0: ["0F0", "0F1", "0R0", "0B0", "0R1", "0B1"], 1: ["1F0", "1B0", "1F1", "1B1"]}
+    spec = make_spec(pp=2, global_batch=2, schedule={"actions": acts})
+    with pytest.raises(
+        HwtuneInputError,
+        match=r"schedule.actions\[0\]\[2\]: got '0R0'; expected an R only on a stage with recomputed",
+    ):
+        compile_plan(spec, LLAMA, make_cluster("h100-sxm-80gb", 2))
+    ok = make_spec(pp=2, global_batch=2, schedule={"actions": acts},
+                   modules=[{"match": "layers[0:4]", "recompute": "full"}])  # fmt: skip
+    plan = compile_plan(ok, LLAMA, make_cluster("h100-sxm-80gb", 2))
+    assert sum(op.kind == "R" for op in plan.ops) == 2

@@ -26,7 +26,7 @@ from hwtune.parallel import schedules as S
 from hwtune.parallel.actions import Action
 from hwtune.parallel.costs import StageCost, stage_costs
 from hwtune.parallel.ir import Op, Plan, check
-from hwtune.parallel.spec import ParallelSpec, validate
+from hwtune.parallel.spec import LayerPlan, ParallelSpec, validate
 from hwtune.train.estimator import FRAMEWORK_RESERVE_BYTES, OPTIMIZER_BYTES_MOVED, grads_in_fp32
 
 
@@ -95,6 +95,23 @@ def _check_orders(spec: ParallelSpec, orders: dict[int, list[Action]], nst: int)
                 )
 
 
+def _check_recompute(
+    spec: ParallelSpec, orders: dict[int, list[Action]], layers: tuple[LayerPlan, ...]
+) -> None:
+    """An ``R`` (recompute before the backward) only where the annotations recompute something:
+    otherwise the order and the annotations contradict each other."""
+    chunks = {lp.stage for lp in layers if lp.recompute != "none"}
+    for r, v in orders.items():
+        for i, a in enumerate(v):
+            for p in a.parts:
+                if p.kind == "R" and spec.chunk_of_stage(p.stage) not in chunks:
+                    raise HwtuneInputError(
+                        f"schedule.actions[{r}][{i}]", str(p),
+                        f"an R only on a stage with recomputed layers (stage {p.stage} keeps all "
+                        "its activations: set recompute or a modules annotation)",
+                    )  # fmt: skip
+
+
 def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     """The device plan of ``spec`` for ``model`` on ``cl`` (validated, priced, checked)."""
     layers = validate(spec, model, cl.n_gpus)
@@ -105,6 +122,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     srank = [spec.stage_rank(s) for s in range(nst)]
     orders = orders_for(spec, costs)
     _check_orders(spec, orders, nst)
+    _check_recompute(spec, orders, layers)
     prv, nxt = _chain(spec, nst)
     dev = power_limited(cl.device, cl.power_cap_w)
     zero = spec.zero_stage

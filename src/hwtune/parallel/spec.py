@@ -426,6 +426,20 @@ def _check_annotation(
                 )
 
 
+def _check_expert_mesh(mesh: Mesh, model: ModelSpec) -> None:
+    """The mesh's expert-parallel degree against the model and the data-parallel ranks it folds
+    over (also for explicit schedules, which skip the estimator's schedule checks)."""
+    if mesh.ep == 1:
+        return
+    if model.moe is None:
+        raise HwtuneInputError("mesh.ep", mesh.ep, f"1 for the dense model {model.name}")
+    e = model.moe.n_routed_experts
+    if e % mesh.ep:
+        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of the {e} experts")
+    if (mesh.dp * mesh.cp) % mesh.ep:
+        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of dp*cp = {mesh.dp * mesh.cp}")
+
+
 def validate(
     spec: ParallelSpec, model: ModelSpec, n_gpus: int | None = None
 ) -> tuple[LayerPlan, ...]:
@@ -439,6 +453,7 @@ def validate(
     if not spec.explicit or mesh.pp == 1:
         # the estimator's checks of the global degrees (heads, experts, batch, schedule)
         st.validate_for(model, None)
+    _check_expert_mesh(mesh, model)
     if spec.global_batch_seqs % (spec.micro_batch * mesh.dp):
         raise HwtuneInputError(
             "global_batch",

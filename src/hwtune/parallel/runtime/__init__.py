@@ -3,6 +3,8 @@
 One file per concern, as torchtitan: `models` (a tiny GPT and MoE), `tensor_parallel`
 (DTensor `parallelize_module`), `data_parallel` (DDP, ZeRO-1 via `ZeroRedundancyOptimizer`,
 FSDP2 `fully_shard`), `experts` (all-to-all dispatch), `pipeline` (stages and our compiled
-per-rank orders on `torch.distributed.pipelining`'s schedule runtime), `train` (one rank's
-loop), `launch` (processes on 127.0.0.1). torch is imported only here.
+per-rank orders on `torch.distributed.pipelining`'s schedule runtime), `dualpipe` (the
+bidirectional DualPipe, which that runtime cannot express, walked by hand), `recompute`
+(the plan's per-layer activation checkpointing, and a meter of the bytes autograd keeps),
+`train` (one rank's loop), `launch` (processes on 127.0.0.1). torch is imported only here.
 """

@@ -3,7 +3,8 @@
 - ZeRO-1: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer`` (optimizer states sharded);
 - ZeRO-2/3: FSDP2 ``fully_shard`` per block and at the root (``reshard_after_forward`` False for
   ZeRO-2, True for ZeRO-3), as torchtitan's ``apply_fsdp``.
-Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction."""
+Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction; their
+gradients are summed over the replicas of each expert (the dp/ep "edp" sub-mesh) in `train`."""
 
 from __future__ import annotations
 
@@ -40,13 +41,48 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
     return model
 
 
+class Optimizers:
+    """Several optimizers stepped as one (dense parameters sharded over dp, routed experts over
+    their own replicas)."""
+
+    def __init__(self, opts: list[torch.optim.Optimizer]) -> None:
+        self.opts = opts
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self) -> None:
+        for o in self.opts:
+            o.zero_grad()
+
+
 def make_optimizer(
-    model: nn.Module, zero: int, dp_mesh: DeviceMesh | None, lr: float
-) -> torch.optim.Optimizer:
+    model: nn.Module,
+    zero: int,
+    dp_mesh: DeviceMesh | None,
+    lr: float,
+    experts: set[int] | None = None,
+    edp_mesh: DeviceMesh | None = None,
+) -> torch.optim.Optimizer | Optimizers:
+    """AdamW; under ZeRO-1 ``ZeroRedundancyOptimizer`` shards the states of the dense
+    parameters over ``dp_mesh`` and those of the routed experts (``experts``: ids of their
+    parameters) over ``edp_mesh``, the ranks that hold the same experts (Megatron-Core's
+    expert-data-parallel distributed optimizer)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if zero == 1 and dp_mesh is not None and dp_mesh.size() > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=lr,
-                                       process_group=dp_mesh.get_group())  # fmt: skip
+        def zro(ps: list, mesh: DeviceMesh | None) -> torch.optim.Optimizer:
+            if mesh is None or mesh.size() == 1:
+                return torch.optim.AdamW(ps, lr=lr)
+            return ZeroRedundancyOptimizer(ps, optimizer_class=torch.optim.AdamW, lr=lr,
+                                           process_group=mesh.get_group())  # fmt: skip
+
+        ex = experts or set()
+        dense = [p for p in params if id(p) not in ex]
+        routed = [p for p in params if id(p) in ex]
+        if not routed:
+            return zro(dense, dp_mesh)
+        return Optimizers([zro(dense, dp_mesh), zro(routed, edp_mesh)])
     return torch.optim.AdamW(params, lr=lr)

@@ -1,8 +1,10 @@
 """Mixture of experts with expert parallelism: top-k routing, all-to-all dispatch and combine.
 
 The experts of a layer are split over the expert-parallel group (contiguous blocks, or the
-spec's placement); tokens travel with ``torch.distributed.nn.functional.all_to_all_single``
-(differentiable; variable splits), as in DeepSpeed-MoE / Megatron-Core's all-to-all token
+spec's placement); that group is the inner "ep" dimension of the DeviceMesh, a sub-group of the
+data-parallel ranks when ep < dp (each of the dp/ep groups holds all experts once); tokens
+travel with ``torch.distributed.nn.functional.all_to_all_single`` (differentiable; variable
+splits), as in DeepSpeed-MoE / Megatron-Core's all-to-all token
 dispatcher. Without a group every expert is local and the same code runs (the reference).
 Dropless: no capacity factor, so the result does not depend on the layout.
 """

@@ -1,6 +1,6 @@
 """Start the processes of a run on 127.0.0.1 (torch.multiprocessing, a free port, gloo) and
 compare their losses with the single-process reference. Under torchrun the same `worker` runs
-with ``RANK``/``WORLD_SIZE`` from the environment (see VALIDATION-parallel.md for NCCL)."""
+with ``RANK``/``WORLD_SIZE`` from the environment (see VALIDATION.md, "Programmable parallelism", for NCCL)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
-from hwtune.parallel.runtime.models import TinyConfig
+from hwtune.parallel.runtime.models import TinyConfig, model_spec
 from hwtune.parallel.runtime.train import RunConfig, reference_losses, worker
 
 
@@ -53,47 +53,66 @@ def launch(cfg: RunConfig) -> dict:
 
 
 def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunConfig:  # noqa: ANN001
-    """The `RunConfig` of a `ParallelSpec` on the tiny model (its mesh, ZeRO stage, stages and
-    compiled orders; 4 layers, or as many as the stages need)."""
+    """The `RunConfig` of a `ParallelSpec` on the tiny model (its mesh, ZeRO stage, stages,
+    compiled orders and the annotations resolved per layer: recomputation, expert placement;
+    4 layers, or as many as the stages need). What the runtime cannot run is refused here,
+    one line naming the field."""
+    from hwtune.parallel import schedules as S
     from hwtune.parallel.compiler import orders_for
-    from hwtune.parallel.spec import even_stages
+    from hwtune.parallel.spec import validate
 
     mesh = spec.mesh
     if mesh.cp > 1:
         raise HwtuneInputError(
             "mesh.cp", mesh.cp, "1 in the runtime (context parallelism is simulated only)"
         )
-    if not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1:
+    bidirectional = not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1
+    if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 0 and mesh.dp > 1)):
         raise HwtuneInputError(
-            "schedule.name",
-            "dualpipe",
-            "dualpipev for --run (torch's runtime runs one stage chain)",
+            "schedule.name", "dualpipe", "tp = 1, and zero = 0 with dp > 1, for a DualPipe run"
         )
     chunks = spec.n_chunks() if mesh.pp > 1 else 1
     layers = max(4, chunks)
     if spec.stages is not None and mesh.pp > 1:
-        counts = list(spec.stages)
-        layers = sum(counts)
-    else:
-        counts = list(even_stages(layers, chunks))
-    c = TinyConfig(n_layers=layers, n_experts=8 if moe else 0)
+        layers = sum(spec.stages)
+    c = TinyConfig(n_layers=layers, n_experts=8 if moe else 0, flash=spec.flash_attention)
+    ms = model_spec(c)
+    plans = validate(spec, ms)  # the compiler's checks, against the model that runs
+    if mesh.ep > 1 and (mesh.tp > 1 or mesh.pp > 1 or spec.zero_stage > 1):
+        raise HwtuneInputError(
+            "mesh.ep", mesh.ep, "tp = pp = 1 and zero <= 1 with expert parallelism in the runtime"
+        )
+    recompute = {lp.index: lp.recompute for lp in plans}
+    bad = next((lp for lp in plans if lp.recompute not in ("none", "selective", "full")), None)
+    if bad is not None:
+        raise HwtuneInputError(
+            f"layers.{bad.index}.recompute", bad.recompute, "none, selective or full in the runtime"
+        )
+    placement = None
+    if moe and mesh.ep > 1:
+        eps = {lp.ep for lp in plans}
+        places = {lp.placement for lp in plans}
+        if eps != {mesh.ep} or len(places) > 1:
+            raise HwtuneInputError(
+                "modules.ep", sorted(eps), f"the mesh's ep={mesh.ep} on every layer in the runtime"
+            )
+        place = places.pop()
+        placement = [list(g) for g in place] if place else None
+    counts = [sum(1 for lp in plans if lp.stage == k) for k in range(chunks)]
     bounds = [sum(counts[:i]) for i in range(len(counts) + 1)]
     stage_layers = [list(range(bounds[i], bounds[i + 1])) for i in range(len(counts))]
     orders = None
     if mesh.pp > 1:
-        orders = (
-            {r: [str(a) for a in v] for r, v in orders_for(spec, ()).items()}
-            if spec.explicit
-            else None
-        )
-        if orders is None:
-            from hwtune.parallel import schedules as S
-
+        if spec.explicit:
+            orders = {r: [str(a) for a in v] for r, v in orders_for(spec, ()).items()}
+        else:
             gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
             orders = {r: [str(a) for a in v] for r, v in gen.items()}
     return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
                      zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
-                     stage_layers=stage_layers, orders=orders, steps=steps, seed=seed)  # fmt: skip
+                     stage_layers=stage_layers, orders=orders, recompute=recompute,
+                     placement=placement, bidirectional=bidirectional, steps=steps,
+                     seed=seed)  # fmt: skip
 
 
 def run_spec(spec, steps: int = 3, moe: bool | None = None) -> dict:  # noqa: ANN001

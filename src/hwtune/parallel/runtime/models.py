@@ -1,15 +1,25 @@
 """A tiny GPT and a tiny MoE in torchtitan's layout (``tok_embeddings``, ``layers`` as a
 ModuleDict keyed "0".."n-1", ``norm``, ``output``), so a pipeline stage is the model with the
 other layers deleted and tensor parallelism is a plan over module names. Random weights from a
-seed; float32 for exact comparisons."""
+seed; float32 for exact comparisons.
+
+Recomputation (activation checkpointing, ``torch.utils.checkpoint`` with ``use_reentrant=False``)
+is a per-block attribute, as the plan resolves it per layer (Korthikanti et al. MLSys'23 §4):
+``full`` keeps only the block's input and reruns the block in the backward; ``selective``
+reruns the attention core (scores, softmax, weighted sum), so the s^2 tensors of a
+non-fused attention are never kept; ``none`` keeps everything."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from hwtune.model.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -22,12 +32,21 @@ class TinyConfig:
     seq: int = 16
     n_experts: int = 0  # > 0: every layer's FFN is a mixture of experts
     top_k: int = 2
+    flash: bool = True  # fused attention (SDPA); False: scores and softmax as separate tensors
+
+
+def _checkpoint(fn, *args: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    from torch.utils.checkpoint import checkpoint
+
+    return checkpoint(fn, *args, use_reentrant=False)
 
 
 class Attention(nn.Module):
     def __init__(self, c: TinyConfig) -> None:
         super().__init__()
         self.hd = c.d_model // c.n_heads
+        self.flash = c.flash
+        self.recompute_core = False  # selective recomputation of the attention core
         self.wq = nn.Linear(c.d_model, c.d_model, bias=False)
         self.wk = nn.Linear(c.d_model, c.d_model, bias=False)
         self.wv = nn.Linear(c.d_model, c.d_model, bias=False)
@@ -39,8 +58,20 @@ class Attention(nn.Module):
         q, k, v = (
             w(x).view(b, s, -1, self.hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
         )
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.recompute_core and torch.is_grad_enabled():
+            o = _checkpoint(self.core, q, k, v)
+        else:
+            o = self.core(q, k, v)
         return self.wo(o.transpose(1, 2).reshape(b, s, -1))
+
+    def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) + causal mask) v: fused (SDPA) or as separate tensors."""
+        if self.flash:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = q.shape[-2]
+        scores = (q @ k.transpose(-2, -1)) * self.hd**-0.5
+        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
 
 class FeedForward(nn.Module):
@@ -66,8 +97,21 @@ class Block(nn.Module):
         self.ffn_norm = nn.RMSNorm(c.d_model)
         self.moe = c.n_experts > 0
         self.feed_forward = MoE(c) if self.moe else FeedForward(c.d_model, c.ffn)
+        self.recompute = "none"
+
+    def set_recompute(self, mode: str) -> None:
+        """``none``, ``selective`` (the attention core) or ``full`` (the whole block)."""
+        if mode not in ("none", "selective", "full"):
+            raise ValueError(f"recompute: got {mode!r}; expected none, selective or full")
+        self.recompute = mode
+        self.attention.recompute_core = mode == "selective"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute == "full" and torch.is_grad_enabled():
+            return _checkpoint(self._body, x)
+        return self._body(x)
+
+    def _body(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x))
         return x + self.feed_forward(self.ffn_norm(x))
 
@@ -107,3 +151,20 @@ def batch(
     g = torch.Generator().manual_seed(seed * 1000 + step)
     t = torch.randint(0, c.vocab, (global_batch, c.seq + 1), generator=g)
     return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+
+
+def model_spec(c: TinyConfig) -> ModelSpec:
+    """The tiny model as the planner sees it (the same parameters, counted by
+    `hwtune.model.params`), so the compiler, the estimator's memory model and the
+    annotations resolve against exactly what runs."""
+    from hwtune.model.spec import ModelSpec
+    from hwtune.model.spec import MoE as MoESpec
+
+    moe = (
+        MoESpec(n_routed_experts=c.n_experts, top_k=c.top_k, expert_ffn_hidden=c.ffn)
+        if c.n_experts
+        else None
+    )
+    return ModelSpec(name="tiny-moe" if moe else "tiny-gpt", n_layers=c.n_layers,
+                     d_model=c.d_model, n_heads=c.n_heads, ffn_hidden=c.ffn, vocab=c.vocab,
+                     moe=moe)  # fmt: skip

@@ -2,7 +2,8 @@
 deep-copy and delete what a stage does not hold) and run our compiled per-rank orders on
 ``torch.distributed.pipelining``'s schedule runtime (``_PipelineScheduleRuntime``, which takes
 explicit per-rank action lists and adds the sends and receives itself). Recomputation actions
-(``R``) are dropped: recomputation runs inside the backward (activation checkpointing)."""
+(``R``) are dropped from the order: the layers the plan marks run under activation
+checkpointing (`recompute.apply_recompute`), whose forward reruns inside the stage's backward."""
 
 from __future__ import annotations
 

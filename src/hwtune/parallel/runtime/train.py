@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
 from hwtune.parallel.runtime.models import TinyConfig, batch, build, loss_fn
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 @dataclass
@@ -30,6 +35,9 @@ class RunConfig:
     orders: dict[int, list[str]] | None = None  # per-rank actions (hwtune notation)
     tp_attention: bool = True
     tp_ffn: bool = True
+    recompute: dict[int, str] = field(default_factory=dict)  # layer -> none/selective/full
+    placement: list[list[int]] | None = None  # experts on each expert-parallel rank
+    bidirectional: bool = False  # DualPipe: two directions, stages 0..2p-1 (`dualpipe.py`)
     steps: int = 3
     seed: int = 0
     lr: float = 1e-2
@@ -44,7 +52,8 @@ class RunConfig:
 
 
 def reference_losses(cfg: RunConfig) -> list[float]:
-    """The same model, data and optimizer in one process, whole batch at once."""
+    """The same model, data and optimizer in one process, whole batch at once, no
+    recomputation."""
     model = build(cfg.model, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     out = []
@@ -64,18 +73,19 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _state_bytes(modules: list[torch.nn.Module], opt: torch.optim.Optimizer) -> dict[str, float]:
+def _state_bytes(modules: list[torch.nn.Module], opt: object) -> dict[str, float]:
     params = {id(p): p for m in modules for p in m.parameters()}.values()
     w = sum(_local(p).numel() * _local(p).element_size() for p in params)
     g = sum(
         _local(p.grad).numel() * _local(p.grad).element_size() for p in params if p.grad is not None
     )
-    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its shard's optimizer here
     o = 0
-    for st in inner.state.values():
-        for v in st.values():
-            if torch.is_tensor(v) and v.numel() > 1:
-                o += _local(v).numel() * _local(v).element_size()
+    for one in getattr(opt, "opts", [opt]):
+        inner = getattr(one, "optim", one)  # ZeroRedundancyOptimizer keeps its shard's here
+        for st in inner.state.values():
+            for v in st.values():
+                if torch.is_tensor(v) and v.numel() > 1:
+                    o += _local(v).numel() * _local(v).element_size()
     return {"weights": float(w), "gradients": float(g), "optimizer": float(o)}
 
 
@@ -91,6 +101,10 @@ def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str)
             out.mkdir(exist_ok=True)
             _train(rank, cfg, out)
             dist.barrier()
+        # every rank's wrappers (DDP's reducer holds gloo work) are released inside `_train`;
+        # one more barrier so no rank tears the group down while a peer still uses it
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -104,18 +118,34 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         expert_param_names,
         make_optimizer,
     )
+    from hwtune.parallel.runtime.recompute import SavedActivations, apply_recompute
     from hwtune.parallel.runtime.tensor_parallel import apply_tp
 
-    mesh = init_device_mesh("cpu", (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
-    dp_mesh, tp_mesh = mesh["dp"], mesh["tp"]
+    edp_mesh = None
+    if cfg.ep > 1:
+        # expert parallelism folded over data parallelism (Megatron-Core's "expert data
+        # parallel"): dp = (dp/ep replicas) x (ep expert ranks); the all-to-all runs over the
+        # inner "ep" sub-mesh, each expert's gradients are reduced over its dp/ep replicas
+        # ("edp"), dense gradients over the flattened "dp"
+        if cfg.dp % cfg.ep or cfg.tp > 1 or cfg.pp > 1:
+            raise ValueError("runtime: ep must divide dp (tp = pp = 1) for expert parallelism")
+        mesh = init_device_mesh(
+            "cpu", (cfg.pp, cfg.dp // cfg.ep, cfg.ep, cfg.tp),
+            mesh_dim_names=("pp", "edp", "ep", "tp"),
+        )  # fmt: skip
+        dp_mesh = mesh["edp", "ep"]._flatten("dp")
+        edp_mesh = mesh["edp"]
+    else:
+        mesh = init_device_mesh("cpu", (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
+        dp_mesh = mesh["dp"]
+    tp_mesh = mesh["tp"]
     dp_rank, pp_rank = dp_mesh.get_local_rank(), mesh["pp"].get_local_rank()
     model = build(cfg.model, cfg.seed)
+    apply_recompute(model, cfg.recompute)
     if cfg.ep > 1:
-        if cfg.ep != cfg.dp or cfg.tp > 1 or cfg.pp > 1:
-            raise ValueError("runtime: ep must equal dp (tp = pp = 1) for expert parallelism")
         for block in model.layers.values():
             if block.moe:
-                block.feed_forward.shard_experts(dp_mesh.get_group())
+                block.feed_forward.shard_experts(mesh["ep"].get_group(), cfg.placement)
     if cfg.tp > 1:
         apply_tp(model, tp_mesh, cfg.tp_attention, cfg.tp_ffn)
     x_all, _ = batch(cfg.model, cfg.global_batch, 0, cfg.seed)
@@ -129,7 +159,9 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             wrapped = (
                 apply_fsdp(model, dp_mesh, cfg.zero) if cfg.zero >= 2 else apply_ddp(model, dp_mesh)
             )
-        opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr)
+        experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
+        opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
+        acts: dict[int, float] = {}
         for step in range(cfg.steps):
             x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
             x, y = (
@@ -139,12 +171,24 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             total = torch.zeros(())
             for mb in range(cfg.n_micro):
                 sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
-                loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
+                if step == 0 and mb == 0 and cfg.zero < 2:
+                    # activation bytes kept for the backward, per layer (FSDP2's gathered
+                    # weights live in fresh storages: not measured under ZeRO-2/3)
+                    with SavedActivations(model) as meter:
+                        loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
+                    acts = meter.layers()
+                else:
+                    loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
                 loss.backward()
                 total += loss.detach()
-            if cfg.ep > 1:  # expert gradients gathered every rank's tokens: a sum over dp
+            if cfg.ep > 1:
+                # an expert's gradient summed the tokens of its ep group's ranks; the sum over
+                # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
+                # losses (DDP averages the dense gradients the same way)
                 for n, p in model.named_parameters():
                     if n in expert_names and p.grad is not None:
+                        if edp_mesh is not None and edp_mesh.size() > 1:
+                            dist.all_reduce(p.grad, group=edp_mesh.get_group())
                         p.grad.div_(cfg.dp)
             mem = _state_bytes([wrapped], opt)
             opt.step()
@@ -154,6 +198,10 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                 total /= cfg.dp
             losses.append(total.item())
         mem["params_local"] = float(sum(_local(p).numel() for p in wrapped.parameters()))
+        mem["activations"] = acts
+        del wrapped, opt
+    elif cfg.bidirectional:
+        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, pp_rank, dp_rank)
     else:
         from hwtune.parallel.actions import parse_action
         from hwtune.parallel.runtime.pipeline import CompiledSchedule, build_stages
@@ -199,9 +247,53 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         mem["params_local"] = float(sum(_local(p).numel() for p in params))
         if not has_last:
             losses = []
-    del x_all
+        del sched, stages, mods, opt
+    del x_all, model
+    gc.collect()
     doc = {"rank": rank, "losses": losses, "memory": mem}
     (out / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def _train_dualpipe(
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    mesh: DeviceMesh,
+    dp_mesh: DeviceMesh,
+    pp_rank: int,
+    dp_rank: int,
+) -> tuple[list[float], dict[str, float]]:
+    """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
+    rank, the copies' gradients summed over the pipeline group, then averaged over dp."""
+    from hwtune.parallel.actions import parse_action
+    from hwtune.parallel.runtime.dualpipe import DualPipeRunner
+
+    assert cfg.orders is not None and cfg.stage_layers is not None
+    order = [parse_action(a) for a in cfg.orders[pp_rank]]
+    pp_group = mesh["pp"].get_group()
+    runner = DualPipeRunner(model, cfg.stage_layers, pp_rank, pp_group, order, cfg.n_micro, loss_fn)
+    mods = runner.modules()
+    params = [p for m in mods for p in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    per_dp = cfg.global_batch // cfg.dp
+    losses: list[float] = []
+    for step in range(cfg.steps):
+        x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
+        sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
+        total = runner.step(x[sl], y[sl], cfg.micro_batch)
+        if cfg.dp > 1:
+            for p in params:
+                dist.all_reduce(p.grad, group=dp_mesh.get_group())
+                p.grad.div_(cfg.dp)
+        mem = _state_bytes(mods, opt)
+        opt.step()
+        opt.zero_grad()
+        dist.all_reduce(total, group=pp_group)  # direction 0's losses + direction 1's
+        if cfg.dp > 1:
+            dist.all_reduce(total, group=dp_mesh.get_group())
+            total /= cfg.dp
+        losses.append(total.item())
+    mem["params_local"] = float(sum(p.numel() for p in params))
+    return losses, mem
 
 
 def config_dict(cfg: RunConfig) -> dict:
