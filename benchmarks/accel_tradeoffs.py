@@ -14,10 +14,10 @@ from hwtune.accel.architecture import catalog_names, load_accelerator
 from hwtune.accel.checkpointing import _Units
 from hwtune.accel.evaluate import evaluate
 from hwtune.accel.models import GPT2Config, gpt2, resnet18
-from hwtune.accel.plots import checkpoint_plot, fronts_plot, fusion_plot, pareto_plot
 from hwtune.accel.schedule import schedule
 from hwtune.accel.search import Budget, search
 from hwtune.accel.training import lower_training
+from hwtune.report.accel_plots import checkpoint_plot, fronts_plot, fusion_plot, pareto_plot
 
 
 def main() -> None:

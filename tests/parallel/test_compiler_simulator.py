@@ -17,7 +17,7 @@ from hwtune.parallel import compile_and_simulate
 from hwtune.parallel.compiler import compile_plan
 from hwtune.parallel.simulator import simulate
 from hwtune.parallel.spec import make_spec
-from hwtune.parallel.trace import chrome_trace, write_gantt
+from hwtune.report.parallel_trace import chrome_trace, write_gantt
 from hwtune.train.estimator import _estimate
 from hwtune.train.schedules import pipeline_time
 

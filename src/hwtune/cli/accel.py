@@ -206,7 +206,7 @@ def search_cmd(
         return
     rows = res.rows(t)
     if plot is not None and len(res.F):
-        from hwtune.accel.plots import pareto_plot
+        from hwtune.report.accel_plots import pareto_plot
 
         pareto_plot(res.F, plot, objective, res.all_F, f"{g.name}: {res.evaluations} evaluations")
     if table is not None and rows:

@@ -63,7 +63,7 @@ def compile_cmd(
     from hwtune.parallel.compiler import compile_plan
     from hwtune.parallel.simulator import simulate
     from hwtune.parallel.spec import load_spec, make_spec
-    from hwtune.parallel.trace import write_gantt, write_trace
+    from hwtune.report.parallel_trace import write_gantt, write_trace
 
     flags = dict(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, micro_batch=micro_batch,
                  global_batch=global_batch, seq=seq, recompute=recompute)  # fmt: skip

@@ -141,7 +141,7 @@ def optimize_cmd(
         res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
                           cap, user_batch=batch, objective=objective, eta=eta)  # type: ignore[arg-type]  # fmt: skip
         if plot is not None:
-            from hwtune.energy.plot import plot_frontier
+            from hwtune.report.energy_plot import plot_frontier
 
             plot_frontier(
                 res, plot, f"{prof.name}, cap {cap:g} W, B_noise {b_noise:g}, S_min {s_min:g}"
