@@ -4,6 +4,10 @@ VALIDATION-serve.md.
 
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
+        [--engine defaults|aiconfigurator]
+
+``--engine aiconfigurator`` runs aggregated rows with the engine limits of aiconfigurator's
+generated configs (`hwtune.serve.published.aic_engine_limits`) instead of the engines' defaults.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hwtune.serve.published import REQUESTS_PER_CLIENT, load_rows, predict_all
+from hwtune.serve.published import ENGINES, REQUESTS_PER_CLIENT, load_rows, predict_all
 
 
 def rel(p: float, m: float) -> float:
@@ -47,11 +51,12 @@ def main() -> None:
     ap.add_argument("--requests-per-client", type=int, default=REQUESTS_PER_CLIENT)
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--from-json", default=None)
+    ap.add_argument("--engine", choices=ENGINES, default="defaults")
     a = ap.parse_args()
     if a.from_json:
         doc = json.loads(Path(a.from_json).read_text())
     else:
-        rows = load_rows()
+        rows = load_rows(engine=a.engine)
         ok = [r for r in rows if r.deployment is not None]
         if a.limit:
             ok = ok[: a.limit]
@@ -68,7 +73,7 @@ def main() -> None:
             (failed if err else out).append(rec | ({"error": err} if err else {}))
         skipped = [{"id": r.id, "reason": r.reason} for r in rows if r.deployment is None]
         doc = {"rows": out, "failed": failed, "skipped": skipped, "wall_s": wall,
-               "requests_per_client": a.requests_per_client}  # fmt: skip
+               "requests_per_client": a.requests_per_client, "engine": a.engine}  # fmt: skip
         Path(a.out).write_text(json.dumps(doc, indent=1))
     out = doc["rows"]
     print(

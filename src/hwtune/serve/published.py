@@ -15,6 +15,11 @@ Assumptions, the same for every row (none is tuned to a row):
   ``max_num_seqs`` at least the concurrency (benchmark servers are started with a batch limit
   that admits every client: 256 by default, raised otherwise); disaggregated rows use their
   ``prefill_batch_size``/``decode_batch_size``.
+
+``engine="aiconfigurator"`` replaces these engine limits of aggregated rows by the ones that
+aiconfigurator's own config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
+an option, not the default, because the data does not say that every row was deployed from
+generated configs (see VALIDATION.md, "What is missing").
 """
 
 from __future__ import annotations
@@ -32,6 +37,32 @@ from hwtune.serve.request import closed_loop, fixed_lengths
 
 REQUESTS_PER_CLIENT = 10
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
+ENGINES: tuple[str, ...] = ("defaults", "aiconfigurator")
+
+AIC_EXTRA_TOKENS = 1500
+"""Token headroom of aiconfigurator's generated engine configs for an aggregated worker:
+``max_num_tokens = max_batch_size + isl + 1500`` with ``max_batch_size`` = the row's batch size
+(ai-dynamo/aiconfigurator: ``src/aiconfigurator/cli/backends/trtllm.py`` at the first public
+commit, 2025-08, and ``src/aiconfigurator/generator/backends/trtllm.py``, 2025-10, for
+TensorRT-LLM, whose template also leaves ``enable_chunked_prefill`` at false;
+``generator/rule_plugin/vllm.rule`` (2025-12, passed as ``--max-num-batched-tokens`` since
+2026-01) for vLLM; ``generator/rule_plugin/sglang.rule``: ``max_prefill_tokens = isl + 1500``
+with ``enable_mixed_chunk`` for SGLang)."""
+
+
+def aic_engine_limits(backend: str, isl: int, batch: int) -> dict[str, object]:
+    """`ReplicaConfig` fields of aiconfigurator's generated aggregated-worker config (see
+    `AIC_EXTRA_TOKENS`): ``max_num_seqs`` = batch size, the token budget ``batch + isl + 1500``,
+    and for TensorRT-LLM whole prompts only (chunked prefill off: the ``orca`` policy)."""
+    if batch < 1 or isl < 1:
+        raise HwtuneInputError("batch_size", batch, "a positive batch size and input length")
+    kw: dict[str, object] = {
+        "max_num_seqs": batch,
+        "max_num_batched_tokens": batch + isl + AIC_EXTRA_TOKENS,
+    }
+    if backend == "trtllm":
+        kw["scheduler"] = "orca"
+    return kw
 
 
 def default_csv() -> Path:
@@ -80,8 +111,12 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
     )  # fmt: skip
 
 
-def to_row(row: dict) -> Row:
-    """A CSV row as a `Row`; ``deployment`` None with a ``reason`` when it cannot be expressed."""
+def to_row(row: dict, engine: str = "defaults") -> Row:
+    """A CSV row as a `Row`; ``deployment`` None with a ``reason`` when it cannot be expressed.
+    ``engine``: "defaults" (the assumptions of the module docstring) or "aiconfigurator"
+    (aggregated rows with `aic_engine_limits`)."""
+    if engine not in ENGINES:
+        raise HwtuneInputError("engine", engine, "one of " + ", ".join(ENGINES))
     prec = row["precision"] or "bf16"
     kv = "fp8" if row["backend"] == "trtllm" and prec == "fp8" else "bf16"
     c = _i(row["batch_size"], 0) or _i(row["decode_batch_size"], 0)
@@ -97,7 +132,10 @@ def to_row(row: dict) -> Row:
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
     try:
         if row["mode"] == "agg":
-            dep = Deployment(_replica(row, "", prec, kv, max(256, conc)))
+            rep = _replica(row, "", prec, kv, max(256, conc))
+            if engine == "aiconfigurator":
+                rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))
+            dep = Deployment(rep)
         else:
             missing = [k for k in ("prefill_num_workers", "decode_num_workers") if not row[k]]
             if missing:
@@ -120,9 +158,9 @@ def to_row(row: dict) -> Row:
     return Row(**base, deployment=dep)
 
 
-def load_rows(path: str | Path | None = None) -> list[Row]:
+def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[Row]:
     with open(path or default_csv(), newline="") as f:
-        return [to_row(r) for r in csv.DictReader(f)]
+        return [to_row(r, engine) for r in csv.DictReader(f)]
 
 
 def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[float, float]:
