@@ -82,6 +82,7 @@ def test_deepseek_v3_mla_moe_mtp():
     )
     assert m.first_k_dense_layers == 3 and s.n_moe_layers == 58
     assert m.router_bias  # noaux_tc: e_score_correction_bias
+    assert (m.n_groups, m.topk_groups) == (8, 4)  # node-limited routing, V3 report §2.1.2
     assert s.ffn_hidden == 18432
     assert s.mtp_layers == 1
 
@@ -433,3 +434,14 @@ def test_mpt_benchmark_counts_exact():
         pytest.skip("validation data not present")
     for m in rows:
         assert total_params(load_hf_config(m)) == int(m["n_params_reported"]), m["name"]
+
+
+def test_routing_groups_must_be_consistent():
+    from hwtune.model.spec import MoE
+
+    with pytest.raises(ValueError, match="go together"):
+        MoE(n_routed_experts=8, top_k=2, expert_ffn_hidden=64, n_groups=4)
+    with pytest.raises(ValueError, match="divide"):
+        MoE(n_routed_experts=8, top_k=2, expert_ffn_hidden=64, n_groups=3, topk_groups=1)
+    with pytest.raises(ValueError, match="exceeds"):
+        MoE(n_routed_experts=8, top_k=2, expert_ffn_hidden=64, n_groups=4, topk_groups=5)

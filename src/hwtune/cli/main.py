@@ -107,6 +107,13 @@ def estimate(
             "(F.cross_entropy on an fp32 upcast: torchtitan, Hugging Face)"
         ),
     ] = "fused",
+    moe_dispatch: Annotated[
+        str,
+        typer.Option(
+            help="alltoall (one copy per routed expert) | deepep (one network copy per node, "
+            "fanned out over NVLink)"
+        ),
+    ] = "alltoall",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -135,6 +142,7 @@ def estimate(
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
             attention_kernel=attention_kernel, fused_elementwise=not eager, loss_kernel=loss,
+            moe_dispatch=moe_dispatch,
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

@@ -158,6 +158,9 @@ def plan_cmd(
     loss: Annotated[
         str, typer.Option(help="fused (Megatron cross-entropy) | pytorch (F.cross_entropy, fp32)")
     ] = "fused",
+    moe_dispatch: Annotated[
+        str, typer.Option(help="alltoall | deepep (one network copy per destination node)")
+    ] = "alltoall",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
@@ -190,7 +193,10 @@ def plan_cmd(
             "attention_kernel": attention_kernel,
             "fused_elementwise": not eager,
             "loss_kernel": loss,
+            "moe_dispatch": moe_dispatch,
         }
+        if moe_dispatch not in ("alltoall", "deepep"):
+            raise HwtuneInputError("--moe-dispatch", moe_dispatch, "alltoall or deepep")
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip

@@ -355,6 +355,39 @@ def all_to_all_time(
     return direct if direct < two_dh else two_dh
 
 
+def node_dedup_dispatch_time(
+    nbytes: float,
+    top_k: int,
+    remote_nodes: float,
+    span: GroupSpan,
+    cluster: Cluster,
+    nic_share: float = 1.0,
+) -> float:
+    """MoE dispatch (or combine) that crosses the network once per destination node and fans
+    out over NVLink (DeepEP internode kernels; DeepSeek-V3 report §3.2.2). ``nbytes`` is what
+    an all-to-all would send (all ``top_k`` copies of this rank's tokens); ``remote_nodes`` the
+    expected distinct remote nodes per token (`hwtune.cost.moe_routing`).
+
+    RDMA carries nbytes / top_k x remote_nodes; NVLink carries the copies bound for other GPUs
+    of a node, (l-1)/l of all copies; the two run at once, with the latencies of the two-level
+    all-to-all. Inside one scale-up domain it is the plain all-to-all.
+    """
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not _span_ok(span):
+        raise _bad_span(span)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+    if span.domains == 1 or nbytes == 0:
+        return all_to_all_time(nbytes, span, cluster, nic_share)
+    intra = cluster.intra_link()
+    inter = cluster.inter_link(nic_share)
+    local, domains = span.local, span.domains
+    t_rdma = nbytes / top_k * remote_nodes / inter.bandwidth
+    t_nvl = (local - 1) / local * nbytes / intra.bandwidth
+    return (local - 1) * intra.latency + (domains - 1) * inter.latency + max(t_rdma, t_nvl)
+
+
 def send_recv_time(
     nbytes: float, cross_domain: bool, cluster: Cluster, nic_share: float = 1.0
 ) -> float:

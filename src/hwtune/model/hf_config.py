@@ -450,6 +450,13 @@ def _moe(r: _Reader, family: str, n_layers: int) -> MoE | None:
     router_bias = family == "gpt_oss" or (
         r.text("topk_method", default="") == "noaux_tc" or r.flag("use_routing_bias", default=False)
     )
+    groups = topk_groups = None
+    if r.has("n_group") and r.has("topk_group"):
+        # group-limited routing (DeepSeek-V2/V3 "device/node-limited routing"); 1 group = no limit
+        groups = r.integer("n_group", minimum=1)
+        topk_groups = r.integer("topk_group", minimum=1)
+        if groups == 1:
+            groups = topk_groups = None
     return MoE(
         n_routed_experts=n_experts,
         top_k=top_k,
@@ -461,6 +468,8 @@ def _moe(r: _Reader, family: str, n_layers: int) -> MoE | None:
         mlp_only_layers=tuple(sorted(set(mlp_only))),
         router_bias=router_bias,
         expert_bias=family == "gpt_oss",  # modeling_gpt_oss.py: gate_up_proj_bias, down_proj_bias
+        n_groups=groups,
+        topk_groups=topk_groups,
     )
 
 

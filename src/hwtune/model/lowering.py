@@ -73,6 +73,7 @@ class Shard:
     moe_imbalance: float = 1.0
     attn_kernel: str = "best"  # fused attention kernel (cost.compute.ATTENTION_KERNELS)
     fused: bool = True  # elementwise ops fused (Megatron/TE, torch.compile); False: eager PyTorch
+    moe_dispatch: str = "alltoall"  # "alltoall" | "deepep" (one network copy per node)
 
 
 def _div(x: int, t: int) -> int:

@@ -54,6 +54,12 @@ class MoE(BaseModel):
     )
     router_bias: bool = False
     expert_bias: bool = False
+    n_groups: int | None = Field(
+        default=None, gt=0, description="expert groups of group-limited routing (HF n_group)"
+    )
+    topk_groups: int | None = Field(
+        default=None, gt=0, description="groups a token may route to (HF topk_group)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MoE:
@@ -61,6 +67,15 @@ class MoE(BaseModel):
             raise ValueError(
                 f"top_k={self.top_k} must not exceed n_routed_experts={self.n_routed_experts}"
             )
+        if (self.n_groups is None) != (self.topk_groups is None):
+            raise ValueError("n_groups and topk_groups go together (group-limited routing)")
+        if self.n_groups is not None and self.topk_groups is not None:
+            if self.n_routed_experts % self.n_groups:
+                raise ValueError(
+                    f"n_groups={self.n_groups} must divide n_routed_experts={self.n_routed_experts}"
+                )
+            if self.topk_groups > self.n_groups:
+                raise ValueError(f"topk_groups={self.topk_groups} exceeds n_groups={self.n_groups}")
         return self
 
     @property

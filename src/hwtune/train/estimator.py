@@ -27,6 +27,7 @@ from hwtune.cost.memory import (
     sharded_state_bytes,
     state_bytes_per_param,
 )
+from hwtune.cost.moe_routing import remote_nodes_per_token
 from hwtune.cost.power import power_limited
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, GroupSpan, make_cluster
@@ -397,6 +398,17 @@ def pipeline_ranks(
         else:
             t_tp_point = coll.all_reduce_time(nb, tp_span, cl)
 
+    def a2a_time(nbytes: float) -> float:
+        """One dispatch (or combine) of ``nbytes`` (all top-k copies) over the EP group."""
+        moe = spec.moe
+        if sh.moe_dispatch == "deepep" and moe is not None and ep_span.domains > 1:
+            nodes = ep_span.domains
+            remote = remote_nodes_per_token(
+                moe.n_routed_experts, moe.top_k, nodes, moe.n_groups, moe.topk_groups
+            )
+            return coll.node_dedup_dispatch_time(nbytes, moe.top_k, remote, ep_span, cl)
+        return coll.all_to_all_time(nbytes, ep_span, cl)
+
     def layer_cost(key: tuple[str, bool]) -> LayerCost:
         lt = classes[key]
         # tensor parallel: 2 points forward, 2 backward (Shoeybi et al. 2019, Fig. 4)
@@ -412,7 +424,7 @@ def pipeline_ranks(
         # expert parallel: dispatch + combine forward, and again backward
         t_a2a = 0.0
         if lt.a2a_bytes and ep > 1:
-            t_a2a = 2 * coll.all_to_all_time(lt.a2a_bytes, ep_span, cl)
+            t_a2a = 2 * a2a_time(lt.a2a_bytes)
             if overlap_moe_a2a:
                 t_a2a = max(0.0, t_a2a - A2A_OVERLAP_SHARE * lt.fwd)
         rec_c = rec_comm = 0.0
@@ -470,6 +482,7 @@ def shard_of(st: Strategy) -> Shard:
         sp=st.sequence_parallel, act_bytes=4.0 if st.precision == "fp32" else 2.0,
         flash=st.flash_attention, moe_imbalance=st.moe_imbalance,
         attn_kernel=st.attention_kernel, fused=st.fused_elementwise,
+        moe_dispatch=st.moe_dispatch,
     )  # fmt: skip
 
 

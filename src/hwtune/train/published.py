@@ -266,6 +266,17 @@ def from_row(r: dict) -> PublishedRun:
         run.assumptions.append("precision not stated: bf16")
     ep = p.get("ep") or 1
     kernel, fused, loss = _kernels(fw, other, dev, run)
+    dispatch = "alltoall"
+    if (
+        run.spec.moe is not None
+        and ("NeMo" in fw or "Bridge" in fw)
+        and dev.architecture == "hopper"
+    ):
+        # NVIDIA's H100 MoE performance recipes dispatch with DeepEP ("For H100 we use deepEP":
+        # NeMo scripts/performance/llm/*deepseek_v3*.py; Megatron MoE Model Zoo, DeepSeek-V3
+        # best practice: --moe-token-dispatcher-type flex --moe-enable-deepep)
+        dispatch = "deepep"
+        run.assumptions.append("DeepEP dispatch (NVIDIA H100 MoE recipes)")
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
     if mp in ("DEFAULT", "FULL"):
@@ -286,6 +297,7 @@ def from_row(r: dict) -> PublishedRun:
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
+            moe_dispatch=dispatch,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

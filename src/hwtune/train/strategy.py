@@ -71,6 +71,11 @@ class Strategy(BaseModel):
         description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
         "torch.compile); False = eager PyTorch, one kernel per elementary op",
     )
+    moe_dispatch: Literal["alltoall", "deepep"] = Field(
+        default="alltoall",
+        description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
+        "deepep = one network copy per destination node, fanned out over NVLink (DeepEP)",
+    )
     loss_kernel: Literal["fused", "pytorch"] = Field(
         default="fused",
         description="cross-entropy: fused = Megatron's in-place vocab-parallel kernel (6 B per "
