@@ -294,4 +294,4 @@ def test_plan_takes_the_frameworks_kernels():
     assert slow["strategy"]["fused_elementwise"] is False
     assert slow["strategy"]["loss_kernel"] == "pytorch"
     r = hwtune("plan", *SMALL, "--attention-kernel", "fa3")
-    assert r.returncode == 2 and "attention-kernel" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "attention_kernel" in r.stderr and "Traceback" not in r.stderr

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.software import AttentionKernel, Eager, Loss, MoeDispatch, software_fields
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -87,33 +88,10 @@ def estimate(
     flash: Annotated[
         bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")
     ] = True,
-    attention_kernel: Annotated[
-        str,
-        typer.Option(
-            help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper) | fa2 "
-            "(FlashAttention-2, PyTorch SDPA's flash backend)"
-        ),
-    ] = "best",
-    eager: Annotated[
-        bool,
-        typer.Option(
-            "--eager/--fused", help="eager PyTorch elementwise ops (no torch.compile, no TE)"
-        ),
-    ] = False,
-    loss: Annotated[
-        str,
-        typer.Option(
-            help="fused (Megatron's in-place vocab-parallel cross-entropy) | pytorch "
-            "(F.cross_entropy on an fp32 upcast: torchtitan, Hugging Face)"
-        ),
-    ] = "fused",
-    moe_dispatch: Annotated[
-        str,
-        typer.Option(
-            help="alltoall (one copy per routed expert) | deepep (one network copy per node, "
-            "fanned out over NVLink)"
-        ),
-    ] = "alltoall",
+    attention_kernel: AttentionKernel = "best",
+    eager: Eager = False,
+    loss: Loss = "fused",
+    moe_dispatch: MoeDispatch = "alltoall",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -141,8 +119,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
-            attention_kernel=attention_kernel, fused_elementwise=not eager, loss_kernel=loss,
-            moe_dispatch=moe_dispatch,
+            **software_fields(attention_kernel, eager, loss, moe_dispatch),
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

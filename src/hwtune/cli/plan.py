@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hwtune.cli.software import AttentionKernel, Eager, Loss, MoeDispatch, software_fields
 from hwtune.errors import HwtuneInputError
 
 GIB = 2**30
@@ -149,28 +150,19 @@ def plan_cmd(
     target_efficiency: Annotated[
         float, typer.Option(help="with --what-if: fraction of the best throughput to keep")
     ] = 0.9,
-    attention_kernel: Annotated[
-        str, typer.Option(help="best (FA3/cuDNN on Hopper) | fa2 (PyTorch SDPA flash backend)")
-    ] = "best",
-    eager: Annotated[
-        bool, typer.Option("--eager/--fused", help="eager PyTorch elementwise ops (no compile)")
-    ] = False,
-    loss: Annotated[
-        str, typer.Option(help="fused (Megatron cross-entropy) | pytorch (F.cross_entropy, fp32)")
-    ] = "fused",
-    moe_dispatch: Annotated[
-        str, typer.Option(help="alltoall | deepep (one network copy per destination node)")
-    ] = "alltoall",
+    attention_kernel: AttentionKernel = "best",
+    eager: Eager = False,
+    loss: Loss = "fused",
+    moe_dispatch: MoeDispatch = "alltoall",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
     recomputation, offload) for the best one under an objective."""
-    from hwtune.cost.compute import ATTENTION_KERNELS
-    from hwtune.cost.memory import LOSS_KERNELS
     from hwtune.model.catalog import get_model
     from hwtune.train.objectives import objective_value
     from hwtune.train.search import SCHEDULES, Constraints, plan
     from hwtune.train.selection import compare_hardware, network_whatif
+    from hwtune.train.strategy import make_strategy
 
     try:
         spec = get_model(model)
@@ -183,20 +175,8 @@ def plan_cmd(
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
-        if attention_kernel not in ATTENTION_KERNELS:
-            raise HwtuneInputError(
-                "--attention-kernel", attention_kernel, "one of " + ", ".join(ATTENTION_KERNELS)
-            )
-        if loss not in LOSS_KERNELS:
-            raise HwtuneInputError("--loss", loss, "one of " + ", ".join(LOSS_KERNELS))
-        software = {
-            "attention_kernel": attention_kernel,
-            "fused_elementwise": not eager,
-            "loss_kernel": loss,
-            "moe_dispatch": moe_dispatch,
-        }
-        if moe_dispatch not in ("alltoall", "deepep"):
-            raise HwtuneInputError("--moe-dispatch", moe_dispatch, "alltoall or deepep")
+        software = software_fields(attention_kernel, eager, loss, moe_dispatch)
+        make_strategy(**software)  # one-line errors for bad values before the search starts
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip

@@ -64,6 +64,16 @@ def _bad_share(share: object) -> HwtuneInputError:
     return HwtuneInputError("nic_share", share, "a positive number of flows sharing the NIC")
 
 
+def _check_group(nbytes: float, span: GroupSpan, nic_share: float) -> None:
+    """One-line errors for what every collective over a group span checks."""
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if not _span_ok(span):
+        raise _bad_span(span)
+    if not nic_share > 0:
+        raise _bad_share(nic_share)
+
+
 def _span_ok(span: GroupSpan) -> bool:
     local, domains = span.local, span.domains
     return local >= 1 and domains >= 1 and local * domains == span.size
@@ -210,12 +220,7 @@ def all_reduce_time(
     """
     if algorithm not in ALL_REDUCE_ALGORITHMS:
         raise HwtuneInputError("algorithm", algorithm, "one of " + ", ".join(ALL_REDUCE_ALGORITHMS))
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if not _span_ok(span):
-        raise _bad_span(span)
-    if not nic_share > 0:
-        raise _bad_share(nic_share)
+    _check_group(nbytes, span, nic_share)
     n = span.size
     if n == 1 or nbytes == 0:
         return 0.0
@@ -253,12 +258,7 @@ def all_reduce_time(
 
 def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float) -> float:
     """Shared cost of reduce-scatter and all-gather (mirror images of each other)."""
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if not _span_ok(span):
-        raise _bad_span(span)
-    if not nic_share > 0:
-        raise _bad_share(nic_share)
+    _check_group(nbytes, span, nic_share)
     n = span.size
     if n == 1 or nbytes == 0:
         return 0.0
@@ -327,12 +327,7 @@ def all_to_all_time(
     Either way a rank's NIC carries (n−l)/n = (d−1)/d of S, so large all-to-alls scale with
     (size − local)/size.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if not _span_ok(span):
-        raise _bad_span(span)
-    if not nic_share > 0:
-        raise _bad_share(nic_share)
+    _check_group(nbytes, span, nic_share)
     n = span.size
     if n == 1 or nbytes == 0:
         return 0.0
@@ -372,12 +367,7 @@ def node_dedup_dispatch_time(
     of a node, (l-1)/l of all copies; the two run at once, with the latencies of the two-level
     all-to-all. Inside one scale-up domain it is the plain all-to-all.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if not _span_ok(span):
-        raise _bad_span(span)
-    if not nic_share > 0:
-        raise _bad_share(nic_share)
+    _check_group(nbytes, span, nic_share)
     if span.domains == 1 or nbytes == 0:
         return all_to_all_time(nbytes, span, cluster, nic_share)
     intra = cluster.intra_link()

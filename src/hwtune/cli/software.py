@@ -1,0 +1,43 @@
+"""The framework's kernels as CLI options, shared by `estimate` and `plan` (one definition)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+AttentionKernel = Annotated[
+    str,
+    typer.Option(
+        help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper) | fa2 "
+        "(FlashAttention-2, PyTorch SDPA's flash backend)"
+    ),
+]
+Eager = Annotated[
+    bool,
+    typer.Option("--eager/--fused", help="eager PyTorch elementwise ops (no torch.compile, no TE)"),
+]
+Loss = Annotated[
+    str,
+    typer.Option(
+        help="fused (Megatron's in-place vocab-parallel cross-entropy) | pytorch "
+        "(F.cross_entropy on an fp32 upcast: torchtitan, Hugging Face)"
+    ),
+]
+MoeDispatch = Annotated[
+    str,
+    typer.Option(
+        help="alltoall (one copy per routed expert) | deepep (one network copy per node, "
+        "fanned out over NVLink)"
+    ),
+]
+
+
+def software_fields(attention_kernel: str, eager: bool, loss: str, moe_dispatch: str) -> dict:
+    """The `Strategy` fields the four options set (validated by `Strategy` itself)."""
+    return {
+        "attention_kernel": attention_kernel,
+        "fused_elementwise": not eager,
+        "loss_kernel": loss,
+        "moe_dispatch": moe_dispatch,
+    }
