@@ -12,25 +12,44 @@ in fp32 (``dtype="fp32"``) on the ModelSpec read from the model's own HF config:
 - tier 1: the profile's Device without its measured curves (``profile=None``: the measured best
   GEMM rate as peak, the STREAM copy bandwidth, default efficiencies, roofline per op);
 - tier 2: the same Device with its curves (GEMM, elementwise and attention rates interpolated
-  over shape).
+  over shape; decode-size GEMMs from the cold-weight points);
+- tier 2 + engine: tier 2 plus the engine's own calibration (`hwtune.serve.profile`), measured
+  by `ServingReference.engine_overhead`: the host time of an eager `transformers` step (the same
+  model's depth and code path at negligible widths) and ``fused_elementwise: false`` (eager
+  PyTorch runs each norm, rotary and SwiGLU op as separate kernels).
+
+``fused_elementwise`` reaches the step time only where `IterationModel` lowers with
+`hwtune.serve.profile.elementwise_fused(cfg.profile)`; where it does not yet, this script says
+so and applies it to the ``Shard`` that `IterationModel` builds (``--no-eager-lowering``: not).
 
 Prints a Markdown table (measured vs predicted, error per shape) and the median / 90th-percentile
-absolute relative errors. Nothing is fitted to the measured steps.
+absolute relative errors, per phase. Nothing is fitted to the measured steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
-from hwtune.calibrate.serving_reference import LlamaRefConfig, ServingReference, model_spec
+from hwtune.calibrate.serving_reference import (
+    LlamaRefConfig,
+    ServingReference,
+    model_spec,
+    step_shape,
+)
 from hwtune.hardware.device import Device, load_device_file
 from hwtune.model.spec import ModelSpec
+from hwtune.serve import iteration
 from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.iteration import IterationModel
+from hwtune.serve.profile import CalibrationProfile
 
 SHAPES: list[tuple[str, int, int]] = [  # (phase, batch, prompt length or cached context)
     ("prefill", 1, 128),
@@ -46,22 +65,33 @@ SHAPES: list[tuple[str, int, int]] = [  # (phase, batch, prompt length or cached
 ]
 
 
-def step_shape(phase: str, batch: int, n: int) -> StepShape:
-    """The simulator's `StepShape` of one step (as `serve.scheduler` builds it): ``batch``
-    whole prompts of ``n`` tokens, or ``batch`` decodes after ``n`` cached tokens each."""
-    if phase == "prefill":
-        pairs = batch * n * (n / 2.0)
-        return StepShape(tokens=batch * n, seqs=batch, sampled=batch, pf_pairs=pairs,
-                         pf_kv=batch * n, pf_tokens=batch * n, pf_pairs_w=pairs,
-                         pf_kv_w=batch * n)  # fmt: skip
-    ctx = batch * (n + 1)  # the new token's key is read too (scheduler: ctx = computed + 1)
-    return StepShape(tokens=batch, seqs=batch, sampled=batch, dec_n=batch, dec_ctx=ctx,
-                     dec_ctx_w=ctx)  # fmt: skip
+def predictor(
+    spec: ModelSpec, device: Device, engine: CalibrationProfile | None = None
+) -> IterationModel:
+    """The serve iteration model for ``spec`` on ``device`` (with the engine's calibration
+    ``engine``), everything in fp32."""
+    return IterationModel(ReplicaConfig(model=spec, device=device, profile=engine), dtype="fp32")
 
 
-def predictor(spec: ModelSpec, device: Device) -> IterationModel:
-    """The serve iteration model for ``spec`` on ``device``, everything in fp32."""
-    return IterationModel(ReplicaConfig(model=spec, device=device), dtype="fp32")
+def lowers_eager(spec: ModelSpec, device: Device) -> bool:
+    """Whether `IterationModel` honours ``fused_elementwise: false`` (eager memory ops cost
+    more bytes than fused ones at the same step)."""
+    s = step_shape("prefill", 1, 64)
+    fused = predictor(spec, device, CalibrationProfile(fused_elementwise=True)).breakdown(s)
+    eager = predictor(spec, device, CalibrationProfile(fused_elementwise=False)).breakdown(s)
+    return eager["memory"] > fused["memory"]
+
+
+@contextlib.contextmanager
+def eager_shards() -> Iterator[None]:
+    """`IterationModel` lowering with ``Shard(fused=False)``: what the one-line hook
+    ``fused=elementwise_fused(cfg.profile)`` in `hwtune.serve.iteration` gives an eager engine."""
+    orig = iteration.Shard
+    iteration.Shard = functools.partial(orig, fused=False)  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        iteration.Shard = orig  # type: ignore[misc]
 
 
 def pctl(xs: list[float], q: float) -> float:
@@ -76,6 +106,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--no-eager-lowering",
+        action="store_true",
+        help="do not emulate the fused_elementwise hook where IterationModel lacks it",
+    )
     a = ap.parse_args()
     if a.bench:
         from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile
@@ -89,40 +124,66 @@ def main() -> int:
     tier1_dev = tier2_dev.model_copy(update={"profile": None})
     cfg = LlamaRefConfig()
     spec = model_spec(cfg)
-    tier1, tier2 = predictor(spec, tier1_dev), predictor(spec, tier2_dev)
     ref = ServingReference(cfg, threads=1, warmup=a.warmup, reps=a.reps)
+    load0 = os.getloadavg()[0]
+    engine = ref.engine_overhead(tier2_dev)
+    print(f"engine: {engine.host_overhead_per_iteration_s * 1e3:.3f} ms per step + "
+          f"{engine.host_overhead_per_sequence_s * 1e6:.1f} us per sequence ({engine.source})",
+          file=sys.stderr)  # fmt: skip
+    tier1, tier2 = predictor(spec, tier1_dev), predictor(spec, tier2_dev)
+    tier3 = predictor(spec, tier2_dev, engine)
+    hook = lowers_eager(spec, tier2_dev)
+    emulate = not hook and not a.no_eager_lowering
+    if emulate:
+        print("IterationModel does not lower with elementwise_fused(cfg.profile) yet: "
+              "emulating it for tier 2 + engine (Shard(fused=False))", file=sys.stderr)  # fmt: skip
     rows = []
     for phase, b, n in SHAPES:
         m = ref.prefill(b, n) if phase == "prefill" else ref.decode(b, n)
         s = step_shape(phase, b, n)
         t1, t2 = tier1.step_time(s), tier2.step_time(s)
+        with eager_shards() if emulate else contextlib.nullcontext():
+            t3, br3 = tier3.step_time(s), tier3.breakdown(s)
         rows.append({"phase": phase, "batch": b, "tokens": n, "measured_s": m.median_s,
-                     "clock": m.clock, "wall_s": m.wall_median_s, "tier1_s": t1, "tier2_s": t2,
+                     "clock": m.clock, "wall_s": m.wall_median_s, "reps_s": m.reps_s,
+                     "tier1_s": t1, "tier2_s": t2, "tier3_s": t3,
                      "err1": t1 / m.median_s - 1, "err2": t2 / m.median_s - 1,
-                     "tier2_breakdown": tier2.breakdown(s)})  # fmt: skip
+                     "err3": t3 / m.median_s - 1, "tier2_breakdown": tier2.breakdown(s),
+                     "tier3_breakdown": br3})  # fmt: skip
         print(f"{phase} b{b} n{n}: measured {m.median_s * 1e3:.2f} ms, tier 1 {t1 * 1e3:.2f}, "
-              f"tier 2 {t2 * 1e3:.2f}", file=sys.stderr)  # fmt: skip
+              f"tier 2 {t2 * 1e3:.2f}, tier 2 + engine {t3 * 1e3:.2f}",
+              file=sys.stderr)  # fmt: skip
+    load1 = os.getloadavg()[0]
+    print(f"allocator: {'glibc mallopt, freed memory kept' if ref.kept_memory else 'default'}; "
+          f"KV cache: transformers StaticCache of context + 1 slots")  # fmt: skip
     print(f"model: {spec.name} (LlamaForCausalLM, random weights, fp32; hidden {cfg.hidden}, "
           f"{cfg.layers} layers, {cfg.heads} heads / {cfg.kv_heads} KV heads, intermediate "
-          f"{cfg.intermediate}, vocab {cfg.vocab}); one torch thread, {rows[0]['clock']} clock\n")  # fmt: skip
+          f"{cfg.intermediate}, vocab {cfg.vocab}); one torch thread, {rows[0]['clock']} clock; "
+          f"load average {load0:.1f} -> {load1:.1f}\n")  # fmt: skip
+    print(f"engine (tier 2 + engine): {engine.host_overhead_per_iteration_s * 1e3:.3f} ms per "
+          f"step + {engine.host_overhead_per_sequence_s * 1e6:.1f} us per sequence, eager "
+          f"lowering {'(IterationModel)' if hook else '(emulated)' if emulate else 'off'}"
+          "\n")  # fmt: skip
     print("| step | batch | prompt / context | measured (ms) | tier 1 (ms) | err | tier 2 (ms) "
-          "| err | tier 1 → 2 |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| err | tier 2 + engine (ms) | err |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        better = abs(r["err1"]) - abs(r["err2"])
         print(f"| {r['phase']} | {r['batch']} | {r['tokens']} | {r['measured_s'] * 1e3:.2f} | "
               f"{r['tier1_s'] * 1e3:.2f} | {r['err1']:+.1%} | {r['tier2_s'] * 1e3:.2f} | "
-              f"{r['err2']:+.1%} | {better * 100:+.1f} pts |")  # fmt: skip
-    e1 = [abs(r["err1"]) for r in rows]
-    e2 = [abs(r["err2"]) for r in rows]
-    print(f"\ntier 1: median |error| {statistics.median(e1):.1%}, p90 {pctl(e1, 0.9):.1%}")
-    print(f"tier 2: median |error| {statistics.median(e2):.1%}, p90 {pctl(e2, 0.9):.1%}")
-    for ph in ("prefill", "decode"):
-        e = [abs(r["err2"]) for r in rows if r["phase"] == ph]
-        print(f"tier 2 {ph}: median |error| {statistics.median(e):.1%}")
+              f"{r['err2']:+.1%} | {r['tier3_s'] * 1e3:.2f} | {r['err3']:+.1%} |")  # fmt: skip
+    print("\n| | median abs. error | p90 | prefill median | decode median |")
+    print("|---|---|---|---|---|")
+    for key, name in (("err1", "tier 1"), ("err2", "tier 2"), ("err3", "tier 2 + engine")):
+        e = [abs(r[key]) for r in rows]
+        ph = {p: statistics.median(abs(r[key]) for r in rows if r["phase"] == p)
+              for p in ("prefill", "decode")}  # fmt: skip
+        print(f"| {name} | {statistics.median(e):.1%} | {pctl(e, 0.9):.1%} | "
+              f"{ph['prefill']:.1%} | {ph['decode']:.1%} |")  # fmt: skip
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"profile": a.profile, "model": spec.name, "rows": rows}, f, indent=1)
+            json.dump({"profile": a.profile, "model": spec.name, "load": [load0, load1],
+                       "engine": engine.model_dump(), "eager_lowering": hook or emulate,
+                       "rows": rows}, f, indent=1)  # fmt: skip
     return 0
 
 

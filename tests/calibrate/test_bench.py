@@ -13,7 +13,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile  # noqa: E402
 from hwtune.calibrate.collectives import bandwidths, bench_collectives, bus_factor  # noqa: E402
-from hwtune.calibrate.gemm import bench_gemm, check_dtype, gemm_grid  # noqa: E402
+from hwtune.calibrate.gemm import WeightPool, bench_gemm, check_dtype, gemm_grid  # noqa: E402
 from hwtune.calibrate.harness import (  # noqa: E402
     Budget,
     Skip,
@@ -64,6 +64,30 @@ def test_grid_has_skinny_and_moe_shapes(cpu):
     assert any(s.m == 1 for s in grid) and any(s.batch > 1 for s in grid)
     assert grid == sorted(grid, key=lambda s: (s.flops, s.m, s.n, s.k))
     assert len(gemm_grid(cpu, "thorough")) > len(grid)
+
+
+def test_skinny_shapes_read_cold_weights(cpu):
+    """Few-row shapes are measured as x @ W.T with W streamed from memory: each call takes
+    the next window of a pool of at least twice the last-level cache, and no window comes back
+    before the whole pool has gone through the cache."""
+    from hwtune.calibrate.memory import last_level_cache_bytes
+
+    grid = gemm_grid(cpu, "quick")
+    cold = [s for s in grid if s.cold]
+    assert {s.m for s in cold} == {1, 2, 4, 8, 16, 64, 256} and all(s.batch == 1 for s in cold)
+    assert not any(s.cold for s in grid if s.m > 256)
+    assert any(s.m == 256 and not s.cold for s in grid)  # the hot grid is still measured
+    pool = WeightPool(cpu, "fp32", largest=1024 * 1024)
+    assert pool.buf.numel() * 4 >= 2 * last_level_cache_bytes()
+    nxt = pool.windows(1024, 1024)
+    count = pool.buf.numel() // (1024 * 1024)
+    ptrs = [nxt().data_ptr() for _ in range(count)]
+    assert len(set(ptrs)) == count and nxt().data_ptr() == ptrs[0]
+    del pool
+    skips: list[Skip] = []
+    pts = bench_gemm(cpu, ["fp32"], "quick", Budget(0.3), skips)
+    assert pts[0]["cold"] and (pts[0]["m"], pts[0]["n"]) == (1, 64)  # the smallest shape runs
+    assert all(p["m"] <= 256 for p in pts if p.get("cold"))
 
 
 def test_time_fn_and_clock(cpu):

@@ -215,3 +215,88 @@ def test_hash_ignores_cached_curves():
     prof.elementwise_time(5e5)
     assert hash(prof) == h and prof == DeviceProfile(**prof.model_dump())
     assert math.isfinite(prof.elementwise_time(5e5))
+
+
+# ---- decode-size GEMMs with cold weights ---------------------------------------------------------
+BW = 1.2e10  # weight bytes/s of a memory-bound CPU core (STREAM copy scale)
+LAUNCH = 5e-6
+
+
+def _cold(m: int, n: int, k: int, seconds: float) -> GemmPoint:
+    return GemmPoint(dtype="fp32", m=m, n=n, k=k, seconds=seconds, cold=True)
+
+
+def _streaming_profile(rows=(1, 2, 4, 8, 16), flops_rate=4e10) -> DeviceProfile:
+    """Cold points of a device where a decode GEMM costs a launch plus the slower of reading its
+    fp32 weight at BW and its FLOPs at ``flops_rate`` (the roofline), on the bench's square
+    grid; plus hot square points far above (which must not be used for small m)."""
+    pts = [
+        _cold(m, d, d, LAUNCH + max(4.0 * d * d / BW, 2.0 * m * d * d / flops_rate))
+        for m in rows for d in (64, 256, 1024, 4096)
+    ]  # fmt: skip
+    pts += [GemmPoint(dtype="fp32", m=d, n=d, k=d, seconds=2.0 * d**3 / 1.5e11)
+            for d in (64, 256, 1024)]  # fmt: skip
+    return DeviceProfile(gemm=tuple(pts))
+
+
+@pytest.mark.parametrize("n,k", [(1536, 512), (512, 1536), (128, 512), (8192, 512)])
+def test_weight_bound_decode_gemm_is_priced_at_weight_bytes_over_bandwidth(n, k):
+    """A batch-1 decode GEMM reads its weight once from memory: launch + 4nk/BW, also for
+    weight shapes the bench did not measure (non-square, between the grid sizes)."""
+    prof = _streaming_profile()
+    t = prof.cold_gemm_time(1, n, k, "fp32")
+    assert t == pytest.approx(LAUNCH + 4.0 * n * k / BW, rel=0.02)
+    assert prof.gemm_rate(1, n, k, "fp32") == pytest.approx(2.0 * n * k / t)
+
+
+def test_cold_time_is_linear_in_rows_between_measured_counts():
+    """m = 3 lies between the weight-bound m = 2 and 4: the same time (the weight read); m = 12
+    between 8 and 16, both FLOP-bound: 2mnk / rate. Above the cold rows, the hot grid."""
+    fast = _streaming_profile(rows=(1, 2, 4), flops_rate=4e10)
+    t2, t3 = fast.cold_gemm_time(2, 1024, 1024, "fp32"), fast.cold_gemm_time(3, 1024, 1024, "fp32")
+    assert t3 == pytest.approx(t2, rel=1e-9)
+    slow = _streaming_profile(rows=(8, 16), flops_rate=2e9)
+    t12 = slow.cold_gemm_time(12, 1024, 1024, "fp32")
+    assert t12 == pytest.approx(LAUNCH + 2.0 * 12 * 1024 * 1024 / 2e9, rel=1e-9)
+    assert slow.cold_gemm_time(17, 1024, 1024, "fp32") is None
+    assert slow.gemm_rate(1024, 1024, 1024, "fp32") == pytest.approx(1.5e11)  # hot point
+    assert slow.gemm_rate(17, 1000, 1000, "fp32") == pytest.approx(1.5e11)  # hot points only
+
+
+def test_profiles_without_cold_points_interpolate_as_before(tmp_path):
+    hot = DeviceProfile(
+        gemm=(
+            GemmPoint(dtype="fp32", m=1, n=1024, k=1024, seconds=1e-4),
+            GemmPoint(dtype="fp32", m=256, n=256, k=256, seconds=3e-4),
+        )
+    )
+    assert hot.cold_gemm_time(1, 1024, 1024, "fp32") is None
+    assert hot.gemm_rate(1, 1024, 1024, "fp32") == pytest.approx(2.0 * 1024 * 1024 / 1e-4)
+    doc = make_doc()
+    doc["gemm"].append({"dtype": "fp32", "m": 4, "n": 256, "k": 256, "batch": 1,
+                        "seconds": 3e-5, "cold": True})  # fmt: skip
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    _, prof = load_profile_file(f)
+    assert prof.cold_gemm_time(4, 256, 256, "fp32") == pytest.approx(3e-5)
+    assert prof.cold_gemm_time(4, 256, 256, "bf16") is None
+
+
+ROWS = st.sampled_from([1, 2, 4, 8, 16])
+SIDES = st.sampled_from([64, 256, 1024, 4096])
+
+
+@given(st.lists(st.tuples(ROWS, SIDES), min_size=1, max_size=12, unique=True),
+       st.floats(1e9, 1e11), st.integers(1, 16), st.integers(1, 8192),
+       st.integers(1, 8192))  # fmt: skip
+@settings(max_examples=80, deadline=None)
+def test_cold_time_grows_with_the_weight(pts, bw, m, n, k):
+    """With measured times that grow with the weight (launch + bytes / bandwidth), the
+    interpolated time never shrinks when the weight grows, and is positive."""
+    prof = DeviceProfile(gemm=tuple(_cold(r, d, d, LAUNCH + 4.0 * d * d / bw) for r, d in pts))
+    if m > max(r for r, _ in pts):
+        assert prof.cold_gemm_time(m, n, k, "fp32") is None
+        return
+    t = prof.cold_gemm_time(m, n, k, "fp32")
+    assert t > 0
+    assert prof.cold_gemm_time(m, 2 * n, k, "fp32") >= t * (1 - 1e-9)

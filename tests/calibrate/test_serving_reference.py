@@ -15,6 +15,7 @@ from hwtune.calibrate.serving_reference import (  # noqa: E402
     ServingReference,
     build_model,
     model_spec,
+    step_shape,
 )
 from hwtune.hardware.device import load_device_file  # noqa: E402
 from hwtune.model import params as P  # noqa: E402
@@ -45,8 +46,48 @@ def test_reference_times_are_positive_and_grow(ref):
     assert long_.median_s > 2.0 * short.median_s  # 32x the tokens
     d_short, d_long = ref.decode(8, 16), ref.decode(8, 2048)
     assert 0 < d_short.median_s < long_.median_s
-    # 128x the cached keys: attention (and DynamicCache's concatenation) over 8 x 2048 tokens
+    # 128x the cached keys: attention over 8 x 2049 keys of the static cache
     assert d_long.median_s > 1.3 * d_short.median_s
+
+
+def test_reference_keeps_its_memory(ref):
+    """With freed memory kept (`keep_freed_memory`), a repeated prefill step faults in
+    (almost) no fresh pages: no page-fault cost that a serving engine would not pay."""
+    import resource
+
+    if not ref.kept_memory:
+        pytest.skip("not glibc: the allocator is left as it is")
+    ref.prefill(4, 512)
+    ids = ref._ids(4, 512)
+    with torch.inference_mode():
+        ref.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        ref.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults < 100  # ~2,000 4-KiB pages of activations when each step maps fresh memory
+
+
+def test_engine_overhead_is_a_serve_profile(ref, synthetic):
+    """The eager engine's host time per step: positive, below a real step of the model, with
+    unfused elementwise ops; the iteration model then charges it once per step."""
+    _t1, t2 = synthetic
+    eng = ref.engine_overhead(t2, batch=4)
+    assert eng.fused_elementwise is False and "transformers" in eng.source
+    assert 0 < eng.host_overhead_per_iteration_s < ref.decode(8, 512).median_s
+    spec = model_spec(TINY)
+    base = IterationModel(ReplicaConfig(model=spec, device=t2), dtype="fp32")
+    it = IterationModel(ReplicaConfig(model=spec, device=t2, profile=eng), dtype="fp32")
+    s = step_shape("decode", 4, 256)
+    host = eng.host_overhead_per_iteration_s + 4 * eng.host_overhead_per_sequence_s
+    assert it.breakdown(s)["host"] == pytest.approx(host)
+    # the host time is charged once per step; the eager lowering (fused_elementwise False)
+    # only adds memory-bound bytes on top of it
+    fused = eng.model_copy(update={"fused_elementwise": True})
+    it_fused = IterationModel(ReplicaConfig(model=spec, device=t2, profile=fused), dtype="fp32")
+    assert it_fused.step_time(s) - base.step_time(s) == pytest.approx(
+        host - base.breakdown(s)["host"], abs=1e-12
+    )
+    assert it.step_time(s) > it_fused.step_time(s)
 
 
 @pytest.fixture
@@ -89,6 +130,35 @@ def test_decode_step_uses_the_profile(synthetic):
     assert br["gemm"] + br["lm_head"] == pytest.approx(floor, rel=0.05)
 
 
+def test_decode_gemms_stream_their_weights(tmp_path):
+    """With cold (decode-size) GEMM points that read the weight at BW_W bytes/s whatever the row
+    count, a decode step's GEMMs and LM head cost the model's fp32 weight bytes / BW_W, at
+    batch 1 and at batch 8 alike (weight-bound: the same bytes): the roofline of a GEMM whose
+    weight streams from memory (Williams et al. 2009), not the hot-cache rate."""
+    bw_w = 1.2e10
+    doc = make_doc()
+    doc["gemm"] = [
+        {"dtype": "fp32", "m": m, "n": d, "k": d, "batch": 1, "seconds": 4.0 * d * d / bw_w,
+         "cold": True}
+        for m in (1, 2, 4, 8, 16) for d in (64, 256, 1024, 4096)
+    ] + [{"dtype": "fp32", "m": d, "n": d, "k": d, "batch": 1, "seconds": 2.0 * d**3 / RATE}
+         for d in (64, 256, 1024, 4096)]  # fmt: skip
+    doc["elementwise"] = [{"op": "add", "bytes": b, "seconds": b / BW} for b in (1e3, 1e6, 1e8)]
+    p = tmp_path / "cold.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    dev = load_device_file(p)
+    spec = model_spec(TINY)
+    it = IterationModel(ReplicaConfig(model=spec, device=dev), dtype="fp32")
+    weights = (
+        P.total_params(spec) - spec.vocab * spec.d_model - (2 * TINY.layers + 1) * spec.d_model
+    )
+    for b in (1, 8):
+        br = it.breakdown(_decode(b, 256))
+        head_mem = (2 * 4.0 * b * spec.d_model + 3 * 4.0 * b * spec.vocab) / BW  # embed, softmax
+        assert br["gemm"] + br["lm_head"] - head_mem == pytest.approx(4.0 * weights / bw_w,
+                                                                      rel=1e-6)  # fmt: skip
+
+
 def test_fp32_mode_on_a_cpu_device(synthetic):
     """The 16-bit default cannot run on an fp32-only device; ``dtype="fp32"`` can, and its
     decode time grows with the context and its prefill time with the prompt."""
@@ -104,3 +174,17 @@ def test_fp32_mode_on_a_cpu_device(synthetic):
     it16 = IterationModel(ReplicaConfig(model=spec, device=t2))
     with pytest.raises(Exception, match="bf16"):
         it16.step_time(_decode(4, 128))
+
+
+def test_cli_prints_the_engine_profile(capsys, tmp_path):
+    """``--engine`` prints a serve profile that `hwtune.serve.profile.load_profile` reads."""
+    from hwtune.calibrate.serving_reference import main
+    from hwtune.serve.profile import elementwise_fused, load_profile
+
+    args = ["--hidden", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+            "--intermediate", "384", "--vocab", "1024", "--reps", "3", "--engine"]  # fmt: skip
+    assert main(args) == 0
+    f = tmp_path / "engine.yaml"
+    f.write_text(capsys.readouterr().out)
+    prof = load_profile(f)
+    assert prof.host_overhead_per_iteration_s > 0 and not elementwise_fused(prof)

@@ -38,3 +38,18 @@ def test_profile_json_and_bad_fields(tmp_path):
     g.write_text('{"gemm_eff": 0.7}')
     with pytest.raises(HwtuneInputError, match="gemm_eff"):
         load_profile(g)
+
+
+def test_fused_elementwise_describes_the_engine(tmp_path):
+    """An engine profile says whether norms, rotary and SwiGLU run fused (serving engines; the
+    default) or as eager PyTorch ops (`transformers`); a non-boolean names the field."""
+    from hwtune.serve.profile import CalibrationProfile, elementwise_fused
+
+    assert elementwise_fused(None) and elementwise_fused(CalibrationProfile())
+    f = tmp_path / "hf.yaml"
+    f.write_text("fused_elementwise: false\nhost_overhead_per_iteration_s: 1.2e-3\n")
+    prof = load_profile(f)
+    assert elementwise_fused(prof) is False and prof.host_overhead_per_iteration_s == 1.2e-3
+    f.write_text("fused_elementwise: sometimes\n")
+    with pytest.raises(HwtuneInputError, match="fused_elementwise"):
+        load_profile(f)

@@ -1,10 +1,24 @@
 """GEMM microbenchmark: achieved FLOP/s over a grid of shapes and dtypes.
 
-The grid spans square, skinny (decode-size m of 1-16 rows) and MoE-like shapes (a batch of
+The grid spans square, skinny (a few rows to a few hundred) and MoE-like shapes (a batch of
 expert GEMMs of a few dozen to a few hundred rows each, `torch.bmm`), in powers of two so that
 `DeviceProfile.gemm_rate` interpolates in log-size between neighbours. FLOPs are 2mnk per problem
 (one multiply and one add per inner-product term). Rates include the launch cost, which is how
 the cost model uses them (`cost.compute.gemm_time` adds no overhead to a measured rate).
+
+Skinny shapes are measured as a serving step runs them (``cold`` points): ``x @ W.T`` with the
+weight stored as `torch.nn.Linear` stores it (n x k, `torch.nn.functional.linear`), and a weight
+that is not in any cache. A step reads every weight of the model once, so by the time a layer's
+weight is read again (the next step) the whole model has gone through the caches; a benchmark
+that re-reads one matrix measures the cache instead. With few rows the weight read is the time
+(Williams et al., CACM 2009: operational intensity ~m/2 FLOP/byte), and up to a few hundred
+rows it is still a visible share, as the GEMM packs the weight before it computes. Each call
+therefore reads the next window of a pool of at least twice the last-level cache (the STREAM
+rule, McCalpin 1995), so every read streams from DRAM/HBM. On the 2-core Xeon of VALIDATION.md
+the 28 layer GEMMs of a 4-layer h512 Llama take 5.4 ms at m = 1 (12 GB/s of weights, the STREAM
+copy figure) and 26 ms at m = 128, as the model runs them and as these cold points measure; hot
+``torch.mm`` points of the same shapes take 0.74x of that at m = 128 (and a 1x1024x1024 one
+re-reads its 4 MiB at ~30 GB/s); from m = 512 up the three agree.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ class GemmShape:
     n: int
     k: int
     batch: int = 1
+    cold: bool = False  # x @ W.T, the weight (n x k) read from DRAM/HBM (see the module doc)
 
     @property
     def flops(self) -> float:
@@ -39,23 +54,61 @@ def gemm_grid(backend: Backend, mode: str) -> list[GemmShape]:
             if mode == "quick"
             else (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
         )
-        skinny = (1, 16, 64)
+        skinny = (1, 4, 16, 64, 256)
         cap = 2.0 * 16384**3
         moe = [(64, 4096, 2048, 8), (256, 4096, 2048, 8), (512, 2048, 7168, 16)]
     else:
         dims = (64, 256, 1024, 4096) if mode == "quick" else (64, 128, 256, 512, 1024, 2048, 4096)
-        skinny = (1, 16)
+        skinny = (1, 2, 4, 8, 16, 64, 256)
         cap = 2.0 * 1024 * 1024 * 4096 * (1 if mode == "quick" else 4)
         moe = [(64, 1024, 512, 8), (256, 1024, 1024, 8)]
     shapes = {GemmShape(m, n, k) for m, n, k in itertools.product(dims, dims, dims)}
-    shapes |= {GemmShape(m, n, n) for m in skinny for n in dims}
+    shapes |= {GemmShape(m, n, n, cold=True) for m in skinny for n in dims}  # weights streamed
     shapes |= {GemmShape(m, n, k, b) for m, n, k, b in moe}
     return sorted((s for s in shapes if s.flops <= cap), key=lambda s: (s.flops, s.m, s.n, s.k))
 
 
-def _gemm_fn(shape: GemmShape, dtype: str, backend: Backend) -> Callable[[], object]:
+def cache_bytes(backend: Backend) -> int:
+    """The last-level cache a weight must not sit in: the GPU's L2, or the CPU's largest cache."""
+    if backend.is_gpu:
+        props = torch.cuda.get_device_properties(backend.device)
+        return int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+    from hwtune.calibrate.memory import last_level_cache_bytes
+
+    return last_level_cache_bytes()
+
+
+class WeightPool:
+    """One flat buffer of at least twice the last-level cache (and twice the largest weight)
+    whose consecutive windows serve as the weights of cold GEMMs: a window is read again only
+    after the whole pool has gone through the cache, so every weight read streams from memory."""
+
+    def __init__(self, backend: Backend, dtype: str, largest: int) -> None:
+        dt = DTYPES[dtype]
+        esize = torch.empty((), dtype=dt).element_size()
+        n = max(2 * cache_bytes(backend) // esize, 2 * largest)
+        self.buf = torch.full((n,), 0.01, dtype=dt, device=backend.device)
+
+    def windows(self, n: int, k: int) -> Callable[[], torch.Tensor]:
+        """A function returning the next (n x k) window each call, cycling through the pool
+        (the views are made here, so a timed call does no indexing of its own)."""
+        count = max(2, self.buf.numel() // (n * k))
+        views = itertools.cycle([self.buf[i * n * k : (i + 1) * n * k].view(n, k)
+                                 for i in range(count)])  # fmt: skip
+        return views.__next__
+
+
+def _gemm_fn(
+    shape: GemmShape, dtype: str, backend: Backend, pool: WeightPool | None = None
+) -> Callable[[], object]:
     dt = DTYPES[dtype]
     g = torch.Generator(device=backend.device).manual_seed(0)
+    if shape.cold:
+        if pool is None:
+            raise ValueError("no memory for the cold-weight pool")
+        x = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(dt)
+        weight = pool.windows(shape.n, shape.k)
+        return lambda: torch.nn.functional.linear(x, weight())
     if shape.batch > 1:
         a = torch.randn(shape.batch, shape.m, shape.k, device=backend.device, generator=g).to(dt)
         b = torch.randn(shape.batch, shape.k, shape.n, device=backend.device, generator=g).to(dt)
@@ -97,10 +150,13 @@ def bench_gemm(
             skips.append(Skip("gemm", dt, why))
         else:
             ok.append(dt)
+    largest = max((s.n * s.k for s in grid if s.cold), default=0)
     for i, dt in enumerate(ok):
         share = Budget(budget.left / (len(ok) - i))
         prev_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+        pool: WeightPool | None = None  # allocated at the first cold shape, freed after the dtype
+        tried = False
         try:
             for j, s in enumerate(grid):
                 what = f"{dt} {s.m}x{s.n}x{s.k}" + (f" x{s.batch}" if s.batch > 1 else "")
@@ -110,18 +166,38 @@ def bench_gemm(
                         Skip("gemm", f"{dt}: {len(grid) - j} larger shapes", "time budget")
                     )
                     break
+                if s.cold:
+                    what += " cold"
+                    if not tried:  # a failed allocation is recorded once, as a skip
+                        tried = True
+                        pool = guarded(
+                            skips,
+                            "gemm",
+                            f"{dt} cold-weight pool",
+                            lambda dt=dt: WeightPool(backend, dt, largest),
+                            backend,
+                        )
                 fn = guarded(
-                    skips, "gemm", what, lambda s=s, dt=dt: _gemm_fn(s, dt, backend), backend
+                    skips,
+                    "gemm",
+                    what,
+                    lambda s=s, dt=dt, pool=pool: _gemm_fn(s, dt, backend, pool),
+                    backend,
                 )
                 if fn is None:
                     continue
                 secs = guarded(skips, "gemm", what, lambda fn=fn: time_fn(fn, backend), backend)
                 del fn
                 if secs:
-                    points.append({"dtype": dt, "m": s.m, "n": s.n, "k": s.k, "batch": s.batch,
-                                   "seconds": secs})  # fmt: skip
+                    pt = {"dtype": dt, "m": s.m, "n": s.n, "k": s.k, "batch": s.batch,
+                          "seconds": secs}  # fmt: skip
+                    if s.cold:
+                        pt["cold"] = True
+                    points.append(pt)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+            del pool
+            backend.empty_cache()
     return points
 
 

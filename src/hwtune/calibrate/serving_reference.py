@@ -12,8 +12,25 @@ What is timed is what one engine step of the serving simulator (`hwtune.serve.it
 
 - prefill: ``b`` prompts of ``s`` tokens in one forward with an empty cache, logits for the last
   position only (``logits_to_keep=1``; serving engines run the LM head on sampled rows only);
-- decode: one new token for each of ``b`` sequences whose `DynamicCache` holds ``c`` tokens;
-  after each timed step the cache is cropped back to ``c``, so every step sees the same context.
+- decode: one new token for each of ``b`` sequences whose KV cache holds ``c`` tokens. The cache
+  is a `transformers.StaticCache` of exactly ``c + 1`` positions: the step writes its token's
+  keys and values in place (``index_copy_``) and attends over the ``c + 1`` cached keys, as a
+  paged serving engine does (vLLM's ``reshape_and_cache`` writes one slot per token; Kwon et al.,
+  SOSP'23, §4). The default `DynamicCache` instead concatenates (``torch.cat``) each layer's
+  whole K and V with the new token every step, a copy of the full cache that no serving engine
+  makes (7.6 of the 26.3 ms of a batch-8, 1024-token decode step on the CPU of VALIDATION.md)
+  and that the simulator rightly does not price. After each timed step the cache's length is
+  set back to ``c``, so every step sees the same context.
+
+The process keeps the memory it frees (`keep_freed_memory`), as a serving engine does: glibc's
+default ``malloc`` hands large freed blocks back to the kernel, so each eager op's fresh output
+tensor is a fresh mapping whose pages fault in and are zeroed on first touch (22,500 minor
+faults and ~50 ms of system time in a batch-4 x 256 prefill on the CPU of VALIDATION.md: 285 ms
+with them, 240 ms without). Engines do not pay that: vLLM preallocates on GPUs, and its CPU
+backend's documentation says "We highly recommend to use TCMalloc for high performance memory
+allocation and better cache locality" (vLLM docs, CPU installation, "Performance tips"), as
+``torch.backends.xeon.run_cpu`` preloads jemalloc/TCMalloc; here ``mallopt`` raises glibc's
+mmap and trim thresholds to 1 GiB, the in-process equivalent.
 
 Each shape gets ``warmup`` untimed runs and the median of ``reps`` timed runs. Run it as
 ``python -m hwtune.calibrate.serving_reference --batch 4 --context 512 --json``;
@@ -23,17 +40,23 @@ Each shape gets ``warmup`` untimed runs and the median of ``reps`` timed runs. R
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import inspect
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 
 from hwtune.calibrate.harness import resolve_clock
+from hwtune.hardware.device import Device
 from hwtune.model.spec import ModelSpec
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.profile import CalibrationProfile
 
 
 @dataclass(frozen=True)
@@ -94,8 +117,39 @@ class ServingMeasurement:
         return asdict(self)
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
+KEEP_BYTES = 2**30
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's ``malloc`` keep freed memory for reuse (blocks up to 1 GiB from the
+    heap, the heap never trimmed): glibc ``mallopt``. True when applied; False elsewhere (not
+    glibc), where the allocator is left as it is."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        ok = libc.mallopt(M_TRIM_THRESHOLD, KEEP_BYTES) and libc.mallopt(M_MMAP_THRESHOLD,
+                                                                           KEEP_BYTES)  # fmt: skip
+    except (OSError, AttributeError):
+        return False
+    return bool(ok)
+
+
+def step_shape(phase: str, batch: int, n: int) -> StepShape:
+    """The simulator's `StepShape` of one measured step (as `serve.scheduler` builds it):
+    ``batch`` whole prompts of ``n`` tokens, or ``batch`` decodes after ``n`` cached tokens."""
+    if phase == "prefill":
+        pairs = batch * n * (n / 2.0)
+        return StepShape(tokens=batch * n, seqs=batch, sampled=batch, pf_pairs=pairs,
+                         pf_kv=batch * n, pf_tokens=batch * n, pf_pairs_w=pairs,
+                         pf_kv_w=batch * n)  # fmt: skip
+    ctx = batch * (n + 1)  # the new token's key is read too (scheduler: ctx = computed + 1)
+    return StepShape(tokens=batch, seqs=batch, sampled=batch, dec_n=batch, dec_ctx=ctx,
+                     dec_ctx_w=ctx)  # fmt: skip
+
+
 class ServingReference:
-    """One model, timed at several step shapes (``threads`` torch threads; 1 by default)."""
+    """One model, timed at several step shapes (``threads`` torch threads; 1 by default).
+    ``keep_memory``: `keep_freed_memory` first (process-wide; see the module docstring)."""
 
     def __init__(
         self,
@@ -104,7 +158,9 @@ class ServingReference:
         warmup: int = 2,
         reps: int = 5,
         clock: str = "auto",
+        keep_memory: bool = True,
     ) -> None:
+        self.kept_memory = keep_freed_memory() if keep_memory else False
         self.cfg = cfg or LlamaRefConfig()
         torch.set_num_threads(threads)
         self.clock = resolve_clock(clock, "cpu", threads)
@@ -150,29 +206,80 @@ class ServingReference:
     @torch.inference_mode()
     def decode(self, batch: int, context: int) -> ServingMeasurement:
         """Seconds of one decode step: ``batch`` sequences, ``context`` cached tokens each."""
-        from transformers import DynamicCache
+        from transformers import StaticCache
 
         # the model's KV-cache argument: ``past_key_values``, ``cache`` in newer transformers
         params = inspect.signature(self.model.forward).parameters
         key = "cache" if "cache" in params else "past_key_values"
-        cache = DynamicCache(config=self.model.config)
+        cache = StaticCache(config=self.model.config, max_cache_len=context + 1)
         self.model(input_ids=self._ids(batch, context), use_cache=True, logits_to_keep=1,
                    **{key: cache})  # fmt: skip
-        assert cache.get_seq_length() == context
+        if int(cache.get_seq_length()) != context:
+            raise RuntimeError(f"the static cache holds {cache.get_seq_length()} tokens, "
+                               f"expected {context}")  # fmt: skip
         nxt = self._ids(batch, 1)
         pos = torch.full((batch, 1), context, dtype=torch.long)
 
         def step() -> None:
-            self.model(input_ids=nxt, position_ids=pos, cache_position=pos[0], use_cache=True,
-                       logits_to_keep=1, **{key: cache})  # fmt: skip
+            self.model(input_ids=nxt, position_ids=pos, use_cache=True, logits_to_keep=1,
+                       **{key: cache})  # fmt: skip
 
-        def reset() -> None:  # back to ``context`` cached tokens (crop takes a negative count)
-            extra = cache.get_seq_length() - context
-            if extra > 0:
-                cache.crop(-extra)
+        def reset() -> None:  # back to ``context`` cached tokens: the next step rewrites the slot
+            for layer in cache.layers:
+                layer.cumulative_length.fill_(context)
 
         walls, cpus = self._time(step, after=reset)
+        if int(cache.get_seq_length()) != context:  # every timed step saw ``context`` tokens
+            raise RuntimeError("the static cache was not reset between steps")
         return self._result("decode", batch, context, walls, cpus)
+
+    def engine_overhead(
+        self, device: Device | None = None, batch: int = 8, context: int = 16
+    ) -> CalibrationProfile:
+        """The host time of this engine (eager `transformers` + PyTorch) per decode step, as a
+        serve calibration profile (`hwtune.serve.profile`): an engine step with nothing to do.
+
+        It times decode steps of a model with this one's depth, attention heads and code path
+        but negligible widths (head dim 8, MLP width = hidden, vocabulary 64, ``context``
+        cached tokens): what remains is the Python and dispatch work of ~55 torch ops per layer
+        (RMSNorm as ~7 ops, rotary as ~14, separate q/k/v and gate/up projections, mask and cache
+        bookkeeping) that a step of the real model pays on top of its kernels, serially on the
+        same core. With ``device``, the time the serve iteration model already gives those tiny
+        kernels on it (measured GEMM and elementwise points include their launch) is taken off,
+        so nothing is counted twice. Per iteration: the step at batch 1; per sequence: the
+        slope to ``batch``. Measured, not fitted to the real model's step times (those depend on
+        its widths; this does not)."""
+        c = self.cfg
+        tiny = replace(c, hidden=8 * c.heads, intermediate=8 * c.heads, vocab=64,
+                       max_position=max(c.max_position, context + 2))  # fmt: skip
+        eng = ServingReference(tiny, threads=torch.get_num_threads(), warmup=self.warmup,
+                               reps=max(self.reps, 9), clock=self.clock,
+                               keep_memory=self.kept_memory)  # fmt: skip
+        one, many = eng.decode(1, context).median_s, eng.decode(batch, context).median_s
+        note = "measured"
+        if device is not None:
+            none = CalibrationProfile(host_overhead_per_iteration_s=0.0,
+                                      host_overhead_per_sequence_s=0.0)  # fmt: skip
+            it = IterationModel(ReplicaConfig(model=model_spec(tiny), device=device,
+                                              profile=none), dtype="fp32")  # fmt: skip
+            k1 = it.step_time(step_shape("decode", 1, context))
+            kb = it.step_time(step_shape("decode", batch, context))
+            one, many = one - k1, many - kb
+            note = f"measured minus the tiny model's kernels on {device.name} ({k1 * 1e3:.3f} ms)"
+        return CalibrationProfile(
+            host_overhead_per_iteration_s=max(0.0, one),
+            host_overhead_per_sequence_s=max(0.0, (many - one) / (batch - 1)),
+            fused_elementwise=False,
+            source=f"hwtune.calibrate.serving_reference.engine_overhead: transformers "
+            f"{_transformers_version()} eager, {c.layers} layers, {c.heads} heads, "
+            f"{eng.clock} clock; {note}",
+        )
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,10 +294,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--clock", default="auto", choices=("auto", "wall", "cpu"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--engine", action="store_true",
+                    help="print the engine's serve profile (YAML for hwtune serve --profile) "
+                    "instead of timing a step")  # fmt: skip
+    ap.add_argument("--gpu", default=None,
+                    help="with --engine: the device (hwtune bench profile) whose kernel times "
+                    "are taken off the engine step")  # fmt: skip
     a = ap.parse_args(argv)
     cfg = LlamaRefConfig(hidden=a.hidden, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
                          intermediate=a.intermediate, vocab=a.vocab)  # fmt: skip
     ref = ServingReference(cfg, warmup=a.warmup, reps=a.reps, clock=a.clock)
+    if a.engine:
+        import yaml
+
+        from hwtune.hardware.device import load_device_file
+
+        dev = load_device_file(a.gpu) if a.gpu else None
+        prof = ref.engine_overhead(dev)
+        print(yaml.safe_dump(prof.model_dump(exclude_none=True), sort_keys=False), end="")
+        return 0
     m = getattr(ref, a.phase)(a.batch, a.context)
     if a.json:
         print(json.dumps(m.to_dict(), indent=1))

@@ -9,7 +9,8 @@ File format (YAML or JSON), version 1::
     profile_version: 1
     device: {...}                 # a full Device description (name, peaks, memory, ...)
     software: {torch: "2.13.0", backend: cpu, threads: 2, ...}
-    gemm:        [{dtype: fp32, m: 1024, n: 1024, k: 1024, batch: 1, seconds: 0.0031}, ...]
+    gemm:        [{dtype: fp32, m: 1024, n: 1024, k: 1024, batch: 1, seconds: 0.0031},
+                  {dtype: fp32, m: 8, n: 1024, k: 1024, batch: 1, seconds: 6.1e-4, cold: true}, ...]
     memory:      {copy_bytes_per_s: 1.2e10, triad_bytes_per_s: 1.1e10, launch_s: 5e-6}
     elementwise: [{op: layer_norm, bytes: 4.0e6, seconds: 4.1e-4}, ...]   # op optional
     attention:   [{dtype: fp32, phase: fwd, batch: 1, heads: 8, seq_q: 512, seq_k: 512,
@@ -17,8 +18,8 @@ File format (YAML or JSON), version 1::
     collectives: [{op: all_reduce, ranks: 2, bytes: 1048576, seconds: 0.0012}, ...]
     skipped:     [{section: gemm, what: tf32, reason: "..."}, ...]          # optional
 
-Fields added since the first version 1 files (``elementwise[].op``, ``skipped``) are optional,
-so those files still load.
+Fields added since the first version 1 files (``elementwise[].op``, ``skipped``,
+``gemm[].cold``) are optional, so those files still load.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ PROFILE_VERSION = 1
 
 
 class GemmPoint(BaseModel):
+    """A measured GEMM. ``cold``: ``x @ W.T`` with few rows (decode, small prefill chunks) whose
+    weight streamed from DRAM/HBM (not in any cache; `hwtune.calibrate.gemm`), as every weight
+    GEMM of a serving step does."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
     dtype: str
     m: int = Field(gt=0)
@@ -49,6 +54,7 @@ class GemmPoint(BaseModel):
     k: int = Field(gt=0)
     batch: int = Field(default=1, gt=0)
     seconds: float = Field(gt=0)
+    cold: bool = False
 
     @property
     def flops(self) -> float:
@@ -118,6 +124,7 @@ class DeviceProfile(FrozenModel):
     collectives: tuple[CollectivePoint, ...] = ()
     skipped: tuple[SkippedBenchmark, ...] = ()
     _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
+    _cold: dict | None = PrivateAttr(default=None)  # dtype -> {m: sorted (n*k, seconds)}
 
     def _hash_key(self) -> tuple:
         return (self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
@@ -125,25 +132,64 @@ class DeviceProfile(FrozenModel):
 
     # ---- interpolation -------------------------------------------------------------------
     def gemm_rate(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float | None:
-        """Measured FLOP/s for a GEMM of this shape: inverse-distance weighting in
-        (log m, log n, log k) over the 4 nearest measured shapes of the same dtype (rates vary
-        smoothly with log-size between the measured points); None when none was measured."""
+        """Measured FLOP/s for a GEMM of this shape; None when none of ``dtype`` was measured.
+
+        Up to the largest row count of the cold (weight-streaming) points: `cold_gemm_time`.
+        Above it, inverse-distance weighting in (log m, log n, log k) over the 4 nearest measured
+        hot shapes of the same dtype (rates vary smoothly with log-size between the measured
+        points; cold points only when no hot one was measured)."""
+        flops = 2.0 * m * n * k * batch
+        t = self.cold_gemm_time(m, n, k, dtype)
+        if t is not None:
+            return flops / (batch * t)
         pts = [p for p in self.gemm if p.dtype == dtype]
+        pts = [p for p in pts if not p.cold] or pts
         if not pts:
             return None
-        x = (math.log2(m * batch), math.log2(n), math.log2(k))
-        scored = []
-        for p in pts:
-            y = (math.log2(p.m * p.batch), math.log2(p.n), math.log2(p.k))
-            d = math.dist(x, y)
-            if d < 1e-9:
-                return p.flops / p.seconds
-            scored.append((d, p.flops / p.seconds))
-        scored.sort()
-        near = scored[:4]
-        w = [1.0 / d**2 for d, _ in near]
-        # harmonic-weighted mean of rates: interpolates time per FLOP, not FLOP/s
-        return sum(w) / sum(wi / r for wi, (_, r) in zip(w, near, strict=True))
+        return _idw_rate(pts, (math.log2(m * batch), math.log2(n), math.log2(k)))
+
+    def cold_gemm_time(self, m: int, n: int, k: int, dtype: str) -> float | None:
+        """Seconds of one GEMM of ``m`` rows against an (n x k) weight read from memory, from
+        the cold points; None above their largest ``m`` or without any.
+
+        At a fixed ``m`` the FLOPs (2mnk) and the weight bytes both grow as the weight's size
+        nk, so the time is a fixed cost plus a term in nk: piecewise linear in nk between that
+        m's measured sizes (the fixed cost below the smallest, proportional above the largest),
+        whatever the weight's aspect ratio (to first order). Between two measured row counts
+        m0 < m < m1 the time is linear in m, which is exact at both ends of the roofline:
+        constant while the weight read bounds it, proportional to m once the FLOPs do
+        (Williams et al., CACM 2009)."""
+        cold = self.__pydantic_private__.get("_cold")
+        if cold is None:
+            cold = {}
+            for p in self.gemm:
+                if p.cold and p.batch == 1:
+                    cold.setdefault(p.dtype, {}).setdefault(p.m, []).append(
+                        (float(p.n) * p.k, p.seconds)
+                    )
+            for fams in cold.values():
+                for c in fams.values():
+                    c.sort()
+            self.__pydantic_private__["_cold"] = cold
+        fams = cold.get(dtype)
+        if not fams or m > max(fams):
+            return None
+        rows = sorted(fams)
+        size = float(n) * k
+
+        def at(mr: int) -> float:  # seconds at (mr, n, k)
+            curve = fams[mr]
+            if size <= curve[0][0]:
+                return curve[0][1]
+            if size >= curve[-1][0]:
+                return curve[-1][1] * size / curve[-1][0]
+            return _interp(curve, size)
+
+        hi = next(r for r in rows if r >= m)
+        lo = max((r for r in rows if r <= m), default=hi)
+        if lo == hi:
+            return at(hi)  # measured, or below the smallest row count (its time: weight-bound)
+        return at(lo) + (m - lo) / (hi - lo) * (at(hi) - at(lo))
 
     def attention_rate(
         self, phase: str, dtype: str, flops: float | None = None, decode: bool = False
@@ -225,6 +271,26 @@ class DeviceProfile(FrozenModel):
         if g <= 0:
             return None
         return a, 1.0 / g
+
+
+def _log_mnk(p: GemmPoint) -> tuple[float, ...]:
+    return (math.log2(p.m * p.batch), math.log2(p.n), math.log2(p.k))
+
+
+def _idw_rate(pts: list[GemmPoint], x: tuple[float, ...]) -> float:
+    """FLOP/s at ``x`` = (log m*batch, log n, log k): the rate of a point measured there, else
+    the inverse-square-distance weighted harmonic mean of the 4 nearest points' rates (it
+    interpolates time per FLOP, not FLOP/s)."""
+    scored = []
+    for p in pts:
+        d = math.dist(x, _log_mnk(p))
+        if d < 1e-9:
+            return p.flops / p.seconds
+        scored.append((d, p.flops / p.seconds))
+    scored.sort()
+    near = scored[:4]
+    w = [1.0 / d**2 for d, _ in near]
+    return sum(w) / sum(wi / r for wi, (_, r) in zip(w, near, strict=True))
 
 
 def _interp(curve: list[tuple[float, float]], x: float) -> float:

@@ -57,6 +57,7 @@ from hwtune.cost.kv_cache import (
 from hwtune.cost.quantized_gemm import serving_gemm_time
 from hwtune.model.lowering import Shard, attention_ops, ffn_ops, layer_classes, norm_residual_ops
 from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.profile import elementwise_fused
 
 ACT_BYTES = 2.0  # activations and collectives in 16 bits
 
@@ -128,7 +129,8 @@ class IterationModel:
         """(GEMM, memory-op, collective) seconds of all layers for a step of ``t`` tokens."""
         cfg, spec, dev = self.cfg, self.spec, self.dev
         ta = max(1, -(-t // cfg.dp_attention))
-        sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=self.act)
+        sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=self.act,
+                   fused=elementwise_fused(cfg.profile))  # fmt: skip
         g_tot = m_tot = c_tot = 0.0
         tp_span = self.cluster.span(cfg.tp, 1)
         hbytes = self.act * spec.d_model

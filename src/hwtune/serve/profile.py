@@ -13,7 +13,15 @@ optional; what is absent keeps the catalog value::
     intra_busbw_gbps: 360            # nccl-tests all-reduce bus bandwidth inside a node, GB/s
     host_overhead_per_iteration_s: 4.0e-4   # engine step with nothing to do
     host_overhead_per_sequence_s: 5.0e-6    # per scheduled sequence (input prep, sampling)
+    fused_elementwise: true          # the engine's norms, rotary and SwiGLU are fused kernels
     source: "hwtune bench on node gpu-17, 2026-05-01"
+
+``fused_elementwise`` describes the engine rather than the device: serving engines run RMSNorm,
+rotary embeddings and SiLU-and-mul as one fused kernel each (vLLM ``csrc/layernorm_kernels.cu``,
+``pos_encoding_kernels.cu``, ``activation_kernels.cu``), eager `transformers` runs them as
+separate PyTorch ops, each a pass through memory (an RMSNorm is seven;
+`hwtune.model.lowering.rmsnorm_bytes`, ``rope_bytes``, ``act_bytes_per_elem``).
+`elementwise_fused` gives the ``Shard(fused=...)`` the iteration model should lower with.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class CalibrationProfile(BaseModel):
     intra_busbw_gbps: float | None = Field(default=None, gt=0)
     host_overhead_per_iteration_s: float | None = Field(default=None, ge=0)
     host_overhead_per_sequence_s: float | None = Field(default=None, ge=0)
+    fused_elementwise: bool | None = None
     source: str = ""
 
     def apply_device(self, device: Device) -> Device:
@@ -58,6 +67,14 @@ class CalibrationProfile(BaseModel):
         link = cluster.device.scaleup_bandwidth_si
         eff = min(1.0, self.intra_busbw_gbps * 1e9 / link)
         return cluster.model_copy(update={"intra_efficiency": eff})
+
+
+def elementwise_fused(profile: CalibrationProfile | None) -> bool:
+    """Whether the engine fuses its memory-bound ops (`hwtune.model.lowering.Shard.fused`):
+    the profile's ``fused_elementwise``, True (a serving engine) when it says nothing."""
+    if profile is None or profile.fused_elementwise is None:
+        return True
+    return profile.fused_elementwise
 
 
 def load_profile(path: str | Path) -> CalibrationProfile:
