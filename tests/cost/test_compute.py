@@ -264,3 +264,21 @@ def test_flashattention2_on_hopper_runs_at_the_fa3_papers_ratio():
     assert attention_time(flops, 0.0, a100, "bf16", False, kernel="fa2") == attention_time(
         flops, 0.0, a100, "bf16", False
     )
+
+
+# --- grouped GEMMs issued as one library call per problem -----------------------------------------
+@pytest.mark.parametrize("launches", [1, 2, 16, 128])
+def test_each_extra_launch_of_a_grouped_gemm_costs_one_kernel_overhead(launches):
+    # TE GroupedLinear's general_grouped_gemm issues one cuBLAS GEMM per expert: the math is the
+    # same as one batched call, the launch overhead is paid per GEMM.
+    one = gemm_time(4096, 1536, 2048, H100, "fp8", batch=16)
+    many = gemm_time(4096, 1536, 2048, H100, "fp8", batch=16, launches=launches)
+    assert many - one == pytest.approx((launches - 1) * KERNEL_OVERHEAD_S)
+
+
+@settings(max_examples=40, deadline=None)
+@given(launches=st.integers(1, 256), batch=st.integers(1, 64))
+def test_more_launches_never_faster(launches, batch):
+    a = gemm_time(512, 768, 2048, DEV, batch=batch, launches=launches)
+    b = gemm_time(512, 768, 2048, DEV, batch=batch, launches=launches + 1)
+    assert b > a

@@ -250,3 +250,106 @@ def test_eager_layernorm_and_gelu_are_single_kernels_already():
     eager = lower_layer(spec, "full", False, Shard(tokens=SEQ, seq=SEQ, fused=False))
     assert _bytes(eager, "norms") == _bytes(fused, "norms")
     assert _bytes(eager, "mlp_act") == _bytes(fused, "mlp_act")
+
+
+# --- MoE routing, permutation and per-expert kernels (Megatron-Core / Transformer Engine) ----------
+def _op(ops, name):
+    (found,) = [op for op in ops if op.name == name]
+    return found
+
+
+def test_deepep_permutation_moves_each_token_slot_once_each_way():
+    # TE's permute kernel reads each of the n tokens once and writes its k copies; the merging
+    # unpermute reads the k copies and writes n rows (TE pytorch/permutation.py, Triton
+    # permute_with_mask_map / unpermute_with_mask_map). DeepEP needs nothing else around them.
+    E, k, n = 64, 4, SEQ
+    ops = lower_layer(moe(E, k), "full", True, Shard(tokens=n, seq=n, ep=8, moe_dispatch="deepep"))
+    e = 2.0
+    assert _op(ops, "moe_permute").bytes == pytest.approx(e * H * (n + n * k))
+    assert _op(ops, "moe_unpermute").bytes == pytest.approx(e * H * (n * k + n))
+    # backward of the merging unpermute also reads the forward expert outputs (probs gradient)
+    assert _op(ops, "moe_unpermute").dgrad_bytes == pytest.approx(e * H * (n + 2 * n * k))
+
+
+@pytest.mark.parametrize("ep", [2, 8])
+def test_alltoall_dispatcher_sorts_received_tokens_by_local_expert(ep):
+    # Megatron's MoEAlltoAllTokenDispatcher sorts the received n k rows by local expert after the
+    # all-to-all and back before the combine (sort_chunks_by_idxs: read + write each row), one
+    # chunk-map kernel and one copy kernel each way, when a rank holds more than one expert.
+    E, k, n = 64, 4, SEQ
+    spec = moe(E, k)
+    a2a = lower_layer(spec, "full", True, Shard(tokens=n, seq=n, ep=ep, moe_dispatch="alltoall"))
+    dep = lower_layer(spec, "full", True, Shard(tokens=n, seq=n, ep=ep, moe_dispatch="deepep"))
+    sort = 2 * 2.0 * n * k * H
+    for name in ("moe_permute", "moe_unpermute"):
+        assert _op(a2a, name).bytes - _op(dep, name).bytes == pytest.approx(sort)
+        assert _op(a2a, name).dgrad_bytes - _op(dep, name).dgrad_bytes == pytest.approx(sort)
+        assert _op(a2a, name).kernels - _op(dep, name).kernels == 2
+
+
+def test_one_expert_per_rank_needs_no_sort():
+    E, k = 8, 2
+    ops = lower_layer(moe(E, k), "full", True, Shard(tokens=SEQ, seq=SEQ, ep=E))
+    dep = lower_layer(
+        moe(E, k), "full", True, Shard(tokens=SEQ, seq=SEQ, ep=E, moe_dispatch="deepep")
+    )
+    assert _op(ops, "moe_permute").bytes == _op(dep, "moe_permute").bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    k=st.sampled_from([1, 2, 4, 8]),
+    tokens=st.sampled_from([512, 2048, 8192]),
+    dispatch=st.sampled_from(["alltoall", "deepep"]),
+)
+def test_permutation_writes_every_token_slot(k, tokens, dispatch):
+    # Physics floor: dispatch writes each of the n k token-slots (e h bytes) at least once and the
+    # combine reads each at least once, forward and backward.
+    ops = lower_layer(moe(16, k), "full", True, Shard(tokens=tokens, seq=tokens, ep=4,
+                                                     moe_dispatch=dispatch))  # fmt: skip
+    slots = 2.0 * tokens * k * H
+    for name in ("moe_permute", "moe_unpermute"):
+        assert _op(ops, name).bytes >= slots
+        assert _op(ops, name).dgrad_bytes >= slots
+
+
+def test_router_scores_scale_with_tokens_times_experts():
+    # the fused top-k / aux-loss kernels touch every token-expert score a fixed number of times
+    a = _op(lower_layer(moe(64, 4), "full", True, Shard(tokens=SEQ, seq=SEQ)), "router_topk")
+    b = _op(lower_layer(moe(128, 4), "full", True, Shard(tokens=2 * SEQ, seq=2 * SEQ)),
+            "router_topk")  # fmt: skip
+    assert b.bytes == pytest.approx(4 * a.bytes)
+    assert b.dgrad_bytes == pytest.approx(4 * a.dgrad_bytes)
+    # Megatron --moe-router-fusion: top-k+softmax, aux scores, aux loss, token count
+    assert a.kernels == 4
+
+
+@pytest.mark.parametrize("ep", [1, 8])
+def test_grouped_expert_gemms_launch_one_gemm_per_local_expert(ep):
+    # TE GroupedLinear -> general_grouped_gemm: one cuBLAS GEMM per expert split
+    E = 128
+    ops = lower_layer(moe(E, 8), "full", True, Shard(tokens=SEQ, seq=SEQ, ep=ep))
+    for name in ("expert_up", "expert_down"):
+        assert _op(ops, name).kernels == E // ep
+        assert _op(ops, name).batch == E // ep
+
+
+def test_fp8_current_scaling_adds_an_amax_pass_per_expert_split():
+    # Qwen3-30B-A3B-like layer (128 experts, top-8, expert width 768, h 2048) on 8 EP ranks:
+    # 16 local experts. Current scaling quantizes each expert split with 3 kernels (amax, scale,
+    # cast; TE Float8CurrentScalingQuantizer::quantize_impl) where delayed scaling has one fused
+    # multi-tensor cast: 2 quantized inputs x (16 x 3 - 1) = 94 extra kernels forward, and the
+    # amax pass reads each quantized element once more.
+    spec = ModelSpec(n_layers=1, d_model=2048, n_heads=32, n_kv_heads=4, head_dim=128,
+                     ffn_hidden=6144, vocab=151936,
+                     moe=MoE(n_routed_experts=128, top_k=8, expert_ffn_hidden=768))  # fmt: skip
+    n = 8192
+    sh = Shard(tokens=n, seq=4096, ep=8, fp8_recipe="current")
+    op = _op(lower_layer(spec, "full", True, sh), "expert_fp8_amax")
+    assert op.kernels == 94
+    slots = n * 8  # balanced: every token-slot lands on one expert of some rank; per rank n k
+    assert op.bytes == pytest.approx(2.0 * slots * (2048 + 768))
+    assert op.dgrad_bytes == pytest.approx(2.0 * slots * (2048 + 2 * 768))
+    for recipe in ("", "delayed"):
+        ops = lower_layer(spec, "full", True, Shard(tokens=n, seq=4096, ep=8, fp8_recipe=recipe))
+        assert not [o for o in ops if o.name == "expert_fp8_amax"]

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.software import AttentionKernel, Eager, Loss, MoeDispatch, software_fields
+from hwtune.cli.software import (
+    AttentionKernel,
+    Eager,
+    Fp8Recipe,
+    Loss,
+    MoeDispatch,
+    software_fields,
+)
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -92,6 +99,7 @@ def estimate(
     eager: Eager = False,
     loss: Loss = "fused",
     moe_dispatch: MoeDispatch = "alltoall",
+    fp8_recipe: Fp8Recipe = "delayed",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -119,7 +127,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
-            **software_fields(attention_kernel, eager, loss, moe_dispatch),
+            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe),
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

@@ -14,7 +14,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hwtune.cli.software import AttentionKernel, Eager, Loss, MoeDispatch, software_fields
+from hwtune.cli.software import (
+    AttentionKernel,
+    Eager,
+    Fp8Recipe,
+    Loss,
+    MoeDispatch,
+    software_fields,
+)
 from hwtune.errors import HwtuneInputError
 
 GIB = 2**30
@@ -154,6 +161,7 @@ def plan_cmd(
     eager: Eager = False,
     loss: Loss = "fused",
     moe_dispatch: MoeDispatch = "alltoall",
+    fp8_recipe: Fp8Recipe = "delayed",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
@@ -175,7 +183,7 @@ def plan_cmd(
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
-        software = software_fields(attention_kernel, eager, loss, moe_dispatch)
+        software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe)
         make_strategy(**software)  # one-line errors for bad values before the search starts
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,

@@ -31,13 +31,23 @@ MoeDispatch = Annotated[
         "fanned out over NVLink)"
     ),
 ]
+Fp8Recipe = Annotated[
+    str,
+    typer.Option(
+        help="with --precision fp8: delayed (amax history, one fused cast) | current (amax of "
+        "the tensor first: Transformer Engine Float8CurrentScaling)"
+    ),
+]
 
 
-def software_fields(attention_kernel: str, eager: bool, loss: str, moe_dispatch: str) -> dict:
-    """The `Strategy` fields the four options set (validated by `Strategy` itself)."""
+def software_fields(
+    attention_kernel: str, eager: bool, loss: str, moe_dispatch: str, fp8_recipe: str
+) -> dict:
+    """The `Strategy` fields these options set (validated by `Strategy` itself)."""
     return {
         "attention_kernel": attention_kernel,
         "fused_elementwise": not eager,
         "loss_kernel": loss,
         "moe_dispatch": moe_dispatch,
+        "fp8_recipe": fp8_recipe,
     }

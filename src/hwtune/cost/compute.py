@@ -39,13 +39,6 @@ bf16, 16 in fp8) lose the vectorized, tensor-core-friendly kernels: Anthony et a
 a SwiGLU width of 10,922 at 273 TFLOP/s against 398 at 10,944 on an H100 with h = 4096
 (Fig. 9); NVIDIA "Matrix Multiplication Background User's Guide", "Tensor Core Requirements"."""
 
-ALIGN_ELEMENT_BYTES = 16
-MISALIGNED_EFFICIENCY = 273.0 / 398.0
-"""GEMMs whose inner or output dimension is not a multiple of 16 bytes of elements (8 in
-bf16, 16 in fp8) lose the vectorized, tensor-core-friendly kernels: Anthony et al. 2024 measure
-a SwiGLU width of 10,922 at 273 TFLOP/s against 398 at 10,944 on an H100 with h = 4096
-(Fig. 9); NVIDIA "Matrix Multiplication Background User's Guide", "Tensor Core Requirements"."""
-
 K_FILL = 512
 K_REF = 16384
 """Main-loop-equivalent k of a tile's prologue + epilogue, and the k at which the catalog's
@@ -107,21 +100,33 @@ def alignment_efficiency(n: int, k: int, dtype: str = "bf16") -> float:
     return 1.0 if (n % step == 0 and k % step == 0) else MISALIGNED_EFFICIENCY
 
 
-def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch: int = 1) -> float:
+def gemm_time(
+    m: int,
+    n: int,
+    k: int,
+    device: Device,
+    dtype: str = "bf16",
+    batch: int = 1,
+    launches: int = 1,
+) -> float:
     """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs in ``dtype`` (2mnk FLOPs each).
 
     Compute time uses the device's achievable GEMM fraction times tile/wave quantization of the
     (m x n) output (a batched or grouped GEMM quantizes over all ``batch`` problems together);
-    memory time reads A and B and writes C once. The slower of the two, plus a launch overhead.
+    memory time reads A and B and writes C once. The slower of the two, plus a launch overhead
+    per kernel: ``launches`` > 1 for a "grouped" GEMM issued as one library call per problem
+    (Transformer Engine's ``GroupedLinear``: ``general_grouped_gemm`` loops over the experts'
+    cuBLAS GEMMs), each paying ``KERNEL_OVERHEAD_S``.
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
+    extra = (max(1, launches) - 1) * KERNEL_OVERHEAD_S
     flops = 2.0 * m * n * k * batch
     prof = device.profile
     if prof is not None:  # tier 2: the measured rate at this shape (launch cost included)
         rate = prof.gemm_rate(m, n, k, dtype, batch)
         if rate is not None:
-            return flops / rate
+            return flops / rate + extra
     eb = _DTYPE_BYTES[dtype]
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
     eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k, speedup)
@@ -133,7 +138,7 @@ def gemm_time(m: int, n: int, k: int, device: Device, dtype: str = "bf16", batch
         * (eb * (m * k + k * n) + out_b * m * n)
         / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     )
-    return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
+    return max(t_compute, t_mem) + KERNEL_OVERHEAD_S + extra
 
 
 ATTENTION_KERNELS: tuple[str, ...] = ("best", "fa2")

@@ -74,6 +74,7 @@ class Shard:
     attn_kernel: str = "best"  # fused attention kernel (cost.compute.ATTENTION_KERNELS)
     fused: bool = True  # elementwise ops fused (Megatron/TE, torch.compile); False: eager PyTorch
     moe_dispatch: str = "alltoall"  # "alltoall" | "deepep" (one network copy per node)
+    fp8_recipe: str = ""  # "" (no fp8 GEMMs) | "delayed" | "current" (moe_expert_ops)
 
 
 def _div(x: int, t: int) -> int:
@@ -216,18 +217,107 @@ def ffn_ops(spec: ModelSpec, moe_layer: bool, sh: Shard) -> list[Op]:
     local_e = max(1, E // sh.ep)
     rows = max(1, round(sh.ep * (m / t) * k / E * sh.moe_imbalance))
     fe = moe.expert_ffn_hidden
-    ops.append(memop("moe_permute", 4 * e * (m / t) * k * h, kernels=2))
-    ops.append(gemm("expert_up", rows, up_mult * fe, h, batch=local_e))
+    ops.extend(moe_routing_ops(m / t, E, k, h, local_e, e, sh.moe_dispatch))
+    # TE GroupedLinear (Megatron --moe-grouped-gemm) runs one cuBLAS GEMM per local expert
+    # (``general_grouped_gemm``: a loop over the splits on a few streams), so each expert GEMM
+    # is ``local_e`` launches (``kernels``).
+    up = gemm("expert_up", rows, up_mult * fe, h, batch=local_e)
+    down = gemm("expert_down", rows, h, fe, batch=local_e)
+    ops.append(_with_kernels(up, local_e))
     ops.append(
         memop("expert_act", act_bytes_per_elem(e, spec.gated, sh.fused) * rows * local_e * fe)
     )
-    ops.append(gemm("expert_down", rows, h, fe, batch=local_e))
+    ops.append(_with_kernels(down, local_e))
+    if sh.fp8_recipe == "current":
+        ops.append(expert_fp8_current_scaling_op(rows, local_e, h, fe, up_mult, e))
     if moe.shared_width:
         fs = _div(moe.shared_width, t)
         ops.append(gemm("shared_up", m, up_mult * fs, h))
         ops.append(memop("shared_act", act_bytes_per_elem(e, spec.gated, sh.fused) * m * fs))
         ops.append(gemm("shared_down", m, h, fs))
     return ops
+
+
+def _with_kernels(op: Op, kernels: int) -> Op:
+    return Op(op.name, op.kind, flops=op.flops, m=op.m, n=op.n, k=op.k, batch=op.batch,
+              dgrad_flops=op.dgrad_flops, wgrad_flops=op.wgrad_flops, kernels=kernels)  # fmt: skip
+
+
+ROUTER_FWD_KERNELS = 4
+ROUTER_BWD_KERNELS = 3
+"""Kernels of Megatron-Core's fused router after the gating GEMM (``--moe-router-fusion``,
+``moe/router.py`` and ``moe/moe_utils.py``, TE ``fused_topk_with_score_function``,
+``fused_compute_score_for_moe_aux_loss``, ``fused_moe_aux_loss``): forward top-k with softmax,
+the aux-loss scores, the aux loss and the per-expert token count (``routing_map.sum(0)``);
+backward the gradients of the first three."""
+
+
+def moe_routing_ops(
+    tokens: float, experts: int, top_k: int, h: int, local_e: int, e: float, dispatch: str
+) -> list[Op]:
+    """Router post-processing and token (un)permutation of one MoE layer on one rank, routing
+    ``tokens`` tokens of width ``h`` (``e`` bytes each) to ``top_k`` of ``experts`` experts.
+
+    Router (fp32 scores; Megatron-Core ``TopKRouter`` with ``--moe-router-fusion``): forward
+    reads the logits twice (top-k, aux-loss scores: 2e per score), writes fp32 probabilities
+    and scores and a bool routing map, and the aux loss reads the scores back: (2e + 13) bytes
+    per token-expert score; backward reads two fp32 gradients and writes two logit gradients:
+    (8 + 2e), plus the fp32 aux-loss gradient (4).
+
+    Permutation (TE ``permutation.py``, the Triton kernels Megatron's ``--moe-permute-fusion``
+    calls; n = tokens, s = n * top_k token-slots):
+    - ``permute`` (``make_row_id_map``: 3 kernels, ``permute_with_mask_map``: 1) reads each
+      token once and writes it top_k times: e (n + s) h; its backward is an unpermute, e (s + n) h.
+    - ``unpermute`` with probability merging (1 kernel) reads the s expert outputs and writes
+      n: e (s + n) h; its backward (``unpermute_with_mask_map_bwd_with_merging_probs``) reads the
+      n gradients and the s forward inputs (for the probabilities' gradient) and writes s:
+      e (n + 2 s) h.
+    - Megatron's all-to-all dispatcher (``MoEAlltoAllTokenDispatcher``) also sorts the received
+      tokens by local expert after the dispatch and back before the combine when a rank holds
+      more than one expert (``sort_chunks_by_idxs``: ``make_chunk_sort_map`` +
+      ``sort_chunks_by_map``, 2 kernels each way, read + write of s rows: 2 e s h forward and
+      backward, each). DeepEP (flex dispatcher) delivers tokens per rank and needs only the
+      permute and unpermute around it.
+    """
+    n, s = tokens, tokens * top_k
+    scores = n * experts
+    router = Op("router_topk", "memory", bytes=(2 * e + 13) * scores,
+                dgrad_bytes=(12 + 2 * e) * scores, kernels=ROUTER_FWD_KERNELS)  # fmt: skip
+    permute_kernels = 4
+    sort = dispatch == "alltoall" and local_e > 1
+    fwd_dispatch = e * (n + s) * h + (2 * e * s * h if sort else 0.0)
+    bwd_dispatch = e * (s + n) * h + (2 * e * s * h if sort else 0.0)
+    fwd_combine = e * (s + n) * h + (2 * e * s * h if sort else 0.0)
+    bwd_combine = e * (n + 2 * s) * h + (2 * e * s * h if sort else 0.0)
+    kp = permute_kernels + (2 if sort else 0)
+    kc = 1 + (2 if sort else 0)
+    return [
+        router,
+        Op("moe_permute", "memory", bytes=fwd_dispatch, dgrad_bytes=bwd_dispatch, kernels=kp),
+        Op("moe_unpermute", "memory", bytes=fwd_combine, dgrad_bytes=bwd_combine, kernels=kc),
+    ]
+
+
+def expert_fp8_current_scaling_op(
+    rows: int, local_e: int, h: int, fe: int, up_mult: int, e: float
+) -> Op:
+    """What fp8 current scaling adds to the routed experts' GEMM input casts, beyond the one
+    fused cast-transpose per GEMM input the estimator charges (``train.estimator``: 2 B read,
+    1 + 1 B written per element, one kernel).
+
+    TE's ``GroupedLinear`` quantizes its input with ``split_quantize``: per expert split, a
+    ``Float8CurrentScalingQuantizer`` runs ``nvte_compute_amax`` (reads the split), then
+    ``nvte_compute_scale_from_amax`` and ``nvte_quantize_v2`` (TE 2.9
+    ``pytorch/csrc/quantizer.cpp``, ``Float8CurrentScalingQuantizer::quantize_impl``; only
+    delayed scaling has the fused multi-tensor cast, ``extensions/cast.cpp``
+    ``multi_tensor_quantize_impl``). So each quantized tensor costs one more read of its
+    elements (``e`` bytes) and 3 kernels per expert instead of 1. Forward quantizes the inputs
+    of fc1 (width h) and fc2 (width fe); backward the output gradients of fc2 (h) and fc1
+    (up_mult * fe)."""
+    r = rows * local_e
+    extra_kernels = 2 * (3 * local_e - 1)
+    return Op("expert_fp8_amax", "memory", bytes=e * r * (h + fe),
+              dgrad_bytes=e * r * (h + up_mult * fe), kernels=extra_kernels)  # fmt: skip
 
 
 def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:

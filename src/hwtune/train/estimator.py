@@ -218,13 +218,14 @@ def _layer_times(
         t_before = fwd
         if op.kind == "gemm":
             dt = "bf16" if (op.attention_core or op.name in ("router",)) and fp8 else gdt
-            tf = gemm_time(op.m, op.n, op.k, device, dt, op.batch)
+            # a grouped GEMM issued as one GEMM per expert (TE GroupedLinear) pays each launch
+            tf = gemm_time(op.m, op.n, op.k, device, dt, op.batch, op.kernels)
             fwd += tf
-            dg += gemm_time(op.m, op.k, op.n, device, dt, op.batch) * (
+            dg += gemm_time(op.m, op.k, op.n, device, dt, op.batch, op.kernels) * (
                 op.dgrad_flops / op.flops if op.flops else 0
             )
             if op.wgrad_flops:
-                wg += gemm_time(op.k, op.n, op.m, device, dt, op.batch)
+                wg += gemm_time(op.k, op.n, op.m, device, dt, op.batch, op.kernels)
             if fp8 and not op.attention_core:
                 # Transformer Engine's fused cast-transpose: the 16-bit input (forward) and
                 # output gradient (backward) are read once (2 B) and written as fp8 twice,
@@ -483,6 +484,7 @@ def shard_of(st: Strategy) -> Shard:
         flash=st.flash_attention, moe_imbalance=st.moe_imbalance,
         attn_kernel=st.attention_kernel, fused=st.fused_elementwise,
         moe_dispatch=st.moe_dispatch,
+        fp8_recipe=(st.fp8_recipe if st.precision == "fp8" else ""),
     )  # fmt: skip
 
 

@@ -182,6 +182,13 @@ def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str,
     return kernel, fused, loss
 
 
+def _fp8_recipe(r: dict) -> str:
+    """Transformer Engine's scaling: rows marked ``fp8-cs`` ran current scaling (Megatron-Bridge
+    tables); older fp8 rows (NeMo 24.07, llm-foundry, torchao) delayed or tensor-wise casts."""
+    prec = str(r.get("precision") or "").lower()
+    return "current" if re.search(r"fp8[-_ ]?cs\b|current", prec) else "delayed"
+
+
 def from_row(r: dict) -> PublishedRun:
     """Translate one validation row."""
     run = PublishedRun(id=r["id"], source=r.get("source", {}).get("title", ""))
@@ -267,16 +274,15 @@ def from_row(r: dict) -> PublishedRun:
     ep = p.get("ep") or 1
     kernel, fused, loss = _kernels(fw, other, dev, run)
     dispatch = "alltoall"
-    if (
-        run.spec.moe is not None
-        and ("NeMo" in fw or "Bridge" in fw)
-        and dev.architecture == "hopper"
-    ):
-        # NVIDIA's H100 MoE performance recipes dispatch with DeepEP ("For H100 we use deepEP":
+    deepseek = "deepseek" in str(r["model"].get("name", "")).lower()
+    if deepseek and ("NeMo" in fw or "Bridge" in fw) and dev.architecture == "hopper":
+        # NVIDIA's H100 DeepSeek-V3 recipes dispatch with DeepEP ("For H100 we use deepEP":
         # NeMo scripts/performance/llm/*deepseek_v3*.py; Megatron MoE Model Zoo, DeepSeek-V3
-        # best practice: --moe-token-dispatcher-type flex --moe-enable-deepep)
+        # best practice: --moe-token-dispatcher-type flex --moe-enable-deepep). The Qwen3 and
+        # gpt-oss providers default to the all-to-all dispatcher (Megatron-Bridge; their H100
+        # configs moved to the flex dispatcher only in 2026).
         dispatch = "deepep"
-        run.assumptions.append("DeepEP dispatch (NVIDIA H100 MoE recipes)")
+        run.assumptions.append("DeepEP dispatch (NVIDIA H100 DeepSeek-V3 recipes)")
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
     if mp in ("DEFAULT", "FULL"):
@@ -297,7 +303,7 @@ def from_row(r: dict) -> PublishedRun:
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
-            moe_dispatch=dispatch,
+            moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

@@ -71,6 +71,11 @@ class Strategy(BaseModel):
         description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
         "torch.compile); False = eager PyTorch, one kernel per elementary op",
     )
+    fp8_recipe: Literal["delayed", "current"] = Field(
+        default="delayed",
+        description="fp8 scaling (with precision fp8): delayed = scale from the amax history, one "
+        "fused cast; current = amax of the tensor itself first (TE Float8CurrentScaling)",
+    )
     moe_dispatch: Literal["alltoall", "deepep"] = Field(
         default="alltoall",
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
