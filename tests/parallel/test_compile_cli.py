@@ -49,3 +49,22 @@ def test_bad_annotation_exits_2_with_one_line(tmp_path):
     assert r.exit_code == 2
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and "modules[0] 'layers.*.attention'.tp: got 3" in lines[0]
+
+
+def test_context_parallel_run_from_the_cli():
+    """``--cp 2 --run``: the plan of llama3.1-8b with cp=2, and the tiny GPT trained with its
+    sequences split over 2 gloo processes, equal to one process."""
+    r = runner.invoke(app, ["compile", "--cp", "2", "--global-batch", "2", "--zero", "0",
+                            "--run", "--steps", "2", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["strategy"]["mesh"]["cp"] == 2 and doc["n_gpus"] == 2
+    assert doc["run"]["world"] == 2 and len(doc["run"]["losses"]) == 2
+    assert doc["run"]["max_abs_diff"] <= 2e-6
+
+
+def test_context_parallel_the_runtime_cannot_run_exits_2_with_one_line():
+    r = runner.invoke(app, ["compile", "--cp", "2", "--tp", "2", "--run"])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "mesh.cp: got 2; expected tp = 1" in lines[0]

@@ -4,7 +4,8 @@ floating-point tolerance; measured parameter + gradient + optimizer bytes per ra
 estimator's memory model (`hwtune.cost.memory.sharded_state_bytes`, and the compiled plan's
 per-rank state bytes) within 10%; the plan's recomputation runs (activation checkpointing) and
 the activation bytes autograd keeps drop as the estimator's activation model says (issue 8,
-*Proof*). All strategies of one world size share one set of processes (torch's start-up
+*Proof*); context parallelism (sequences split over cp ranks, load-balanced chunks, K/V
+all-gathered) matches within 2e-6. All strategies of one world size share one set of processes (torch's start-up
 dominates)."""
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ TWO = {
     "pp2-1f1b-recompute-full+selective": make_spec(pp=2, global_batch=8, micro_batch=2, modules=MIXED),
     "pp2-zb-h1-recompute-full": make_spec(pp=2, global_batch=8, micro_batch=2, schedule="zb-h1", recompute="full"),
     "pp2-dualpipe": make_spec(pp=2, global_batch=8, micro_batch=2, schedule="dualpipe"),
+    # context parallelism (`runtime/context_parallel.py`): 2 sequences of 16 tokens, each rank
+    # holds chunks i and 3-i of 4, rotary positions on, K/V all-gathered
+    "cp2-ddp-recompute-unfused": make_spec(cp=2, zero=0, modules=MIXED, flash_attention=False),
+    "cp2-zero3-fsdp2": make_spec(cp=2, zero=3),
 }  # fmt: skip
 FOUR = {
     "tp2-dp2-fsdp2": make_spec(tp=2, dp=2, zero=3),
@@ -67,7 +72,11 @@ FOUR = {
     "pp2-dp2-dualpipe": make_spec(
         pp=2, dp=2, zero=0, global_batch=16, micro_batch=2, schedule="dualpipe"
     ),
+    "dp2-cp2-zero1": make_spec(dp=2, cp=2, zero=1),
+    "pp2-cp2-1f1b-zero1": make_spec(pp=2, cp=2, global_batch=8, micro_batch=2),  # zero 1 with pp
 }
+CP = [("two", "cp2-ddp-recompute-unfused"), ("two", "cp2-zero3-fsdp2"), ("four", "dp2-cp2-zero1"),
+      ("four", "pp2-cp2-1f1b-zero1")]  # fmt: skip
 
 
 def _cfg(spec) -> RunConfig:
@@ -122,9 +131,34 @@ def test_tp_shards_the_blocks(two):
     assert local < 0.75 * full
 
 
+@pytest.mark.parametrize(("which", "name"), CP)
+def test_context_parallel_losses_match_single_process_within_1e_6(request, which, name):
+    """The sequence split over cp ranks, rotary at the chunks' positions, the loss the mean
+    over all tokens: 3 AdamW steps equal the single process's within a few float32 ulps."""
+    runs, cfgs = request.getfixturevalue(which)
+    res = runs[name]
+    assert cfgs[name].cp == 2 and cfgs[name].model.rope
+    assert len(res["losses"]) == 3
+    assert res["max_abs_diff"] <= 2e-6
+    assert res["losses"][-1] < res["losses"][0]
+
+
+def test_context_parallel_ranks_keep_half_the_tokens_activations(two):
+    """cp=2 with layers 0-1 recomputed in full: each rank keeps only its blocks' inputs, for
+    its 16 of the step's 32 tokens (2 x 8 x d x 4 bytes), as the activation model says for
+    micro_batch * seq / cp tokens; the selective layers keep more than those inputs."""
+    res = two[0]["cp2-ddp-recompute-unfused"]
+    c = two[1]["cp2-ddp-recompute-unfused"].model
+    a = ActShape(tokens=2 * c.seq // 2, seq=c.seq, tp=1, sp=False, act_bytes=4.0, flash=c.flash)
+    full = layer_activation_bytes(model_spec(c), "full", False, a, "full")
+    assert full == 2 * (c.seq // 2) * c.d_model * 4
+    for mem in res["memory"].values():
+        acts = {int(k): v for k, v in mem["activations"].items()}
+        assert acts[0] == acts[1] == full
+        assert acts[2] > 4 * full
+
+
 def test_runtime_refuses_what_it_cannot_run():
-    with pytest.raises(HwtuneInputError, match="context parallelism is simulated only"):
-        run_config(make_spec(cp=2))
     with pytest.raises(HwtuneInputError, match="none, selective or full in the runtime"):
         run_config(make_spec(dp=2, recompute="selective-op"))
     with pytest.raises(HwtuneInputError, match="zero <= 1 with expert parallelism"):
@@ -204,13 +238,13 @@ def _plan_state_bytes(spec, cfg) -> list[float]:
 
 
 @pytest.mark.parametrize(("which", "name"), [("four", "moe-dp4-ep2"), ("four", "moe-dp4-ep2-zero1"), ("four", "pp4-dualpipe"), ("four", "pp2-dp2-dualpipe"),
-                                             ("two", "pp2-dualpipe"), ("two", "dp2-recompute-full+selective")])  # fmt: skip
+                                             ("two", "pp2-dualpipe"), ("two", "dp2-recompute-full+selective"), *CP])  # fmt: skip
 def test_state_bytes_match_the_compiled_plan(request, which, name):
     runs, cfgs = request.getfixturevalue(which)
     spec = (FOUR if which == "four" else TWO)[name]
     modelled = _plan_state_bytes(spec, cfgs[name])
     for rank, mem in runs[name]["memory"].items():
-        pp_rank = int(rank) // (spec.mesh.dp * spec.mesh.tp)
+        pp_rank = int(rank) // (spec.mesh.dp * spec.mesh.cp * spec.mesh.tp)
         measured = mem["weights"] + mem["gradients"] + mem["optimizer"]
         assert measured == pytest.approx(modelled[pp_rank], rel=0.10)
 

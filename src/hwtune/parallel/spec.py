@@ -21,7 +21,9 @@ this language (one preset of it).
 
 Validation (`validate`) refuses, with one line naming the annotation, whatever the model or the
 cluster cannot honour: a TP degree that does not divide the heads or the global TP degree,
-experts that do not divide, more stages than layers, a stage map that leaves a rank idle.
+experts that do not divide, more stages than layers, a stage map that leaves a rank idle, a
+sequence that does not split into the 2*cp equal chunks of context parallelism's load-balanced
+causal layout.
 """
 
 from __future__ import annotations
@@ -448,6 +450,12 @@ def validate(
     if n_gpus is not None and mesh.world != n_gpus:
         raise HwtuneInputError(
             "mesh", f"dp*tp*pp*cp = {mesh.world}", f"the cluster's {n_gpus} GPUs"
+        )
+    if mesh.cp > 1 and spec.seq % (2 * mesh.cp):
+        # load-balanced causal layout (Megatron-LM, TransformerEngine): 2*cp equal chunks,
+        # chunks i and 2*cp-1-i on cp rank i (also for explicit schedules)
+        raise HwtuneInputError(
+            "seq", spec.seq, f"a multiple of 2*cp = {2 * mesh.cp} (two equal chunks per cp rank)"
         )
     st = spec.base_strategy()
     if not spec.explicit or mesh.pp == 1:

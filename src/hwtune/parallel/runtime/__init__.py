@@ -6,5 +6,6 @@ FSDP2 `fully_shard`), `experts` (all-to-all dispatch), `pipeline` (stages and ou
 per-rank orders on `torch.distributed.pipelining`'s schedule runtime), `dualpipe` (the
 bidirectional DualPipe, which that runtime cannot express, walked by hand), `recompute`
 (the plan's per-layer activation checkpointing, and a meter of the bytes autograd keeps),
-`train` (one rank's loop), `launch` (processes on 127.0.0.1). torch is imported only here.
+`context_parallel` (sequences split over cp ranks, K/V all-gathered for exact causal
+attention), `train` (one rank's loop), `launch` (processes on 127.0.0.1). torch is imported only here.
 """

@@ -62,11 +62,13 @@ def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunCon
     from hwtune.parallel.spec import validate
 
     mesh = spec.mesh
-    if mesh.cp > 1:
-        raise HwtuneInputError(
-            "mesh.cp", mesh.cp, "1 in the runtime (context parallelism is simulated only)"
-        )
     bidirectional = not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1
+    if mesh.cp > 1:
+        _check_cp(spec, bidirectional)
+    if mesh.pp > 1 and mesh.dp > 1 and mesh.cp == 1 and not bidirectional and spec.zero_stage < 2:
+        raise HwtuneInputError(
+            "zero", spec.zero_stage, "2 or 3 for a pipeline with dp > 1 and cp = 1 (FSDP2 stages)"
+        )
     if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 0 and mesh.dp > 1)):
         raise HwtuneInputError(
             "schedule.name", "dualpipe", "tp = 1, and zero = 0 with dp > 1, for a DualPipe run"
@@ -75,7 +77,8 @@ def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunCon
     layers = max(4, chunks)
     if spec.stages is not None and mesh.pp > 1:
         layers = sum(spec.stages)
-    c = TinyConfig(n_layers=layers, n_experts=8 if moe else 0, flash=spec.flash_attention)
+    c = TinyConfig(n_layers=layers, n_experts=8 if moe else 0, flash=spec.flash_attention,
+                   rope=mesh.cp > 1)  # fmt: skip
     ms = model_spec(c)
     plans = validate(spec, ms)  # the compiler's checks, against the model that runs
     if mesh.ep > 1 and (mesh.tp > 1 or mesh.pp > 1 or spec.zero_stage > 1):
@@ -108,11 +111,30 @@ def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunCon
         else:
             gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
             orders = {r: [str(a) for a in v] for r, v in gen.items()}
-    return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, ep=mesh.ep,
+    return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
                      zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
                      stage_layers=stage_layers, orders=orders, recompute=recompute,
                      placement=placement, bidirectional=bidirectional, steps=steps,
                      seed=seed)  # fmt: skip
+
+
+def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
+    """What the runtime's context parallelism (`context_parallel.py`) cannot run, one line."""
+    mesh = spec.mesh
+    seq = TinyConfig().seq
+    if seq % (2 * mesh.cp):
+        raise HwtuneInputError(
+            "mesh.cp", mesh.cp,
+            f"a degree with 2*cp dividing the runtime model's {seq} tokens (2 chunks per rank)",
+        )  # fmt: skip
+    if mesh.tp > 1:
+        raise HwtuneInputError("mesh.cp", mesh.cp, "tp = 1 with context parallelism in the runtime")
+    if mesh.ep > 1:
+        raise HwtuneInputError("mesh.cp", mesh.cp, "ep = 1 with context parallelism in the runtime")
+    if bidirectional:
+        raise HwtuneInputError(
+            "schedule.name", "dualpipe", "cp = 1 for a DualPipe run (not with context parallelism)"
+        )
 
 
 def run_spec(spec, steps: int = 3, moe: bool | None = None) -> dict:  # noqa: ANN001

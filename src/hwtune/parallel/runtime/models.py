@@ -7,7 +7,11 @@ Recomputation (activation checkpointing, ``torch.utils.checkpoint`` with ``use_r
 is a per-block attribute, as the plan resolves it per layer (Korthikanti et al. MLSys'23 §4):
 ``full`` keeps only the block's input and reruns the block in the backward; ``selective``
 reruns the attention core (scores, softmax, weighted sum), so the s^2 tensors of a
-non-fused attention are never kept; ``none`` keeps everything."""
+non-fused attention are never kept; ``none`` keeps everything.
+
+Rotary position embedding (``rope``, off by default so the measured activation bytes stay
+those of the model without it): on for context-parallel runs, where a rank's tokens are not
+positions 0..s/cp-1 (`context_parallel`), so a wrong position would change the loss."""
 
 from __future__ import annotations
 
@@ -33,6 +37,19 @@ class TinyConfig:
     n_experts: int = 0  # > 0: every layer's FFN is a mixture of experts
     top_k: int = 2
     flash: bool = True  # fused attention (SDPA); False: scores and softmax as separate tensors
+    rope: bool = False  # rotary position embedding on q and k (RoFormer)
+
+
+def rotary(x: torch.Tensor, pos: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding of (b, h, s, d) at token positions ``pos`` (s,): pairs
+    (x_j, x_{j+d/2}) rotated by pos * theta^(-2j/d) (Su et al. 2021, RoFormer eq. 34, in the
+    half-split layout of Llama/torchtitan)."""
+    d = x.shape[-1]
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+    ang = pos.to(x.device, torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
 def _checkpoint(fn, *args: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
@@ -47,6 +64,11 @@ class Attention(nn.Module):
         self.hd = c.d_model // c.n_heads
         self.flash = c.flash
         self.recompute_core = False  # selective recomputation of the attention core
+        self.rope = c.rope
+        # context parallelism (`context_parallel.apply_cp`): this rank's token positions and
+        # the group K/V are all-gathered over; None: the whole sequence is local
+        self.positions: torch.Tensor | None = None
+        self.cp_group = None
         self.wq = nn.Linear(c.d_model, c.d_model, bias=False)
         self.wk = nn.Linear(c.d_model, c.d_model, bias=False)
         self.wv = nn.Linear(c.d_model, c.d_model, bias=False)
@@ -58,6 +80,9 @@ class Attention(nn.Module):
         q, k, v = (
             w(x).view(b, s, -1, self.hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
         )
+        if self.rope:
+            pos = self.positions if self.positions is not None else torch.arange(s, device=x.device)
+            q, k = rotary(q, pos), rotary(k, pos)
         if self.recompute_core and torch.is_grad_enabled():
             o = _checkpoint(self.core, q, k, v)
         else:
@@ -65,7 +90,12 @@ class Attention(nn.Module):
         return self.wo(o.transpose(1, 2).reshape(b, s, -1))
 
     def core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d) + causal mask) v: fused (SDPA) or as separate tensors."""
+        """softmax(q k^T / sqrt(d) + causal mask) v: fused (SDPA) or as separate tensors; under
+        context parallelism over the whole sequence (K/V all-gathered)."""
+        if self.cp_group is not None:
+            from hwtune.parallel.runtime.context_parallel import cp_attention
+
+            return cp_attention(q, k, v, self.positions, self.cp_group, self.flash)
         if self.flash:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         s = q.shape[-2]

@@ -27,6 +27,7 @@ class RunConfig:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1  # context parallel: each sequence over cp ranks (`context_parallel.py`)
     ep: int = 1
     zero: int = 0
     n_micro: int = 1  # micro-batches per data-parallel rank
@@ -44,7 +45,7 @@ class RunConfig:
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def global_batch(self) -> int:
@@ -112,6 +113,7 @@ def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str)
 def _train(rank: int, cfg: RunConfig, out: Path) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hwtune.parallel.runtime.context_parallel import apply_cp
     from hwtune.parallel.runtime.data_parallel import (
         apply_ddp,
         apply_fsdp,
@@ -135,13 +137,29 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         )  # fmt: skip
         dp_mesh = mesh["edp", "ep"]._flatten("dp")
         edp_mesh = mesh["edp"]
+    elif cfg.cp > 1:
+        # Megatron's order, tp innermost, then cp, dp, pp; the cp ranks hold the same weights,
+        # so gradients are reduced over the flattened dp x cp ranks (Megatron's
+        # "data-parallel group with context parallel")
+        if cfg.tp > 1 or cfg.bidirectional:
+            raise ValueError("runtime: context parallelism with tp = 1, not DualPipe")
+        mesh = init_device_mesh(
+            "cpu", (cfg.pp, cfg.dp, cfg.cp, cfg.tp), mesh_dim_names=("pp", "dp", "cp", "tp")
+        )
+        dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cfg.dp > 1 else mesh["cp"]
     else:
         mesh = init_device_mesh("cpu", (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
         dp_mesh = mesh["dp"]
     tp_mesh = mesh["tp"]
-    dp_rank, pp_rank = dp_mesh.get_local_rank(), mesh["pp"].get_local_rank()
+    # the batch is split over dp only; dp_mesh (gradients, ZeRO) spans dp x cp
+    dp_rank = mesh["dp"].get_local_rank() if cfg.cp > 1 else dp_mesh.get_local_rank()
+    pp_rank = mesh["pp"].get_local_rank()
+    cp_group = mesh["cp"].get_group() if cfg.cp > 1 else None
     model = build(cfg.model, cfg.seed)
     apply_recompute(model, cfg.recompute)
+    tokens = None  # this cp rank's token positions
+    if cp_group is not None and cfg.pp == 1:
+        tokens = apply_cp(model, cp_group, cfg.model.seq)
     if cfg.ep > 1:
         for block in model.layers.values():
             if block.moe:
@@ -155,7 +173,7 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
 
     if cfg.pp == 1:
         wrapped = model
-        if cfg.dp > 1:
+        if dp_mesh.size() > 1:
             wrapped = (
                 apply_fsdp(model, dp_mesh, cfg.zero) if cfg.zero >= 2 else apply_ddp(model, dp_mesh)
             )
@@ -168,6 +186,8 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                 x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
                 y[dp_rank * per_dp : (dp_rank + 1) * per_dp],
             )
+            if tokens is not None:
+                x, y = x[:, tokens], y[:, tokens]
             total = torch.zeros(())
             for mb in range(cfg.n_micro):
                 sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
@@ -193,9 +213,9 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             mem = _state_bytes([wrapped], opt)
             opt.step()
             opt.zero_grad()
-            if cfg.dp > 1:
+            if dp_mesh.size() > 1:  # the mean of the ranks' means: every rank has as many tokens
                 dist.all_reduce(total, group=dp_mesh.get_group())
-                total /= cfg.dp
+                total /= dp_mesh.size()
             losses.append(total.item())
         mem["params_local"] = float(sum(_local(p).numel() for p in wrapped.parameters()))
         mem["activations"] = acts
@@ -215,14 +235,27 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                     stage_rank[p.stage] = r
         ranks = [stage_rank[s] for s in range(len(cfg.stage_layers))]
         stages, mods = build_stages(model, cfg.stage_layers, ranks, pp_rank, mesh["pp"].get_group())
-        if cfg.dp > 1:
-            if cfg.zero < 2:
-                raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
+        if cp_group is not None:  # after the stages' deep copies (a group is not copied)
+            for mod in mods:
+                tokens = apply_cp(mod, cp_group, cfg.model.seq)
+        # ZeRO-2/3: FSDP2 stages over the dp (x cp) ranks; ZeRO-0/1 with context parallelism:
+        # the stages' gradients averaged by hand over dp x cp after the schedule, ZeRO-1's
+        # optimizer states sharded by `ZeroRedundancyOptimizer` over the same ranks
+        manual = dp_mesh.size() > 1 and cfg.zero < 2
+        if manual and cp_group is None:
+            raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
+        if dp_mesh.size() > 1 and not manual:
             for mod in mods:
                 apply_fsdp(mod, dp_mesh, cfg.zero)
         sched = CompiledSchedule(stages, cfg.n_micro, loss_fn, orders)
         params = [p for m in mods for p in m.parameters()]
-        opt = torch.optim.AdamW(params, lr=cfg.lr)
+        if manual and cfg.zero == 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=cfg.lr,
+                                          process_group=dp_mesh.get_group())  # fmt: skip
+        else:
+            opt = torch.optim.AdamW(params, lr=cfg.lr)
         has_first = any(s.is_first for s in stages)
         has_last = any(s.is_last for s in stages)
         for step in range(cfg.steps):
@@ -231,18 +264,24 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                 x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
                 y[dp_rank * per_dp : (dp_rank + 1) * per_dp],
             )
+            if tokens is not None:
+                x, y = x[:, tokens], y[:, tokens]
             mb_losses: list[torch.Tensor] = []
             args = (x,) if has_first else ()
             sched.step(
                 *args, target=y if has_last else None, losses=mb_losses if has_last else None
             )
+            if manual:
+                for p in params:
+                    dist.all_reduce(p.grad, group=dp_mesh.get_group())
+                    p.grad.div_(dp_mesh.size())
             mem = _state_bytes(mods, opt)
             opt.step()
             opt.zero_grad()
             total = torch.stack(mb_losses).mean() if has_last else torch.zeros(())
-            if cfg.dp > 1:
+            if dp_mesh.size() > 1:
                 dist.all_reduce(total, group=dp_mesh.get_group())
-                total /= cfg.dp
+                total /= dp_mesh.size()
             losses.append(total.item())
         mem["params_local"] = float(sum(_local(p).numel() for p in params))
         if not has_last:
