@@ -1,6 +1,6 @@
 """`hwtune compile`: model + strategy (flags or YAML) + cluster -> device plan, simulated step,
-Perfetto trace and Gantt chart; ``--run`` trains the tiny runtime models on CPU/gloo under the
-same strategy. Parse, call the library, render: no formulas here."""
+Perfetto trace and Gantt chart; ``--run`` trains the tiny runtime models under the same strategy,
+on CPU/gloo (default) or, with ``--device cuda``, one GPU per process over NCCL. Parse, call the library, render: no formulas here."""
 
 from __future__ import annotations
 
@@ -51,9 +51,12 @@ def compile_cmd(
         bool, typer.Option("--orders", help="print the per-rank action orders")
     ] = False,
     run: Annotated[
-        bool, typer.Option("--run", help="train the tiny runtime model on CPU/gloo")
+        bool, typer.Option("--run", help="train the tiny runtime model (CPU/gloo by default)")
     ] = False,
     steps: Annotated[int, typer.Option(help="training steps with --run")] = 3,
+    device: Annotated[
+        str, typer.Option(help="with --run: cpu (gloo) or cuda (NCCL, one GPU per process)")
+    ] = "cpu",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Compile a strategy into per-rank device plans and simulate the step as a DAG."""
@@ -95,7 +98,7 @@ def compile_cmd(
         if run:
             from hwtune.parallel.runtime.launch import run_spec
 
-            run_doc = run_spec(spec, steps=steps)
+            run_doc = run_spec(spec, steps=steps, device=device)
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -121,6 +124,7 @@ def compile_cmd(
         if p:
             print(f"  wrote {p}")
     if run_doc is not None:
-        print(f"  run ({run_doc['world']} processes, gloo): losses {run_doc['losses']}")
+        how = f"{run_doc['world']} processes, {run_doc['backend']}"
+        print(f"  run ({how}): losses {run_doc['losses']}")
         print(f"  single process:                  losses {run_doc['reference']}")
         print(f"  max |difference| {run_doc['max_abs_diff']:.2e}")

@@ -7,5 +7,6 @@ per-rank orders on `torch.distributed.pipelining`'s schedule runtime), `dualpipe
 bidirectional DualPipe, which that runtime cannot express, walked by hand), `recompute`
 (the plan's per-layer activation checkpointing, and a meter of the bytes autograd keeps),
 `context_parallel` (sequences split over cp ranks, K/V all-gathered for exact causal
-attention), `train` (one rank's loop), `launch` (processes on 127.0.0.1). torch is imported only here.
+attention), `device` (gloo/CPU or NCCL/CUDA, a rank's GPU, the refusal), `train` (one rank's loop),
+`launch` (processes on 127.0.0.1, or one rank under torchrun: `python -m hwtune.parallel.runtime`). torch is imported only here.
 """

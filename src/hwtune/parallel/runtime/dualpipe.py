@@ -76,7 +76,8 @@ class DualPipeRunner:
         saved: dict[tuple[int, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
         grads: dict[tuple[int, int], torch.Tensor | None] = {}
         sends: list[tuple[dist.Work, torch.Tensor]] = []
-        total = torch.zeros(())
+        dev = x.device  # receive buffers and the loss on this rank's device (CPU or its GPU)
+        total = torch.zeros((), device=dev)
         shape = (micro_batch, x.shape[1], self.d_model)
 
         def send(t: torch.Tensor, stage: int, kind: int, mb: int) -> None:
@@ -86,7 +87,7 @@ class DualPipeRunner:
             sends.append((w, t))
 
         def recv(stage: int, kind: int, mb: int) -> torch.Tensor:
-            buf = torch.empty(shape)
+            buf = torch.empty(shape, device=dev)
             peer = stage_rank(p, stage)
             dist.recv(buf, group=self.group, group_src=peer, tag=self._tag(kind, stage, mb))
             return buf
@@ -147,12 +148,13 @@ class DualPipeRunner:
         p = self.pp
         # every rank must agree on each chunk's size: the parameter counts, exchanged (a chunk
         # this rank does not hold counts 0)
-        n = torch.zeros(p, dtype=torch.int64)
+        dev = next(self.mods[min(self.mods)].parameters()).device
+        n = torch.zeros(p, dtype=torch.int64, device=dev)
         for s, mod in self.mods.items():
             n[s % p] = sum(q.numel() for q in mod.parameters())
         dist.all_reduce(n, op=dist.ReduceOp.MAX, group=self.group)
         offs = [0] + torch.cumsum(n, 0).tolist()
-        buf = torch.zeros(int(offs[-1]))
+        buf = torch.zeros(int(offs[-1]), device=dev)
         for s, mod in self.mods.items():
             o = int(offs[s % p])
             for q in mod.parameters():
@@ -165,3 +167,45 @@ class DualPipeRunner:
             for q in mod.parameters():
                 q.grad = buf[o : o + q.numel()].view_as(q).clone()
                 o += q.numel()
+
+
+def messages(order: list[Action], rank: int, pp: int) -> tuple[list[tuple], list[tuple]]:
+    """The point-to-point messages ``DualPipeRunner.step`` posts on pipeline rank ``rank``, in
+    posting order: (sends, receives), each ``(peer, kind, sender stage, mb)`` (kind 0: an
+    activation, 1: an input gradient)."""
+    sends: list[tuple] = []
+    recvs: list[tuple] = []
+    got: set[tuple[int, int]] = set()
+    for a in order:
+        for part in a.parts:
+            s, mb, c = part.stage, part.mb, part.stage % pp
+            if part.kind == "F":
+                if c != 0:
+                    recvs.append((stage_rank(pp, s - 1), 0, s - 1, mb))
+                if c != pp - 1:
+                    sends.append((stage_rank(pp, s + 1), 0, s, mb))
+            elif part.kind in ("B", "I", "W"):
+                if c != pp - 1 and (s, mb) not in got:
+                    got.add((s, mb))
+                    recvs.append((stage_rank(pp, s + 1), 1, s + 1, mb))
+                if part.kind in ("B", "I") and c != 0:
+                    sends.append((stage_rank(pp, s - 1), 1, s, mb))
+            if part.kind in ("B", "W"):
+                got.discard((s, mb))
+    return sends, recvs
+
+
+def in_posting_order(orders: dict[int, list[Action]], pp: int) -> bool:
+    """Whether every receive of the compiled orders matches, between each pair of ranks, the
+    send posted in the same position: what NCCL needs, whose point-to-point calls ignore the
+    tag and pair a rank's sends to a peer with the peer's receives in the order posted (gloo
+    matches by tag, so any order runs on CPU)."""
+    sent: dict[tuple[int, int], list[tuple]] = {}
+    received: dict[tuple[int, int], list[tuple]] = {}
+    for r in range(pp):
+        sends, recvs = messages(orders[r], r, pp)
+        for peer, *msg in sends:
+            sent.setdefault((r, peer), []).append(tuple(msg))
+        for peer, *msg in recvs:
+            received.setdefault((peer, r), []).append(tuple(msg))
+    return sent == received

@@ -41,7 +41,7 @@ class MoE(nn.Module):
             for x in ids:
                 self.owner[x] = rank
         self.local = list(placement[r])
-        idx = torch.tensor(self.local)
+        idx = torch.tensor(self.local, device=self.w1.device)
         with torch.no_grad():
             self.w1 = nn.Parameter(self.w1[idx].clone())
             self.w3 = nn.Parameter(self.w3[idx].clone())
@@ -55,7 +55,8 @@ class MoE(nn.Module):
         w, ids = probs.topk(self.top_k, dim=-1)
         w = (w / w.sum(-1, keepdim=True)).to(t.dtype)
         flat = ids.reshape(-1)
-        order = torch.argsort(torch.tensor(self.owner)[flat] * self.n_experts + flat, stable=True)
+        owner = torch.tensor(self.owner, device=flat.device)  # the index's device (CPU or GPU)
+        order = torch.argsort(owner[flat] * self.n_experts + flat, stable=True)
         tok = t[order // self.top_k]
         eid = flat[order]
         if self.group is not None:
@@ -77,18 +78,18 @@ class MoE(nn.Module):
         from torch.distributed.nn.functional import all_to_all_single
 
         n = dist.get_world_size(self.group)
-        owner = torch.tensor(self.owner)[eid]
+        owner = torch.tensor(self.owner, device=eid.device)[eid]
         send = torch.bincount(owner, minlength=n)
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=self.group)
         s, rcv = send.tolist(), recv.tolist()
-        out_tok = torch.empty(sum(rcv), tok.shape[1], dtype=tok.dtype)
+        out_tok = tok.new_empty((sum(rcv), tok.shape[1]))
         tok_r = all_to_all_single(out_tok, tok, rcv, s, group=self.group)
-        eid_r = torch.empty(sum(rcv), dtype=eid.dtype)
+        eid_r = eid.new_empty((sum(rcv),))
         dist.all_to_all_single(eid_r, eid, rcv, s, group=self.group)
 
         def back(y: torch.Tensor) -> torch.Tensor:
-            buf = torch.empty(sum(s), y.shape[1], dtype=y.dtype)
+            buf = y.new_empty((sum(s), y.shape[1]))
             return all_to_all_single(buf, y, s, rcv, group=self.group)
 
         return tok_r, eid_r, back

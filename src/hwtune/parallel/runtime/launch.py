@@ -1,15 +1,21 @@
-"""Start the processes of a run on 127.0.0.1 (torch.multiprocessing, a free port, gloo) and
-compare their losses with the single-process reference. Under torchrun the same `worker` runs
-with ``RANK``/``WORLD_SIZE`` from the environment (see VALIDATION.md, "Programmable parallelism", for NCCL)."""
+"""Start the processes of a run on 127.0.0.1 (torch.multiprocessing, a free port; gloo on CPU
+or NCCL with one GPU per process, `RunConfig.device`) and compare their losses with the
+single-process reference (on CPU). Under torchrun, `python -m hwtune.parallel.runtime` runs the
+same training loop with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` from the environment
+(`__main__.py`; VALIDATION.md, "Programmable parallelism", NCCL)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import socket
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
+from hwtune.parallel.runtime.device import backend_for, check_device, visible_gpus
 from hwtune.parallel.runtime.models import TinyConfig, model_spec
 from hwtune.parallel.runtime.train import RunConfig, reference_losses, worker
 
@@ -28,6 +34,11 @@ def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     world = cfgs[0].world
     if any(c.world != world for c in cfgs):
         raise HwtuneInputError("configs", [c.world for c in cfgs], "one world size per launch")
+    device = cfgs[0].device
+    if any(c.device != device for c in cfgs):
+        raise HwtuneInputError("configs", [c.device for c in cfgs], "one device per launch")
+    # refused here, in one line, before any process starts
+    check_device(device, world, visible_gpus() if device == "cuda" else 0)
     out = []
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(worker, args=(world, free_port(), cfgs, d), nprocs=world, join=True)
@@ -35,16 +46,57 @@ def launch_many(cfgs: list[RunConfig]) -> list[dict]:
             ranks = [
                 json.loads(p.read_text()) for p in sorted((Path(d) / str(i)).glob("rank*.json"))
             ]
-            losses = next(r["losses"] for r in ranks if r["losses"])
-            ref = reference_losses(cfg)
-            out.append({
-                "world": world,
-                "losses": losses,
-                "reference": ref,
-                "max_abs_diff": max(abs(a - b) for a, b in zip(losses, ref, strict=True)),
-                "memory": {r["rank"]: r["memory"] for r in ranks},
-            })  # fmt: skip
+            out.append(result(cfg, ranks))
     return out
+
+
+def result(cfg: RunConfig, ranks: list[dict]) -> dict:
+    """The run's document from its ranks' (``_train``'s): the losses of a rank that computes
+    them, the single-process reference (on CPU), their largest difference, the state bytes."""
+    losses = next(r["losses"] for r in ranks if r["losses"])
+    ref = reference_losses(cfg)
+    return {
+        "world": cfg.world,
+        "device": cfg.device,
+        "backend": backend_for(cfg.device),
+        "losses": losses,
+        "reference": ref,
+        "max_abs_diff": max(abs(a - b) for a, b in zip(losses, ref, strict=True)),
+        "memory": {r["rank"]: r["memory"] for r in ranks},
+    }
+
+
+def under_torchrun(environ: Mapping[str, str]) -> bool:
+    """Whether this process was started by torchrun (or another launcher that sets the
+    ``env://`` variables): then it is one rank, not the parent of the ranks."""
+    return all(k in environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def launch_env(cfg: RunConfig, environ: Mapping[str, str] | None = None) -> dict | None:
+    """Run ``cfg`` as one rank started by torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` from the environment (one
+    process per GPU for cuda). The ranks' results are gathered on rank 0, which returns the
+    run's document (as `launch`); the other ranks return None."""
+    import torch.distributed as dist
+
+    from hwtune.parallel.runtime.train import _train, barrier, init_group
+
+    env = os.environ if environ is None else environ
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    if world != cfg.world:
+        raise HwtuneInputError("WORLD_SIZE", world, f"the spec's dp*tp*pp*cp = {cfg.world}")
+    local_world = int(env.get("LOCAL_WORLD_SIZE", world))
+    check_device(cfg.device, local_world, visible_gpus() if cfg.device == "cuda" else 0)
+    dev = init_group(rank, world, cfg.device)
+    try:
+        doc = _train(rank, cfg, dev)
+        docs: list | None = [None] * world if rank == 0 else None
+        dist.gather_object(doc, docs, dst=0)
+        gc.collect()
+        barrier(dev)
+    finally:
+        dist.destroy_process_group()
+    return result(cfg, docs) if docs is not None else None
 
 
 def launch(cfg: RunConfig) -> dict:
@@ -52,7 +104,13 @@ def launch(cfg: RunConfig) -> dict:
     return launch_many([cfg])[0]
 
 
-def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunConfig:  # noqa: ANN001
+def run_config(
+    spec,  # noqa: ANN001
+    steps: int = 3,
+    moe: bool = False,
+    seed: int = 0,
+    device: str = "cpu",
+) -> RunConfig:
     """The `RunConfig` of a `ParallelSpec` on the tiny model (its mesh, ZeRO stage, stages,
     compiled orders and the annotations resolved per layer: recomputation, expert placement;
     4 layers, or as many as the stages need). What the runtime cannot run is refused here,
@@ -61,6 +119,7 @@ def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunCon
     from hwtune.parallel.compiler import orders_for
     from hwtune.parallel.spec import validate
 
+    backend_for(device)  # an unknown device: one line
     mesh = spec.mesh
     bidirectional = not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1
     if mesh.cp > 1:
@@ -111,11 +170,22 @@ def run_config(spec, steps: int = 3, moe: bool = False, seed: int = 0) -> RunCon
         else:
             gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
             orders = {r: [str(a) for a in v] for r, v in gen.items()}
+    if bidirectional and device == "cuda":
+        from hwtune.parallel.actions import parse_action
+        from hwtune.parallel.runtime.dualpipe import in_posting_order
+
+        parsed = {r: [parse_action(a) for a in v] for r, v in orders.items()}
+        if not in_posting_order(parsed, mesh.pp):
+            raise HwtuneInputError(
+                "schedule.name", "dualpipe",
+                "an order whose messages each rank receives in the order its peer sent them, "
+                "for a DualPipe run on cuda (NCCL ignores tags)",
+            )  # fmt: skip
     return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
                      zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
                      stage_layers=stage_layers, orders=orders, recompute=recompute,
                      placement=placement, bidirectional=bidirectional, steps=steps,
-                     seed=seed)  # fmt: skip
+                     seed=seed, device=device)  # fmt: skip
 
 
 def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
@@ -137,7 +207,8 @@ def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
         )
 
 
-def run_spec(spec, steps: int = 3, moe: bool | None = None) -> dict:  # noqa: ANN001
-    """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1)."""
-    cfg = run_config(spec, steps, moe=spec.mesh.ep > 1 if moe is None else moe)
+def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu") -> dict:  # noqa: ANN001
+    """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1), on
+    ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU per process)."""
+    cfg = run_config(spec, steps, moe=spec.mesh.ep > 1 if moe is None else moe, device=device)
     return launch(cfg)

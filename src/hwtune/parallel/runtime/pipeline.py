@@ -70,8 +70,17 @@ class CompiledSchedule(_PipelineScheduleRuntime):
 
 
 def build_stages(
-    model: nn.Module, stage_layers: list[list[int]], stage_rank: list[int], rank: int, group: object
+    model: nn.Module,
+    stage_layers: list[list[int]],
+    stage_rank: list[int],
+    rank: int,
+    group: object,
+    device: torch.device | None = None,
 ) -> tuple[list[PipelineStage], list[nn.Module]]:
+    """This rank's stages (deep copies of ``model``, on its device) and their modules;
+    ``device``: where the stages compute and receive (default the CPU)."""
+    if device is None:
+        device = torch.device("cpu")
     n = len(stage_layers)
     stages, mods = [], []
     for s in range(n):
@@ -79,5 +88,5 @@ def build_stages(
             continue
         mod = split_stage(model, stage_layers[s], s == 0, s == n - 1)
         mods.append(mod)
-        stages.append(PipelineStage(mod, s, n, torch.device("cpu"), group=group))
+        stages.append(PipelineStage(mod, s, n, device, group=group))
     return stages, mods

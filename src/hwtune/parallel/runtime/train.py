@@ -42,6 +42,7 @@ class RunConfig:
     steps: int = 3
     seed: int = 0
     lr: float = 1e-2
+    device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per process): `device.py`
 
     @property
     def world(self) -> int:
@@ -90,27 +91,59 @@ def _state_bytes(modules: list[torch.nn.Module], opt: object) -> dict[str, float
     return {"weights": float(w), "gradients": float(g), "optimizer": float(o)}
 
 
+def init_group(rank: int, world: int, device: str) -> torch.device:
+    """Join the process group (``MASTER_ADDR``/``MASTER_PORT`` from the environment) with the
+    device's backend (gloo for cpu, NCCL for cuda); returns the device this rank computes on
+    (for cuda: GPU ``LOCAL_RANK`` under torchrun, else the rank modulo the visible GPUs, made
+    the current device before the group binds to it)."""
+    from hwtune.parallel.runtime.device import backend_for, local_rank, visible_gpus
+
+    backend = backend_for(device)
+    torch.set_num_threads(1)
+    kw: dict = {}
+    if device == "cuda":
+        dev = torch.device("cuda", local_rank(rank, visible_gpus(), os.environ))
+        torch.cuda.set_device(dev)
+        kw["device_id"] = dev
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, timeout=timedelta(seconds=120), **kw
+    )
+    return dev
+
+
+def barrier(dev: torch.device) -> None:
+    """``dist.barrier`` on this rank's GPU under NCCL (no guess of the device)."""
+    if dev.type == "cuda":
+        dist.barrier(device_ids=[dev.index])
+    else:
+        dist.barrier()
+
+
 def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str) -> None:
     """Entry point of one process (torch.multiprocessing.spawn): runs each config in turn on
-    one gloo process group (one start-up for several strategies)."""
+    one process group (one start-up for several strategies; one device for all of them)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    dev = init_group(rank, world, cfgs[0].device)
     try:
         for i, cfg in enumerate(cfgs):
             out = Path(outdir) / str(i)
             out.mkdir(exist_ok=True)
-            _train(rank, cfg, out)
-            dist.barrier()
+            doc = _train(rank, cfg, dev)
+            (out / f"rank{rank}.json").write_text(json.dumps(doc))
+            barrier(dev)
         # every rank's wrappers (DDP's reducer holds gloo work) are released inside `_train`;
         # one more barrier so no rank tears the group down while a peer still uses it
         gc.collect()
-        dist.barrier()
+        barrier(dev)
     finally:
         dist.destroy_process_group()
 
 
-def _train(rank: int, cfg: RunConfig, out: Path) -> None:
+def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
+    """One config on this rank (the group already up): its losses (Python floats; only the
+    ranks that compute the loss have them) and state bytes."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from hwtune.parallel.runtime.context_parallel import apply_cp
@@ -123,6 +156,8 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
     from hwtune.parallel.runtime.recompute import SavedActivations, apply_recompute
     from hwtune.parallel.runtime.tensor_parallel import apply_tp
 
+    if dev is None:
+        dev = torch.device(cfg.device)
     edp_mesh = None
     if cfg.ep > 1:
         # expert parallelism folded over data parallelism (Megatron-Core's "expert data
@@ -132,7 +167,7 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         if cfg.dp % cfg.ep or cfg.tp > 1 or cfg.pp > 1:
             raise ValueError("runtime: ep must divide dp (tp = pp = 1) for expert parallelism")
         mesh = init_device_mesh(
-            "cpu", (cfg.pp, cfg.dp // cfg.ep, cfg.ep, cfg.tp),
+            dev.type, (cfg.pp, cfg.dp // cfg.ep, cfg.ep, cfg.tp),
             mesh_dim_names=("pp", "edp", "ep", "tp"),
         )  # fmt: skip
         dp_mesh = mesh["edp", "ep"]._flatten("dp")
@@ -144,18 +179,20 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         if cfg.tp > 1 or cfg.bidirectional:
             raise ValueError("runtime: context parallelism with tp = 1, not DualPipe")
         mesh = init_device_mesh(
-            "cpu", (cfg.pp, cfg.dp, cfg.cp, cfg.tp), mesh_dim_names=("pp", "dp", "cp", "tp")
+            dev.type, (cfg.pp, cfg.dp, cfg.cp, cfg.tp), mesh_dim_names=("pp", "dp", "cp", "tp")
         )
         dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cfg.dp > 1 else mesh["cp"]
     else:
-        mesh = init_device_mesh("cpu", (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp"))
+        mesh = init_device_mesh(
+            dev.type, (cfg.pp, cfg.dp, cfg.tp), mesh_dim_names=("pp", "dp", "tp")
+        )
         dp_mesh = mesh["dp"]
     tp_mesh = mesh["tp"]
     # the batch is split over dp only; dp_mesh (gradients, ZeRO) spans dp x cp
     dp_rank = mesh["dp"].get_local_rank() if cfg.cp > 1 else dp_mesh.get_local_rank()
     pp_rank = mesh["pp"].get_local_rank()
     cp_group = mesh["cp"].get_group() if cfg.cp > 1 else None
-    model = build(cfg.model, cfg.seed)
+    model = build(cfg.model, cfg.seed).to(dev)  # built on CPU: the reference's weights
     apply_recompute(model, cfg.recompute)
     tokens = None  # this cp rank's token positions
     if cp_group is not None and cfg.pp == 1:
@@ -166,7 +203,6 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                 block.feed_forward.shard_experts(mesh["ep"].get_group(), cfg.placement)
     if cfg.tp > 1:
         apply_tp(model, tp_mesh, cfg.tp_attention, cfg.tp_ffn)
-    x_all, _ = batch(cfg.model, cfg.global_batch, 0, cfg.seed)
     per_dp = cfg.global_batch // cfg.dp
     expert_names = set(expert_param_names(model))
     losses: list[float] = []
@@ -188,7 +224,8 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             )
             if tokens is not None:
                 x, y = x[:, tokens], y[:, tokens]
-            total = torch.zeros(())
+            x, y = x.to(dev), y.to(dev)
+            total = torch.zeros((), device=dev)
             for mb in range(cfg.n_micro):
                 sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
                 if step == 0 and mb == 0 and cfg.zero < 2:
@@ -221,7 +258,7 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         mem["activations"] = acts
         del wrapped, opt
     elif cfg.bidirectional:
-        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, pp_rank, dp_rank)
+        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, pp_rank, dp_rank, dev)
     else:
         from hwtune.parallel.actions import parse_action
         from hwtune.parallel.runtime.pipeline import CompiledSchedule, build_stages
@@ -234,7 +271,9 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
                 for p in a.parts:
                     stage_rank[p.stage] = r
         ranks = [stage_rank[s] for s in range(len(cfg.stage_layers))]
-        stages, mods = build_stages(model, cfg.stage_layers, ranks, pp_rank, mesh["pp"].get_group())
+        stages, mods = build_stages(
+            model, cfg.stage_layers, ranks, pp_rank, mesh["pp"].get_group(), dev
+        )
         if cp_group is not None:  # after the stages' deep copies (a group is not copied)
             for mod in mods:
                 tokens = apply_cp(mod, cp_group, cfg.model.seq)
@@ -266,6 +305,7 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             )
             if tokens is not None:
                 x, y = x[:, tokens], y[:, tokens]
+            x, y = x.to(dev), y.to(dev)
             mb_losses: list[torch.Tensor] = []
             args = (x,) if has_first else ()
             sched.step(
@@ -278,7 +318,7 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
             mem = _state_bytes(mods, opt)
             opt.step()
             opt.zero_grad()
-            total = torch.stack(mb_losses).mean() if has_last else torch.zeros(())
+            total = torch.stack(mb_losses).mean() if has_last else torch.zeros((), device=dev)
             if dp_mesh.size() > 1:
                 dist.all_reduce(total, group=dp_mesh.get_group())
                 total /= dp_mesh.size()
@@ -287,10 +327,9 @@ def _train(rank: int, cfg: RunConfig, out: Path) -> None:
         if not has_last:
             losses = []
         del sched, stages, mods, opt
-    del x_all, model
+    del model
     gc.collect()
-    doc = {"rank": rank, "losses": losses, "memory": mem}
-    (out / f"rank{rank}.json").write_text(json.dumps(doc))
+    return {"rank": rank, "losses": losses, "memory": mem}
 
 
 def _train_dualpipe(
@@ -300,6 +339,7 @@ def _train_dualpipe(
     dp_mesh: DeviceMesh,
     pp_rank: int,
     dp_rank: int,
+    dev: torch.device,
 ) -> tuple[list[float], dict[str, float]]:
     """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
     rank, the copies' gradients summed over the pipeline group, then averaged over dp."""
@@ -318,7 +358,7 @@ def _train_dualpipe(
     for step in range(cfg.steps):
         x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
         sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
-        total = runner.step(x[sl], y[sl], cfg.micro_batch)
+        total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
         if cfg.dp > 1:
             for p in params:
                 dist.all_reduce(p.grad, group=dp_mesh.get_group())

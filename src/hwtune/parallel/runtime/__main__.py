@@ -1,0 +1,47 @@
+"""``python -m hwtune.parallel.runtime --spec s.yaml [--device cpu|cuda] [--steps N] [--moe]``:
+train the tiny runtime model under a strategy YAML and print the run's JSON (losses, the
+single-process reference, their largest difference, per-rank state bytes).
+
+Started plainly, it spawns ``dp*tp*pp*cp`` processes on this machine (as `hwtune compile
+--run`). Started by torchrun (``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` set), it is
+one rank: e.g. on one node with 8 GPUs and a spec of world 8::
+
+    torchrun --standalone --nproc-per-node 8 -m hwtune.parallel.runtime --spec s.yaml --device cuda
+
+and rank 0 prints the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from hwtune.errors import HwtuneInputError
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hwtune.parallel.runtime", description=__doc__)
+    ap.add_argument("--spec", required=True, help="strategy YAML (as hwtune compile --strategy)")
+    ap.add_argument("--device", default="cpu", help="cpu (gloo, default) or cuda (NCCL)")
+    ap.add_argument("--steps", type=int, default=3, help="training steps")
+    ap.add_argument("--moe", action="store_true", help="the tiny MoE (default: when ep > 1)")
+    args = ap.parse_args(argv)
+    from hwtune.parallel.runtime.launch import launch, launch_env, run_config, under_torchrun
+    from hwtune.parallel.spec import load_spec
+
+    try:
+        spec = load_spec(args.spec)
+        moe = args.moe or spec.mesh.ep > 1
+        cfg = run_config(spec, args.steps, moe=moe, device=args.device)
+        doc = launch_env(cfg) if under_torchrun(os.environ) else launch(cfg)
+    except HwtuneInputError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    if doc is not None:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
