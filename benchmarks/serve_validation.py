@@ -4,7 +4,8 @@ VALIDATION-serve.md.
 
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
-        [--engine defaults|aiconfigurator]
+        [--engine defaults|aiconfigurator] [--mode agg|disagg] [--inferencex]
+        [--merge-into full.json]
 
 ``--engine aiconfigurator`` runs aggregated rows with the engine limits of aiconfigurator's
 generated configs (`hwtune.serve.published.aic_engine_limits`) instead of the engines' defaults.
@@ -52,12 +53,32 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--from-json", default=None)
     ap.add_argument("--engine", choices=ENGINES, default="defaults")
+    ap.add_argument(
+        "--mode",
+        choices=("agg", "disagg"),
+        default=None,
+        help="only the aggregated or disaggregated rows",
+    )
+    ap.add_argument(
+        "--inferencex",
+        action="store_true",
+        help="only the rows measured by InferenceX (sampled lengths)",
+    )
+    ap.add_argument(
+        "--merge-into",
+        default=None,
+        help="a full results JSON whose rows of the same ids these replace",
+    )
     a = ap.parse_args()
     if a.from_json:
         doc = json.loads(Path(a.from_json).read_text())
     else:
         rows = load_rows(engine=a.engine)
         ok = [r for r in rows if r.deployment is not None]
+        if a.mode:
+            ok = [r for r in ok if r.mode == a.mode]
+        if a.inferencex:
+            ok = [r for r in ok if r.range_ratio < 1]
         if a.limit:
             ok = ok[: a.limit]
         t = time.time()
@@ -74,6 +95,12 @@ def main() -> None:
         skipped = [{"id": r.id, "reason": r.reason} for r in rows if r.deployment is None]
         doc = {"rows": out, "failed": failed, "skipped": skipped, "wall_s": wall,
                "requests_per_client": a.requests_per_client, "engine": a.engine}  # fmt: skip
+        if a.merge_into:  # rerun a part of a full run: its other rows are kept as they were
+            base = json.loads(Path(a.merge_into).read_text())
+            new = {o["id"]: o for o in out}
+            out = [new.pop(o["id"], o) for o in base["rows"]] + list(new.values())
+            doc = base | {"rows": out, "failed": base["failed"] + failed,
+                          "wall_s": base["wall_s"], "merged": len(ok)}  # fmt: skip
         Path(a.out).write_text(json.dumps(doc, indent=1))
     out = doc["rows"]
     print(

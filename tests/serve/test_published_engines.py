@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from hwtune.errors import HwtuneInputError
-from hwtune.serve.published import AIC_EXTRA_TOKENS, aic_engine_limits, to_row
+from hwtune.serve.published import (
+    AIC_EXTRA_TOKENS,
+    DISAGG_DECODE_MIN_SEQS,
+    INFERENCEX_RANGE_RATIO,
+    aic_engine_limits,
+    default_csv,
+    load_rows,
+    to_row,
+)
 
 ROW = {
     "id": "x", "silicon_data_source": "test; silicon_concurrency=16", "backend": "trtllm",
@@ -45,3 +53,27 @@ def test_bad_engine_and_batch_are_one_line_errors():
     assert "\n" not in str(e.value)
     with pytest.raises(HwtuneInputError, match="batch_size"):
         aic_engine_limits("vllm", 1024, 0)
+
+
+@pytest.mark.skipif(not default_csv().is_file(), reason="validation data absent")
+def test_disaggregated_rows_map_to_their_pools():
+    """The walk-through row of VALIDATION.md (InferenceX cfg303, 36 clients): one TP8/EP8
+    prefill worker taking one prompt per step, nine TP8/EP8 decode workers with the engine's
+    batch limit (aiconfigurator's adapter writes decode_batch_size = 36 / 9 = 4, a share of the
+    clients, not a limit), and InferenceX's sampled lengths."""
+    rows = {r.id: r for r in load_rows()}
+    r = rows["dsr1_h200_trtllm_fp8_disagg_1024x1024_c36_cfg303"]
+    dep = r.deployment
+    assert dep is not None and dep.prefill is not None
+    assert (r.concurrency, r.isl, r.osl) == (36, 1024, 1024)
+    assert (dep.prefill_replicas, dep.prefill.tp, dep.prefill.ep, dep.prefill.max_num_seqs) == (
+        1, 8, 8, 1)  # fmt: skip
+    assert (dep.replicas, dep.replica.tp, dep.replica.ep) == (9, 8, 8)
+    assert dep.replica.max_num_seqs == DISAGG_DECODE_MIN_SEQS == 256
+    assert dep.replica.kv_dtype == "fp8" and dep.gpus == 80
+    assert r.range_ratio == INFERENCEX_RANGE_RATIO == 0.8
+    dis = [x for x in rows.values() if x.mode == "disagg" and x.deployment is not None]
+    assert len(dis) == 36 and all(x.range_ratio == 0.8 for x in dis)  # all measured by InferenceX
+    for x in dis:  # decode limits per attention-DP rank
+        d = x.deployment.replica
+        assert d.max_num_seqs >= DISAGG_DECODE_MIN_SEQS * d.dp_attention

@@ -11,6 +11,7 @@ from hwtune.serve.request import (
     fixed_lengths,
     load_trace,
     open_loop,
+    range_ratio_lengths,
     sharegpt_like_lengths,
 )
 
@@ -37,6 +38,21 @@ def test_sharegpt_like_lengths_are_seeded_and_chat_shaped():
     p, o = a
     assert 150 < np.median(p) < 400 and 120 < np.median(o) < 300
     assert p.min() >= 4 and p.max() <= 4096
+
+
+def test_range_ratio_lengths_are_inferencex_uniform():
+    """InferenceX's client: lengths uniform over the integers [int(0.8 L), L], seeded."""
+    p, o = range_ratio_lengths(20000, 1024, 8192, 0.8, seed=3)
+    assert p.min() == 819 and p.max() == 1024
+    assert o.min() == 6553 and o.max() == 8192
+    assert abs(p.mean() - (819 + 1024) / 2) < 2
+    again = range_ratio_lengths(20000, 1024, 8192, 0.8, seed=3)
+    assert (again[0] == p).all() and (again[1] == o).all()
+    one = range_ratio_lengths(5, 100, 10, 1.0)
+    assert (one[0] == 100).all() and (one[1] == 10).all()
+    for bad in (0.0, 1.5):
+        with pytest.raises(HwtuneInputError, match="range_ratio"):
+            range_ratio_lengths(5, 100, 10, bad)
 
 
 def test_closed_loop_rejects_zero_clients():

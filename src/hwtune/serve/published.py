@@ -1,6 +1,6 @@
 """Published serving measurements (``shared/validation/serving_measured.csv``) as simulator runs.
 
-Each row is a benchmark at a fixed client concurrency with fixed input and output lengths. It
+Each row is a benchmark at a fixed client concurrency with nominal input and output lengths. It
 becomes a closed-loop workload of ``REQUESTS_PER_CLIENT`` x concurrency requests (``vllm bench
 serve --max-concurrency C --num-prompts 10C``, the InferenceMAX/aiconfigurator sweep convention;
 all requests count, the first wave included) on the row's layout and precision.
@@ -13,8 +13,22 @@ Assumptions, the same for every row (none is tuned to a row):
 - Engine limits: ``max_num_batched_tokens`` 8192 (vLLM V1 default on H100/H200-class GPUs,
   TensorRT-LLM ``max_num_tokens`` default 8192, SGLang ``chunked_prefill_size`` 8192), and
   ``max_num_seqs`` at least the concurrency (benchmark servers are started with a batch limit
-  that admits every client: 256 by default, raised otherwise); disaggregated rows use their
-  ``prefill_batch_size``/``decode_batch_size``.
+  that admits every client: 256 by default, raised otherwise). Disaggregated rows: prefill
+  workers take ``prefill_batch_size`` prompts per attention-DP rank; decode workers admit
+  ``max(256, decode_batch_size)`` sequences per attention-DP rank, because for these rows
+  ``decode_batch_size`` is not an engine limit but concurrency / (workers x attention DP), and
+  ``prefill_batch_size`` 1 is a default, both written by aiconfigurator's InferenceX adapter
+  (``src/aiconfigurator/sdk/config_adapter/inferencex.py``: "InferenceX disaggregated prefill
+  batch defaults to 1 unless explicitly overridden"); the decode engines that InferenceX ran
+  were configured with larger limits (e.g. NVIDIA/srt-slurm
+  ``recipes/trtllm/h200/1k1k/stp/c4_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml``, the recipe of
+  the 36-client cfg303 row: decode ``max_batch_size: 256``).
+- Lengths: fixed, except for rows measured by InferenceX (``silicon_data_source`` "db-dump",
+  every expressible disaggregated row): its client draws input and output lengths uniformly in
+  [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8`` in ``.github/workflows/benchmark-tmpl.yml`` and
+  ``benchmark-multinode-tmpl.yml``; srt-slurm sa-bench's default), see
+  `hwtune.serve.request.range_ratio_lengths`. Its requests are ``--num-prompts 10C`` after a
+  separate warm-up run of 2C, so the measured run starts with a burst of C, as simulated.
 
 ``engine="aiconfigurator"`` replaces these engine limits of aggregated rows by the ones that
 aiconfigurator's own config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
@@ -33,9 +47,13 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import Deployment, ReplicaConfig
-from hwtune.serve.request import closed_loop, fixed_lengths
+from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
 
 REQUESTS_PER_CLIENT = 10
+INFERENCEX_RANGE_RATIO = 0.8
+"""InferenceX's ``RANDOM_RANGE_RATIO`` (see the module docstring)."""
+DISAGG_DECODE_MIN_SEQS = 256
+"""Decode-worker sequences per attention-DP rank at least (see the module docstring)."""
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("defaults", "aiconfigurator")
 
@@ -94,6 +112,7 @@ class Row:
     tpot_s: float
     deployment: Deployment | None
     reason: str = ""
+    range_ratio: float = 1.0
 
 
 def _i(v: str, default: int = 1) -> int:
@@ -127,7 +146,8 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
     base = dict(id=row["id"], backend=row["backend"], model=row["model_path"],
                 system=row["system"], mode=row["mode"], isl=int(row["isl"]), osl=int(row["osl"]),
                 concurrency=conc, ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
-                tpot_s=float(row["silicon_tpot_ms"]) / 1e3)  # fmt: skip
+                tpot_s=float(row["silicon_tpot_ms"]) / 1e3,
+                range_ratio=INFERENCEX_RANGE_RATIO if src.startswith("db-dump") else 1.0)  # fmt: skip
     if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
     try:
@@ -142,7 +162,8 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 return Row(**base, deployment=None,
                            reason=f"{missing[0]} is empty: the pool sizes are not in the data")  # fmt: skip
             # batch sizes are per attention-DP rank; max_num_seqs is per replica
-            dseqs = _i(row["decode_batch_size"], 256) * _i(row["decode_attention_dp_size"])
+            dbatch = max(DISAGG_DECODE_MIN_SEQS, _i(row["decode_batch_size"], 256))
+            dseqs = dbatch * _i(row["decode_attention_dp_size"])
             pseqs = _i(row["prefill_batch_size"], 1) * _i(row["prefill_attention_dp_size"])
             d = _replica(row, "decode_", prec, kv, dseqs)
             p = _replica(row, "prefill_", prec, kv, max(1, pseqs))
@@ -170,7 +191,10 @@ def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[f
 
     assert row.deployment is not None
     n = max(1, requests_per_client) * row.concurrency
-    p, o = fixed_lengths(n, row.isl, row.osl)
+    if row.range_ratio < 1:
+        p, o = range_ratio_lengths(n, row.isl, row.osl, row.range_ratio)
+    else:
+        p, o = fixed_lengths(n, row.isl, row.osl)
     res = simulate(row.deployment, closed_loop(row.concurrency, p, o))
     pr = per_request(res)
     tpot = pr["tpot"][~(pr["tpot"] != pr["tpot"])]

@@ -46,6 +46,9 @@ class Request:
     cached_tokens: int = 0
     busy: bool = False
     replica: int = -1
+    handoff: object = None
+    """Disaggregated serving: (prefill replica, its KV blocks) while the prompt's KV cache waits
+    on the prefill replica for a decode replica to admit the request and pull it."""
 
     def __post_init__(self) -> None:
         self.target = self.prompt
@@ -115,6 +118,24 @@ def sharegpt_like_lengths(
 
 def fixed_lengths(n: int, prompt: int, output: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full(n, prompt, dtype=int), np.full(n, output, dtype=int)
+
+
+def range_ratio_lengths(
+    n: int, prompt: int, output: int, ratio: float, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (prompt, output) lengths drawn uniformly from the integers [int(L * ratio), L], as
+    InferenceX's benchmark client samples its random dataset with ``--random-range-ratio``
+    (SemiAnalysisAI/InferenceX ``utils/bench_serving/benchmark_serving.py``,
+    ``sample_random_requests``; NVIDIA/srt-slurm's sa-bench uses the same script). ``ratio`` 1
+    gives fixed lengths."""
+    if not 0 < ratio <= 1:
+        raise HwtuneInputError("range_ratio", ratio, "a fraction in (0, 1]")
+    if prompt < 1 or output < 1:
+        raise HwtuneInputError("lengths", (prompt, output), "positive input and output lengths")
+    rng = np.random.default_rng(seed)
+    p = rng.integers(int(prompt * ratio), prompt + 1, size=n)
+    o = rng.integers(int(output * ratio), output + 1, size=n)
+    return np.maximum(p, 1).astype(int), np.maximum(o, 1).astype(int)
 
 
 def _check_pos(name: str, v: float) -> None:

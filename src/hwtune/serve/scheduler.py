@@ -65,6 +65,7 @@ class Replica:
         self.policy = cfg.scheduler
         self.preemptions = 0
         self.last_duration = 0.0
+        self.receiving: list[Request] = []
 
     # --- helpers ----------------------------------------------------------------------------
     def _grow(self, r: Request, q: int) -> bool:
@@ -173,6 +174,8 @@ class Replica:
     # --- policies ---------------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[Batch, StepShape]:
         """The next step's batch (request, new tokens) and its shape; empty when idle."""
+        if self.waiting and self.waiting[0].handoff is not None:
+            self._admit_handoffs(now)
         p = self.policy
         if p == "static":
             return self._static(now)
@@ -238,6 +241,27 @@ class Replica:
             budget -= q
         return batch, s, budget, preempted
 
+    def _admit_handoffs(self, now: float) -> None:
+        """Disaggregated decode: admit waiting hand-offs FCFS while a sequence slot and KV blocks
+        for the prompt and the next token are free; each admitted request then pulls its KV
+        cache from the prefill replica (``receiving``, busy until it lands) and runs no step
+        before that. TensorRT-LLM's PyExecutor schedules a generation-only request in state
+        DISAGG_GENERATION_INIT only when it fits (``fitting_disagg_gen_init_requests``), then
+        allocates its blocks and starts the receive (``_prepare_disagg_gen_init``,
+        ``request_and_receive_async``); the context server keeps the blocks until the transfer
+        completes (``DISAGG_CONTEXT_TRANS_IN_PROGRESS``)."""
+        limit = self.cfg.max_num_seqs
+        while self.waiting and len(self.running) < limit:
+            r = self.waiting[0]
+            if r.handoff is None or not self._grow(r, 1):
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            r.busy = True
+            if math.isnan(r.first_scheduled):
+                r.first_scheduled = now
+            self.receiving.append(r)
+
     def _fits(self, r: Request, q: int) -> bool:
         return len(r.blocks) * self.cfg.block_size >= r.computed + q
 
@@ -247,6 +271,8 @@ class Replica:
         limit = self.cfg.max_num_seqs
         while self.waiting and budget > 0 and len(self.running) < limit:
             r = self.waiting[0]
+            if r.handoff is not None:
+                break  # a hand-off joins only through `_admit_handoffs`
             self._prefix_lookup(r)
             rem = r.target - r.computed
             q = 1 if rem <= 0 else min(rem, budget)
@@ -274,6 +300,8 @@ class Replica:
         batch: Batch = []
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
+            if r.handoff is not None:
+                break
             self._prefix_lookup(r)
             q = max(1, r.target - r.computed)
             if not self._grow(r, q):

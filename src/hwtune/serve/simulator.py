@@ -6,10 +6,17 @@ parallelism, when its first stage frees up: up to ``pp`` batches are in flight, 
 engines) and has work; the step's duration comes from the `IterationModel`.
 
 Disaggregated prefill/decode (Zhong et al. OSDI'24 "DistServe"; Patel et al. ISCA'24 "Splitwise"):
-prefill replicas run prompts only; when a prompt's last chunk finishes, its KV cache is sent to a
-decode replica over the scale-out network (each of the prefill replica's GPUs sends its shard in
-parallel: α + bytes/β per GPU, `hwtune.cost.collectives.send_recv_time`), and the first token
-reaches the user when the decode replica holds the cache (TTFT includes the transfer).
+prefill replicas run prompts only; when a prompt's last chunk finishes, the request is handed to a
+decode replica's queue while its KV cache stays on the prefill replica. The decode replica admits
+it when a sequence slot and KV blocks are free (`Replica._admit_handoffs`), then pulls the cache
+over the scale-out network (each of the prefill replica's GPUs sends its shard in parallel:
+α + bytes/β per GPU, `hwtune.cost.collectives.send_recv_time`); the prefill replica frees the
+blocks when it lands. The first token reaches the user at the start of the first decode step that
+runs the request: TensorRT-LLM's PyExecutor returns the prefill's token from the generation server
+(``_handle_first_token_response``, just before that step's forward), and Dynamo's frontend
+consumes the prefill worker's output for its ``disaggregated_params`` and streams only the decode
+worker's (``lib/llm/src/kv_router/prefill_router.rs``), so TTFT includes the wait for a decode
+slot, the transfer and the rest of the decode step in flight.
 """
 
 from __future__ import annotations
@@ -172,8 +179,18 @@ def simulate(
         if fast and rep.running and fast_forward(rep, t):
             return
         batch, shape = rep.schedule(t)
+        if rep.receiving:
+            for r in rep.receiving:  # admitted hand-offs pull their KV from the prefill replica
+                nbytes = r.computed * transfer_per_token
+                dt = send_recv_time(nbytes, True, pcl) if pcl is not None else 0.0
+                push(t + dt, KV_ARRIVE, rep, r)
+            rep.receiving.clear()
         if not batch:
             return
+        if rep.role == "decode":
+            for r, _q in batch:
+                if r.first_token != r.first_token:  # the prefill's token, sent before this step
+                    r.first_token = r.last_token = t
         dur = rep.model.step_time(shape)
         rep.last_duration = dur
         for r, _q in batch:
@@ -220,7 +237,7 @@ def simulate(
             return False  # the next event comes before a second step could start
         kmax = 1 << 62
         for r in run:
-            if r.busy or r.computed < r.target:
+            if r.busy or r.computed < r.target or r.first_token != r.first_token:
                 return False
             left = r.output - r.generated
             if left < kmax:
@@ -342,12 +359,17 @@ def simulate(
                 r.target = r.computed
                 r.generated += 1
                 if rep.role == "prefill":
-                    # hand the KV cache to a decode replica; first token when it lands there
+                    # queue at a decode replica; the KV stays here until that replica admits it
                     dst = route(reps, 1)
-                    nbytes = r.computed * transfer_per_token
-                    dt = send_recv_time(nbytes, True, pcl) if pcl is not None else 0.0
                     rep.running.remove(r)
-                    push(t + dt, KV_ARRIVE, dst, (r, rep))
+                    r.handoff = (rep, r.blocks)
+                    r.blocks = []
+                    r.hashed = 0
+                    r.last_hash = 0
+                    r.replica = dst.idx
+                    dst.outstanding += r.prompt + r.output
+                    dst.waiting.append(r)
+                    launch(dst, t)
                     continue
                 if r.generated == 1:
                     r.first_token = t
@@ -365,25 +387,22 @@ def simulate(
             launch(rep, t)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
-        else:  # KV_ARRIVE
+        else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
             dst = a  # type: ignore[assignment]
-            r, src = b  # type: ignore[misc]
-            src.blocks.release(r.blocks)
+            r = b  # type: ignore[assignment]
+            src, src_blocks = r.handoff  # type: ignore[misc]
+            r.handoff = None
+            src.blocks.release(src_blocks)
             src.outstanding -= r.prompt + r.output
-            r.blocks = []
-            r.hashed = 0
-            r.last_hash = 0
-            r.first_token = t
-            r.last_token = t
+            r.busy = False
             r.target = r.computed = r.prompt + r.generated - 1
-            if r.generated >= r.output:
-                finish(r, src, t)
-                src.outstanding += r.prompt + r.output  # counted once, at the source
-            else:
-                dst.outstanding += r.prompt + r.output
-                r.replica = dst.idx
-                dst.waiting.append(r)
-                launch(dst, t)
+            if r.generated >= r.output:  # one-token request: the prefill's token was all
+                r.first_token = r.last_token = t
+                dst.blocks.release(r.blocks)
+                r.blocks = []
+                dst.running.remove(r)
+                finish(r, dst, t)
+            launch(dst, t)
             launch(src, t)
 
     unfinished = [r for r in reqs if r.finish != r.finish]
