@@ -44,10 +44,11 @@ def expected_nodes_per_token(
     if nodes <= 1:
         return 1.0
     per_node = n_experts / nodes
-    limited = n_groups is not None and topk_groups is not None and topk_groups < n_groups
-    if not limited or (n_groups % nodes and nodes % n_groups):  # type: ignore[operator]
-        return nodes * (1.0 - _none_hit(n_experts, per_node, top_k))
-    assert n_groups is not None and topk_groups is not None
+    unlimited = nodes * (1.0 - _none_hit(n_experts, per_node, top_k))
+    if n_groups is None or topk_groups is None or topk_groups >= n_groups:
+        return unlimited
+    if n_groups % nodes and nodes % n_groups:  # groups and nodes do not align
+        return unlimited
     pool = topk_groups * n_experts / n_groups
     if nodes % n_groups == 0:  # a group spans nodes // n_groups whole nodes
         touched = topk_groups * (nodes // n_groups)
