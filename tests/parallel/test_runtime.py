@@ -25,8 +25,9 @@ from hwtune.cost.memory import (  # noqa: E402
 )
 from hwtune.errors import HwtuneInputError  # noqa: E402
 from hwtune.hardware.cluster import make_cluster  # noqa: E402
+from hwtune.parallel.actions import parse_action  # noqa: E402
 from hwtune.parallel.compiler import compile_plan  # noqa: E402
-from hwtune.parallel.runtime.launch import launch_many, run_config  # noqa: E402
+from hwtune.parallel.runtime.launch import launch_many, run_config, wants_moe  # noqa: E402
 from hwtune.parallel.runtime.models import TinyConfig, batch, build, loss_fn, model_spec  # noqa: E402
 from hwtune.parallel.runtime.recompute import SavedActivations, apply_recompute  # noqa: E402
 from hwtune.parallel.runtime.train import RunConfig  # noqa: E402
@@ -62,6 +63,8 @@ TWO = {
     # holds chunks i and 3-i of 4, rotary positions on, K/V all-gathered
     "cp2-ddp-recompute-unfused": make_spec(cp=2, zero=0, modules=MIXED, flash_attention=False),
     "cp2-zero3-fsdp2": make_spec(cp=2, zero=3),
+    # different TP degrees for attention (2) and experts (1, spread by ep=2 over the tp ranks)
+    "moe-tp2-experts-tp1-ep2": make_spec(tp=2, modules=[{"match": "layers.*.experts", "tp": 1, "ep": 2}]),
 }  # fmt: skip
 FOUR = {
     "tp2-dp2-fsdp2": make_spec(tp=2, dp=2, zero=3),
@@ -74,13 +77,29 @@ FOUR = {
     ),
     "dp2-cp2-zero1": make_spec(dp=2, cp=2, zero=1),
     "pp2-cp2-1f1b-zero1": make_spec(pp=2, cp=2, global_batch=8, micro_batch=2),  # zero 1 with pp
+    # context with tensor parallelism: local heads all-gather K/V over cp, FSDP2 over cp x TP
+    "tp2-cp2-zero3-fsdp2": make_spec(tp=2, cp=2, zero=3),
+    # expert parallelism inside pipeline stages: each stage's MoE layers over its (edp=1, ep=2)
+    # sub-mesh, dense gradients over dp, expert gradients over their edp replicas
+    "moe-pp2-dp2-ep2-1f1b-zero1": make_spec(pp=2, dp=2, ep=2, global_batch=8, micro_batch=2),
+    "moe-pp2-dp2-ep2-dualpipev-zero1": make_spec(
+        pp=2, dp=2, ep=2, global_batch=16, micro_batch=2, schedule="dualpipev"
+    ),
+    "moe-pp2-dp2-ep2-dualpipe": make_spec(
+        pp=2, dp=2, ep=2, zero=0, global_batch=16, micro_batch=2, schedule="dualpipe"
+    ),
 }
+EP_PP = [
+    "moe-pp2-dp2-ep2-1f1b-zero1",
+    "moe-pp2-dp2-ep2-dualpipev-zero1",
+    "moe-pp2-dp2-ep2-dualpipe",
+]
 CP = [("two", "cp2-ddp-recompute-unfused"), ("two", "cp2-zero3-fsdp2"), ("four", "dp2-cp2-zero1"),
-      ("four", "pp2-cp2-1f1b-zero1")]  # fmt: skip
+      ("four", "pp2-cp2-1f1b-zero1"), ("four", "tp2-cp2-zero3-fsdp2")]  # fmt: skip
 
 
 def _cfg(spec) -> RunConfig:
-    cfg = run_config(spec, steps=3, moe=spec.mesh.ep > 1)
+    cfg = run_config(spec, steps=3, moe=wants_moe(spec))
     # global batch counts sequences of the tiny model: micro-batch of 2 sequences
     return cfg
 
@@ -163,6 +182,14 @@ def test_runtime_refuses_what_it_cannot_run():
         run_config(make_spec(dp=2, recompute="selective-op"))
     with pytest.raises(HwtuneInputError, match="zero <= 1 with expert parallelism"):
         run_config(make_spec(dp=2, ep=2, zero=3), moe=True)
+    folded = [{"match": "layers.*.experts", "tp": 1, "ep": 2}]
+    with pytest.raises(HwtuneInputError, match="dp = pp = cp = 1 for experts folded over tensor"):
+        run_config(make_spec(tp=2, dp=2, zero=3, modules=folded), moe=True)
+    # an expert annotation the runtime would otherwise ignore (ep over dp without mesh.ep)
+    with pytest.raises(
+        HwtuneInputError, match="modules.ep: got \\[2\\]; expected ep = the mesh's tp=1"
+    ):
+        run_config(make_spec(dp=2, zero=0, modules=folded), moe=True)
     with pytest.raises(HwtuneInputError, match="schedule.name: got 'dualpipe'; expected tp = 1"):
         run_config(make_spec(pp=2, dp=2, global_batch=16, micro_batch=2, schedule="dualpipe"))
     assert TinyConfig().n_layers == 4
@@ -238,7 +265,8 @@ def _plan_state_bytes(spec, cfg) -> list[float]:
 
 
 @pytest.mark.parametrize(("which", "name"), [("four", "moe-dp4-ep2"), ("four", "moe-dp4-ep2-zero1"), ("four", "pp4-dualpipe"), ("four", "pp2-dp2-dualpipe"),
-                                             ("two", "pp2-dualpipe"), ("two", "dp2-recompute-full+selective"), *CP])  # fmt: skip
+                                             ("two", "pp2-dualpipe"), ("two", "dp2-recompute-full+selective"), *CP[:-1],
+                                             *(("four", n) for n in EP_PP), ("two", "moe-tp2-experts-tp1-ep2")])  # fmt: skip
 def test_state_bytes_match_the_compiled_plan(request, which, name):
     runs, cfgs = request.getfixturevalue(which)
     spec = (FOUR if which == "four" else TWO)[name]
@@ -256,3 +284,93 @@ def test_expert_parallel_over_a_sub_mesh_holds_half_the_experts(four):
     dense = sum(p.numel() for p in full.parameters()) - experts
     for mem in res["memory"].values():
         assert mem["params_local"] == dense + experts / 2
+
+
+@pytest.mark.parametrize("name", EP_PP)
+def test_expert_parallel_pipeline_matches_single_process_within_1e_6(four, name):
+    """DualPipe (and 1F1B, DualPipeV) with expert parallelism: the all-to-all of each stage's
+    MoE layers over the ranks holding that stage, 3 AdamW steps equal to one process's."""
+    res, cfg = four[0][name], four[1][name]
+    assert cfg.pp == 2 and cfg.ep == 2 and cfg.model.n_experts == 8
+    assert len(res["losses"]) == 3
+    assert res["max_abs_diff"] <= 1e-6
+    assert res["losses"][-1] < res["losses"][0]
+
+
+@pytest.mark.parametrize("name", EP_PP)
+def test_pipeline_stages_hold_half_their_experts(four, name):
+    """Each rank holds its stages' dense parameters and half of their experts (ep=2); DualPipe
+    holds two chunks (r and p-1-r), i.e. every layer once."""
+    res, cfg = four[0][name], four[1][name]
+    full = build(cfg.model, 0)
+    per_layer = {}
+    for n, p in full.named_parameters():
+        key = int(n.split(".")[1]) if n.startswith("layers.") else n.split(".")[0]
+        e = "feed_forward.w" in n
+        d, x = per_layer.get(key, (0, 0))
+        per_layer[key] = (d + (0 if e else p.numel()), x + (p.numel() if e else 0))
+    for rank, mem in res["memory"].items():
+        pp_rank = int(rank) // cfg.dp
+        if cfg.bidirectional:
+            chunks = sorted({pp_rank, cfg.pp - 1 - pp_rank})
+        else:  # the stages of this pipeline rank in the compiled order
+            chunks = sorted({q.stage for a in cfg.orders[pp_rank] for q in parse_action(a).parts})
+        layers = [i for c in chunks for i in cfg.stage_layers[c]]
+        keys = layers + (["tok_embeddings"] if 0 in chunks else [])
+        keys += ["norm", "output"] if len(cfg.stage_layers) - 1 in chunks else []
+        want = sum(per_layer[k][0] + per_layer[k][1] / 2 for k in keys)
+        assert mem["params_local"] == want
+
+
+def test_a_rank_whose_experts_get_no_token_keeps_the_all_to_all_in_its_backward():
+    """The combine's all-to-all must be in every rank's backward graph, even when none of the
+    rank's experts received a token (else its peers wait in a collective it never joins)."""
+    from hwtune.parallel.runtime.experts import MoE
+
+    m = MoE(TinyConfig(n_experts=8))
+    m.local = []  # this rank's experts got no token
+    seen: list[bool] = []
+
+    def dispatch(tok, eid):
+        def back(y):
+            seen.append(y.requires_grad)
+            return y
+
+        return tok, eid, back
+
+    m.group, m._dispatch = "stand-in group", dispatch
+    m(torch.randn(2, 4, 32, requires_grad=True))
+    assert seen == [True]
+
+
+def test_attention_at_tp2_with_experts_at_tp1_folded_over_the_tp_ranks(two):
+    """ "Different TP degrees for attention and experts": attention split over tp=2 (DTensor),
+    every expert whole on one of the two tp ranks (ep=2 over the tp group), each rank routing
+    half of the (token, expert) pairs; the losses equal one process's and each rank holds half
+    the attention projections and half the experts."""
+    res, cfg = two[0]["moe-tp2-experts-tp1-ep2"], two[1]["moe-tp2-experts-tp1-ep2"]
+    assert cfg.ep_over_tp and cfg.tp == 2 and cfg.ep == 2 and cfg.dp == 1
+    assert res["max_abs_diff"] <= 1e-6
+    assert res["losses"][-1] < res["losses"][0]
+    full = build(cfg.model, 0)
+    experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.w" in n)
+    attn = sum(p.numel() for n, p in full.named_parameters() if ".attention.w" in n)
+    total = sum(p.numel() for p in full.parameters())
+    for mem in res["memory"].values():
+        assert mem["params_local"] == total - attn / 2 - experts / 2
+
+
+def test_context_with_tensor_parallelism_shards_the_blocks_over_tp_and_cp(four):
+    """tp=2 x cp=2 under FSDP2: the blocks' projections split over tp and sharded over cp (1/4
+    each), the embedding, head and norms replicated over tp, sharded over cp (1/2); the plan
+    (which also divides the embedding and head by tp) says 189,568 bytes, 13.6% under."""
+    res, cfg = four[0]["tp2-cp2-zero3-fsdp2"], four[1]["tp2-cp2-zero3-fsdp2"]
+    full = build(cfg.model, 0)
+    split = sum(
+        p.numel()
+        for n, p in full.named_parameters()
+        if ".attention.w" in n or ".feed_forward.w" in n
+    )
+    rest = sum(p.numel() for p in full.parameters()) - split
+    for mem in res["memory"].values():
+        assert mem["params_local"] == split / 4 + rest / 2

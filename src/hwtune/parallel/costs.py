@@ -139,7 +139,10 @@ def stage_costs(
                 trans = max(trans, layer_activation_bytes(model, lt, moe, a, "none"))
             ex = P.routed_expert_params(model, i)
             expert += ex / lp.ep
-            dense += (P.layer_params(model, i) - ex) / lp.tp_ffn
+            # attention at its own TP degree, the rest of the layer at the FFN's (they differ
+            # when an annotation gives attention and experts different degrees)
+            attn = P._attention(model, lt) if lp.tp_attention != lp.tp_ffn else 0
+            dense += attn / lp.tp_attention + (P.layer_params(model, i) - ex - attn) / lp.tp_ffn
         if c == 0:
             acc, raw = acc + emb, raw + emb
             dense += P.input_embedding_params(model) / spec.mesh.tp

@@ -25,14 +25,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", required=True, help="strategy YAML (as hwtune compile --strategy)")
     ap.add_argument("--device", default="cpu", help="cpu (gloo, default) or cuda (NCCL)")
     ap.add_argument("--steps", type=int, default=3, help="training steps")
-    ap.add_argument("--moe", action="store_true", help="the tiny MoE (default: when ep > 1)")
+    ap.add_argument(
+        "--moe", action="store_true", help="the tiny MoE (default: when the spec places experts)"
+    )
     args = ap.parse_args(argv)
-    from hwtune.parallel.runtime.launch import launch, launch_env, run_config, under_torchrun
+    from hwtune.parallel.runtime.launch import (
+        launch,
+        launch_env,
+        run_config,
+        under_torchrun,
+        wants_moe,
+    )
     from hwtune.parallel.spec import load_spec
 
     try:
         spec = load_spec(args.spec)
-        moe = args.moe or spec.mesh.ep > 1
+        moe = args.moe or wants_moe(spec)
         cfg = run_config(spec, args.steps, moe=moe, device=args.device)
         doc = launch_env(cfg) if under_torchrun(os.environ) else launch(cfg)
     except HwtuneInputError as e:

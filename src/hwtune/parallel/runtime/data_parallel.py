@@ -58,7 +58,7 @@ class Optimizers:
 
 
 def make_optimizer(
-    model: nn.Module,
+    model: nn.Module | list[nn.Parameter],
     zero: int,
     dp_mesh: DeviceMesh | None,
     lr: float,
@@ -68,8 +68,10 @@ def make_optimizer(
     """AdamW; under ZeRO-1 ``ZeroRedundancyOptimizer`` shards the states of the dense
     parameters over ``dp_mesh`` and those of the routed experts (``experts``: ids of their
     parameters) over ``edp_mesh``, the ranks that hold the same experts (Megatron-Core's
-    expert-data-parallel distributed optimizer)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    expert-data-parallel distributed optimizer). ``model``: a module, or the parameters of a
+    rank's pipeline stages."""
+    ps = model.parameters() if isinstance(model, nn.Module) else model
+    params = [p for p in ps if p.requires_grad]
     if zero == 1 and dp_mesh is not None and dp_mesh.size() > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 

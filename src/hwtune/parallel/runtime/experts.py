@@ -7,6 +7,15 @@ travel with ``torch.distributed.nn.functional.all_to_all_single`` (differentiabl
 splits), as in DeepSpeed-MoE / Megatron-Core's all-to-all token
 dispatcher. Without a group every expert is local and the same code runs (the reference).
 Dropless: no capacity factor, so the result does not depend on the layout.
+
+Expert parallelism folded over tensor parallelism with unsharded experts (Megatron-Core's MoE
+"parallel folding", expert-TP = 1): attention is split over the tp ranks, whose hidden states
+are therefore replicated; each tp rank routes all tokens (the router sees the same input
+everywhere), keeps 1/tp of the (token, expert) pairs (`_Split`: backward all-gathers the
+slices' gradients), dispatches them over the ep group (here the tp group), and the experts'
+outputs are all-gathered back before the weighted combine (`_Gather`: backward keeps this
+rank's slice of the replicated gradient). The router's and the norms' gradients stay whole
+and equal on the tp ranks; each pair's gradient reaches its expert once.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ class MoE(nn.Module):
         self.w3 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
         self.w2 = nn.Parameter(torch.randn(e, f, d) / f**0.5)
         self.group = None
+        self.fold_group = None  # tp group the pairs are split over (experts folded over tp)
         self.local = list(range(e))  # global ids of the experts held here
         self.owner = [0] * e  # expert -> rank in the expert-parallel group
 
@@ -59,9 +69,16 @@ class MoE(nn.Module):
         order = torch.argsort(owner[flat] * self.n_experts + flat, stable=True)
         tok = t[order // self.top_k]
         eid = flat[order]
+        if self.fold_group is not None:  # this tp rank's share of the pairs
+            tok, eid = _Split.apply(tok, self.fold_group), _split(eid, self.fold_group)
         if self.group is not None:
             tok, eid, back = self._dispatch(tok, eid)
-        out = torch.zeros_like(tok)
+        # zeros tied to the received tokens (tok * 0, not zeros_like): a rank whose experts
+        # got no token still has the all-to-alls in its backward graph, so every rank of the
+        # group runs the same backward collectives (else one skips them and its peers hang;
+        # e.g. the pipeline runtime's shape inference on an empty tensor routes all tokens to
+        # the same experts). Exact: 0 * a finite value adds nothing.
+        out = tok * 0
         for j, g in enumerate(self.local):
             sel = (eid == g).nonzero(as_tuple=True)[0]
             if sel.numel():
@@ -70,6 +87,8 @@ class MoE(nn.Module):
                 out = out.index_add(0, sel, y)
         if self.group is not None:
             out = back(out)
+        if self.fold_group is not None:
+            out = _Gather.apply(out, self.fold_group)
         y = torch.zeros_like(t).index_add(0, order // self.top_k, out * w.reshape(-1)[order, None])
         return y.reshape(shape)
 
@@ -93,3 +112,52 @@ class MoE(nn.Module):
             return all_to_all_single(buf, y, s, rcv, group=self.group)
 
         return tok_r, eid_r, back
+
+
+def _split(x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+    """This rank's contiguous 1/n of ``x`` along dim 0 (n: the group's size)."""
+    import torch.distributed as dist
+
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    per = x.shape[0] // n
+    return x[r * per : (r + 1) * per].contiguous()
+
+
+def _gather(x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+    """The group's slices concatenated along dim 0, in rank order."""
+    import torch.distributed as dist
+
+    from hwtune.parallel.runtime.context_parallel import _all_gather
+
+    n = dist.get_world_size(group)
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    _all_gather(out, x.contiguous(), group)
+    return out
+
+
+class _Split(torch.autograd.Function):
+    """Forward: this rank's slice of a replicated tensor; backward: the slices' gradients
+    all-gathered (the replicated tensor's whole gradient on every rank)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+        ctx.group = group
+        return _split(x, group)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        return _gather(g, ctx.group), None
+
+
+class _Gather(torch.autograd.Function):
+    """Forward: the slices all-gathered into the replicated tensor; backward: this rank's
+    slice of its (replicated, identical on every rank) gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
+        ctx.group = group
+        return _gather(x, group)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
+        return _split(g, ctx.group), None

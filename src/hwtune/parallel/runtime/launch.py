@@ -124,10 +124,12 @@ def run_config(
     bidirectional = not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1
     if mesh.cp > 1:
         _check_cp(spec, bidirectional)
-    if mesh.pp > 1 and mesh.dp > 1 and mesh.cp == 1 and not bidirectional and spec.zero_stage < 2:
+    if (mesh.pp > 1 and mesh.dp > 1 and mesh.cp == 1 and mesh.ep == 1 and not bidirectional
+            and spec.zero_stage < 2):  # fmt: skip
         raise HwtuneInputError(
-            "zero", spec.zero_stage, "2 or 3 for a pipeline with dp > 1 and cp = 1 (FSDP2 stages)"
-        )
+            "zero", spec.zero_stage,
+            "2 or 3 for a pipeline with dp > 1 and cp = ep = 1 (FSDP2 stages)",
+        )  # fmt: skip
     if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 0 and mesh.dp > 1)):
         raise HwtuneInputError(
             "schedule.name", "dualpipe", "tp = 1, and zero = 0 with dp > 1, for a DualPipe run"
@@ -140,9 +142,9 @@ def run_config(
                    rope=mesh.cp > 1)  # fmt: skip
     ms = model_spec(c)
     plans = validate(spec, ms)  # the compiler's checks, against the model that runs
-    if mesh.ep > 1 and (mesh.tp > 1 or mesh.pp > 1 or spec.zero_stage > 1):
+    if mesh.ep > 1 and (mesh.tp > 1 or spec.zero_stage > 1):
         raise HwtuneInputError(
-            "mesh.ep", mesh.ep, "tp = pp = 1 and zero <= 1 with expert parallelism in the runtime"
+            "mesh.ep", mesh.ep, "tp = 1 and zero <= 1 with expert parallelism in the runtime"
         )
     recompute = {lp.index: lp.recompute for lp in plans}
     bad = next((lp for lp in plans if lp.recompute not in ("none", "selective", "full")), None)
@@ -151,10 +153,17 @@ def run_config(
             f"layers.{bad.index}.recompute", bad.recompute, "none, selective or full in the runtime"
         )
     placement = None
-    if moe and mesh.ep > 1:
-        eps = {lp.ep for lp in plans}
+    ep, ep_over_tp = mesh.ep, False
+    eps = {lp.ep for lp in plans}
+    if moe and mesh.ep == 1 and eps != {1}:
+        # experts folded over the tp ranks, unsharded (Megatron-Core's parallel folding with
+        # expert-TP = 1): "different TP degrees for attention and experts"
+        ep_over_tp = True
+        _check_fold(spec, plans)
+        ep = mesh.tp
+    if moe and ep > 1:
         places = {lp.placement for lp in plans}
-        if eps != {mesh.ep} or len(places) > 1:
+        if eps != {ep} or len(places) > 1:
             raise HwtuneInputError(
                 "modules.ep", sorted(eps), f"the mesh's ep={mesh.ep} on every layer in the runtime"
             )
@@ -181,11 +190,31 @@ def run_config(
                 "an order whose messages each rank receives in the order its peer sent them, "
                 "for a DualPipe run on cuda (NCCL ignores tags)",
             )  # fmt: skip
-    return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=mesh.ep,
+    return RunConfig(model=c, dp=mesh.dp, tp=mesh.tp, pp=mesh.pp, cp=mesh.cp, ep=ep,
+                     ep_over_tp=ep_over_tp,
                      zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
                      stage_layers=stage_layers, orders=orders, recompute=recompute,
                      placement=placement, bidirectional=bidirectional, steps=steps,
                      seed=seed, device=device)  # fmt: skip
+
+
+def _check_fold(spec, plans) -> None:  # noqa: ANN001
+    """What the runtime's experts folded over tp (`experts.py`) cannot run, one line: the
+    experts of every layer unsharded (tp 1) over ep = the mesh's tp ranks, with dp = pp = cp = 1
+    (the expert all-to-all then runs over the tp group)."""
+    mesh = spec.mesh
+    eps = sorted({lp.ep for lp in plans})
+    if eps != [mesh.tp] or mesh.tp == 1 or any(lp.tp_ffn != 1 for lp in plans):
+        raise HwtuneInputError(
+            "modules.ep", eps,
+            f"ep = the mesh's tp={mesh.tp} with experts at tp 1 on every layer, or mesh.ep, "
+            "for experts folded over tensor parallelism in the runtime",
+        )  # fmt: skip
+    if mesh.dp > 1 or mesh.pp > 1 or mesh.cp > 1:
+        raise HwtuneInputError(
+            "modules.ep", eps,
+            "dp = pp = cp = 1 for experts folded over tensor parallelism in the runtime",
+        )  # fmt: skip
 
 
 def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
@@ -197,8 +226,12 @@ def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
             "mesh.cp", mesh.cp,
             f"a degree with 2*cp dividing the runtime model's {seq} tokens (2 chunks per rank)",
         )  # fmt: skip
-    if mesh.tp > 1:
-        raise HwtuneInputError("mesh.cp", mesh.cp, "tp = 1 with context parallelism in the runtime")
+    if mesh.tp > 1 and (mesh.pp > 1 or spec.zero_stage < 2):
+        # TP's DTensor parameters go through FSDP2 over the dp x cp ranks (a 2-D mesh with tp)
+        raise HwtuneInputError(
+            "mesh.cp", mesh.cp,
+            "tp = 1, or pp = 1 and zero 2 or 3 (FSDP2), with context parallelism in the runtime",
+        )  # fmt: skip
     if mesh.ep > 1:
         raise HwtuneInputError("mesh.cp", mesh.cp, "ep = 1 with context parallelism in the runtime")
     if bidirectional:
@@ -207,8 +240,15 @@ def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
         )
 
 
+def wants_moe(spec) -> bool:  # noqa: ANN001
+    """Whether the spec places experts (ep > 1 on the mesh, or an expert annotation): then
+    the runtime trains the tiny MoE."""
+    return spec.mesh.ep > 1 or any(a.ep is not None or a.placement for a in spec.modules)
+
+
 def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu") -> dict:  # noqa: ANN001
-    """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1), on
-    ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU per process)."""
-    cfg = run_config(spec, steps, moe=spec.mesh.ep > 1 if moe is None else moe, device=device)
+    """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1 on the
+    mesh or in an expert annotation), on ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU
+    per process)."""
+    cfg = run_config(spec, steps, moe=wants_moe(spec) if moe is None else moe, device=device)
     return launch(cfg)

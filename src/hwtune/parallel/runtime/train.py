@@ -29,6 +29,7 @@ class RunConfig:
     pp: int = 1
     cp: int = 1  # context parallel: each sequence over cp ranks (`context_parallel.py`)
     ep: int = 1
+    ep_over_tp: bool = False  # experts unsharded, ep over the tp ranks (MoE parallel folding)
     zero: int = 0
     n_micro: int = 1  # micro-batches per data-parallel rank
     micro_batch: int = 2
@@ -159,13 +160,15 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     if dev is None:
         dev = torch.device(cfg.device)
     edp_mesh = None
-    if cfg.ep > 1:
+    if cfg.ep > 1 and not cfg.ep_over_tp:
         # expert parallelism folded over data parallelism (Megatron-Core's "expert data
         # parallel"): dp = (dp/ep replicas) x (ep expert ranks); the all-to-all runs over the
         # inner "ep" sub-mesh, each expert's gradients are reduced over its dp/ep replicas
         # ("edp"), dense gradients over the flattened "dp"
-        if cfg.dp % cfg.ep or cfg.tp > 1 or cfg.pp > 1:
-            raise ValueError("runtime: ep must divide dp (tp = pp = 1) for expert parallelism")
+        # with pp > 1 every pipeline stage has its own (edp, ep) sub-mesh: the all-to-all of a
+        # stage's MoE layers runs among the ranks holding that stage
+        if cfg.dp % cfg.ep or cfg.tp > 1:
+            raise ValueError("runtime: ep must divide dp (tp = 1) for expert parallelism")
         mesh = init_device_mesh(
             dev.type, (cfg.pp, cfg.dp // cfg.ep, cfg.ep, cfg.tp),
             mesh_dim_names=("pp", "edp", "ep", "tp"),
@@ -175,9 +178,10 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     elif cfg.cp > 1:
         # Megatron's order, tp innermost, then cp, dp, pp; the cp ranks hold the same weights,
         # so gradients are reduced over the flattened dp x cp ranks (Megatron's
-        # "data-parallel group with context parallel")
-        if cfg.tp > 1 or cfg.bidirectional:
-            raise ValueError("runtime: context parallelism with tp = 1, not DualPipe")
+        # "data-parallel group with context parallel"); with tp > 1 the attention's local heads
+        # all-gather their K/V over cp, and FSDP2 shards the TP DTensors over dp x cp
+        if cfg.bidirectional or (cfg.tp > 1 and (cfg.zero < 2 or cfg.pp > 1)):
+            raise ValueError("runtime: context parallelism, with tp > 1 only under FSDP2, pp = 1")
         mesh = init_device_mesh(
             dev.type, (cfg.pp, cfg.dp, cfg.cp, cfg.tp), mesh_dim_names=("pp", "dp", "cp", "tp")
         )
@@ -197,10 +201,17 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     tokens = None  # this cp rank's token positions
     if cp_group is not None and cfg.pp == 1:
         tokens = apply_cp(model, cp_group, cfg.model.seq)
-    if cfg.ep > 1:
+    ep_group = None
+    if cfg.ep_over_tp:  # experts over the tp ranks, each routing 1/tp of the pairs
+        ep_group = tp_mesh.get_group()
+        shard_experts(model, ep_group, cfg.placement)
         for block in model.layers.values():
             if block.moe:
-                block.feed_forward.shard_experts(mesh["ep"].get_group(), cfg.placement)
+                block.feed_forward.fold_group = ep_group
+    elif cfg.ep > 1:
+        ep_group = mesh["ep"].get_group()
+        if cfg.pp == 1:  # pipelines: on the stages' copies (below)
+            shard_experts(model, ep_group, cfg.placement)
     if cfg.tp > 1:
         apply_tp(model, tp_mesh, cfg.tp_attention, cfg.tp_ffn)
     per_dp = cfg.global_batch // cfg.dp
@@ -258,7 +269,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         mem["activations"] = acts
         del wrapped, opt
     elif cfg.bidirectional:
-        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, pp_rank, dp_rank, dev)
+        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, edp_mesh, pp_rank, dp_rank, dev)
     else:
         from hwtune.parallel.actions import parse_action
         from hwtune.parallel.runtime.pipeline import CompiledSchedule, build_stages
@@ -274,27 +285,27 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         stages, mods = build_stages(
             model, cfg.stage_layers, ranks, pp_rank, mesh["pp"].get_group(), dev
         )
-        if cp_group is not None:  # after the stages' deep copies (a group is not copied)
-            for mod in mods:
+        # after the stages' deep copies (a process group is not copied)
+        for mod in mods:
+            if cp_group is not None:
                 tokens = apply_cp(mod, cp_group, cfg.model.seq)
-        # ZeRO-2/3: FSDP2 stages over the dp (x cp) ranks; ZeRO-0/1 with context parallelism:
-        # the stages' gradients averaged by hand over dp x cp after the schedule, ZeRO-1's
-        # optimizer states sharded by `ZeroRedundancyOptimizer` over the same ranks
+            if ep_group is not None:
+                shard_experts(mod, ep_group, cfg.placement)
+        # ZeRO-2/3: FSDP2 stages over the dp (x cp) ranks; ZeRO-0/1 with context or expert
+        # parallelism: the stages' gradients reduced by hand after the schedule (dense over
+        # dp x cp, routed experts over their edp replicas), ZeRO-1's optimizer states sharded
+        # by `ZeroRedundancyOptimizer` over the same ranks
         manual = dp_mesh.size() > 1 and cfg.zero < 2
-        if manual and cp_group is None:
+        if manual and cp_group is None and ep_group is None:
             raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
         if dp_mesh.size() > 1 and not manual:
             for mod in mods:
                 apply_fsdp(mod, dp_mesh, cfg.zero)
         sched = CompiledSchedule(stages, cfg.n_micro, loss_fn, orders)
         params = [p for m in mods for p in m.parameters()]
-        if manual and cfg.zero == 1:
-            from torch.distributed.optim import ZeroRedundancyOptimizer
-
-            opt = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=cfg.lr,
-                                          process_group=dp_mesh.get_group())  # fmt: skip
-        else:
-            opt = torch.optim.AdamW(params, lr=cfg.lr)
+        experts = {id(p) for m in mods for n, p in m.named_parameters()
+                   if n in set(expert_param_names(m))}  # fmt: skip
+        opt = make_optimizer(params, cfg.zero if manual else 0, dp_mesh, cfg.lr, experts, edp_mesh)
         has_first = any(s.is_first for s in stages)
         has_last = any(s.is_last for s in stages)
         for step in range(cfg.steps):
@@ -312,9 +323,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 *args, target=y if has_last else None, losses=mb_losses if has_last else None
             )
             if manual:
-                for p in params:
-                    dist.all_reduce(p.grad, group=dp_mesh.get_group())
-                    p.grad.div_(dp_mesh.size())
+                reduce_grads(params, experts, dp_mesh, edp_mesh)
             mem = _state_bytes(mods, opt)
             opt.step()
             opt.zero_grad()
@@ -337,13 +346,17 @@ def _train_dualpipe(
     model: torch.nn.Module,
     mesh: DeviceMesh,
     dp_mesh: DeviceMesh,
+    edp_mesh: DeviceMesh | None,
     pp_rank: int,
     dp_rank: int,
     dev: torch.device,
 ) -> tuple[list[float], dict[str, float]]:
     """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
-    rank, the copies' gradients summed over the pipeline group, then averaged over dp."""
+    rank, the copies' gradients summed over the pipeline group, then averaged over dp (the
+    routed experts of MoE chunks, sharded over the stage's ep sub-mesh: summed over their edp
+    replicas, / dp)."""
     from hwtune.parallel.actions import parse_action
+    from hwtune.parallel.runtime.data_parallel import expert_param_names
     from hwtune.parallel.runtime.dualpipe import DualPipeRunner
 
     assert cfg.orders is not None and cfg.stage_layers is not None
@@ -351,7 +364,13 @@ def _train_dualpipe(
     pp_group = mesh["pp"].get_group()
     runner = DualPipeRunner(model, cfg.stage_layers, pp_rank, pp_group, order, cfg.n_micro, loss_fn)
     mods = runner.modules()
+    if cfg.ep > 1:  # both chunks' experts over this rank's ep sub-mesh (the same experts in
+        # the two copies of a chunk: ranks r and p-1-r have the same ep coordinate)
+        for mod in mods:
+            shard_experts(mod, mesh["ep"].get_group(), cfg.placement)
     params = [p for m in mods for p in m.parameters()]
+    experts = {id(p) for m in mods for n, p in m.named_parameters()
+               if n in set(expert_param_names(m))}  # fmt: skip
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     per_dp = cfg.global_batch // cfg.dp
     losses: list[float] = []
@@ -360,9 +379,7 @@ def _train_dualpipe(
         sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
         total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
         if cfg.dp > 1:
-            for p in params:
-                dist.all_reduce(p.grad, group=dp_mesh.get_group())
-                p.grad.div_(cfg.dp)
+            reduce_grads(params, experts, dp_mesh, edp_mesh)
         mem = _state_bytes(mods, opt)
         opt.step()
         opt.zero_grad()
@@ -372,7 +389,39 @@ def _train_dualpipe(
             total /= cfg.dp
         losses.append(total.item())
     mem["params_local"] = float(sum(p.numel() for p in params))
+    del runner, opt
     return losses, mem
+
+
+def shard_experts(
+    model: torch.nn.Module, group: dist.ProcessGroup, placement: list[list[int]] | None
+) -> None:
+    """Keep this rank's routed experts in every MoE layer of ``model`` (a whole model or a
+    pipeline stage); tokens reach the others by all-to-all over ``group``."""
+    for block in model.layers.values():
+        if block.moe:
+            block.feed_forward.shard_experts(group, placement)
+
+
+def reduce_grads(
+    params: list[torch.nn.Parameter],
+    experts: set[int],
+    dp_mesh: DeviceMesh,
+    edp_mesh: DeviceMesh | None,
+) -> None:
+    """Gradients of a step to the mean over the dp (x cp) ranks' losses, by hand: dense
+    parameters all-reduced over ``dp_mesh``; routed experts (ids in ``experts``), whose
+    gradient already sums the tokens of their ep group, over their ``edp_mesh`` replicas
+    only; both / the size of ``dp_mesh``."""
+    n = dp_mesh.size()
+    for p in params:
+        if p.grad is None:
+            continue
+        if id(p) not in experts:
+            dist.all_reduce(p.grad, group=dp_mesh.get_group())
+        elif edp_mesh is not None and edp_mesh.size() > 1:
+            dist.all_reduce(p.grad, group=edp_mesh.get_group())
+        p.grad.div_(n)
 
 
 def config_dict(cfg: RunConfig) -> dict:
