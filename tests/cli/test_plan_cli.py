@@ -295,3 +295,21 @@ def test_plan_takes_the_frameworks_kernels():
     assert slow["strategy"]["loss_kernel"] == "pytorch"
     r = hwtune("plan", *SMALL, "--attention-kernel", "fa3")
     assert r.returncode == 2 and "attention_kernel" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_framework_presets_set_the_kernels():
+    """`--framework` is a preset of the kernel fields (hwtune.train.frameworks); a flag that
+    differs from its default still wins; an unknown name is one line, exit 2."""
+    from hwtune.train.frameworks import FRAMEWORKS
+
+    d = doc_of(run("plan", *SMALL, "--framework", "torchtitan", "--json"))["top"][0]
+    for key, value in FRAMEWORKS["torchtitan"].items():
+        assert d["strategy"][key] == value
+    d = doc_of(run("plan", *SMALL, "--framework", "torchtitan", "--loss", "fused", "--json"))
+    assert d["top"][0]["strategy"]["loss_kernel"] == "pytorch"  # "fused" is the default: no say
+    d = doc_of(
+        run("plan", *SMALL, "--framework", "megatron", "--attention-kernel", "fa2", "--json")
+    )
+    assert d["top"][0]["strategy"]["attention_kernel"] == "fa2"
+    r = hwtune("estimate", "--framework", "megatorn")
+    assert r.returncode == 2 and "framework" in r.stderr and "Traceback" not in r.stderr

@@ -13,6 +13,7 @@ from hwtune.cli.software import (
     AttentionKernel,
     Eager,
     Fp8Recipe,
+    Framework,
     Loss,
     MoeDispatch,
     software_fields,
@@ -100,6 +101,7 @@ def estimate(
     loss: Loss = "fused",
     moe_dispatch: MoeDispatch = "alltoall",
     fp8_recipe: Fp8Recipe = "delayed",
+    framework: Framework = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -127,7 +129,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
-            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe),
+            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework),
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

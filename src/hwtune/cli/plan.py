@@ -18,6 +18,7 @@ from hwtune.cli.software import (
     AttentionKernel,
     Eager,
     Fp8Recipe,
+    Framework,
     Loss,
     MoeDispatch,
     software_fields,
@@ -162,6 +163,7 @@ def plan_cmd(
     loss: Loss = "fused",
     moe_dispatch: MoeDispatch = "alltoall",
     fp8_recipe: Fp8Recipe = "delayed",
+    framework: Framework = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
@@ -183,7 +185,9 @@ def plan_cmd(
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
-        software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe)
+        software = software_fields(
+            attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework
+        )
         make_strategy(**software)  # one-line errors for bad values before the search starts
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,

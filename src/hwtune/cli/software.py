@@ -31,6 +31,14 @@ MoeDispatch = Annotated[
         "fanned out over NVLink)"
     ),
 ]
+Framework = Annotated[
+    str | None,
+    typer.Option(
+        help="megatron | torchtitan | torchtitan-compile | llm-foundry | huggingface: sets the "
+        "attention kernel, eager ops and loss as that framework runs them (other flags that differ "
+        "from their defaults win)"
+    ),
+]
 Fp8Recipe = Annotated[
     str,
     typer.Option(
@@ -41,13 +49,26 @@ Fp8Recipe = Annotated[
 
 
 def software_fields(
-    attention_kernel: str, eager: bool, loss: str, moe_dispatch: str, fp8_recipe: str
+    attention_kernel: str,
+    eager: bool,
+    loss: str,
+    moe_dispatch: str,
+    fp8_recipe: str,
+    framework: str | None = None,
 ) -> dict:
-    """The `Strategy` fields these options set (validated by `Strategy` itself)."""
-    return {
-        "attention_kernel": attention_kernel,
-        "fused_elementwise": not eager,
-        "loss_kernel": loss,
-        "moe_dispatch": moe_dispatch,
-        "fp8_recipe": fp8_recipe,
+    """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
+    preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
+    from hwtune.train.frameworks import framework_fields
+
+    out: dict = framework_fields(framework) if framework is not None else {}
+    flags = {
+        "attention_kernel": (attention_kernel, "best"),
+        "fused_elementwise": (not eager, True),
+        "loss_kernel": (loss, "fused"),
+        "moe_dispatch": (moe_dispatch, "alltoall"),
+        "fp8_recipe": (fp8_recipe, "delayed"),
     }
+    for key, (value, default) in flags.items():
+        if value != default or key not in out:
+            out[key] = value
+    return out

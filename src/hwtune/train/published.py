@@ -18,6 +18,7 @@ from hwtune.hardware.catalog import get_device
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
 from hwtune.model.spec import MLA, ModelSpec, MoE
+from hwtune.train.frameworks import framework_fields
 from hwtune.train.strategy import Strategy, make_strategy
 
 # Frameworks before FlashAttention (2022) materialized the attention scores and trained with
@@ -160,26 +161,20 @@ def _recompute(p: dict, run: PublishedRun) -> str:
 
 
 def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str, bool, str]:
-    """(attention kernel, fused elementwise, loss kernel) of the row's framework.
-
-    - torchtitan (2024) calls PyTorch SDPA with the flash backend first on Hopper (its
-      ``ScaledDotProductAttention`` backends list; cuDNN was added for B200 only, torchtitan
-      PR #1196, May 2025), i.e. FlashAttention-2; without ``torch.compile`` its RMSNorm, SwiGLU
-      and complex-form rotary embeddings run eagerly, one kernel per elementary op.
-    - llm-foundry / Composer (2023) used FlashAttention-2-class kernels (flash-attn 2 or Triton);
-      FlashAttention-3 appeared in July 2024 (Shah et al.).
-    Both compute the loss as ``F.cross_entropy`` on an fp32 upcast of the logits.
-    Megatron-LM, NeMo and Megatron-Bridge use Transformer Engine (cuDNN fused attention, fused
-    elementwise kernels) and the in-place vocabulary-parallel cross-entropy: the defaults."""
-    kernel, fused, loss = "best", True, "fused"
-    if "torchtitan" in fw or "llm-foundry" in fw:
-        kernel, loss = "fa2", "pytorch"
-        if dev.architecture == "hopper":
-            run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")
-    if "torchtitan" in fw and other.get("torch_compile") is False:
-        fused = False
+    """(attention kernel, fused elementwise, loss kernel) of the row's framework, from the
+    presets of `hwtune.train.frameworks` (their sources are there)."""
+    if "torchtitan" in fw:
+        name = "torchtitan" if other.get("torch_compile") is False else "torchtitan-compile"
+    elif "llm-foundry" in fw:
+        name = "llm-foundry"
+    else:
+        name = "megatron"  # Megatron-LM, NeMo, Megatron-Bridge, Megatron-DeepSpeed
+    f = framework_fields(name)
+    if f["attention_kernel"] == "fa2" and dev.architecture == "hopper":
+        run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")
+    if not f["fused_elementwise"]:
         run.assumptions.append("eager elementwise ops (no torch.compile)")
-    return kernel, fused, loss
+    return str(f["attention_kernel"]), bool(f["fused_elementwise"]), str(f["loss_kernel"])
 
 
 def _fp8_recipe(r: dict) -> str:

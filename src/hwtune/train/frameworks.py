@@ -1,0 +1,51 @@
+"""What a training framework runs: the kernel choices of `Strategy` as named presets.
+
+The parallel layout says how the work is split; the framework decides which kernels do it. Each
+preset sets `Strategy.attention_kernel`, `fused_elementwise` and `loss_kernel` (see their
+descriptions) from what the framework's code calls:
+
+- ``megatron`` (Megatron-LM, NeMo, Megatron-Bridge with Transformer Engine): cuDNN fused attention
+  (the device's best kernel), fused elementwise kernels, Megatron-Core's in-place
+  vocabulary-parallel cross-entropy. The `Strategy` defaults.
+- ``torchtitan`` (2024-25, eager): PyTorch SDPA with the flash backend first on Hopper
+  (``ScaledDotProductAttention`` backends list; cuDNN only for B200 from torchtitan PR #1196,
+  May 2025), i.e. FlashAttention-2; RMSNorm, SwiGLU and complex-form rotary run eagerly, one kernel
+  per elementary op; ``F.cross_entropy`` on an fp32 upcast of the logits.
+- ``torchtitan-compile``: the same with ``torch.compile`` fusing the elementwise ops of each block
+  (the loss stays eager).
+- ``llm-foundry`` (MosaicML Composer, 2023): FlashAttention-2-class kernels (flash-attn 2 or
+  Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, ``F.cross_entropy``.
+- ``huggingface`` (``transformers`` + Trainer, eager, SDPA): FlashAttention-2 through SDPA, eager
+  elementwise ops, ``F.cross_entropy`` on fp32 logits.
+"""
+
+from __future__ import annotations
+
+from hwtune.errors import HwtuneInputError
+
+FRAMEWORKS: dict[str, dict[str, object]] = {
+    "megatron": {"attention_kernel": "best", "fused_elementwise": True, "loss_kernel": "fused"},
+    "torchtitan": {"attention_kernel": "fa2", "fused_elementwise": False, "loss_kernel": "pytorch"},
+    "torchtitan-compile": {
+        "attention_kernel": "fa2",
+        "fused_elementwise": True,
+        "loss_kernel": "pytorch",
+    },
+    "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "pytorch"},
+    "huggingface": {
+        "attention_kernel": "fa2",
+        "fused_elementwise": False,
+        "loss_kernel": "pytorch",
+    },
+}
+
+
+def framework_fields(name: str) -> dict[str, object]:
+    """The `Strategy` fields of framework ``name``; a one-line error for an unknown name."""
+    try:
+        return dict(FRAMEWORKS[name])
+    except KeyError:
+        raise HwtuneInputError("framework", name, "one of " + ", ".join(FRAMEWORKS)) from None
+
+
+__all__ = ["FRAMEWORKS", "framework_fields"]
