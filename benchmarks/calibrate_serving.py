@@ -18,9 +18,8 @@ in fp32 (``dtype="fp32"``) on the ModelSpec read from the model's own HF config:
   model's depth and code path at negligible widths) and ``fused_elementwise: false`` (eager
   PyTorch runs each norm, rotary and SwiGLU op as separate kernels).
 
-``fused_elementwise`` reaches the step time only where `IterationModel` lowers with
-`hwtune.serve.profile.elementwise_fused(cfg.profile)`; where it does not yet, this script says
-so and applies it to the ``Shard`` that `IterationModel` builds (``--no-eager-lowering``: not).
+``fused_elementwise`` reaches the step time through `IterationModel`, which lowers with
+`hwtune.serve.profile.elementwise_fused(cfg.profile)`.
 
 Prints a Markdown table (measured vs predicted, error per shape) and the median / 90th-percentile
 absolute relative errors, per phase. Nothing is fitted to the measured steps.
@@ -29,14 +28,11 @@ absolute relative errors, per phase. Nothing is fitted to the measured steps.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 
 from hwtune.calibrate.serving_reference import (
     LlamaRefConfig,
@@ -46,7 +42,6 @@ from hwtune.calibrate.serving_reference import (
 )
 from hwtune.hardware.device import Device, load_device_file
 from hwtune.model.spec import ModelSpec
-from hwtune.serve import iteration
 from hwtune.serve.config import ReplicaConfig
 from hwtune.serve.iteration import IterationModel
 from hwtune.serve.profile import CalibrationProfile
@@ -73,27 +68,6 @@ def predictor(
     return IterationModel(ReplicaConfig(model=spec, device=device, profile=engine), dtype="fp32")
 
 
-def lowers_eager(spec: ModelSpec, device: Device) -> bool:
-    """Whether `IterationModel` honours ``fused_elementwise: false`` (eager memory ops cost
-    more bytes than fused ones at the same step)."""
-    s = step_shape("prefill", 1, 64)
-    fused = predictor(spec, device, CalibrationProfile(fused_elementwise=True)).breakdown(s)
-    eager = predictor(spec, device, CalibrationProfile(fused_elementwise=False)).breakdown(s)
-    return eager["memory"] > fused["memory"]
-
-
-@contextlib.contextmanager
-def eager_shards() -> Iterator[None]:
-    """`IterationModel` lowering with ``Shard(fused=False)``: what the one-line hook
-    ``fused=elementwise_fused(cfg.profile)`` in `hwtune.serve.iteration` gives an eager engine."""
-    orig = iteration.Shard
-    iteration.Shard = functools.partial(orig, fused=False)  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        iteration.Shard = orig  # type: ignore[misc]
-
-
 def pctl(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -106,11 +80,6 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
-    ap.add_argument(
-        "--no-eager-lowering",
-        action="store_true",
-        help="do not emulate the fused_elementwise hook where IterationModel lacks it",
-    )
     a = ap.parse_args()
     if a.bench:
         from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile
@@ -132,18 +101,12 @@ def main() -> int:
           file=sys.stderr)  # fmt: skip
     tier1, tier2 = predictor(spec, tier1_dev), predictor(spec, tier2_dev)
     tier3 = predictor(spec, tier2_dev, engine)
-    hook = lowers_eager(spec, tier2_dev)
-    emulate = not hook and not a.no_eager_lowering
-    if emulate:
-        print("IterationModel does not lower with elementwise_fused(cfg.profile) yet: "
-              "emulating it for tier 2 + engine (Shard(fused=False))", file=sys.stderr)  # fmt: skip
     rows = []
     for phase, b, n in SHAPES:
         m = ref.prefill(b, n) if phase == "prefill" else ref.decode(b, n)
         s = step_shape(phase, b, n)
         t1, t2 = tier1.step_time(s), tier2.step_time(s)
-        with eager_shards() if emulate else contextlib.nullcontext():
-            t3, br3 = tier3.step_time(s), tier3.breakdown(s)
+        t3, br3 = tier3.step_time(s), tier3.breakdown(s)
         rows.append({"phase": phase, "batch": b, "tokens": n, "measured_s": m.median_s,
                      "clock": m.clock, "wall_s": m.wall_median_s, "reps_s": m.reps_s,
                      "tier1_s": t1, "tier2_s": t2, "tier3_s": t3,
@@ -162,8 +125,7 @@ def main() -> int:
           f"load average {load0:.1f} -> {load1:.1f}\n")  # fmt: skip
     print(f"engine (tier 2 + engine): {engine.host_overhead_per_iteration_s * 1e3:.3f} ms per "
           f"step + {engine.host_overhead_per_sequence_s * 1e6:.1f} us per sequence, eager "
-          f"lowering {'(IterationModel)' if hook else '(emulated)' if emulate else 'off'}"
-          "\n")  # fmt: skip
+          "lowering (the profile's fused_elementwise: false)\n")  # fmt: skip
     print("| step | batch | prompt / context | measured (ms) | tier 1 (ms) | err | tier 2 (ms) "
           "| err | tier 2 + engine (ms) | err |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -182,7 +144,7 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"profile": a.profile, "model": spec.name, "load": [load0, load1],
-                       "engine": engine.model_dump(), "eager_lowering": hook or emulate,
+                       "engine": engine.model_dump(), "eager_lowering": True,
                        "rows": rows}, f, indent=1)  # fmt: skip
     return 0
 
