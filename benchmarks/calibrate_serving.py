@@ -34,6 +34,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 from hwtune.calibrate.serving_reference import (
     LlamaRefConfig,
     ServingReference,
@@ -66,11 +68,6 @@ def predictor(
     """The serve iteration model for ``spec`` on ``device`` (with the engine's calibration
     ``engine``), everything in fp32."""
     return IterationModel(ReplicaConfig(model=spec, device=device, profile=engine), dtype="fp32")
-
-
-def pctl(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def main() -> int:
@@ -139,7 +136,7 @@ def main() -> int:
         e = [abs(r[key]) for r in rows]
         ph = {p: statistics.median(abs(r[key]) for r in rows if r["phase"] == p)
               for p in ("prefill", "decode")}  # fmt: skip
-        print(f"| {name} | {statistics.median(e):.1%} | {pctl(e, 0.9):.1%} | "
+        print(f"| {name} | {statistics.median(e):.1%} | {np.percentile(e, 90, method='nearest'):.1%} | "
               f"{ph['prefill']:.1%} | {ph['decode']:.1%} |")  # fmt: skip
     if a.json:
         with open(a.json, "w") as f:

@@ -18,6 +18,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 from hwtune.calibrate.reference import (
     RefConfig,
     predict,
@@ -38,11 +40,6 @@ SHAPES: list[dict] = [
     {"layers": 2, "hidden": 256, "heads": 4, "seq": 256, "micro_batch": 4, "processes": 2},
     {"layers": 4, "hidden": 512, "heads": 8, "seq": 512, "micro_batch": 2, "processes": 2},
 ]
-
-
-def pctl(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 def main() -> int:
@@ -97,10 +94,14 @@ def main() -> int:
     e1 = [abs(r["err1"]) for r in rows]
     e2 = [abs(r["err2"]) for r in rows]
     e2f = [abs(r["err2f"]) for r in rows]
-    print(f"\ntier 1: median |error| {statistics.median(e1):.1%}, p90 {pctl(e1, 0.9):.1%}")
-    print(f"tier 2: median |error| {statistics.median(e2):.1%}, p90 {pctl(e2, 0.9):.1%}")
+    print(
+        f"\ntier 1: median |error| {statistics.median(e1):.1%}, p90 {np.percentile(e1, 90, method='nearest'):.1%}"
+    )
+    print(
+        f"tier 2: median |error| {statistics.median(e2):.1%}, p90 {np.percentile(e2, 90, method='nearest'):.1%}"
+    )
     print(f"tier 2 + optimizer fix: median |error| {statistics.median(e2f):.1%}, "
-          f"p90 {pctl(e2f, 0.9):.1%}")  # fmt: skip
+          f"p90 {np.percentile(e2f, 90, method='nearest'):.1%}")  # fmt: skip
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"profile": a.profile, "rows": rows}, f, indent=1)

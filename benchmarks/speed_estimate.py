@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 # Model shapes, as in hwtune's catalog (checked in hwtune mode): layers, d_model, heads, KV heads,
 # FFN width (per expert for an MoE), vocabulary, routed experts, top-k, max context.
 SHAPES: dict[str, dict[str, int]] = {
@@ -120,13 +122,6 @@ def sweep_grid() -> list[Config]:
 # timing
 
 
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
 def time_calls(fn: Callable[[], object], n: int, warmup: int) -> dict:
     for _ in range(warmup):
         fn()
@@ -141,7 +136,7 @@ def time_calls(fn: Callable[[], object], n: int, warmup: int) -> dict:
     return {
         "n": n,
         "median_s": statistics.median(lat),
-        "p90_s": percentile(lat, 0.9),
+        "p90_s": float(np.percentile(lat, 90)),
         "mean_s": total / n,
         "per_s": n / total,
     }
@@ -300,7 +295,7 @@ def run_hwtune(n: int, warmup: int, sweep: bool) -> dict:
         xs = [w for w, _ in warm]
         out["sweep"].update(
             warm_median_s=statistics.median(xs),
-            warm_p90_s=percentile(xs, 0.9),
+            warm_p90_s=float(np.percentile(xs, 90)),
             warm_max_s=xs[-1],
             warm_over_1ms=sum(x > 1e-3 for x in xs),
             warm_slowest=[{"latency_s": w, "model": c.model, **c.strategy} for w, c in warm[-5:]],

@@ -12,6 +12,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from hwtune.train.estimator import _estimate, layer_times
 from hwtune.train.published import load_published
 
@@ -20,15 +22,6 @@ DEFAULT_DATA = (
     Path(os.environ.get("HWTUNE_VALIDATION_DIR", ROOT.parent / "shared" / "validation"))
     / "training_published.jsonl"
 )
-
-
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 def evaluate(data: Path) -> tuple[list[dict], list[tuple[str, str]]]:
@@ -149,7 +142,7 @@ def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
     for metric in ("throughput", "peak_memory", "layer_time"):
         errs = [abs(r["rel_err"]) for r in rows if r["metric"] == metric]
         out[metric] = {"n": len(errs), "median": statistics.median(errs) if errs else float("nan"),
-                       "p90": percentile(errs, 0.9), "signed_median": statistics.median(
+                       "p90": float(np.percentile(errs, 90)) if errs else float("nan"), "signed_median": statistics.median(
                            [r["rel_err"] for r in rows if r["metric"] == metric]) if errs else float("nan")}  # fmt: skip
     return out
 
