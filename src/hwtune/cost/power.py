@@ -23,13 +23,12 @@ nvidia-smi readings; an assumption where the catalog has no ``idle_w``)."""
 
 def clock_fraction(device: Device, power_cap_w: float) -> float:
     """Sustained clock under ``power_cap_w`` relative to the clock of the catalog peaks."""
-    ref = device.reference_power_w or device.tdp_w
-    if power_cap_w >= ref:
+    static, dynamic = device_power_figures(device)
+    if power_cap_w >= static + dynamic:
         return 1.0
-    static = device.idle_w if device.idle_w is not None else STATIC_FRACTION * ref
     if power_cap_w <= static:
         raise ValueError(f"power cap {power_cap_w} W is below the static power {static:.0f} W")
-    frac = ((power_cap_w - static) / (ref - static)) ** (1.0 / 3.0)
+    frac = frequency_ratio_for_power(static, dynamic, power_cap_w)  # v_floor 0: the cube law
     floor = (device.min_clock_mhz or 0.0) / device.boost_clock_mhz
     return max(frac, floor)
 
