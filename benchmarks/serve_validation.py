@@ -70,8 +70,12 @@ def main() -> None:
         help="a full results JSON whose rows of the same ids these replace",
     )
     a = ap.parse_args()
-    if a.from_json:
+    if a.from_json:  # re-tabulate a saved run over the rows expressible now
         doc = json.loads(Path(a.from_json).read_text())
+        rows = load_rows(engine=doc.get("engine", "defaults"))
+        now = {r.id for r in rows if r.deployment is not None}
+        doc["rows"] = [o for o in doc["rows"] if o["id"] in now]
+        doc["skipped"] = [{"id": r.id, "reason": r.reason} for r in rows if r.deployment is None]
     else:
         rows = load_rows(engine=a.engine)
         ok = [r for r in rows if r.deployment is not None]
@@ -109,7 +113,12 @@ def main() -> None:
     )
     for key in ("all", "backend", "model", "mode", "system"):
         print(table(out, key) + "\n")
-    reasons = collections.Counter(s["reason"].split(";")[0][:100] for s in doc["skipped"])
+    reasons = collections.Counter(
+        "repeat an earlier row's measurement (counted once)"
+        if s["reason"].startswith("repeats")
+        else s["reason"].split(";")[0][:100]
+        for s in doc["skipped"]
+    )
     for k, v in reasons.most_common():
         print(f"- {v} rows: {k}")
     for f in doc["failed"]:

@@ -1,13 +1,13 @@
 """Accuracy against published serving measurements (shared/validation/serving_measured.csv).
 
-The full comparison (every expressible row, 10 x concurrency requests each) is
-``benchmarks/serve_validation.py``, reported in VALIDATION-serve.md. Here a fixed, deterministic
-subset runs inside the test budget: the expressible aggregated rows whose concurrency x output
-length is at most 16,384 (the cost of a run), every fourth in file order: 128 rows.
+The full comparison (every expressible row, each measurement once, 10 x concurrency requests
+each) is ``benchmarks/serve_validation.py``, reported in VALIDATION.md. Here a fixed,
+deterministic subset runs inside the test budget: the expressible aggregated rows whose
+concurrency x output length is at most 16,384 (the cost of a run), every fourth in file order:
+120 rows, 44 of them measured by InferenceX (its client's sampled lengths).
 
-Full run (1004 expressible rows, VALIDATION-serve.md): median TTFT error 43.4% (p90 98.8%),
-median TPOT error 12.1% (p90 39.6%). This subset: TTFT 37.8%, TPOT 14.2% (5 of its rows were
-measured by InferenceX and draw its sampled lengths; 37.6% / 13.9% with fixed lengths).
+Full run (926 expressed rows, VALIDATION.md): median TTFT error 50.7% (p90 81.5%), median TPOT
+error 11.7% (p90 39.3%). This subset: TTFT 42.1%, TPOT 12.9%.
 """
 
 from __future__ import annotations
@@ -15,19 +15,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hwtune.serve.published import default_csv, load_rows, predict_all
+from hwtune.serve.published import (
+    INFERENCEX_RANGE_RATIO,
+    default_csv,
+    is_inferencex,
+    load_rows,
+    measurement_key,
+    predict_all,
+)
 
 pytestmark = pytest.mark.skipif(not default_csv().is_file(), reason="validation data absent")
 
 TTFT_TARGET = 0.15  # issue 4: median relative TTFT error
 TPOT_TARGET = 0.12  # issue 4: median relative TPOT error
-GUARD_TTFT = 0.41  # reached: 0.378 on this subset
-GUARD_TPOT = 0.15  # reached: 0.142 on this subset
+GUARD_TTFT = 0.44  # reached: 0.421 on this subset (0.378 before the InferenceX exports drew
+# their client's sampled lengths: the lock-step that made their MoE rows look right is gone)
+GUARD_TPOT = 0.14  # reached: 0.129 on this subset
 XFAIL_REASON = (
-    "issue-4 targets not met: median TTFT error 43.4% (target 15%) and TPOT 12.1% (target 12%) "
-    "over all 1004 expressible rows; 37.8% / 14.2% on this 128-row subset. TTFT depends on the "
-    "benchmark client's arrival pattern and engine admission details the data does not record "
-    "(see VALIDATION-serve.md, 'What is missing')"
+    "issue-4 TTFT target not met: median TTFT error 50.7% (target 15%) over all 926 expressed "
+    "rows (TPOT 11.7%, target 12%, is met there); 42.1% / 12.9% on this 120-row subset. TTFT "
+    "depends on per-request and MoE prefill time and engine admission details the data does not "
+    "record (see VALIDATION.md, 'What is missing')"
 )
 
 
@@ -55,17 +63,56 @@ def test_most_rows_are_expressible_and_the_rest_say_why(rows):
     ok = [r for r in rows if r.deployment is not None]
     bad = [r for r in rows if r.deployment is None]
     assert len(rows) == 1267
-    assert len(ok) == 1004
+    assert len(ok) == 926
     assert all(r.reason for r in bad)
     pools = [r for r in bad if "pool sizes are not in the data" in r.reason]
-    assert len(pools) == 248  # disaggregated rows without prefill/decode worker counts
+    assert len(pools) == 162  # disaggregated rows without prefill/decode worker counts
     assert sum("short by" in r.reason for r in bad) == 13  # Qwen3-235B fp8 on one H200
+    assert sum(r.reason.startswith("repeats the measurement of") for r in bad) == 164
+
+
+def test_each_measurement_counts_once():
+    """A repeated row names an earlier row with the same measured TTFT and TPOT (to every
+    printed digit), lengths and concurrency; no two expressed rows share a measurement."""
+    import csv
+
+    with open(default_csv(), newline="") as f:
+        raw = list(csv.DictReader(f))
+    rows = load_rows()
+    pos = {r["id"]: i for i, r in enumerate(raw)}
+    expressed_keys = set()
+    for i, (r, x) in enumerate(zip(rows, raw, strict=True)):
+        if r.reason.startswith("repeats the measurement of "):
+            j = pos[r.reason.removeprefix("repeats the measurement of ")]
+            assert j < i
+            y = raw[j]
+            for k in ("silicon_ttft_ms", "silicon_tpot_ms", "isl", "osl", "backend", "system"):
+                assert x[k] == y[k], k
+        if r.deployment is not None:
+            key = measurement_key(x)
+            assert key not in expressed_keys
+            expressed_keys.add(key)
+
+
+def test_inferencex_rows_are_its_exports_and_draw_sampled_lengths(rows):
+    """InferenceX's client samples lengths in [0.8 L, L]; aiconfigurator's harness does not."""
+    import csv
+
+    with open(default_csv(), newline="") as f:
+        raw = {r["id"]: r for r in csv.DictReader(f)}
+    for r in rows:
+        src = raw[r.id]["silicon_data_source"]
+        ix = is_inferencex(raw[r.id])
+        assert ix == (src.startswith("db-dump") or src.startswith("source_file=2026-"))
+        assert ix != ("aic-auto-gap-analysis" in src)
+        assert r.range_ratio == (INFERENCEX_RANGE_RATIO if ix else 1.0)
+    assert INFERENCEX_RANGE_RATIO == 0.8
 
 
 def test_errors_stay_at_the_level_reached(subset_errors):
-    """Guard: the accuracy reached so far must not regress (numbers in VALIDATION-serve.md)."""
+    """Guard: the accuracy reached so far must not regress (numbers in VALIDATION.md)."""
     n, et, ep = subset_errors
-    assert n == 128
+    assert n == 120
     assert np.median(et) <= GUARD_TTFT, np.median(et)
     assert np.median(ep) <= GUARD_TPOT, np.median(ep)
 
@@ -76,7 +123,11 @@ def test_issue_target_ttft(subset_errors):
     assert np.median(et) <= TTFT_TARGET
 
 
-@pytest.mark.xfail(strict=True, reason=XFAIL_REASON)
+@pytest.mark.xfail(
+    strict=True,
+    reason="TPOT 12.9% on this 120-row subset (target 12%); the full run, too slow for the suite "
+    "(7 min), reaches 11.7% over all 926 expressed rows (VALIDATION.md)",
+)
 def test_issue_target_tpot(subset_errors):
     _, _, ep = subset_errors
     assert np.median(ep) <= TPOT_TARGET

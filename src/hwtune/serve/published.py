@@ -23,12 +23,15 @@ Assumptions, the same for every row (none is tuned to a row):
   were configured with larger limits (e.g. NVIDIA/srt-slurm
   ``recipes/trtllm/h200/1k1k/stp/c4_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml``, the recipe of
   the 36-client cfg303 row: decode ``max_batch_size: 256``).
-- Lengths: fixed, except for rows measured by InferenceX (``silicon_data_source`` "db-dump",
-  every expressible disaggregated row): its client draws input and output lengths uniformly in
-  [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8`` in ``.github/workflows/benchmark-tmpl.yml`` and
-  ``benchmark-multinode-tmpl.yml``; srt-slurm sa-bench's default), see
+- Lengths: fixed, except for rows measured by InferenceX (see `is_inferencex`): its client
+  draws input and output lengths uniformly in [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8`` in
+  SemiAnalysisAI/InferenceX ``.github/workflows/benchmark-tmpl.yml`` and
+  ``benchmark-multinode-tmpl.yml``, ``random-range-ratio: 0.8`` in ``full-sweep-tmpl.yml`` at
+  its 2025-10-29 runs; srt-slurm sa-bench's default), see
   `hwtune.serve.request.range_ratio_lengths`. Its requests are ``--num-prompts 10C`` after a
   separate warm-up run of 2C, so the measured run starts with a burst of C, as simulated.
+- One measurement, one row: the data's InferenceX exports overlap (164 rows repeat an earlier
+  row's measurement, see `measurement_key`); a repeat is listed, not expressed.
 
 ``engine="aiconfigurator"`` replaces these engine limits of aggregated rows by the ones that
 aiconfigurator's own config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
@@ -40,7 +43,8 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
@@ -138,16 +142,12 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
         raise HwtuneInputError("engine", engine, "one of " + ", ".join(ENGINES))
     prec = row["precision"] or "bf16"
     kv = "fp8" if row["backend"] == "trtllm" and prec == "fp8" else "bf16"
-    c = _i(row["batch_size"], 0) or _i(row["decode_batch_size"], 0)
-    conc = c
-    src = row.get("silicon_data_source", "")
-    if "silicon_concurrency=" in src:
-        conc = int(src.split("silicon_concurrency=")[1].split(";")[0])
+    conc = _concurrency(row)
     base = dict(id=row["id"], backend=row["backend"], model=row["model_path"],
                 system=row["system"], mode=row["mode"], isl=int(row["isl"]), osl=int(row["osl"]),
                 concurrency=conc, ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
                 tpot_s=float(row["silicon_tpot_ms"]) / 1e3,
-                range_ratio=INFERENCEX_RANGE_RATIO if src.startswith("db-dump") else 1.0)  # fmt: skip
+                range_ratio=INFERENCEX_RANGE_RATIO if is_inferencex(row) else 1.0)  # fmt: skip
     if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
     try:
@@ -179,9 +179,58 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
     return Row(**base, deployment=dep)
 
 
+_DATED_EXPORT = re.compile(r"source_file=\d{4}-\d{2}-\d{2}\.csv")
+
+
+def is_inferencex(row: dict) -> bool:
+    """Whether a CSV row was measured by InferenceX (SemiAnalysis): its ``silicon_data_source``
+    is a dump of the InferenceX database (``db-dump/...``) or one of the date-named exports
+    (``source_file=2026-03-25.csv``, ``2026-04-06.csv``). ai-dynamo/aiconfigurator added the
+    date-named files with "older bench data" (commit ed133e9d1, 2026-05-05); they cover
+    InferenceX's matrix (1k/1k, 1k/8k, 8k/1k at concurrency 4-64 and more), their ``image``
+    field is missing on exactly the runs before 2025-12-08 (the InferenceX-app schema: "null
+    for runs before 2025-12-08"), and 71 of their measurements equal db-dump ones to the last
+    digit. The other rows (``source_file=/.../aic-auto-gap-analysis/...``) come from
+    aiconfigurator's own harness (aiperf, fixed lengths)."""
+    src = row.get("silicon_data_source", "") or ""
+    return src.startswith("db-dump") or _DATED_EXPORT.match(src) is not None
+
+
+def _concurrency(row: dict) -> int:
+    src = row.get("silicon_data_source", "") or ""
+    if "silicon_concurrency=" in src:
+        return int(src.split("silicon_concurrency=")[1].split(";")[0])
+    return _i(row["batch_size"], 0) or _i(row["decode_batch_size"], 0)
+
+
+def measurement_key(row: dict) -> tuple[object, ...]:
+    """What identifies one measurement: engine, system, mode, lengths, client concurrency and
+    the measured TTFT and TPOT to every printed digit (16 significant figures). The model name
+    is left out because the exports name the same DeepSeek-R1 runs ``deepseek-ai/DeepSeek-V3``
+    (the architecture) in one file and ``deepseek-ai/DeepSeek-R1`` in another. Rows with the
+    same key are one benchmark run exported more than once: 164 in the data (88 differ only in
+    that name, 63 in nothing, 9 in ``tp_size`` (8 vs 64 for DeepSeek-R1 on one 8-GPU node), 4
+    in the derived batch columns)."""
+    keys = ("backend", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+    return (*(row[k] for k in keys), _concurrency(row))
+
+
 def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[Row]:
+    """Every CSV row as a `Row`. A row that repeats an earlier row's measurement (see
+    `measurement_key`) is kept but not expressed, with the earlier row named as the reason, so
+    that one run counts once; where the two copies record different layouts (9 DeepSeek-R1
+    rows: TP 8 in one export, TP 64 in the other) the first is used."""
+    seen: dict[tuple[str, ...], str] = {}
+    out: list[Row] = []
     with open(path or default_csv(), newline="") as f:
-        return [to_row(r, engine) for r in csv.DictReader(f)]
+        for raw in csv.DictReader(f):
+            key = measurement_key(raw)
+            first = seen.setdefault(key, raw["id"])
+            row = to_row(raw, engine)
+            if first != raw["id"]:
+                row = replace(row, deployment=None, reason=f"repeats the measurement of {first}")
+            out.append(row)
+    return out
 
 
 def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[float, float]:
