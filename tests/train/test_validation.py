@@ -140,3 +140,18 @@ def test_peak_memory_median_within_10_percent():
     """The issue's target (measured 8.4%: torchtitan's loss is F.cross_entropy on an fp32
     upcast, 12 B per logit at its backward peak, cost.memory.LOSS_KERNELS)."""
     assert _median("peak_memory") <= 0.10
+
+
+def test_megatron_bridge_2509_h100_rows_are_fp8_current_scaling():
+    """The 25.09 DGX-H100 table has no precision column; its footnote gives the parenthesised
+    figures for another FP8 granularity, so the main figures are FP8 (current scaling, the
+    recipe the 25.11 H100 table names). Rows that state a precision keep it."""
+    runs = {r.id: r for r in load_published(JSONL)}
+    ds = runs["mbridge-25.09-h100-deepseek-v3-na-1024gpu"]
+    assert ds.strategy.precision == "fp8"
+    assert ds.strategy.fp8_recipe == "current"
+    assert not any("precision not stated" in a for a in ds.assumptions)
+    qwen = runs["mbridge-25.11-h100-qwen3-30b-a3b-fp8-cs-16gpu"]
+    assert (qwen.strategy.precision, qwen.strategy.fp8_recipe) == ("fp8", "current")
+    nemo = runs["nemo2407-h100-fp8-llama3-8b-8gpu"]
+    assert (nemo.strategy.precision, nemo.strategy.fp8_recipe) == ("fp8", "delayed")

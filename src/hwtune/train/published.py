@@ -177,6 +177,14 @@ def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str,
     return str(f["attention_kernel"]), bool(f["fused_elementwise"]), str(f["loss_kernel"])
 
 
+def _mbridge_2509_h100(r: dict) -> bool:
+    """A row of the Megatron-Bridge performance archive's 25.09 DGX-H100 pre-training table."""
+    src = r.get("source", {})
+    return "Megatron-Bridge" in str(src.get("title", "")) and "25.09 DGX-H100" in str(
+        src.get("locator", "")
+    )
+
+
 def _fp8_recipe(r: dict) -> str:
     """Transformer Engine's scaling: rows marked ``fp8-cs`` ran current scaling (Megatron-Bridge
     tables); older fp8 rows (NeMo 24.07, llm-foundry, torchao) delayed or tensor-wise casts."""
@@ -258,13 +266,21 @@ def from_row(r: dict) -> PublishedRun:
         sp = tp > 1 and ("NeMo" in fw or "Bridge" in fw)
         if sp:
             run.assumptions.append("sequence parallel on with TP (NeMo/Megatron-Bridge default)")
-    prec_s = str(r.get("precision") or "bf16").lower()
+    stated = r.get("precision")
+    if stated is None and _mbridge_2509_h100(r):
+        stated = "fp8-cs"
+        run.assumptions.append(
+            "FP8 with current scaling: the 25.09 H100 table has no precision column, and its "
+            "footnote gives the parenthesised figures for another FP8 granularity (128x128 "
+            "blockwise), so the main figures are FP8 too, in the recipe the 25.11 table names"
+        )
+    prec_s = str(stated or "bf16").lower()
     precision = (
         "fp8"
         if "fp8" in prec_s or "float8" in prec_s
         else ("fp16" if "fp16" in prec_s and "bf16" not in prec_s else "bf16")
     )
-    if r.get("precision") is None:
+    if stated is None:
         run.assumptions.append("precision not stated: bf16")
     ep = p.get("ep") or 1
     kernel, fused, loss = _kernels(fw, other, dev, run)
@@ -298,7 +314,7 @@ def from_row(r: dict) -> PublishedRun:
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
-            moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r),
+            moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:
