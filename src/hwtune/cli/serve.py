@@ -42,6 +42,13 @@ Trace = Annotated[
     Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
 ]
 Seed = Annotated[int, typer.Option(help="seed of every random choice")]
+RangeRatio = Annotated[
+    float,
+    typer.Option(
+        help="with --input-len/--output-len: lengths uniform in [ratio x L, L] (InferenceX and "
+        "vLLM<=0.8 benchmark_serving --random-range-ratio); 1 = fixed"
+    ),
+]
 Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|static")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 
@@ -58,14 +65,23 @@ def _workload(
     seed: int,
     prefix_len: int,
     prefix_groups: int,
+    range_ratio: float = 1.0,
 ):  # noqa: ANN202
     from hwtune.serve.request import (
         closed_loop,
         fixed_lengths,
         load_trace,
         open_loop,
+        range_ratio_lengths,
         sharegpt_like_lengths,  # fmt: skip
     )
+
+    if not 0 < range_ratio <= 1:
+        raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+    if range_ratio < 1 and input_len is None and output_len is None:
+        raise HwtuneInputError(
+            "range-ratio", range_ratio, "--input-len and/or --output-len to sample around"
+        )
 
     if trace is not None:
         return load_trace(trace)
@@ -79,7 +95,10 @@ def _workload(
         i, o = input_len or 1024, output_len or 256
         if i < 1 or o < 1:
             raise HwtuneInputError("input-len/output-len", (i, o), "positive token counts")
-        p, q = fixed_lengths(n, i, o)
+        if range_ratio < 1:
+            p, q = range_ratio_lengths(n, i, o, range_ratio, seed)
+        else:
+            p, q = fixed_lengths(n, i, o)
     elif dataset == "sharegpt":
         p, q = sharegpt_like_lengths(n, seed)
     else:
@@ -135,6 +154,7 @@ def serve(
     concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
     input_len: InLen = None,
     output_len: OutLen = None,
+    range_ratio: RangeRatio = 1.0,
     dataset: Dataset = "sharegpt",
     num_requests: NumReq = None,
     rate: Rate = None,
@@ -179,7 +199,7 @@ def serve(
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
-                       burstiness, trace, seed, prefix_len, prefix_groups)  # fmt: skip
+                       burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
         res = simulate(dep, wl, record_steps=trace_out is not None)
     except HwtuneInputError as e:
         _fail(e)
@@ -219,6 +239,7 @@ def plan_cmd(
     concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
     input_len: InLen = None,
     output_len: OutLen = None,
+    range_ratio: RangeRatio = 1.0,
     dataset: Dataset = "sharegpt",
     num_requests: NumReq = None,
     rate: Rate = None,
@@ -243,7 +264,7 @@ def plan_cmd(
                         16, 0.9, True, profile)  # fmt: skip
         n = num_requests if num_requests is not None else (400 if concurrency is None else None)
         wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
-                       concurrency else 4.0, burstiness, trace, seed, 0, 0)  # fmt: skip
+                       concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
         res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                    processes)  # fmt: skip
     except HwtuneInputError as e:
