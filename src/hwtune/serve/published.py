@@ -220,7 +220,7 @@ def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[
     `measurement_key`) is kept but not expressed, with the earlier row named as the reason, so
     that one run counts once; where the two copies record different layouts (9 DeepSeek-R1
     rows: TP 8 in one export, TP 64 in the other) the first is used."""
-    seen: dict[tuple[str, ...], str] = {}
+    seen: dict[tuple[object, ...], str] = {}
     out: list[Row] = []
     with open(path or default_csv(), newline="") as f:
         for raw in csv.DictReader(f):
