@@ -117,20 +117,52 @@ class Row:
     deployment: Deployment | None
     reason: str = ""
     range_ratio: float = 1.0
+    note: str = ""
 
 
 def _i(v: str, default: int = 1) -> int:
     return int(float(v)) if v not in ("", None) else default
 
 
+def inferencex_layout(row: dict) -> tuple[int, int, str]:
+    """(tp, attention DP, note) of an aggregated row, with the GPU count of InferenceX's
+    expert-parallel records undone where it was multiplied by EP.
+
+    aiconfigurator's InferenceX adapter (``sdk/config_adapter/inferencex.py``, ``_worker``)
+    derives the worker layout from the record's GPU count: attention TP (or attention DP) =
+    GPUs per worker, MoE TP = GPUs / EP. Some exports were made from records whose GPU count
+    was TP x EP, which yields MoE TP = EP: DeepSeek-R1 "TP 8, EP 8" appears as ``tp_size`` 64,
+    ``moe_tp_size`` 8 (and with attention DP as ``attention_dp_size`` 64), gpt-oss-120b "TP 4,
+    EP 4" as 16 / 4. The evidence: 9 measurements appear in both date-named exports, as TP 8 /
+    MoE TP 1 / EP 8 in ``2026-03-25.csv`` and as TP 64 / MoE TP 8 / EP 8 in ``2026-04-06.csv``
+    (identical TTFT and TPOT); these are single-node runs (8 GPUs per H100/H200 node); and
+    InferenceX's ``configs/nvidia-master.yaml`` runs gpt-oss-120b on H200 TensorRT-LLM with "EP=TP"
+    at TP 1, 2, 4, 8 (TP 8 only at concurrency 4-8), which these rows match once divided (TP 4 /
+    EP 2 in the data is TP 2 / EP 2, 16 / 4 is 4 / 4, 64 / 8 at concurrency 4 and 8 is 8 / 8).
+    The signature ``moe_tp_size == moe_ep_size > 1`` with ``tp x attention_dp = moe_tp x
+    moe_ep`` marks them; the GPU count is divided by EP (MoE TP becomes 1)."""
+    tp, adp = _i(row["tp_size"]), _i(row["attention_dp_size"])
+    mtp, mep = _i(row["moe_tp_size"], 0), _i(row["moe_ep_size"], 0)
+    if not (is_inferencex(row) and mep > 1 and mtp == mep and tp * adp == mtp * mep):
+        return tp, adp, ""
+    if adp > 1:
+        new_tp, new_adp = tp, adp // mep
+    else:
+        new_tp, new_adp = tp // mep, adp
+    note = (f"GPU count divided by EP {mep}: tp {tp} -> {new_tp}, attention DP {adp} -> "
+            f"{new_adp}, MoE TP {mtp} -> 1 (InferenceX record with GPUs = TP x EP)")  # fmt: skip
+    return new_tp, new_adp, note
+
+
 def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaConfig:
     spec = get_model(row["model_path"])
     dev = get_device(SYSTEMS[row["system"]])
+    tp, adp = _i(row[f"{prefix}tp_size"]), _i(row[f"{prefix}attention_dp_size"])
+    if not prefix:
+        tp, adp, _ = inferencex_layout(row)
     return ReplicaConfig(
-        spec, dev,
-        tp=_i(row[f"{prefix}tp_size"]), pp=_i(row[f"{prefix}pp_size"]),
-        ep=_i(row[f"{prefix}moe_ep_size"]), dp_attention=_i(row[f"{prefix}attention_dp_size"]),
-        weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
+        spec, dev, tp=tp, pp=_i(row[f"{prefix}pp_size"]), ep=_i(row[f"{prefix}moe_ep_size"]),
+        dp_attention=adp, weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
     )  # fmt: skip
 
 
@@ -147,7 +179,8 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 system=row["system"], mode=row["mode"], isl=int(row["isl"]), osl=int(row["osl"]),
                 concurrency=conc, ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
                 tpot_s=float(row["silicon_tpot_ms"]) / 1e3,
-                range_ratio=INFERENCEX_RANGE_RATIO if is_inferencex(row) else 1.0)  # fmt: skip
+                range_ratio=INFERENCEX_RANGE_RATIO if is_inferencex(row) else 1.0,
+                note=inferencex_layout(row)[2] if row["mode"] == "agg" else "")  # fmt: skip
     if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
     try:
