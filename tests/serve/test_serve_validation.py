@@ -6,7 +6,7 @@ deterministic subset runs inside the test budget: the expressible aggregated row
 concurrency x output length is at most 16,384 (the cost of a run), every fourth in file order:
 120 rows, 44 of them measured by InferenceX (its client's sampled lengths).
 
-Full run (926 expressed rows, VALIDATION.md): median TTFT error 49.9% (p90 81.3%), median TPOT
+Full run (926 expressed rows, VALIDATION.md): median TTFT error 48.5% (p90 80.5%), median TPOT
 error 11.4% (p90 35.9%). This subset: TTFT 42.1%, TPOT 11.9%.
 """
 
@@ -18,6 +18,7 @@ import pytest
 from hwtune.serve.published import (
     INFERENCEX_RANGE_RATIO,
     default_csv,
+    inferencex_engine_limits,
     inferencex_layout,
     is_inferencex,
     load_rows,
@@ -33,7 +34,7 @@ GUARD_TTFT = 0.44  # reached: 0.421 on this subset (0.378 before the InferenceX 
 # their client's sampled lengths: the lock-step that made their MoE rows look right is gone)
 GUARD_TPOT = 0.13  # reached: 0.119 on this subset
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 49.9% (target 15%) over all 926 expressed "
+    "issue-4 TTFT target not met: median TTFT error 48.5% (target 15%) over all 926 expressed "
     "rows (TPOT 11.4%, target 12%, is met); 42.1% on this 120-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
@@ -153,3 +154,24 @@ def test_inferencex_layouts_recorded_with_gpus_tp_x_ep_are_undone():
     for r in oss:
         rep = r.deployment.replica
         assert rep.tp == rep.ep and rep.tp * rep.dp_attention <= 8
+
+
+def test_inferencex_rows_run_the_engine_limits_its_scripts_set(rows):
+    """TensorRT-LLM (chunked prefill off) takes whole prompts, so its token budget must hold a
+    whole prompt plus every running decode; InferenceX's DeepSeek-R1 script sizes it exactly so
+    (ceil64(C + ISL + 64)); SGLang's DeepSeek-R1 runs prefill chunks of 32768; vLLM keeps 8192."""
+    ix = [r for r in rows if r.deployment is not None and r.mode == "agg" and r.range_ratio < 1]
+    assert ix
+    for r in ix:
+        rep = r.deployment.replica
+        if r.backend == "trtllm":
+            assert rep.scheduler == "orca"
+            assert rep.max_num_batched_tokens >= r.isl + r.concurrency
+        elif r.backend == "sglang":
+            assert rep.max_num_batched_tokens == 32768
+        else:
+            assert (rep.scheduler, rep.max_num_batched_tokens) == ("vllm", 8192)
+    assert inferencex_engine_limits("trtllm", "deepseek-ai/DeepSeek-R1", 1024, 4) == {
+        "max_num_batched_tokens": 1152,  # (4 + 1024 + 64) rounded up to 64
+        "scheduler": "orca",
+    }

@@ -87,6 +87,33 @@ def aic_engine_limits(backend: str, isl: int, batch: int) -> dict[str, object]:
     return kw
 
 
+def inferencex_engine_limits(
+    backend: str, model_path: str, isl: int, conc: int
+) -> dict[str, object]:
+    """`ReplicaConfig` fields of the engines InferenceX launched for its single-node H100/H200 runs,
+    at the rows' measurement dates (2025-10 to 2026-03; SemiAnalysisAI/InferenceX ``benchmarks/``):
+
+    - TensorRT-LLM never enables chunked prefill (its default), so a step takes whole prompts
+      (the ``orca`` policy) within ``--max_num_tokens``: DeepSeek-R1 ``ceil64(C + ISL + 64)``
+      (``dsr1_fp8_h200_trt_slurm.sh``; a floor of 8192 came only in 2026-02), gpt-oss-120b 20000
+      (``gptoss_fp4_h200_trt_slurm.sh``), Llama-3.1-70B 16384 (``70b_fp8_h200_trt_slurm.sh``).
+    - SGLang for DeepSeek-R1: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``
+      (``dsr1_fp8_h200.sh``).
+    - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here.
+    Anything else keeps the module's defaults (empty dict)."""
+    m = model_path.lower()
+    if backend == "trtllm":
+        if "deepseek" in m:
+            return {"max_num_batched_tokens": -(-(conc + isl + 64) // 64) * 64, "scheduler": "orca"}
+        if "gpt-oss" in m:
+            return {"max_num_batched_tokens": 20000, "scheduler": "orca"}
+        if "llama-3.1-70b" in m:
+            return {"max_num_batched_tokens": 16384, "scheduler": "orca"}
+    if backend == "sglang" and "deepseek" in m:
+        return {"max_num_batched_tokens": 32768}
+    return {}
+
+
 def default_csv() -> Path:
     """``shared/validation/serving_measured.csv`` next to the checkout, if present."""
     here = Path(__file__).resolve()
@@ -186,6 +213,10 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
     try:
         if row["mode"] == "agg":
             rep = _replica(row, "", prec, kv, max(256, conc))
+            if is_inferencex(row):
+                lim = inferencex_engine_limits(row["backend"], row["model_path"], int(row["isl"]),
+                                               conc)  # fmt: skip
+                rep = rep.with_(**lim) if lim else rep
             if engine == "aiconfigurator":
                 rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))
             dep = Deployment(rep)
