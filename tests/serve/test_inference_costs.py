@@ -39,3 +39,21 @@ def test_one_shot_all_reduce_for_decode_messages():
     big = 8192 * 8192 * 2
     assert serving_all_reduce_time(big, span, cl) <= all_reduce_time(big, span, cl)
     assert serving_all_reduce_time(s, cl.span(1, 1), cl) == 0.0
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 4096])
+def test_expert_parallel_under_attention_tp_all_reduces_like_tp_experts(tokens):
+    """Under attention TP every rank holds every token: expert parallelism moves no tokens and
+    its partial sums are all-reduced over the same group, the same bytes as tensor-parallel
+    experts (TensorRT-LLM's fused MoE uses all-to-all only with attention DP). With attention
+    DP the tokens are dispatched and combined by all-to-all instead."""
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.iteration import IterationModel
+
+    spec, dev = get_model("mixtral-8x7b"), get_device("h100-sxm-80gb")
+    ep = IterationModel(ReplicaConfig(spec, dev, tp=8, ep=8))
+    tp = IterationModel(ReplicaConfig(spec, dev, tp=8, ep=1))
+    assert ep._moe(tokens, tokens)[2] == pytest.approx(tp._moe(tokens, tokens)[2], rel=1e-12)
+    dp = IterationModel(ReplicaConfig(spec, dev, tp=1, ep=8, dp_attention=8))
+    assert dp._moe(tokens, -(-tokens // 8))[2] > 0

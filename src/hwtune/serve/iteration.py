@@ -19,7 +19,10 @@ MoE at inference (vLLM/SGLang fused MoE; DeepSeek-V3 report §3.4): each of the 
 experts is sharded over moe_tp GPUs and processes the tokens routed to it. With T tokens and
 top-k of E uniform routing, E * (1 - (1 - k/E)^T) distinct experts are hit (the expected count
 of occupied bins), each with T*k/that rows, and only their weights are read (decode-size MoE is
-bound by expert weight reads).
+bound by expert weight reads). Tokens cross GPUs by all-to-all only when attention is data
+parallel (each rank holds its own requests); under attention TP every rank already holds every
+token, so expert parallelism needs no dispatch and its partial sums are all-reduced like
+tensor-parallel experts (TensorRT-LLM fused MoE: all-to-all requires ``enable_attention_dp``).
 
 Full-precision serving (``IterationModel(cfg, dtype="fp32")``, e.g. a model served in fp32 on a
 CPU, where `ReplicaConfig`'s precisions are 16 bits and below): every GEMM, activation, KV entry
@@ -183,7 +186,7 @@ class IterationModel:
         c = 0.0
         hbytes = e * h
         stage = self.cluster.span(cfg.stage_gpus, 1)
-        if cfg.ep > 1:
+        if cfg.ep > 1 and cfg.dp_attention > 1:
             # dispatch and combine: each GPU sends the k copies of its token share
             # (REFERENCES.md, Collectives: ~b*s*k*h bytes per rank per all-to-all)
             per_rank = ta / cfg.tp * k * hbytes
@@ -193,6 +196,10 @@ class IterationModel:
             c += all_gather_time(t * hbytes, stage, self.cluster)
             c += reduce_scatter_time(t * hbytes, stage, self.cluster)
         elif cfg.tp > 1:
+            # tensor-parallel experts, or expert-parallel ones under attention TP: every rank holds
+            # all the stage's tokens, runs its expert shard on them and the partial sums are
+            # all-reduced (TensorRT-LLM's fused MoE uses its all-to-all only with attention DP,
+            # `enable_alltoall`; otherwise `reducescatter_or_allreduce`)
             c += serving_all_reduce_time(ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster)
         return g, m, c
 
