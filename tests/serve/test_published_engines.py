@@ -77,3 +77,12 @@ def test_disaggregated_rows_map_to_their_pools():
     for x in dis:  # decode limits per attention-DP rank
         d = x.deployment.replica
         assert d.max_num_seqs >= DISAGG_DECODE_MIN_SEQS * d.dp_attention
+
+
+def test_aiconfigurator_limits_apply_to_its_own_harness_rows_only():
+    """An InferenceX row keeps InferenceX's engine settings under ``engine="aiconfigurator"``."""
+    ix = dict(ROW, silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16")
+    a = to_row(ix, engine="aiconfigurator").deployment
+    d = to_row(ix).deployment
+    assert a is not None and d is not None
+    assert a.replica == d.replica

@@ -33,8 +33,9 @@ Assumptions, the same for every row (none is tuned to a row):
 - One measurement, one row: the data's InferenceX exports overlap (164 rows repeat an earlier
   row's measurement, see `measurement_key`); a repeat is listed, not expressed.
 
-``engine="aiconfigurator"`` replaces these engine limits of aggregated rows by the ones that
-aiconfigurator's own config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
+``engine="aiconfigurator"`` replaces these engine limits of the aggregated rows measured by
+aiconfigurator's own harness (not the InferenceX ones, which run InferenceX's engine settings) by
+the ones that aiconfigurator's config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
 an option, not the default, because the data does not say that every row was deployed from
 generated configs (see VALIDATION.md, "What is missing").
 """
@@ -217,7 +218,7 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 lim = inferencex_engine_limits(row["backend"], row["model_path"], int(row["isl"]),
                                                conc)  # fmt: skip
                 rep = rep.with_(**lim) if lim else rep
-            if engine == "aiconfigurator":
+            elif engine == "aiconfigurator":  # its generated configs, for its own harness's rows
                 rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))
             dep = Deployment(rep)
         else:
