@@ -182,12 +182,35 @@ def inferencex_layout(row: dict) -> tuple[int, int, str]:
     return new_tp, new_adp, note
 
 
+def row_layout(row: dict) -> tuple[int, int, str]:
+    """(tp, attention DP, note) of an aggregated row: `inferencex_layout`, then the MoE layout's
+    GPU count where it exceeds the attention layout's.
+
+    aiconfigurator's rows obey ``moe_tp x moe_ep = tp x attention_dp`` (its adapter derives the
+    MoE layout from the worker's GPUs; TensorRT-LLM's docs state the same product rule). 19 vLLM
+    0.12 rows of Qwen3-235B-A22B-FP8 record ``moe_tp_size`` 2 or 4 with ``tp_size`` 1 or 2 and
+    no attention DP; 13 of them would put its 220 GiB of fp8 weights on one 141 GB H200. They are
+    read as the worker the MoE layout spans: attention DP = moe_tp x moe_ep / tp (vLLM's
+    ``--data-parallel-size`` with the experts sharded over all its GPUs)."""
+    tp, adp, note = inferencex_layout(row)
+    if note:  # already read as TP x attention DP = EP (MoE TP 1)
+        return tp, adp, note
+    mtp, mep = _i(row["moe_tp_size"], 0), _i(row["moe_ep_size"], 0)
+    moe_gpus = mtp * max(1, mep)
+    if mtp and moe_gpus > tp * adp and moe_gpus % tp == 0:
+        new_adp = moe_gpus // tp
+        note = (f"attention DP {adp} -> {new_adp}: the MoE layout (TP {mtp} x EP {max(1, mep)}) "
+                f"spans {moe_gpus} GPUs, tp x attention DP = {tp * adp}")  # fmt: skip
+        adp = new_adp
+    return tp, adp, note
+
+
 def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaConfig:
     spec = get_model(row["model_path"])
     dev = get_device(SYSTEMS[row["system"]])
     tp, adp = _i(row[f"{prefix}tp_size"]), _i(row[f"{prefix}attention_dp_size"])
     if not prefix:
-        tp, adp, _ = inferencex_layout(row)
+        tp, adp, _ = row_layout(row)
     return ReplicaConfig(
         spec, dev, tp=tp, pp=_i(row[f"{prefix}pp_size"]), ep=_i(row[f"{prefix}moe_ep_size"]),
         dp_attention=adp, weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
@@ -208,7 +231,7 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 concurrency=conc, ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
                 tpot_s=float(row["silicon_tpot_ms"]) / 1e3,
                 range_ratio=INFERENCEX_RANGE_RATIO if is_inferencex(row) else 1.0,
-                note=inferencex_layout(row)[2] if row["mode"] == "agg" else "")  # fmt: skip
+                note=row_layout(row)[2] if row["mode"] == "agg" else "")  # fmt: skip
     if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
     try:
