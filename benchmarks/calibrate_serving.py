@@ -23,6 +23,15 @@ in fp32 (``dtype="fp32"``) on the ModelSpec read from the model's own HF config:
 
 Prints a Markdown table (measured vs predicted, error per shape) and the median / 90th-percentile
 absolute relative errors, per phase. Nothing is fitted to the measured steps.
+
+On a GPU (``--device cuda``) the model is Llama-3.1-8B's shape in bf16 (`LLAMA31_8B`) at serving
+step shapes, and each step is measured twice: its eager wall time, and its CUDA kernel time
+(PyTorch profiler: the step a CUDA-graph engine runs, without host time). Tier 1 is the catalog
+device named by the profile (spec sheets only), tier 2 the same device with the profile's curves
+attached (`hardware.profile.attach_profile`); both are compared on kernel time (host overhead 0,
+eager lowering), and tier 2 + engine (the tiny-model host time, as on the CPU) on wall time.
+
+    python benchmarks/calibrate_serving.py --device cuda --profile h200.yaml --json out.json
 """
 
 from __future__ import annotations
@@ -47,6 +56,20 @@ from hwtune.model.spec import ModelSpec
 from hwtune.serve.config import ReplicaConfig
 from hwtune.serve.iteration import IterationModel
 from hwtune.serve.profile import CalibrationProfile
+
+GPU_SHAPES: list[tuple[str, int, int]] = [  # Llama-3.1-8B bf16 on one GPU
+    ("prefill", 1, 512),
+    ("prefill", 1, 2048),
+    ("prefill", 1, 8192),
+    ("prefill", 4, 2048),
+    ("prefill", 16, 512),
+    ("decode", 1, 1024),
+    ("decode", 8, 1024),
+    ("decode", 32, 2048),
+    ("decode", 64, 1024),
+    ("decode", 128, 1024),
+    ("decode", 256, 512),
+]
 
 SHAPES: list[tuple[str, int, int]] = [  # (phase, batch, prompt length or cached context)
     ("prefill", 1, 128),
@@ -77,7 +100,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
+    if a.device == "cuda":
+        return main_gpu(a)
     if a.bench:
         from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile
 
@@ -143,6 +169,77 @@ def main() -> int:
             json.dump({"profile": a.profile, "model": spec.name, "load": [load0, load1],
                        "engine": engine.model_dump(), "eager_lowering": True,
                        "rows": rows}, f, indent=1)  # fmt: skip
+    return 0
+
+
+def main_gpu(a: argparse.Namespace) -> int:
+    """Llama-3.1-8B bf16 on the GPU: kernel time vs tiers 1 and 2, wall time vs tier 2 + engine."""
+    from hwtune.calibrate.serving_reference import LLAMA31_8B
+    from hwtune.hardware.catalog import get_device
+    from hwtune.hardware.profile import attach_profile, load_profile_file
+
+    fields, _ = load_profile_file(a.profile)
+    tier1_dev = get_device(str(fields["name"]))
+    tier2_dev = attach_profile(tier1_dev, a.profile)
+    cfg = LLAMA31_8B
+    spec = model_spec(cfg)
+    ref = ServingReference(cfg, warmup=a.warmup, reps=a.reps, device="cuda")
+    engine = ref.engine_overhead(tier2_dev)
+    none = CalibrationProfile(host_overhead_per_iteration_s=0.0, host_overhead_per_sequence_s=0.0,
+                              fused_elementwise=False)  # fmt: skip
+
+    def model(dev: Device, prof: CalibrationProfile) -> IterationModel:
+        return IterationModel(ReplicaConfig(model=spec, device=dev, profile=prof), dtype="bf16")
+
+    tier1, tier2, tier3 = model(tier1_dev, none), model(tier2_dev, none), model(tier2_dev, engine)
+    rows = []
+    for phase, b, n in GPU_SHAPES:
+        m = ref.prefill(b, n) if phase == "prefill" else ref.decode(b, n)
+        s = step_shape(phase, b, n)
+        k = m.kernel_s or float("nan")
+        t1, t2, t3 = tier1.step_time(s), tier2.step_time(s), tier3.step_time(s)
+        rows.append({"phase": phase, "batch": b, "tokens": n, "wall_s": m.wall_median_s,
+                     "kernel_s": m.kernel_s, "reps_s": m.reps_s, "tier1_s": t1, "tier2_s": t2,
+                     "tier3_s": t3, "err1": t1 / k - 1, "err2": t2 / k - 1,
+                     "err3": t3 / m.wall_median_s - 1, "tier1_breakdown": tier1.breakdown(s),
+                     "tier2_breakdown": tier2.breakdown(s)})  # fmt: skip
+        print(f"{phase} b{b} n{n}: wall {m.wall_median_s * 1e3:.2f} ms, kernels {k * 1e3:.2f}, "
+              f"tier 1 {t1 * 1e3:.2f}, tier 2 {t2 * 1e3:.2f}, tier 2 + engine {t3 * 1e3:.2f}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    import torch
+    import transformers
+
+    print(
+        f"model: {spec.name} (LlamaForCausalLM, random weights, bf16, Llama-3.1-8B shapes) on "
+        f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}; torch {torch.__version__}, transformers "
+        f"{transformers.__version__}; tier 1 {tier1_dev.name} catalog, tier 2 + {a.profile}\n"
+    )
+    print(
+        f"engine (tier 2 + engine): {engine.host_overhead_per_iteration_s * 1e3:.3f} ms per "
+        f"step + {engine.host_overhead_per_sequence_s * 1e6:.1f} us per sequence\n"
+    )
+    print("| step | batch | prompt / context | wall (ms) | kernels (ms) | tier 1 (ms) | err "
+          "| tier 2 (ms) | err | tier 2 + engine (ms) | err vs wall |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['phase']} | {r['batch']} | {r['tokens']} | {r['wall_s'] * 1e3:.2f} | "
+              f"{(r['kernel_s'] or float('nan')) * 1e3:.2f} | {r['tier1_s'] * 1e3:.2f} | "
+              f"{r['err1']:+.1%} | {r['tier2_s'] * 1e3:.2f} | {r['err2']:+.1%} | "
+              f"{r['tier3_s'] * 1e3:.2f} | {r['err3']:+.1%} |")  # fmt: skip
+    print("\n| | median abs. error | p90 | prefill median | decode median |")
+    print("|---|---|---|---|---|")
+    for key, name in (("err1", "tier 1 vs kernels"), ("err2", "tier 2 vs kernels"),
+                      ("err3", "tier 2 + engine vs wall")):  # fmt: skip
+        e = [abs(r[key]) for r in rows]
+        ph = {p: statistics.median(abs(r[key]) for r in rows if r["phase"] == p)
+              for p in ("prefill", "decode")}  # fmt: skip
+        print(f"| {name} | {statistics.median(e):.1%} | "
+              f"{np.percentile(e, 90, method='nearest'):.1%} | {ph['prefill']:.1%} | "
+              f"{ph['decode']:.1%} |")  # fmt: skip
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"profile": a.profile, "model": spec.name, "device": "cuda",
+                       "engine": engine.model_dump(), "rows": rows}, f, indent=1)  # fmt: skip
     return 0
 
 

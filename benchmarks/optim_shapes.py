@@ -15,11 +15,13 @@ def gpt2_shapes(layers: int = 12, d: int = 768, vocab: int = 50304, ctx: int = 1
     return shapes + [(d,), (d,)]  # ln_f (the head is tied to the embedding)
 
 
-def parameters(dtype: torch.dtype, layers: int = 12, seed: int = 0) -> nn.ParameterList:
+def parameters(
+    dtype: torch.dtype, layers: int = 12, seed: int = 0, d: int = 768
+) -> nn.ParameterList:
     """GPT-2-shaped parameters of ``dtype`` with gradients of the same dtype (seeded)."""
     gen = torch.Generator().manual_seed(seed)
     params = nn.ParameterList()
-    for shape in gpt2_shapes(layers):
+    for shape in gpt2_shapes(layers, d):
         p = nn.Parameter((torch.randn(shape, generator=gen) * 0.02).to(dtype))
         p.grad = (torch.randn(shape, generator=gen) * 1e-3).to(dtype)
         params.append(p)

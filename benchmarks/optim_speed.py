@@ -5,6 +5,10 @@ from storage). The figures of BENCHMARKS-optim.md.
 
     python benchmarks/optim_speed.py                  # 1 thread, CPU time per step
     python benchmarks/optim_speed.py --threads 2 --only torch,ours-compiled
+    python benchmarks/optim_speed.py --device cuda --layers 48 --d-model 1600   # GPT-2 XL, GPU
+
+On a GPU the steps are timed by wall clock with the device synchronized around each, and
+``torch-fused`` (``torch.optim.AdamW(fused=True)``, the fastest stock PyTorch AdamW there) joins.
 
 Each optimizer gets fresh parameters with fixed random gradients; warm-up steps (compilation
 happens here), then ``--steps`` timed steps: process CPU time (robust on a shared machine) and
@@ -22,13 +26,39 @@ import traceback
 from pathlib import Path
 
 import torch
-from optim_shapes import parameters
+from optim_shapes import gpt2_shapes
+from optim_shapes import parameters as _parameters
 
 from hwtune.optim import AdamW, measure_footprint
+
+DEVICE = "cpu"
+SHAPE = {"layers": 12, "d": 768}
+
+
+def parameters(dtype: torch.dtype):
+    """The benchmark's GPT-2-shaped parameters on ``DEVICE`` with gradients (seeded; drawn on
+    the GPU itself there: a 1.5 B-parameter draw on one CPU thread takes minutes)."""
+    if DEVICE == "cpu":
+        return _parameters(dtype, SHAPE["layers"], d=SHAPE["d"])
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    ps = torch.nn.ParameterList()
+    for shape in gpt2_shapes(SHAPE["layers"], SHAPE["d"]):
+        p = torch.nn.Parameter((torch.randn(shape, generator=gen, device=DEVICE) * 0.02).to(dtype))
+        p.grad = (torch.randn(shape, generator=gen, device=DEVICE) * 1e-3).to(dtype)
+        ps.append(p)
+    return ps
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def make(name: str):
     """(parameters, optimizer) for one contender."""
+    if name == "torch-fused":
+        ps = parameters(torch.float32)
+        return ps, torch.optim.AdamW(ps, lr=1e-3, fused=True)
     if name == "torch-foreach":
         ps = parameters(torch.float32)
         return ps, torch.optim.AdamW(ps, lr=1e-3, foreach=True)
@@ -57,11 +87,13 @@ def bench(name: str, warmup: int, steps: int) -> dict:
         t0 = time.perf_counter()
         for _ in range(warmup):
             opt.step()
+        sync()
         warm = time.perf_counter() - t0
         cpu, wall = [], []
         for _ in range(steps):
             c, w = time.process_time(), time.perf_counter()
             opt.step()
+            sync()
             cpu.append(time.process_time() - c)
             wall.append(time.perf_counter() - w)
         fp = measure_footprint(ps, opt)
@@ -90,22 +122,31 @@ def main() -> None:
         default="torch-foreach,ours-eager,ours-compiled,torchao-AdamW8bit,bnb-AdamW8bit",
     )
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--layers", type=int, default=12, help="GPT-2 blocks (12: small, 48: XL)")
+    ap.add_argument("--d-model", type=int, default=768, help="GPT-2 width (768: small, 1600: XL)")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    SHAPE.update(layers=args.layers, d=args.d_model)
     torch.set_num_threads(args.threads)
     rows = [bench(n, args.warmup, args.steps) for n in args.only.split(",")]
-    base = next((r for r in rows if r["optimizer"] == "torch-foreach" and "cpu_s" in r), None)
+    gpu = DEVICE == "cuda"
+    key = "wall_s" if gpu else "cpu_s"
+    base_name = "torch-fused" if gpu and "torch-fused" in args.only else "torch-foreach"
+    base = next((r for r in rows if r["optimizer"] == base_name and key in r), None)
+    where = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
+    print(f"# {where}, {args.threads} thread(s), torch {torch.__version__}")
     print(
-        f"# {platform.processor() or platform.machine()}, {args.threads} thread(s), torch {torch.__version__}"
-    )
-    print(
-        "| optimizer | params | CPU s/step | wall s/step | vs torch (CPU) | bytes/param | warm-up s |"
+        f"| optimizer | params | CPU s/step | wall s/step | vs {base_name} ({'wall' if gpu else 'CPU'}) "
+        "| bytes/param | warm-up s |"
     )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['optimizer']} | — | — | — | — | — | error: {r['error']} |")
             continue
-        ratio = f"{r['cpu_s'] / base['cpu_s']:.2f}x" if base else "—"
+        ratio = f"{r[key] / base[key]:.2f}x" if base else "—"
         print(
             f"| {r['optimizer']} | {r['params'] / 1e6:.1f} M | {r['cpu_s']:.3f} | {r['wall_s']:.3f} "
             f"| {ratio} | {r['bytes_per_param']:.3f} | {r['warmup_s']:.1f} |"

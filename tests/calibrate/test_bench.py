@@ -13,7 +13,14 @@ from typer.testing import CliRunner  # noqa: E402
 
 from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile  # noqa: E402
 from hwtune.calibrate.collectives import bandwidths, bench_collectives, bus_factor  # noqa: E402
-from hwtune.calibrate.gemm import WeightPool, bench_gemm, check_dtype, gemm_grid  # noqa: E402
+from hwtune.calibrate.gemm import (  # noqa: E402
+    GemmShape,
+    WeightPool,
+    _gemm_fn,
+    bench_gemm,
+    check_dtype,
+    gemm_grid,
+)
 from hwtune.calibrate.harness import (  # noqa: E402
     Budget,
     Skip,
@@ -55,8 +62,32 @@ def test_unsupported_dtypes_are_skipped_and_the_rest_measured(cpu):
     pts = bench_gemm(cpu, ["fp8", "tf32", "fp32"], "quick", Budget(1.5), skips)
     assert pts and {p["dtype"] for p in pts} == {"fp32"}
     why = {s.what: s.reason for s in skips}
-    assert "torch._scaled_mm" in why["fp8"] and "CUDA" in why["tf32"]
+    assert "fp8 tensor cores" in why["fp8"] and "CUDA" in why["tf32"]
     assert any(s.reason == "time budget" for s in skips)  # 1.5 s cannot cover the grid
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_fp8_gemm_computes_x_times_w_transposed(cpu, cold):
+    """The fp8 call (torch._scaled_mm, per-tensor scales 1, bf16 out) computes x @ W.T of the
+    fp8-rounded operands: the same product in fp32 of those operands, to bf16 rounding."""
+    s = GemmShape(16, 32, 64, cold=cold)
+    pool = WeightPool(cpu, "fp8", 32 * 64) if cold else None
+    fn = _gemm_fn(s, "fp8", cpu, pool)
+    out = fn()
+    assert out.shape == (16, 32) and out.dtype == torch.bfloat16
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(16, 64, generator=g).to(torch.float8_e4m3fn).float()
+    if cold:  # the pool's first window: 0.01 rounded to E4M3 everywhere
+        w = torch.full((32, 64), 0.01).to(torch.float8_e4m3fn).float()
+    else:
+        w = torch.randn(32, 64, generator=g).to(torch.float8_e4m3fn).float()
+    ref = x @ w.T
+    assert torch.allclose(out.float(), ref, rtol=1e-2, atol=1e-2 * ref.abs().max().item())
+
+
+def test_fp8_batched_shapes_are_refused(cpu):
+    with pytest.raises(ValueError, match="batched fp8"):
+        _gemm_fn(GemmShape(16, 32, 64, batch=4), "fp8", cpu)
 
 
 def test_grid_has_skinny_and_moe_shapes(cpu):

@@ -99,12 +99,12 @@ class BenchResult:
 
 
 def default_dtypes(kind: str, skips: list[Skip] | None = None) -> tuple[str, ...]:
-    """What a device of ``kind`` supports natively (fp8 needs torch._scaled_mm: not measured).
-    A CPU runs bf16 natively only with the avx512_bf16 or amx_bf16 instructions; without them
+    """What a device of ``kind`` may support natively; a GPU without fp8 tensor cores records
+    fp8 as skipped with its reason (`hwtune.calibrate.gemm.check_dtype`). A CPU runs bf16 natively only with the avx512_bf16 or amx_bf16 instructions; without them
     torch converts to fp32 and the rate says nothing about a bf16 run, so it is skipped unless
     asked for."""
     if kind != "cpu":
-        return ("fp32", "tf32", "bf16", "fp16")
+        return ("fp32", "tf32", "bf16", "fp16", "fp8")
     from hwtune.calibrate.device_info import cpu_flags
 
     if cpu_flags() & {"avx512_bf16", "amx_bf16"}:

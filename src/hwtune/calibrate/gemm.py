@@ -19,6 +19,11 @@ the 28 layer GEMMs of a 4-layer h512 Llama take 5.4 ms at m = 1 (12 GB/s of weig
 copy figure) and 26 ms at m = 128, as the model runs them and as these cold points measure; hot
 ``torch.mm`` points of the same shapes take 0.74x of that at m = 128 (and a 1x1024x1024 one
 re-reads its 4 MiB at ~30 GB/s); from m = 512 up the three agree.
+
+fp8 (E4M3) GEMMs run through ``torch._scaled_mm`` with per-tensor scales and a bf16 output, the
+call Transformer Engine's and vLLM's per-tensor fp8 linears reduce to (cuBLASLt fp8 GEMM); they
+are measured on GPUs with fp8 tensor cores (compute capability 8.9 and up: Ada, Hopper,
+Blackwell), hot and cold, not batched (``_scaled_mm`` takes 2-D operands).
 """
 
 from __future__ import annotations
@@ -103,6 +108,8 @@ def _gemm_fn(
 ) -> Callable[[], object]:
     dt = DTYPES[dtype]
     g = torch.Generator(device=backend.device).manual_seed(0)
+    if dtype == "fp8":
+        return _fp8_fn(shape, backend, g, pool)
     if shape.cold:
         if pool is None:
             raise ValueError("no memory for the cold-weight pool")
@@ -118,12 +125,41 @@ def _gemm_fn(
     return lambda: torch.mm(a, b)
 
 
+def _fp8_fn(
+    shape: GemmShape, backend: Backend, g: torch.Generator, pool: WeightPool | None
+) -> Callable[[], object]:
+    """``x @ W.T`` in fp8 E4M3 (``torch._scaled_mm``: A row-major, B column-major, i.e. the
+    (n x k) weight transposed, per-tensor fp32 scales, bf16 out)."""
+    if shape.batch > 1:
+        raise ValueError("batched fp8 GEMMs are not measured (torch._scaled_mm is 2-D)")
+    fp8 = DTYPES["fp8"]
+    one = torch.ones((), device=backend.device, dtype=torch.float32)
+    x = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(fp8)
+    if shape.cold:
+        if pool is None:
+            raise ValueError("no memory for the cold-weight pool")
+        weight = pool.windows(shape.n, shape.k)
+    else:
+        w = torch.randn(shape.n, shape.k, device=backend.device, generator=g).to(fp8)
+        weight = lambda: w  # noqa: E731
+    return lambda: torch._scaled_mm(
+        x, weight().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+    )
+
+
+def fp8_capable(backend: Backend) -> bool:
+    """Whether the GPU has fp8 tensor cores (CUDA compute capability 8.9 or higher)."""
+    if backend.kind != "cuda":
+        return False
+    return torch.cuda.get_device_capability(backend.device) >= (8, 9)
+
+
 def check_dtype(dtype: str, backend: Backend) -> str | None:
     """Why ``dtype`` cannot be measured on ``backend`` (None when it can)."""
     if dtype not in DTYPES:
-        if dtype == "fp8":
-            return "fp8 GEMMs (torch._scaled_mm) are not measured by this version"
         return f"unknown dtype (measurable: {', '.join(DTYPES)})"
+    if dtype == "fp8" and not fp8_capable(backend):
+        return "fp8 GEMMs need fp8 tensor cores (CUDA compute capability 8.9+)"
     if dtype == "tf32" and not backend.is_gpu:
         return "tf32 is a CUDA/ROCm math mode; CPUs run fp32"
     if dtype == "bf16" and backend.is_gpu and not torch.cuda.is_bf16_supported():

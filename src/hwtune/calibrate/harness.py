@@ -25,6 +25,7 @@ DTYPES: dict[str, torch.dtype] = {
     "tf32": torch.float32,  # fp32 storage, TF32 math (allow_tf32 on CUDA)
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
+    "fp8": torch.float8_e4m3fn,  # GEMM inputs only: torch._scaled_mm, bf16 output
 }
 
 

@@ -45,6 +45,7 @@ import ctypes.util
 import inspect
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -71,6 +72,7 @@ class LlamaRefConfig:
     vocab: int = 8192
     max_position: int = 4096
     seed: int = 0
+    dtype: str = "fp32"  # fp32 (the CPU reference) or bf16 (a GPU)
 
     def hf_config(self) -> Any:
         from transformers import LlamaConfig
@@ -80,8 +82,19 @@ class LlamaRefConfig:
             num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
             intermediate_size=self.intermediate, vocab_size=self.vocab,
             max_position_embeddings=self.max_position, tie_word_embeddings=False,
-            attn_implementation="sdpa", torch_dtype="float32",
+            attn_implementation="sdpa", torch_dtype=TORCH_DTYPES[self.dtype][1],
         )  # fmt: skip
+
+
+TORCH_DTYPES: dict[str, tuple[torch.dtype, str]] = {
+    "fp32": (torch.float32, "float32"),
+    "bf16": (torch.bfloat16, "bfloat16"),
+}
+
+LLAMA31_8B = LlamaRefConfig(hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336,
+                            vocab=128256, max_position=16384, dtype="bf16")  # fmt: skip
+"""Llama-3.1-8B's shapes (its Hugging Face config.json: hidden 4096, 32 layers, 32 query and
+8 KV heads, MLP 14336, vocabulary 128256, untied head), the GPU reference model."""
 
 
 def model_spec(cfg: LlamaRefConfig) -> ModelSpec:
@@ -91,13 +104,22 @@ def model_spec(cfg: LlamaRefConfig) -> ModelSpec:
     return load_hf_config(cfg.hf_config().to_dict(), name=f"ref-llama-L{cfg.layers}-h{cfg.hidden}")
 
 
-def build_model(cfg: LlamaRefConfig) -> torch.nn.Module:
-    """``LlamaForCausalLM`` with random weights (seeded), fp32, eval mode."""
+def build_model(cfg: LlamaRefConfig, device: str = "cpu") -> torch.nn.Module:
+    """``LlamaForCausalLM`` with random weights (seeded), in ``cfg.dtype``, eval mode, built
+    directly on ``device`` (an 8B model is initialised on the GPU in a second, not on the
+    host in minutes)."""
     from transformers import LlamaForCausalLM
 
+    dt = TORCH_DTYPES[cfg.dtype][0]
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(cfg.hf_config())
-    return model.to(torch.float32).eval()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg.hf_config())
+    finally:
+        torch.set_default_dtype(before)
+    return model.to(device=device, dtype=dt).eval()
 
 
 @dataclass
@@ -112,6 +134,7 @@ class ServingMeasurement:
     wall_median_s: float
     cpu_median_s: float
     reps_s: list[float] = field(default_factory=list)
+    kernel_s: float | None = None  # GPU: the step's CUDA kernel time (profiler), no host time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -159,23 +182,35 @@ class ServingReference:
         reps: int = 5,
         clock: str = "auto",
         keep_memory: bool = True,
+        device: str = "cpu",
     ) -> None:
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device {device!r}: expected cpu or cuda")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda': torch sees no GPU")
+        self.device = device
         self.kept_memory = keep_freed_memory() if keep_memory else False
         self.cfg = cfg or LlamaRefConfig()
         torch.set_num_threads(threads)
-        self.clock = resolve_clock(clock, "cpu", threads)
+        self.clock = resolve_clock(clock, device, threads)
         self.warmup, self.reps = warmup, reps
-        self.model = build_model(self.cfg)
+        self.model = build_model(self.cfg, device)
         self.gen = torch.Generator().manual_seed(self.cfg.seed + 1)
 
     def _ids(self, b: int, s: int) -> torch.Tensor:
-        return torch.randint(0, self.cfg.vocab, (b, s), generator=self.gen)
+        return torch.randint(0, self.cfg.vocab, (b, s), generator=self.gen).to(self.device)
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
     def _time(self, fn: Any, after: Any = None) -> tuple[list[float], list[float]]:
         walls, cpus = [], []
         for i in range(self.warmup + self.reps):
+            self._sync()
             t0, c0 = time.perf_counter(), time.process_time()
             fn()
+            self._sync()
             w, c = time.perf_counter() - t0, time.process_time() - c0
             if after is not None:
                 after()
@@ -184,12 +219,45 @@ class ServingReference:
                 cpus.append(c)
         return walls, cpus
 
-    def _result(self, phase: str, b: int, n: int, walls: list, cpus: list) -> ServingMeasurement:
+    def _kernel_time(self, fn: Any, after: Any = None, n: int = 3) -> float | None:
+        """Seconds of GPU kernels (and copies) per call of ``fn``, from the PyTorch profiler:
+        the device time of ``n`` calls of ``fn`` + ``after`` minus that of ``n`` calls of
+        ``after`` alone, over ``n``. No host time, no launch gaps: what a step costs when the
+        engine's host work is hidden (CUDA graphs, an asynchronous scheduler). None on a CPU."""
+        if self.device != "cuda":
+            return None
+        from torch.profiler import ProfilerActivity, profile
+
+        def busy(f: Any) -> float:
+            self._sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(n):
+                    f()
+                self._sync()
+            return sum(e.self_device_time_total for e in prof.key_averages()) * 1e-6
+
+        try:
+            both = busy(lambda: (fn(), after() if after is not None else None))
+            rest = busy(after) if after is not None else 0.0
+        except (RuntimeError, AttributeError) as e:  # a profiler that cannot run here
+            print(f"kernel time not measured: {type(e).__name__}: {e}", file=sys.stderr)
+            return None
+        return max(0.0, both - rest) / n
+
+    def _result(
+        self,
+        phase: str,
+        b: int,
+        n: int,
+        walls: list,
+        cpus: list,
+        kernel_s: float | None = None,
+    ) -> ServingMeasurement:
         reps = cpus if self.clock == "cpu" else walls
         return ServingMeasurement(
             phase=phase, batch=b, tokens=n, clock=self.clock, median_s=statistics.median(reps),
             wall_median_s=statistics.median(walls), cpu_median_s=statistics.median(cpus),
-            reps_s=reps,
+            reps_s=reps, kernel_s=kernel_s,
         )  # fmt: skip
 
     @torch.inference_mode()
@@ -201,7 +269,7 @@ class ServingReference:
             self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
         walls, cpus = self._time(step)
-        return self._result("prefill", batch, prompt, walls, cpus)
+        return self._result("prefill", batch, prompt, walls, cpus, self._kernel_time(step))
 
     @torch.inference_mode()
     def decode(self, batch: int, context: int) -> ServingMeasurement:
@@ -218,7 +286,7 @@ class ServingReference:
             raise RuntimeError(f"the static cache holds {cache.get_seq_length()} tokens, "
                                f"expected {context}")  # fmt: skip
         nxt = self._ids(batch, 1)
-        pos = torch.full((batch, 1), context, dtype=torch.long)
+        pos = torch.full((batch, 1), context, dtype=torch.long, device=self.device)
 
         def step() -> None:
             self.model(input_ids=nxt, position_ids=pos, use_cache=True, logits_to_keep=1,
@@ -229,9 +297,10 @@ class ServingReference:
                 layer.cumulative_length.fill_(context)
 
         walls, cpus = self._time(step, after=reset)
+        kern = self._kernel_time(step, after=reset)
         if int(cache.get_seq_length()) != context:  # every timed step saw ``context`` tokens
             raise RuntimeError("the static cache was not reset between steps")
-        return self._result("decode", batch, context, walls, cpus)
+        return self._result("decode", batch, context, walls, cpus, kern)
 
     def engine_overhead(
         self, device: Device | None = None, batch: int = 8, context: int = 16
@@ -254,14 +323,14 @@ class ServingReference:
                        max_position=max(c.max_position, context + 2))  # fmt: skip
         eng = ServingReference(tiny, threads=torch.get_num_threads(), warmup=self.warmup,
                                reps=max(self.reps, 9), clock=self.clock,
-                               keep_memory=self.kept_memory)  # fmt: skip
+                               keep_memory=self.kept_memory, device=self.device)  # fmt: skip
         one, many = eng.decode(1, context).median_s, eng.decode(batch, context).median_s
         note = "measured"
         if device is not None:
             none = CalibrationProfile(host_overhead_per_iteration_s=0.0,
                                       host_overhead_per_sequence_s=0.0)  # fmt: skip
             it = IterationModel(ReplicaConfig(model=model_spec(tiny), device=device,
-                                              profile=none), dtype="fp32")  # fmt: skip
+                                              profile=none), dtype=c.dtype)  # fmt: skip
             k1 = it.step_time(step_shape("decode", 1, context))
             kb = it.step_time(step_shape("decode", batch, context))
             one, many = one - k1, many - kb
