@@ -32,6 +32,10 @@ attached (`hardware.profile.attach_profile`); both are compared on kernel time (
 eager lowering), and tier 2 + engine (the tiny-model host time, as on the CPU) on wall time.
 
     python benchmarks/calibrate_serving.py --device cuda --profile h200.yaml --json out.json
+    # no GPU: the H200 measurements of VALIDATION.md against the shipped H200 profile
+    python benchmarks/calibrate_serving.py --device cuda --measured \
+        benchmarks/data/h200_serving_reference.json \
+        --profile src/hwtune/hardware/profiles/nvidia-h200-sxm.yaml
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -101,6 +106,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--measured", default=None,
+                    help="with --device cuda: predict the steps of a saved --json run (no GPU)")  # fmt: skip
     a = ap.parse_args()
     if a.device == "cuda":
         return main_gpu(a)
@@ -172,8 +179,31 @@ def main() -> int:
     return 0
 
 
+def measure_gpu(a: argparse.Namespace, tier2_dev: Device) -> tuple[list[dict], dict]:
+    """Measure the GPU_SHAPES steps of Llama-3.1-8B (bf16) here: rows of wall and kernel time,
+    and the eager engine's host time (`ServingReference.engine_overhead`)."""
+    from hwtune.calibrate.serving_reference import LLAMA31_8B
+
+    ref = ServingReference(LLAMA31_8B, warmup=a.warmup, reps=a.reps, device="cuda")
+    engine = ref.engine_overhead(tier2_dev)
+    rows = []
+    for phase, b, n in GPU_SHAPES:
+        m = ref.prefill(b, n) if phase == "prefill" else ref.decode(b, n)
+        rows.append({"phase": phase, "batch": b, "tokens": n, "wall_s": m.wall_median_s,
+                     "kernel_s": m.kernel_s, "reps_s": m.reps_s})  # fmt: skip
+        print(f"{phase} b{b} n{n}: wall {m.wall_median_s * 1e3:.2f} ms, kernels "
+              f"{(m.kernel_s or float('nan')) * 1e3:.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+    import torch
+    import transformers
+
+    where = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+             "transformers": transformers.__version__}  # fmt: skip
+    return rows, {"engine": engine.model_dump(), **where}
+
+
 def main_gpu(a: argparse.Namespace) -> int:
-    """Llama-3.1-8B bf16 on the GPU: kernel time vs tiers 1 and 2, wall time vs tier 2 + engine."""
+    """Llama-3.1-8B bf16 steps on a GPU (measured here, or replayed from ``--measured``):
+    kernel time against tier 1 (catalog) and tier 2 (catalog + the profile's curves)."""
     from hwtune.calibrate.serving_reference import LLAMA31_8B
     from hwtune.hardware.catalog import get_device
     from hwtune.hardware.profile import attach_profile, load_profile_file
@@ -181,55 +211,48 @@ def main_gpu(a: argparse.Namespace) -> int:
     fields, _ = load_profile_file(a.profile)
     tier1_dev = get_device(str(fields["name"]))
     tier2_dev = attach_profile(tier1_dev, a.profile)
-    cfg = LLAMA31_8B
-    spec = model_spec(cfg)
-    ref = ServingReference(cfg, warmup=a.warmup, reps=a.reps, device="cuda")
-    engine = ref.engine_overhead(tier2_dev)
+    spec = model_spec(LLAMA31_8B)
+    if a.measured:
+        saved = json.loads(Path(a.measured).read_text())
+        rows = [{k: r[k] for k in ("phase", "batch", "tokens", "wall_s", "kernel_s", "reps_s")}
+                for r in saved["rows"]]  # fmt: skip
+        meta = {k: saved.get(k) for k in ("engine", "gpu", "torch", "transformers")}
+    else:
+        rows, meta = measure_gpu(a, tier2_dev)
     none = CalibrationProfile(host_overhead_per_iteration_s=0.0, host_overhead_per_sequence_s=0.0,
                               fused_elementwise=False)  # fmt: skip
 
-    def model(dev: Device, prof: CalibrationProfile) -> IterationModel:
-        return IterationModel(ReplicaConfig(model=spec, device=dev, profile=prof), dtype="bf16")
+    def model(dev: Device) -> IterationModel:
+        return IterationModel(ReplicaConfig(model=spec, device=dev, profile=none), dtype="bf16")
 
-    tier1, tier2, tier3 = model(tier1_dev, none), model(tier2_dev, none), model(tier2_dev, engine)
-    rows = []
-    for phase, b, n in GPU_SHAPES:
-        m = ref.prefill(b, n) if phase == "prefill" else ref.decode(b, n)
-        s = step_shape(phase, b, n)
-        k = m.kernel_s or float("nan")
-        t1, t2, t3 = tier1.step_time(s), tier2.step_time(s), tier3.step_time(s)
-        rows.append({"phase": phase, "batch": b, "tokens": n, "wall_s": m.wall_median_s,
-                     "kernel_s": m.kernel_s, "reps_s": m.reps_s, "tier1_s": t1, "tier2_s": t2,
-                     "tier3_s": t3, "err1": t1 / k - 1, "err2": t2 / k - 1,
-                     "err3": t3 / m.wall_median_s - 1, "tier1_breakdown": tier1.breakdown(s),
-                     "tier2_breakdown": tier2.breakdown(s)})  # fmt: skip
-        print(f"{phase} b{b} n{n}: wall {m.wall_median_s * 1e3:.2f} ms, kernels {k * 1e3:.2f}, "
-              f"tier 1 {t1 * 1e3:.2f}, tier 2 {t2 * 1e3:.2f}, tier 2 + engine {t3 * 1e3:.2f}",
-              file=sys.stderr, flush=True)  # fmt: skip
-    import torch
-    import transformers
-
-    print(
-        f"model: {spec.name} (LlamaForCausalLM, random weights, bf16, Llama-3.1-8B shapes) on "
-        f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu'}; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; tier 1 {tier1_dev.name} catalog, tier 2 + {a.profile}\n"
-    )
-    print(
-        f"engine (tier 2 + engine): {engine.host_overhead_per_iteration_s * 1e3:.3f} ms per "
-        f"step + {engine.host_overhead_per_sequence_s * 1e6:.1f} us per sequence\n"
-    )
-    print("| step | batch | prompt / context | wall (ms) | kernels (ms) | tier 1 (ms) | err "
-          "| tier 2 (ms) | err | tier 2 + engine (ms) | err vs wall |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    tier1, tier2 = model(tier1_dev), model(tier2_dev)
+    for r in rows:
+        s = step_shape(r["phase"], r["batch"], r["tokens"])
+        k = r["kernel_s"] or float("nan")
+        t1, t2 = tier1.step_time(s), tier2.step_time(s)
+        r.update(tier1_s=t1, tier2_s=t2, err1=t1 / k - 1, err2=t2 / k - 1,
+                 tier1_breakdown=tier1.breakdown(s), tier2_breakdown=tier2.breakdown(s))  # fmt: skip
+    eng = meta.get("engine") or {}
+    print(f"model: {spec.name} (LlamaForCausalLM, random weights, bf16, Llama-3.1-8B shapes) on "
+          f"{meta.get('gpu')}; torch {meta.get('torch')}, transformers {meta.get('transformers')}; "
+          f"tier 1 {tier1_dev.name} catalog, tier 2 + {a.profile}"
+          f"{' (replayed from ' + a.measured + ')' if a.measured else ''}\n")  # fmt: skip
+    if eng:
+        print(
+            f"eager host time (tiny model of the same depth): "
+            f"{eng['host_overhead_per_iteration_s'] * 1e3:.1f} ms per step; the eager wall "
+            "time is about the larger of host and kernel time (launches overlap the GPU)\n"
+        )
+    print("| step | batch | prompt / context | eager wall (ms) | kernels (ms) | tier 1 (ms) | err "
+          "| tier 2 (ms) | err |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['phase']} | {r['batch']} | {r['tokens']} | {r['wall_s'] * 1e3:.2f} | "
               f"{(r['kernel_s'] or float('nan')) * 1e3:.2f} | {r['tier1_s'] * 1e3:.2f} | "
-              f"{r['err1']:+.1%} | {r['tier2_s'] * 1e3:.2f} | {r['err2']:+.1%} | "
-              f"{r['tier3_s'] * 1e3:.2f} | {r['err3']:+.1%} |")  # fmt: skip
-    print("\n| | median abs. error | p90 | prefill median | decode median |")
+              f"{r['err1']:+.1%} | {r['tier2_s'] * 1e3:.2f} | {r['err2']:+.1%} |")  # fmt: skip
+    print("\n| kernel time | median abs. error | p90 | prefill median | decode median |")
     print("|---|---|---|---|---|")
-    for key, name in (("err1", "tier 1 vs kernels"), ("err2", "tier 2 vs kernels"),
-                      ("err3", "tier 2 + engine vs wall")):  # fmt: skip
+    for key, name in (("err1", "tier 1"), ("err2", "tier 2")):
         e = [abs(r[key]) for r in rows]
         ph = {p: statistics.median(abs(r[key]) for r in rows if r["phase"] == p)
               for p in ("prefill", "decode")}  # fmt: skip
@@ -238,8 +261,8 @@ def main_gpu(a: argparse.Namespace) -> int:
               f"{ph['decode']:.1%} |")  # fmt: skip
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"profile": a.profile, "model": spec.name, "device": "cuda",
-                       "engine": engine.model_dump(), "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump({"profile": a.profile, "model": spec.name, "device": "cuda", **meta,
+                       "rows": rows}, f, indent=1)  # fmt: skip
     return 0
 
 

@@ -9,8 +9,11 @@
 #   5. optimizer step time on GPT-2 XL shapes against torch and the 8-bit peers -> $OUT/optim.json
 # Everything printed goes to $OUT/log.txt. Usage, from the repository root:
 #   OUT=gpu-out PY=python3 bash benchmarks/gpu_checks.sh
-# Each step has its own time limit, so one that hangs does not take the others with it.
+# Each step has its own time limit, so one that hangs does not take the others with it;
+# STEPS="1 2 4" runs a subset.
 set -u
+STEPS=${STEPS:-1 2 3 4 5}
+on() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT=${OUT:-gpu-out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -23,33 +26,35 @@ step "machine"
   'cuda', torch.version.cuda, torch.cuda.get_device_name(), 'transformers',
   transformers.__version__)"; } >>"$LOG" 2>&1
 
-step "1. hwtune bench (GPU profile)"
-timeout "${BENCH_TIMEOUT:-260}" "$PY" -c "from hwtune.cli.main import app; app()" bench \
+on 1 && step "1. hwtune bench (GPU profile)" && timeout "${BENCH_TIMEOUT:-260}" "$PY" -c "from hwtune.cli.main import app; app()" bench \
   --device cuda --quick --budget "${BENCH_BUDGET:-190}" \
   --sections gemm,memory,elementwise,attention -o "$OUT/profile.yaml" >>"$LOG" 2>&1
 echo "rc $?" >>"$LOG"
 
-if [ -f "$OUT/profile.yaml" ]; then
+if on 2 && [ -f "$OUT/profile.yaml" ]; then
   step "2. serving reference (Llama-3.1-8B bf16) vs tier 1 / tier 2"
   timeout 200 "$PY" benchmarks/calibrate_serving.py --device cuda --profile "$OUT/profile.yaml" \
     --json "$OUT/serving_ref.json" >>"$LOG" 2>&1
   echo "rc $?" >>"$LOG"
 fi
 
-step "3. NVML idle and GEMM-load power"
-timeout 60 "$PY" benchmarks/energy_gemm_nvml.py --gpu "${GPU_NAME:-h200}" --seconds 8 \
+on 3 && step "3. NVML idle and GEMM-load power" && timeout 60 "$PY" benchmarks/energy_gemm_nvml.py --gpu "${GPU_NAME:-h200}" --seconds 8 \
   --json "$OUT/energy.json" >>"$LOG" 2>&1
 echo "rc $?" >>"$LOG"
 
-step "4. pytest: CUDA optimizer tests, real NVML"
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider tests/optim/test_cuda.py \
-  tests/energy/test_vendor_backends.py >>"$LOG" 2>&1
+on 4 && step "4. pytest: CUDA optimizer tests, GPU timing, real NVML" && timeout 150 \
+  "$PY" -m pytest -q -p no:cacheprovider tests/optim/test_cuda.py \
+  tests/energy/test_vendor_backends.py tests/calibrate/test_bench.py -k "cuda or gpu or real" \
+  >>"$LOG" 2>&1
 echo "rc $?" >>"$LOG"
 
-step "5. optimizer step time, GPT-2 XL shapes"
-timeout 150 env PYTHONPATH="${PEERS:+$PEERS:}$PYTHONPATH" "$PY" benchmarks/optim_speed.py \
-  --device cuda --layers 48 --d-model 1600 --warmup 3 --steps 5 \
-  --only torch-fused,torch-foreach,ours-eager,ours-compiled,torchao-AdamW8bit,bnb-AdamW8bit \
-  --json "$OUT/optim.json" >>"$LOG" 2>&1
-echo "rc $?" >>"$LOG"
+if on 5; then
+  step "5. optimizer step time, GPT-2 XL shapes (one process per optimizer)"
+  for o in torch-fused ours-eager ours-compiled bnb-AdamW8bit torchao-AdamW8bit; do
+    timeout "${OPTIM_TIMEOUT:-60}" env PYTHONPATH="${PEERS:+$PEERS:}$PYTHONPATH" "$PY" \
+      benchmarks/optim_speed.py --device cuda --layers 48 --d-model 1600 --warmup 2 \
+      --steps 3 --only "$o" >>"$LOG" 2>&1
+    echo "rc $? ($o)" >>"$LOG"
+  done
+fi
 step "done"

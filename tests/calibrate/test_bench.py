@@ -236,3 +236,34 @@ def test_a_spent_budget_still_leaves_one_point_per_curve():
     assert doc["gemm"] and doc["elementwise"] and doc["attention"]
     # a 1x64x64 product takes microseconds, so a few small shapes may still fit in 1 ms
     assert {s.section for s in res.skipped if s.reason == "time budget"} >= {"gemm", "attention"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_device_time_leaves_out_the_host():
+    """On a GPU a tiny kernel's device time (graph-replayed batch) is well under the time of a
+    synchronized single call (launch + sync), while a large GEMM's two timings agree: the host
+    costs microseconds per call, the GEMM milliseconds."""
+    gpu = detect_backend("cuda")
+    one = torch.ones(1, device="cuda")
+    tiny_dev = time_fn(lambda: one + one, gpu)
+    tiny_sync = time_fn(lambda: one + one, gpu, device_time=False, min_repeats=20)
+    assert tiny_dev < 0.5 * tiny_sync
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    big_dev = time_fn(lambda: a @ a, gpu)
+    big_sync = time_fn(lambda: a @ a, gpu, device_time=False)
+    # measured on an H200: 1.40 ms replayed vs 1.58 ms per synchronized call (launch, sync and
+    # the idle gap between calls); the two agree within the host's share, not exactly
+    assert 0.8 * big_sync < big_dev <= 1.02 * big_sync
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_cold_gemm_batches_sweep_the_pool():
+    """A cold GEMM's timed batch makes one call per pool window (so replays miss L2): its
+    device time is at least the weight bytes over the STREAM-class bandwidth of an H100/H200
+    (<= 5 TB/s), i.e. the weight really streams from HBM."""
+    gpu = detect_backend("cuda")
+    pool = WeightPool(gpu, "bf16", 4096 * 4096)
+    fn = _gemm_fn(GemmShape(1, 4096, 4096, cold=True), "bf16", gpu, pool)
+    assert fn.calls == pool.windows(4096, 4096).count >= 2
+    t = time_fn(fn, gpu, calls=fn.calls)
+    assert t >= 4096 * 4096 * 2 / 5e12

@@ -188,3 +188,36 @@ def test_cli_prints_the_engine_profile(capsys, tmp_path):
     f.write_text(capsys.readouterr().out)
     prof = load_profile(f)
     assert prof.host_overhead_per_iteration_s > 0 and not elementwise_fused(prof)
+
+
+def test_engine_attention_gives_the_masked_decode_its_logits():
+    """The engine attention (decode without a mask, GQA inside SDPA) computes what the masked
+    SDPA path computes when the static cache holds exactly the context and the new token: the
+    kernel changes, the numbers do not (fp32 rounding)."""
+    from dataclasses import replace
+
+    from transformers import StaticCache
+
+    logits = {}
+    for engine in (False, True):
+        cfg = replace(TINY, engine_attention=engine)
+        model = build_model(cfg)
+        assert (model.config._attn_implementation == "sdpa") != engine
+        ids = torch.randint(0, cfg.vocab, (3, 20), generator=torch.Generator().manual_seed(0))
+        nxt = torch.randint(0, cfg.vocab, (3, 1), generator=torch.Generator().manual_seed(1))
+        cache = StaticCache(config=model.config, max_cache_len=21)
+        with torch.inference_mode():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            out = model(input_ids=nxt, position_ids=torch.full((3, 1), 20),
+                        past_key_values=cache, use_cache=True)  # fmt: skip
+        logits[engine] = out.logits
+    assert torch.allclose(logits[True], logits[False], atol=1e-5)
+    assert logits[False].abs().max() > 1e-2  # not trivially zero
+
+
+def test_reference_device_is_checked():
+    with pytest.raises(ValueError, match="expected cpu or cuda"):
+        ServingReference(TINY, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees no GPU"):
+            ServingReference(TINY, device="cuda")

@@ -103,7 +103,9 @@ def bench_attention(
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 go = torch.randn_like(o)
                 t_b = time_fn(
-                    lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True), backend
+                    lambda: torch.autograd.grad(o, (q, k, v), go, retain_graph=True),
+                    backend,
+                    graph=False,
                 )
                 return [
                     _point(s, dt, "fwd", s.flops, t_f),

@@ -174,9 +174,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     doc["software"] = software
     doc["gemm"] = gemm
     if memory is not None:
-        doc["memory"] = {
-            k: memory[k] for k in ("copy_bytes_per_s", "triad_bytes_per_s", "launch_s")
-        }
+        keys = ("copy_bytes_per_s", "triad_bytes_per_s", "launch_s", "memcpy_bytes_per_s")
+        doc["memory"] = {k: memory[k] for k in keys if k in memory}
     doc["skipped"] = [s.to_dict() for s in skips]
     # the document must load as a device (what `--gpu PROFILE` does) before it is handed out
     from hwtune.hardware.device import Device

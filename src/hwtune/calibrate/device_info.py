@@ -122,8 +122,9 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
     if memory is not None:
         fields["memory_bandwidth_tbps"] = memory["copy_bytes_per_s"] / 1e12
         fields["memory_bw_efficiency"] = 1.0
+        which = "best of STREAM copy/scale/triad" if backend.is_gpu else "STREAM copy"
         sources["memory_bandwidth_tbps"] = (
-            f"STREAM copy over {memory['array_bytes'] / 2**20:.0f} MiB arrays, hwtune bench "
+            f"{which} over {memory['array_bytes'] / 2**20:.0f} MiB arrays, hwtune bench "
             "(memory_bw_efficiency 1.0)"
         )
     if backend.is_gpu:
@@ -131,7 +132,7 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
         fields.update(
             name=props.name,
             vendor="amd" if backend.kind == "rocm" else "nvidia",
-            architecture=getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}",
+            architecture=_gpu_architecture(backend.kind, props),
             form_factor="gpu",
             memory_gib=props.total_memory / 2**30,
             sm_count=props.multi_processor_count,
@@ -186,6 +187,23 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
         )
     fields["sources"] = sources
     return fields
+
+
+CUDA_ARCHITECTURES: dict[tuple[int, int], str] = {
+    (7, 0): "volta", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (8, 9): "ada",
+    (9, 0): "hopper", (10, 0): "blackwell", (10, 3): "blackwell-ultra", (12, 0): "blackwell",
+}  # fmt: skip
+"""CUDA compute capability -> the catalog's architecture names (NVIDIA CUDA C++ Programming
+Guide, "Compute Capabilities" table)."""
+
+
+def _gpu_architecture(kind: str, props: object) -> str:
+    """The catalog's architecture name of a GPU: ROCm's gfx name, or NVIDIA's family from the
+    compute capability (``sm_XY`` where the table has none)."""
+    if kind == "rocm":
+        return str(getattr(props, "gcnArchName", "") or "rocm")
+    cc = (int(getattr(props, "major", 0)), int(getattr(props, "minor", 0)))
+    return CUDA_ARCHITECTURES.get(cc, f"sm_{cc[0]}{cc[1]}")
 
 
 def _nvml(what: str) -> float | None:

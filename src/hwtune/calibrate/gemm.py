@@ -3,8 +3,11 @@
 The grid spans square, skinny (a few rows to a few hundred) and MoE-like shapes (a batch of
 expert GEMMs of a few dozen to a few hundred rows each, `torch.bmm`), in powers of two so that
 `DeviceProfile.gemm_rate` interpolates in log-size between neighbours. FLOPs are 2mnk per problem
-(one multiply and one add per inner-product term). Rates include the launch cost, which is how
-the cost model uses them (`cost.compute.gemm_time` adds no overhead to a measured rate).
+(one multiply and one add per inner-product term). On a CPU rates include the call's
+own cost; on a GPU they are device time (`hwtune.calibrate.harness.gpu_device_time`: back-to-back
+calls in a CUDA graph), the time a kernel takes in a stream of kernels. Either way
+`cost.compute.gemm_time` adds no overhead to a measured rate; an engine's host time is its own
+calibration (`hwtune.serve.profile`).
 
 Skinny shapes are measured as a serving step runs them (``cold`` points): ``x @ W.T`` with the
 weight stored as `torch.nn.Linear` stores it (n x k, `torch.nn.functional.linear`), and a weight
@@ -94,13 +97,36 @@ class WeightPool:
         n = max(2 * cache_bytes(backend) // esize, 2 * largest)
         self.buf = torch.full((n,), 0.01, dtype=dt, device=backend.device)
 
-    def windows(self, n: int, k: int) -> Callable[[], torch.Tensor]:
+    def windows(self, n: int, k: int) -> Windows:
         """A function returning the next (n x k) window each call, cycling through the pool
         (the views are made here, so a timed call does no indexing of its own)."""
         count = max(2, self.buf.numel() // (n * k))
         views = itertools.cycle([self.buf[i * n * k : (i + 1) * n * k].view(n, k)
                                  for i in range(count)])  # fmt: skip
-        return views.__next__
+        return Windows(views.__next__, count)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The next window of a `WeightPool` at each call; ``count`` calls sweep the whole pool."""
+
+    next: Callable[[], torch.Tensor]
+    count: int
+
+    def __call__(self) -> torch.Tensor:
+        return self.next()
+
+
+@dataclass(frozen=True)
+class PoolCall:
+    """A cold GEMM: ``fn`` reads the next pool window each call; a timed GPU batch makes
+    ``calls`` of them (one sweep of the pool, `hwtune.calibrate.harness.gpu_device_time`)."""
+
+    fn: Callable[[], object]
+    calls: int
+
+    def __call__(self) -> object:
+        return self.fn()
 
 
 def _gemm_fn(
@@ -115,7 +141,7 @@ def _gemm_fn(
             raise ValueError("no memory for the cold-weight pool")
         x = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(dt)
         weight = pool.windows(shape.n, shape.k)
-        return lambda: torch.nn.functional.linear(x, weight())
+        return PoolCall(lambda: torch.nn.functional.linear(x, weight()), weight.count)
     if shape.batch > 1:
         a = torch.randn(shape.batch, shape.m, shape.k, device=backend.device, generator=g).to(dt)
         b = torch.randn(shape.batch, shape.k, shape.n, device=backend.device, generator=g).to(dt)
@@ -139,12 +165,14 @@ def _fp8_fn(
         if pool is None:
             raise ValueError("no memory for the cold-weight pool")
         weight = pool.windows(shape.n, shape.k)
-    else:
-        w = torch.randn(shape.n, shape.k, device=backend.device, generator=g).to(fp8)
-        weight = lambda: w  # noqa: E731
-    return lambda: torch._scaled_mm(
-        x, weight().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
-    )
+        return PoolCall(
+            lambda: torch._scaled_mm(
+                x, weight().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+            ),
+            weight.count,
+        )
+    w = torch.randn(shape.n, shape.k, device=backend.device, generator=g).to(fp8)
+    return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
 def fp8_capable(backend: Backend) -> bool:
@@ -222,7 +250,10 @@ def bench_gemm(
                 )
                 if fn is None:
                     continue
-                secs = guarded(skips, "gemm", what, lambda fn=fn: time_fn(fn, backend), backend)
+                calls = fn.calls if isinstance(fn, PoolCall) else None
+                secs = guarded(skips, "gemm", what,
+                               lambda fn=fn, c=calls: time_fn(fn, backend, calls=c),
+                               backend)  # fmt: skip
                 del fn
                 if secs:
                     pt = {"dtype": dt, "m": s.m, "n": s.n, "k": s.k, "batch": s.batch,

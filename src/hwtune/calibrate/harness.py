@@ -141,10 +141,23 @@ def time_fn(
     min_repeats: int = 3,
     max_repeats: int = 20,
     target_s: float = 0.2,
+    device_time: bool = True,
+    calls: int | None = None,
+    graph: bool = True,
 ) -> float:
     """Median seconds of ``fn()`` after ``warmup`` runs: at least ``min_repeats`` timed runs, more
-    (up to ``max_repeats``) while their total stays under ``target_s``. Each run is bracketed by
-    device synchronizations, so GPU kernels are timed to completion."""
+    (up to ``max_repeats``) while their total stays under ``target_s``.
+
+    On a CPU each run is one call, timed by the backend's clock. On a GPU (``device_time``) it
+    is the device time of a batch of back-to-back calls (`gpu_device_time`): what a kernel
+    costs inside a stream of kernels, as a step of a training loop or of a CUDA-graph serving
+    engine runs it, without the host's launch and synchronization (~13 us per call on the H200
+    of BENCHMARKS.md, more than a decode GEMM's own time). ``device_time=False`` times single
+    calls bracketed by synchronizations instead (the launch-overhead figure)."""
+    if backend.is_gpu and device_time:
+        return gpu_device_time(
+            fn, backend, warmup, min_repeats, max_repeats, target_s, calls, graph
+        )
     for _ in range(warmup):
         fn()
     backend.sync()
@@ -158,6 +171,82 @@ def time_fn(
         dt = now() - t0
         times.append(dt)
         total += dt
+    return statistics.median(times)
+
+
+BATCH_S = 1e-3
+"""Device time one timed GPU batch aims at (so that event resolution, ~0.5 us, is negligible)."""
+MAX_BATCH_CALLS = 1024
+
+
+def gpu_device_time(
+    fn: Callable[[], Any],
+    backend: Backend,
+    warmup: int = 1,
+    min_repeats: int = 3,
+    max_repeats: int = 20,
+    target_s: float = 0.2,
+    calls: int | None = None,
+    graph: bool = True,
+) -> float:
+    """Device seconds per call of ``fn`` on a GPU: ``calls`` back-to-back calls (default: enough
+    for ``BATCH_S`` of work, at most ``MAX_BATCH_CALLS``) captured once in a CUDA graph and
+    replayed between CUDA events, the median over the replays divided by ``calls``.
+
+    Replaying a graph launches its kernels without the host in the loop, so a small kernel is
+    timed at its device time rather than at the rate the host can launch it (the method of
+    ``triton.testing.do_bench_cudagraph``). Where capture fails (an op that cannot be captured)
+    (or with ``graph=False``: autograd's backward runs on its own thread and streams, which a
+    capture on this one does not cover) the batch is issued eagerly between the same events
+    instead. ``calls`` matters for cold
+    weights (`hwtune.calibrate.gemm.WeightPool`): a batch must sweep the whole pool so that
+    replays do not find its windows in L2."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(backend.device)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end) * 1e-3, 1e-7)
+    n = calls or int(min(MAX_BATCH_CALLS, max(1, BATCH_S // one)))
+    captured = None
+    try:
+        if not graph:
+            raise NotImplementedError("graph capture not asked for")
+        side = torch.cuda.Stream(backend.device)
+        side.wait_stream(torch.cuda.current_stream(backend.device))
+        with torch.cuda.stream(side):  # capture needs its allocations warmed on a side stream
+            for _ in range(n):
+                fn()
+        torch.cuda.current_stream(backend.device).wait_stream(side)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            for _ in range(n):
+                fn()
+        run: Callable[[], Any] = captured.replay
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        captured = None
+        torch.cuda.synchronize(backend.device)
+
+        def run() -> None:
+            for _ in range(n):
+                fn()
+
+    run()  # the first replay uploads the graph
+    times: list[float] = []
+    total = 0.0
+    while len(times) < max_repeats and (len(times) < min_repeats or total < target_s):
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        dt = start.elapsed_time(end) * 1e-3
+        times.append(dt / n)
+        total += dt
+    del captured
     return statistics.median(times)
 
 
@@ -191,6 +280,7 @@ __all__ = [
     "cpu_count",
     "detect_backend",
     "failure_reason",
+    "gpu_device_time",
     "guarded",
     "resolve_clock",
     "time_fn",

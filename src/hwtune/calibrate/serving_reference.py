@@ -73,17 +73,50 @@ class LlamaRefConfig:
     max_position: int = 4096
     seed: int = 0
     dtype: str = "fp32"  # fp32 (the CPU reference) or bf16 (a GPU)
+    engine_attention: bool = False  # decode attends without a mask, GQA in the kernel
 
     def hf_config(self) -> Any:
         from transformers import LlamaConfig
 
+        attn = register_engine_attention() if self.engine_attention else "sdpa"
         return LlamaConfig(
             hidden_size=self.hidden, num_hidden_layers=self.layers,
             num_attention_heads=self.heads, num_key_value_heads=self.kv_heads,
             intermediate_size=self.intermediate, vocab_size=self.vocab,
             max_position_embeddings=self.max_position, tie_word_embeddings=False,
-            attn_implementation="sdpa", torch_dtype=TORCH_DTYPES[self.dtype][1],
+            attn_implementation=attn, torch_dtype=TORCH_DTYPES[self.dtype][1],
         )  # fmt: skip
+
+
+ENGINE_ATTENTION = "hwtune_engine_sdpa"
+
+
+def register_engine_attention() -> str:
+    """Register (once) and name a `transformers` attention function that runs a decode step's
+    attention as a paged serving kernel does: the one new query over every cached key, no mask,
+    the KV heads shared by their query heads inside the kernel (SDPA ``enable_gqa``).
+
+    With a `StaticCache`, `transformers` builds an explicit mask for every decode step (it
+    refuses SDPA's mask-free path for compileable caches at one query), and a masked SDPA call
+    repeats each KV head for its query heads first (``repeat_kv``): a copy of the whole cache
+    per layer and step, 4x the KV bytes for Llama-3.1-8B's 32/8 heads, which no paged kernel
+    makes (vLLM's paged attention reads each KV block once per KV head; Kwon et al., SOSP'23,
+    §4.1). The reference's cache holds exactly the context plus the new token, so the mask
+    allows every key and dropping it changes nothing but the kernel (tested). Prefill (an
+    empty cache, as many keys as queries) already takes SDPA's causal, mask-free path."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def engine_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                    **kwargs: Any) -> Any:  # fmt: skip
+        if query.shape[2] == 1:
+            attention_mask = None
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(ENGINE_ATTENTION, engine_sdpa)
+    AttentionMaskInterface.register(ENGINE_ATTENTION, sdpa_mask)
+    return ENGINE_ATTENTION
 
 
 TORCH_DTYPES: dict[str, tuple[torch.dtype, str]] = {
@@ -92,7 +125,8 @@ TORCH_DTYPES: dict[str, tuple[torch.dtype, str]] = {
 }
 
 LLAMA31_8B = LlamaRefConfig(hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336,
-                            vocab=128256, max_position=16384, dtype="bf16")  # fmt: skip
+                            vocab=128256, max_position=16384, dtype="bf16",
+                            engine_attention=True)  # fmt: skip
 """Llama-3.1-8B's shapes (its Hugging Face config.json: hidden 4096, 32 layers, 32 query and
 8 KV heads, MLP 14336, vocabulary 128256, untied head), the GPU reference model."""
 

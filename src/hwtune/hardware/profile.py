@@ -63,9 +63,10 @@ class GemmPoint(BaseModel):
 
 class MemoryFigures(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    copy_bytes_per_s: float = Field(gt=0)
+    copy_bytes_per_s: float = Field(gt=0)  # the streaming bandwidth (see calibrate.memory)
     triad_bytes_per_s: float | None = Field(default=None, gt=0)
     launch_s: float = Field(default=0.0, ge=0)
+    memcpy_bytes_per_s: float | None = Field(default=None, gt=0)  # GPU: D2D copy_ (DMA)
 
 
 class SizedPoint(BaseModel):

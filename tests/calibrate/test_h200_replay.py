@@ -1,0 +1,81 @@
+"""The serve iteration model against Llama-3.1-8B steps measured on one H200 (kernel time,
+`benchmarks/data/h200_serving_reference.json`), with the H200 profile measured on the same
+machine (`hardware/profiles/nvidia-h200-sxm.yaml`): tier 2 needs no GPU to check."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hwtune.hardware.catalog import get_device
+from hwtune.hardware.profile import attach_profile
+from hwtune.model.hf_config import load_hf_config
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.profile import CalibrationProfile
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "benchmarks" / "data" / "h200_serving_reference.json"
+PROFILE = ROOT / "src" / "hwtune" / "hardware" / "profiles" / "nvidia-h200-sxm.yaml"
+LLAMA31_8B = {  # Llama-3.1-8B's config.json shapes (the reference model, random weights)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 16384,
+    "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+}  # fmt: skip
+
+
+def shape(phase: str, b: int, n: int) -> StepShape:
+    """As `hwtune.calibrate.serving_reference.step_shape` builds it (no torch here)."""
+    if phase == "prefill":
+        pairs = b * n * (n / 2.0)
+        return StepShape(tokens=b * n, seqs=b, sampled=b, pf_pairs=pairs, pf_kv=b * n,
+                         pf_tokens=b * n, pf_pairs_w=pairs, pf_kv_w=b * n)  # fmt: skip
+    ctx = b * (n + 1)
+    return StepShape(tokens=b, seqs=b, sampled=b, dec_n=b, dec_ctx=ctx, dec_ctx_w=ctx)
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[str, dict[str, list[float]]]:
+    rows = json.loads(DATA.read_text())["rows"]
+    spec = load_hf_config(LLAMA31_8B, name="llama-3.1-8b-shapes")
+    eager = CalibrationProfile(host_overhead_per_iteration_s=0.0,
+                               host_overhead_per_sequence_s=0.0, fused_elementwise=False)  # fmt: skip
+    tier1 = get_device("h200")
+    out: dict[str, dict[str, list[float]]] = {}
+    for tier, dev in (("tier1", tier1), ("tier2", attach_profile(tier1, PROFILE))):
+        it = IterationModel(ReplicaConfig(model=spec, device=dev, profile=eager), dtype="bf16")
+        out[tier] = {"prefill": [], "decode": []}
+        for r in rows:
+            t = it.step_time(shape(r["phase"], r["batch"], r["tokens"]))
+            out[tier][r["phase"]].append(t / r["kernel_s"] - 1)
+    return out
+
+
+def test_the_shipped_profile_is_an_h200_measurement():
+    doc = yaml.safe_load(PROFILE.read_text())
+    assert doc["device"]["name"] == "NVIDIA H200" and doc["device"]["sm_count"] == 132
+    peaks = doc["device"]["peak_tflops"]
+    # below the data sheet's dense peaks (989 bf16, 1979 fp8 TFLOP/s), above 60% of them
+    assert 0.6 * 989 < peaks["bf16"] < 989 and 0.6 * 1979 < peaks["fp8"] < 1979
+    assert 0.6 * 4.8 < doc["device"]["memory_bandwidth_tbps"] < 4.8
+
+
+def test_tier2_prefill_kernel_time_within_10_percent(errors):
+    """Prefill steps are GEMM-bound: the measured GEMM curves price them to a few percent
+    (measured: median 3.2%, worst 6.0%); the spec sheet alone misses by 6-25%."""
+    e2 = [abs(x) for x in errors["tier2"]["prefill"]]
+    assert statistics.median(e2) < 0.10 and max(e2) < 0.10
+    assert statistics.median(e2) < statistics.median(abs(x) for x in errors["tier1"]["prefill"])
+
+
+def test_tier2_decode_kernel_time_is_a_lower_bound_within_25_percent(errors):
+    """Decode steps: the model prices the weight and KV reads and the eager norm/rotary ops,
+    not the eager model's cache and mask bookkeeping kernels (~1-2 ms a step here), so it is
+    below the measured kernel time, by 12-21%."""
+    e2 = errors["tier2"]["decode"]
+    assert all(-0.25 < x < 0 for x in e2)
