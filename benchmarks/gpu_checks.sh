@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need an NVIDIA GPU, in one run (about 8 minutes on one H200):
+# The checks that need an NVIDIA GPU, in one run (about 6 minutes on one H200):
 #   1. `hwtune bench` on the GPU: its profile (GEMM in fp32/tf32/bf16/fp16/fp8, STREAM,
 #      memory-bound ops, attention; no collectives on one GPU)  -> $OUT/profile.yaml
 #   2. the serving iteration model against Llama-3.1-8B (bf16, random weights) steps, tier 1
@@ -26,8 +26,8 @@ step "machine"
   'cuda', torch.version.cuda, torch.cuda.get_device_name(), 'transformers',
   transformers.__version__)"; } >>"$LOG" 2>&1
 
-on 1 && step "1. hwtune bench (GPU profile)" && timeout "${BENCH_TIMEOUT:-260}" "$PY" -c "from hwtune.cli.main import app; app()" bench \
-  --device cuda --quick --budget "${BENCH_BUDGET:-190}" \
+on 1 && step "1. hwtune bench (GPU profile)" && timeout "${BENCH_TIMEOUT:-150}" "$PY" -c "from hwtune.cli.main import app; app()" bench \
+  --device cuda --quick --budget "${BENCH_BUDGET:-100}" \
   --sections gemm,memory,elementwise,attention -o "$OUT/profile.yaml" >>"$LOG" 2>&1
 echo "rc $?" >>"$LOG"
 

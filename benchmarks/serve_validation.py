@@ -21,7 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hwtune.serve.published import ENGINES, REQUESTS_PER_CLIENT, load_rows, predict_all
+from hwtune.serve.published import (
+    ENGINES,
+    REQUESTS_PER_CLIENT,
+    load_rows,
+    predict_all,
+    with_profile,
+)
 
 
 def rel(p: float, m: float) -> float:
@@ -65,6 +71,11 @@ def main() -> None:
         help="only the rows measured by InferenceX (sampled lengths)",
     )
     ap.add_argument(
+        "--profile",
+        default=None,
+        help="a hwtune bench profile: only the rows on its GPU, with its curves (tier 2)",
+    )
+    ap.add_argument(
         "--merge-into",
         default=None,
         help="a full results JSON whose rows of the same ids these replace",
@@ -83,6 +94,8 @@ def main() -> None:
             ok = [r for r in ok if r.mode == a.mode]
         if a.inferencex:
             ok = [r for r in ok if r.range_ratio < 1]
+        if a.profile:
+            ok = with_profile(ok, a.profile)
         if a.limit:
             ok = ok[: a.limit]
         t = time.time()
@@ -98,7 +111,8 @@ def main() -> None:
             (failed if err else out).append(rec | ({"error": err} if err else {}))
         skipped = [{"id": r.id, "reason": r.reason} for r in rows if r.deployment is None]
         doc = {"rows": out, "failed": failed, "skipped": skipped, "wall_s": wall,
-               "requests_per_client": a.requests_per_client, "engine": a.engine}  # fmt: skip
+               "requests_per_client": a.requests_per_client, "engine": a.engine,
+               "profile": a.profile}  # fmt: skip
         if a.merge_into:  # rerun a part of a full run: its other rows are kept as they were
             base = json.loads(Path(a.merge_into).read_text())
             new = {o["id"]: o for o in out}

@@ -300,3 +300,18 @@ def test_cold_time_grows_with_the_weight(pts, bw, m, n, k):
     t = prof.cold_gemm_time(m, n, k, "fp32")
     assert t > 0
     assert prof.cold_gemm_time(m, 2 * n, k, "fp32") >= t * (1 - 1e-9)
+
+
+def test_grouped_cold_gemm_is_one_kernel():
+    """A batch of weight-streaming GEMMs (MoE experts) is one grouped kernel: one fixed cost,
+    the weights of all experts streamed: the time of one GEMM against their stacked weight."""
+    prof = DeviceProfile(gemm=[
+        {"dtype": "fp8", "m": 1, "n": n, "k": n, "batch": 1, "cold": True,
+         "seconds": 3e-6 + n * n / 4e12}
+        for n in (256, 1024, 4096, 16384)
+    ])  # fmt: skip
+    one = 2.0 * 1 * 4096 * 4096 / prof.gemm_rate(1, 4096, 4096, "fp8")
+    grouped = 2.0 * 32 * 4096 * 4096 / prof.gemm_rate(1, 4096, 4096, "fp8", batch=32)
+    assert one == pytest.approx(3e-6 + 4096**2 / 4e12, rel=1e-6)
+    assert grouped == pytest.approx(3e-6 + 32 * 4096**2 / 4e12, rel=0.05)
+    assert grouped < 32 * one

@@ -321,6 +321,30 @@ def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[
     return out
 
 
+def with_profile(rows: list[Row], path: str | Path) -> list[Row]:
+    """The expressible rows whose GPU the `hwtune bench` profile at ``path`` was measured on,
+    with that profile's curves attached to their devices (tier 2:
+    `hwtune.hardware.profile.attach_profile`); rows on other GPUs are left out."""
+    from hwtune.hardware.profile import attach_profile, load_profile_file
+
+    name = str(load_profile_file(path)[0].get("name", "")).lower()
+    out: list[Row] = []
+    cache: dict[str, object] = {}
+    for r in rows:
+        dep = r.deployment
+        if dep is None:
+            continue
+        dev = dep.replica.device
+        if name not in {dev.name.lower(), *(a.lower() for a in dev.aliases)}:
+            continue
+        tier2 = cache.setdefault(dev.name, attach_profile(dev, path))
+        upd: dict[str, object] = {"replica": dep.replica.with_(device=tier2)}
+        if dep.prefill is not None:
+            upd["prefill"] = dep.prefill.with_(device=tier2)
+        out.append(replace(r, deployment=replace(dep, **upd)))
+    return out
+
+
 def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[float, float]:
     """(mean TTFT, mean TPOT) seconds predicted for an expressible row."""
     from hwtune.serve.metrics import per_request
