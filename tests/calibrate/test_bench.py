@@ -267,3 +267,23 @@ def test_gpu_cold_gemm_batches_sweep_the_pool():
     assert fn.calls == pool.windows(4096, 4096).count >= 2
     t = time_fn(fn, gpu, calls=fn.calls)
     assert t >= 4096 * 4096 * 2 / 5e12
+
+
+def test_gpu_fields_are_rebased_on_the_catalog_data_sheet():
+    """A GPU the catalog knows keeps its measured rates as efficiencies against the data
+    sheet (so MFU is reported the papers' way) and gets the links one GPU cannot measure."""
+    from hwtune.calibrate.device_info import with_catalog_links
+
+    fields = {"name": "NVIDIA H200", "peak_tflops": {"bf16": 800.0, "fp8": 1400.0},
+              "gemm_efficiency": 1.0, "memory_bandwidth_tbps": 4.32, "memory_bw_efficiency": 1.0,
+              "sources": {"memory_bandwidth_tbps": "STREAM"}}  # fmt: skip
+    with_catalog_links(fields)
+    assert fields["peak_tflops"]["bf16"] == pytest.approx(989.4)
+    assert fields["gemm_efficiency"] == pytest.approx(800 / 989.4)
+    assert fields["gemm_efficiency_fp8"] == pytest.approx(1400 / 1978.9)
+    assert fields["memory_bw_efficiency"] == pytest.approx(4.32 / 4.8)
+    assert (
+        fields["scaleup_gbps_per_direction"] == 450 and "catalog" in fields["sources"]["gemm_tile"]
+    )
+    unknown = {"name": "Mystery GPU", "peak_tflops": {"bf16": 100.0}, "sources": {}}
+    assert with_catalog_links(dict(unknown)) == unknown

@@ -16,6 +16,7 @@ import platform
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -186,6 +187,71 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
             attention_efficiency="defaults (not measured in tier 1; the profile's curves are)",
         )
     fields["sources"] = sources
+    if backend.is_gpu:
+        with_catalog_links(fields)
+    return fields
+
+
+CATALOG_FIELDS: tuple[str, ...] = (
+    "aliases", "scaleup_link", "scaleup_gbps_per_direction", "pcie_gbps_per_direction",
+    "gemm_tile", "min_clock_mhz", "base_clock_mhz", "reference_power_w", "idle_w",
+    "price_per_hour_usd",
+)  # fmt: skip
+"""Device fields one GPU cannot measure about itself, taken from the catalog entry of the same
+name: its links (collectives on one GPU measure nothing; without them a profile used as
+``--gpu`` would price data-parallel all-reduces over PCIe), tile, clocks and power figures."""
+
+
+def _rebase_on_datasheet(fields: dict, cat: Any) -> None:
+    """Express the measured peaks and bandwidth against the catalog's data sheet: peaks and
+    bandwidth become the data sheet's, the measured best bf16 (fp8) GEMM and STREAM figures
+    become ``gemm_efficiency`` (``gemm_efficiency_fp8``) and ``memory_bw_efficiency``. Every time
+    the cost models derive is unchanged (peak x efficiency = the measured rate; the curves
+    come first anyway), but MFU and HFU are then reported against the data-sheet peak, the
+    convention of the papers (Chowdhery et al. 2022, App. B), not against a measured best
+    that would read 0.79 for a step whose data-sheet MFU is 0.64."""
+    peaks = dict(fields["peak_tflops"])
+    sheet = cat.peak_tflops.model_dump()
+    ref = "bf16" if peaks.get("bf16") and sheet.get("bf16") else "fp16"
+    if not (peaks.get(ref) and sheet.get(ref)):
+        return
+    src = fields["sources"]
+    fields["peak_tflops"] = {k: v for k, v in sheet.items() if v is not None}
+    fields["gemm_efficiency"] = min(1.0, peaks[ref] / sheet[ref])
+    src["peak_tflops"] = f"catalog {cat.name} data sheet"
+    src["gemm_efficiency"] = (f"best {ref} GEMM measured by hwtune bench, {peaks[ref]:.1f} of "
+                              f"{sheet[ref]:.1f} TFLOP/s")  # fmt: skip
+    if peaks.get("fp8") and sheet.get("fp8"):
+        fields["gemm_efficiency_fp8"] = min(1.0, peaks["fp8"] / sheet["fp8"])
+        src["gemm_efficiency_fp8"] = (f"best fp8 GEMM measured by hwtune bench, "
+                                      f"{peaks['fp8']:.1f} of {sheet['fp8']:.1f} TFLOP/s")  # fmt: skip
+    bw = fields.get("memory_bandwidth_tbps")
+    if bw:
+        fields["memory_bandwidth_tbps"] = cat.memory_bandwidth_tbps
+        fields["memory_bw_efficiency"] = min(1.0, bw / cat.memory_bandwidth_tbps)
+        src["memory_bw_efficiency"] = (f"{src.get('memory_bandwidth_tbps', 'measured')}: "
+                                       f"{bw:.2f} of {cat.memory_bandwidth_tbps} TB/s")  # fmt: skip
+        src["memory_bandwidth_tbps"] = f"catalog {cat.name} data sheet"
+
+
+def with_catalog_links(fields: dict) -> dict:
+    """``fields`` (a measured GPU's device fields) completed, in place, with `CATALOG_FIELDS` from
+    the catalog device of the same name or alias, each source saying so, and its peaks and
+    bandwidth expressed against that device's data sheet (`_rebase_on_datasheet`); unchanged
+    for a GPU the catalog does not know."""
+    from hwtune.errors import HwtuneInputError
+    from hwtune.hardware.catalog import get_device
+
+    try:
+        cat = get_device(str(fields.get("name", "")))
+    except HwtuneInputError:
+        return fields
+    _rebase_on_datasheet(fields, cat)
+    for key in CATALOG_FIELDS:
+        value = getattr(cat, key)
+        if key not in fields and value not in (None, (), ""):
+            fields[key] = list(value) if isinstance(value, tuple) else value
+            fields["sources"][key] = f"catalog {cat.name} (not measured by hwtune bench)"
     return fields
 
 
