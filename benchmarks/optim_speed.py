@@ -6,6 +6,7 @@ from storage). The figures of BENCHMARKS-optim.md.
     python benchmarks/optim_speed.py                  # 1 thread, CPU time per step
     python benchmarks/optim_speed.py --threads 2 --only torch,ours-compiled
     python benchmarks/optim_speed.py --device cuda --layers 48 --d-model 1600   # GPT-2 XL, GPU
+    python benchmarks/optim_speed.py --only ours-eager --span-elements 16777216  # GPU span on CPU
 
 On a GPU the steps are timed by wall clock with the device synchronized around each, and
 ``torch-fused`` (``torch.optim.AdamW(fused=True)``, the fastest stock PyTorch AdamW there) joins.
@@ -33,6 +34,8 @@ from hwtune.optim import AdamW, measure_footprint
 
 DEVICE = "cpu"
 SHAPE = {"layers": 12, "d": 768}
+#: ``span_elements`` of our optimizers (None: the device's default)
+OURS: dict = {"span_elements": None}
 
 
 def parameters(dtype: torch.dtype):
@@ -64,10 +67,10 @@ def make(name: str):
         return ps, torch.optim.AdamW(ps, lr=1e-3, foreach=True)
     if name == "ours-eager":
         ps = parameters(torch.bfloat16)
-        return ps, AdamW(ps, lr=1e-3, compile=False, numerics_check_every=0)
+        return ps, AdamW(ps, lr=1e-3, compile=False, numerics_check_every=0, **OURS)
     if name == "ours-compiled":
         ps = parameters(torch.bfloat16)
-        return ps, AdamW(ps, lr=1e-3, compile=True, numerics_check_every=0)
+        return ps, AdamW(ps, lr=1e-3, compile=True, numerics_check_every=0, **OURS)
     if name == "torchao-AdamW8bit":
         from torchao.optim import AdamW8bit
 
@@ -125,9 +128,16 @@ def main() -> None:
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--layers", type=int, default=12, help="GPT-2 blocks (12: small, 48: XL)")
     ap.add_argument("--d-model", type=int, default=768, help="GPT-2 width (768: small, 1600: XL)")
+    ap.add_argument(
+        "--span-elements",
+        type=int,
+        default=None,
+        help="elements per update call of ours (a multiple of 65536; default: the device's)",
+    )
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device
+    OURS["span_elements"] = args.span_elements
     SHAPE.update(layers=args.layers, d=args.d_model)
     torch.set_num_threads(args.threads)
     rows = [bench(n, args.warmup, args.steps) for n in args.only.split(",")]
@@ -136,7 +146,8 @@ def main() -> None:
     base_name = "torch-fused" if gpu and "torch-fused" in args.only else "torch-foreach"
     base = next((r for r in rows if r["optimizer"] == base_name and key in r), None)
     where = torch.cuda.get_device_name() if gpu else platform.processor() or platform.machine()
-    print(f"# {where}, {args.threads} thread(s), torch {torch.__version__}")
+    span = f", span_elements={args.span_elements}" if args.span_elements else ""
+    print(f"# {where}, {args.threads} thread(s), torch {torch.__version__}{span}")
     print(
         f"| optimizer | params | CPU s/step | wall s/step | vs {base_name} ({'wall' if gpu else 'CPU'}) "
         "| bytes/param | warm-up s |"

@@ -69,6 +69,40 @@ def test_cuda_compiled_step_matches_eager():
         assert (f - e).norm() < 0.02 * moved
 
 
+@pytest.mark.parametrize("compile", [False, True])
+def test_cuda_spans_match_chunks(compile):
+    """On a GPU the default update covers up to `GPU_SPAN` elements per call; the weights and
+    every state tensor are bit-identical to one chunk per call (eager), resp. within rounding of
+    the fused arithmetic (compiled), and a parameter of a few chunks takes one call."""
+    from hwtune.optim.optimizer import CHUNK, GPU_SPAN
+
+    gen = torch.Generator().manual_seed(0)
+    start = [
+        torch.nn.Parameter((torch.randn(n, generator=gen) * 0.05).to(torch.bfloat16))
+        for n in (3 * CHUNK + 1000 + 7, 2 * CHUNK, 5000, 7)
+    ]
+    runs = []
+    for span in (CHUNK, None):
+        ps = [torch.nn.Parameter(p.detach().clone().cuda()) for p in start]
+        opt = AdamW(ps, lr=1e-2, compile=compile, span_elements=span)
+        for i in range(4):
+            for p, gr in zip(ps, _grads(start, i), strict=True):
+                p.grad = gr.cuda()
+            opt.step()
+        assert opt.compile == compile
+        runs.append((ps, opt))
+    assert GPU_SPAN > 3 * CHUNK + 1007
+    (pa, oa), (pb, ob) = runs
+    for p0, a, b in zip(start, pa, pb, strict=True):
+        if compile:  # the graphs of one and of many chunks may fuse (round) differently
+            moved = (a.detach().float().cpu() - p0.detach().float()).norm()
+            assert (b.detach().float() - a.detach().float()).norm().cpu() < 0.02 * moved
+            continue
+        assert torch.equal(a.detach().cpu(), b.detach().cpu())
+        for key in oa.state[a]:
+            assert torch.equal(oa.state[a][key].cpu(), ob.state[b][key].cpu()), key
+
+
 def test_cuda_footprint_is_seven_bytes_per_parameter():
     """bf16 weights + bf16 gradients + two 8-bit states + the 8-bit master split + scales: the
     7 B/param of the design (Dettmers et al. 2022 states, split master weights), on the GPU."""

@@ -3,15 +3,20 @@ companded codes (`companding`) and whose fp32 master weights live split across t
 parameter and an integer correction (`master_weights`).
 
 Each subclass gives only the update rule on fp32 values (`math`). The driver decodes a parameter's
-states, applies the rule, and codes them again, one chunk of `CHUNK` elements at a time so the fp32
-temporaries stay small and in cache. The same pure-torch code runs on CPU and GPU; by default it is
-fused by `torch.compile` (one C++ loop nest on CPU, Triton on GPU; about 7x faster than eager on
-CPU, see BENCHMARKS-optim.md), compiled at the first steps (tens of seconds on CPU). Where no
-compiler is available it falls back to the same ops run eagerly, with a warning.
+states, applies the rule, and codes them again, one *span* of consecutive chunks of `CHUNK`
+elements per call: on CPU one chunk, so the fp32 temporaries stay small and in cache; on a GPU up
+to `GPU_SPAN` elements, so a parameter takes one or a few calls rather than one per chunk (each
+call launches dozens of kernels). Every chunk keeps its own gscale either way (`companding`), so
+the span changes neither the results (bit-identical) nor the checkpoint format. The same
+pure-torch code runs on CPU and GPU; by default it is fused by `torch.compile` (one C++ loop nest
+on CPU, Triton on GPU; about 7x faster than eager on CPU, see BENCHMARKS-optim.md), compiled at
+the first steps (tens of seconds on CPU). Where no compiler is available it falls back to the same
+ops run eagerly, with a warning.
 """
 
 from __future__ import annotations
 
+import inspect
 import math as pymath
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -24,8 +29,17 @@ from hwtune.optim import companding as cq
 from hwtune.optim import master_weights as mw
 from hwtune.optim.numerics import UpdateTooSmallWarning, stalled_fraction
 
-#: elements per chunk of the driver (a multiple of every supported group size)
+#: elements per chunk: the unit of one gscale in the stored state (a multiple of every supported
+#: group size)
 CHUNK = 1 << 16
+#: elements per update call on non-CPU devices (256 chunks). A GPU pays a fixed cost per call
+#: (about 120 aten ops eager, i.e. as many kernel launches, or the compiled function's guards),
+#: so one call per chunk made GPT-2 XL's step 24,296 calls and 2.9 M ops; with spans of 2^24
+#: elements every GPT-2 XL tensor but the embedding (5 spans) takes one call: 584 calls and 73 k
+#: ops (``benchmarks/optim_span.py``), and a 7 B model's largest matrices (4096 x 11008 = 45 M)
+#: take three. Larger spans would save few calls but grow the eager fp32 temporaries, each
+#: 4 bytes x span = 64 MiB here (about a dozen live at once: under 1 GiB).
+GPU_SPAN = 1 << 24
 #: what each moment kind is coded as: signed momentum (int8) or second moment (uint8 of sqrt)
 SIGNED, SECOND = "signed", "second"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
@@ -43,7 +57,7 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return to_local() if to_local is not None else t
 
 
-def update_chunk(
+def update_span(
     rule: UpdateRule,
     param: torch.Tensor,
     corr: torch.Tensor | None,
@@ -56,8 +70,11 @@ def update_chunk(
     inv_grad_scale: float,
     group_size: int,
     companded: bool,
+    chunk_groups: int,
 ) -> None:
-    """Decode, update and re-code one chunk in place (flat views of the parameter and states)."""
+    """Decode, update and re-code in place a span of consecutive chunks (flat views of the
+    parameter and states, starting at a chunk boundary): ``chunk_groups`` groups per chunk, one
+    gscale per chunk. A span of one chunk runs exactly the per-chunk ops."""
     n = param.numel()
     theta = mw.join(param, corr)
     g = grad.float()
@@ -66,7 +83,7 @@ def update_chunk(
     moments = []
     for kind, c, s, gs in zip(kinds, codes, scales, gscales, strict=True):
         decode = cq.dequantize_signed if kind == SIGNED else cq.dequantize_second_moment
-        moments.append(decode(c, s, gs, n, group_size, companded))
+        moments.append(decode(c, s, gs, n, group_size, companded, chunk_groups))
     theta, moments = rule(theta, g, moments, hp)
     new_param, new_corr = mw.split(theta, param.dtype, None if corr is None else corr.dtype)
     param.copy_(new_param)
@@ -74,25 +91,38 @@ def update_chunk(
         corr.copy_(new_corr)
     for kind, x, c, s, gs in zip(kinds, moments, codes, scales, gscales, strict=True):
         encode = cq.quantize_signed if kind == SIGNED else cq.quantize_second_moment
-        new_c, new_s, new_gs = encode(x, group_size, companded)
+        new_c, new_s, new_gs = encode(x, group_size, companded, chunk_groups)
         c.copy_(new_c)
         s.copy_(new_s)
         gs.copy_(new_gs)
 
 
-_compiled_update_chunk: Callable[..., None] | None = None
+_compiled_update_span: Callable[..., None] | None = None
+#: graphs `compiled_update_span` may compile before dynamo runs it eagerly: variants multiply
+#: (optimizer kind, fp32 and 16-bit parameters, loss scaling, one-group tensors), and an eager
+#: fallback costs ~7x per step for the rest of the run, a graph tens of seconds once
+_RECOMPILE_LIMIT = 32
 
 
-def compiled_update_chunk() -> Callable[..., None]:
-    """`update_chunk` fused by `torch.compile` (one C++ loop nest on CPU, Triton on GPU).
+def compiled_update_span() -> Callable[..., None]:
+    """`update_span` fused by `torch.compile` (one C++ loop nest on CPU, Triton on GPU).
 
     Sizes and hyperparameters start specialised and turn symbolic when they change (dynamo's
-    automatic dynamic shapes): a handful of compilations, then none.
+    automatic dynamic shapes): a handful of graphs (first step; spans of one and of many chunks;
+    offset 0 or not; ragged or not; measured: 6 for GPT-2-like shapes with CPU and GPU spans),
+    then none. Not ``dynamic=True``: that also makes ``group_size`` symbolic, and the C++ loops
+    over groups of unknown length ran 16x slower on CPU. The variants multiply (ragged sizes,
+    single groups and multi-chunk tails: 12 graphs in ``tests/optim/test_spans.py``), past
+    dynamo's default limit of 8 per function, after which it silently runs eagerly; so where
+    torch supports it this function gets a limit of its own (`_RECOMPILE_LIMIT`).
     """
-    global _compiled_update_chunk
-    if _compiled_update_chunk is None:
-        _compiled_update_chunk = torch.compile(update_chunk, dynamic=None)
-    return _compiled_update_chunk
+    global _compiled_update_span
+    if _compiled_update_span is None:
+        extra: dict[str, Any] = {}
+        if "recompile_limit" in inspect.signature(torch.compile).parameters:  # newer torch only
+            extra["recompile_limit"] = _RECOMPILE_LIMIT
+        _compiled_update_span = torch.compile(update_span, dynamic=None, **extra)
+    return _compiled_update_span
 
 
 def _positive(name: str, value: float) -> None:
@@ -125,6 +155,9 @@ class CompactOptimizer(torch.optim.Optimizer):
     - ``numerics_check_every``: steps between checks that updates still change the stored weights
       (`hwtune.optim.numerics`; 0 disables).
     - ``compile``: fuse the update with `torch.compile` (default True).
+    - ``span_elements``: elements per update call, a multiple of `CHUNK` (default None: one chunk
+      on CPU, where small temporaries stay in cache; `GPU_SPAN` elsewhere, where each call costs
+      dozens of kernel launches). Results are bit-identical for every value.
 
     Subclasses set `moments` (names and kinds of their states), implement `rule` (the update on
     fp32 values) and `hyperparameters` (the scalars `rule` reads, per group and step).
@@ -146,6 +179,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         max_grad_norm: float | None = None,
         numerics_check_every: int = 100,
         compile: bool = True,
+        span_elements: int | None = None,
     ) -> None:
         if master_weight_bits not in mw.CORRECTION_DTYPES:
             raise HwtuneInputError(
@@ -159,12 +193,25 @@ class CompactOptimizer(torch.optim.Optimizer):
             raise HwtuneInputError(
                 "numerics_check_every", numerics_check_every, "an int >= 0 (0: never)"
             )
+        if span_elements is not None and not (
+            isinstance(span_elements, int)
+            and not isinstance(span_elements, bool)
+            and span_elements > 0
+            and span_elements % CHUNK == 0
+        ):
+            raise HwtuneInputError(
+                "span_elements",
+                span_elements,
+                f"None (device default) or a positive multiple of {CHUNK} (the chunk size)",
+            )
         defaults = dict(defaults, master_weight_bits=master_weight_bits, group_size=group_size)
         defaults["companded"] = bool(companded)
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.numerics_check_every = numerics_check_every
         self.compile = bool(compile)
+        # not a group default: state dicts saved before this option must still load
+        self.span_elements = span_elements
         self._stalled: list[tuple[str, float, int]] = []
         self._release = None
         if gradient_release:
@@ -297,9 +344,11 @@ class CompactOptimizer(torch.optim.Optimizer):
     ) -> None:
         gs, n = group["group_size"], p.numel()
         kinds = tuple(kind for _, kind in self.moments)
-        for ci, start in enumerate(range(0, n, CHUNK)):
-            end = min(n, start + CHUNK)
+        span = self.span_elements or (CHUNK if p.device.type == "cpu" else GPU_SPAN)
+        for start in range(0, n, span):  # spans start at chunk boundaries: span % CHUNK == 0
+            end = min(n, start + span)
             g0, g1 = start // gs, cq.n_groups(end, gs)
+            c0, c1 = start // CHUNK, -(-end // CHUNK)
             args = (
                 self.rule,
                 p[start:end],
@@ -307,18 +356,19 @@ class CompactOptimizer(torch.optim.Optimizer):
                 g[start:end],
                 [state[name][g0 * gs : g1 * gs] for name, _ in self.moments],
                 [state[name + "_scale"][g0:g1] for name, _ in self.moments],
-                [state[name + "_gscale"][ci : ci + 1] for name, _ in self.moments],
+                [state[name + "_gscale"][c0:c1] for name, _ in self.moments],
                 kinds,
                 hp,
                 inv_grad_scale,
                 gs,
                 group["companded"],
+                CHUNK // gs,
             )
             if self.compile:
                 try:
                     with warnings.catch_warnings():  # inductor's notes while it compiles
                         warnings.simplefilter("ignore", UserWarning)
-                        compiled_update_chunk()(*args)
+                        compiled_update_span()(*args)
                     continue
                 except Exception as err:  # no C++ compiler / Triton: run the same ops eagerly
                     self.compile = False
@@ -328,7 +378,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                         RuntimeWarning,
                         stacklevel=2,
                     )
-            update_chunk(*args)
+            update_span(*args)
 
     def _grad_scale(self) -> tuple[float, bool]:
         """(1 / loss scale, found inf) as handed over by `torch.amp.GradScaler.step`."""
