@@ -6,7 +6,11 @@ pre-norm blocks, rotary positions, grouped-query attention through torch's
 `scaled_dot_product_attention`, a SwiGLU MLP and an untied LM head (Touvron et al. 2023,
 "Llama 2", §2.1). It runs in fp32 under ``torch.inference_mode``, on one torch thread (as
 `hwtune bench --threads 1` measures the device), so the process CPU time is the time the step
-would take alone on a shared machine (`hwtune.calibrate.harness.resolve_clock`).
+would take alone on a shared machine (`hwtune.calibrate.harness.resolve_clock`). On a GPU
+(``device="cuda"``, `LLAMA31_8B`: Llama-3.1-8B's shapes in bf16) steps are timed by wall clock
+with the device synchronized around each, and also by their CUDA kernel time (the PyTorch
+profiler), the time a CUDA-graph engine's step takes without host work; decode there attends as
+a paged engine does (`register_engine_attention`).
 
 What is timed is what one engine step of the serving simulator (`hwtune.serve.iteration`) runs:
 
