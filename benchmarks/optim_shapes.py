@@ -16,13 +16,20 @@ def gpt2_shapes(layers: int = 12, d: int = 768, vocab: int = 50304, ctx: int = 1
 
 
 def parameters(
-    dtype: torch.dtype, layers: int = 12, seed: int = 0, d: int = 768
+    dtype: torch.dtype, layers: int = 12, seed: int = 0, d: int = 768, device: str = "cpu"
 ) -> nn.ParameterList:
-    """GPT-2-shaped parameters of ``dtype`` with gradients of the same dtype (seeded)."""
-    gen = torch.Generator().manual_seed(seed)
+    """GPT-2-shaped parameters of ``dtype`` with gradients of the same dtype, on ``device``:
+    seeded random values (drawn on the device itself: a 1.5 B-parameter draw on one CPU thread
+    takes minutes), or uninitialised on ``meta`` (which dispatches ops without computing)."""
+    gen = None if device == "meta" else torch.Generator(device=device).manual_seed(seed)
     params = nn.ParameterList()
     for shape in gpt2_shapes(layers, d):
-        p = nn.Parameter((torch.randn(shape, generator=gen) * 0.02).to(dtype))
-        p.grad = (torch.randn(shape, generator=gen) * 1e-3).to(dtype)
+        if gen is None:
+            p = nn.Parameter(torch.empty(shape, dtype=dtype, device=device))
+            p.grad = torch.empty_like(p)
+        else:
+            w = torch.randn(shape, generator=gen, device=device) * 0.02
+            p = nn.Parameter(w.to(dtype))
+            p.grad = (torch.randn(shape, generator=gen, device=device) * 1e-3).to(dtype)
         params.append(p)
     return params

@@ -2,7 +2,7 @@
 one chunk (the CPU default) against `GPU_SPAN` (the default on GPUs), for GPT-2 shapes; with
 ``--time``, also the eager step time of each span on this CPU.
 
-The per-call cost that made per-chunk updates slow on a GPU (about 50 kernel launches each, eager)
+The per-call cost that made per-chunk updates slow on a GPU (about 120 aten ops each, eager: as many kernel launches)
 does not depend on the device, so the counts are measured here, on CPU tensors (or on ``meta``
 tensors, which dispatch the same ops without computing: seconds for GPT-2 XL).
 
@@ -24,8 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from optim_shapes import gpt2_shapes
-from optim_shapes import parameters as cpu_parameters
+from optim_shapes import parameters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hwtune.optim import AdamW
@@ -46,21 +45,9 @@ class OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def parameters(device: str, layers: int, d: int) -> torch.nn.ParameterList:
-    """bf16 GPT-2 parameters with gradients (random on the CPU, uninitialised on ``meta``)."""
-    if device == "cpu":
-        return cpu_parameters(torch.bfloat16, layers, d=d)
-    ps = torch.nn.ParameterList()
-    for shape in gpt2_shapes(layers, d):
-        p = torch.nn.Parameter(torch.empty(shape, dtype=torch.bfloat16, device=device))
-        p.grad = torch.empty_like(p)
-        ps.append(p)
-    return ps
-
-
 def measure(span: int, args: argparse.Namespace) -> dict:
     """Calls and ops of one step with ``span`` elements per call; CPU time per step if asked."""
-    ps = parameters(args.device, args.layers, args.d_model)
+    ps = parameters(torch.bfloat16, args.layers, d=args.d_model, device=args.device)
     opt = AdamW(ps, lr=1e-3, compile=False, numerics_check_every=0, span_elements=span)
     opt.step()  # creates the states
     calls = 0

@@ -27,7 +27,6 @@ import traceback
 from pathlib import Path
 
 import torch
-from optim_shapes import gpt2_shapes
 from optim_shapes import parameters as _parameters
 
 from hwtune.optim import AdamW, measure_footprint
@@ -39,17 +38,8 @@ OURS: dict = {"span_elements": None}
 
 
 def parameters(dtype: torch.dtype):
-    """The benchmark's GPT-2-shaped parameters on ``DEVICE`` with gradients (seeded; drawn on
-    the GPU itself there: a 1.5 B-parameter draw on one CPU thread takes minutes)."""
-    if DEVICE == "cpu":
-        return _parameters(dtype, SHAPE["layers"], d=SHAPE["d"])
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
-    ps = torch.nn.ParameterList()
-    for shape in gpt2_shapes(SHAPE["layers"], SHAPE["d"]):
-        p = torch.nn.Parameter((torch.randn(shape, generator=gen, device=DEVICE) * 0.02).to(dtype))
-        p.grad = (torch.randn(shape, generator=gen, device=DEVICE) * 1e-3).to(dtype)
-        ps.append(p)
-    return ps
+    """The benchmark's GPT-2-shaped parameters on ``DEVICE`` with gradients (seeded)."""
+    return _parameters(dtype, SHAPE["layers"], d=SHAPE["d"], device=DEVICE)
 
 
 def sync() -> None:

@@ -1,6 +1,7 @@
 """The serve iteration model against Llama-3.1-8B steps measured on one H200 (kernel time,
 `benchmarks/data/h200_serving_reference.json`), with the H200 profile measured on the same
-machine (`hardware/profiles/nvidia-h200-sxm.yaml`): tier 2 needs no GPU to check."""
+machine (`hardware/profiles/nvidia-h200-sxm.yaml`): tier 2 needs no GPU to check. The model
+and step shapes are the benchmark's own (`calibrate.serving_reference`), not copies."""
 
 from __future__ import annotations
 
@@ -11,38 +12,25 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hwtune.hardware.catalog import get_device
-from hwtune.hardware.profile import attach_profile
-from hwtune.model.hf_config import load_hf_config
-from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.iteration import IterationModel, StepShape
-from hwtune.serve.profile import CalibrationProfile
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hwtune.calibrate.serving_reference import LLAMA31_8B, model_spec, step_shape  # noqa: E402
+from hwtune.hardware.catalog import get_device  # noqa: E402
+from hwtune.hardware.profile import attach_profile  # noqa: E402
+from hwtune.serve.config import ReplicaConfig  # noqa: E402
+from hwtune.serve.iteration import IterationModel  # noqa: E402
+from hwtune.serve.profile import CalibrationProfile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data" / "h200_serving_reference.json"
 PROFILE = ROOT / "src" / "hwtune" / "hardware" / "profiles" / "nvidia-h200-sxm.yaml"
-LLAMA31_8B = {  # Llama-3.1-8B's config.json shapes (the reference model, random weights)
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 16384,
-    "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "hidden_act": "silu",
-}  # fmt: skip
-
-
-def shape(phase: str, b: int, n: int) -> StepShape:
-    """As `hwtune.calibrate.serving_reference.step_shape` builds it (no torch here)."""
-    if phase == "prefill":
-        pairs = b * n * (n / 2.0)
-        return StepShape(tokens=b * n, seqs=b, sampled=b, pf_pairs=pairs, pf_kv=b * n,
-                         pf_tokens=b * n, pf_pairs_w=pairs, pf_kv_w=b * n)  # fmt: skip
-    ctx = b * (n + 1)
-    return StepShape(tokens=b, seqs=b, sampled=b, dec_n=b, dec_ctx=ctx, dec_ctx_w=ctx)
 
 
 @pytest.fixture(scope="module")
 def errors() -> dict[str, dict[str, list[float]]]:
     rows = json.loads(DATA.read_text())["rows"]
-    spec = load_hf_config(LLAMA31_8B, name="llama-3.1-8b-shapes")
+    spec = model_spec(LLAMA31_8B)  # the measured model's own ModelSpec
     eager = CalibrationProfile(host_overhead_per_iteration_s=0.0,
                                host_overhead_per_sequence_s=0.0, fused_elementwise=False)  # fmt: skip
     tier1 = get_device("h200")
@@ -51,7 +39,7 @@ def errors() -> dict[str, dict[str, list[float]]]:
         it = IterationModel(ReplicaConfig(model=spec, device=dev, profile=eager), dtype="bf16")
         out[tier] = {"prefill": [], "decode": []}
         for r in rows:
-            t = it.step_time(shape(r["phase"], r["batch"], r["tokens"]))
+            t = it.step_time(step_shape(r["phase"], r["batch"], r["tokens"]))
             out[tier][r["phase"]].append(t / r["kernel_s"] - 1)
     return out
 

@@ -100,9 +100,9 @@ class BenchResult:
 
 def default_dtypes(kind: str, skips: list[Skip] | None = None) -> tuple[str, ...]:
     """What a device of ``kind`` may support natively; a GPU without fp8 tensor cores records
-    fp8 as skipped with its reason (`hwtune.calibrate.gemm.check_dtype`). A CPU runs bf16 natively only with the avx512_bf16 or amx_bf16 instructions; without them
-    torch converts to fp32 and the rate says nothing about a bf16 run, so it is skipped unless
-    asked for."""
+    fp8 as skipped with its reason (`hwtune.calibrate.gemm.check_dtype`). A CPU runs bf16
+    natively only with the avx512_bf16 or amx_bf16 instructions; without them torch converts
+    to fp32 and the rate says nothing about a bf16 run, so it is skipped unless asked for."""
     if kind != "cpu":
         return ("fp32", "tf32", "bf16", "fp16", "fp8")
     from hwtune.calibrate.device_info import cpu_flags

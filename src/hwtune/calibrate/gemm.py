@@ -137,11 +137,8 @@ def _gemm_fn(
     if dtype == "fp8":
         return _fp8_fn(shape, backend, g, pool)
     if shape.cold:
-        if pool is None:
-            raise ValueError("no memory for the cold-weight pool")
         x = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(dt)
-        weight = pool.windows(shape.n, shape.k)
-        return PoolCall(lambda: torch.nn.functional.linear(x, weight()), weight.count)
+        return _cold(shape, pool, lambda w: torch.nn.functional.linear(x, w))
     if shape.batch > 1:
         a = torch.randn(shape.batch, shape.m, shape.k, device=backend.device, generator=g).to(dt)
         b = torch.randn(shape.batch, shape.k, shape.n, device=backend.device, generator=g).to(dt)
@@ -149,6 +146,16 @@ def _gemm_fn(
     a = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(dt)
     b = torch.randn(shape.k, shape.n, device=backend.device, generator=g).to(dt)
     return lambda: torch.mm(a, b)
+
+
+def _cold(
+    shape: GemmShape, pool: WeightPool | None, op: Callable[[torch.Tensor], object]
+) -> PoolCall:
+    """``op`` applied to the next (n x k) window of ``pool`` at each call (a cold GEMM)."""
+    if pool is None:
+        raise ValueError("no memory for the cold-weight pool")
+    weight = pool.windows(shape.n, shape.k)
+    return PoolCall(lambda: op(weight()), weight.count)
 
 
 def _fp8_fn(
@@ -161,18 +168,14 @@ def _fp8_fn(
     fp8 = DTYPES["fp8"]
     one = torch.ones((), device=backend.device, dtype=torch.float32)
     x = torch.randn(shape.m, shape.k, device=backend.device, generator=g).to(fp8)
+
+    def mm(w: torch.Tensor) -> torch.Tensor:
+        return torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
     if shape.cold:
-        if pool is None:
-            raise ValueError("no memory for the cold-weight pool")
-        weight = pool.windows(shape.n, shape.k)
-        return PoolCall(
-            lambda: torch._scaled_mm(
-                x, weight().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
-            ),
-            weight.count,
-        )
+        return _cold(shape, pool, mm)
     w = torch.randn(shape.n, shape.k, device=backend.device, generator=g).to(fp8)
-    return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return lambda: mm(w)
 
 
 def fp8_capable(backend: Backend) -> bool:
