@@ -415,3 +415,18 @@ def test_fp8_current_scaling_costs_more_than_delayed_on_moe():
     assert current > delayed
     bf16 = est("qwen3-30b-a3b", **kw).step_time_s
     assert est("qwen3-30b-a3b", fp8_recipe="current", **kw).step_time_s == bf16
+
+
+def test_fsdp_overlap_switches_act_independently():
+    """Prefetched gathers and overlapped reduce-scatters hide separately: turning either one
+    off exposes at least that collective, so each half-overlapped case lies between all-on and
+    all-off, and all-off exposes 2 gathers + 1 reduce-scatter per micro-batch in full."""
+    kw = dict(gpus=64, zero=3, global_batch=64, seq=4096)
+    dp = {}
+    for pg in (True, False):
+        for gr in (True, False):
+            e = est("llama3.1-8b", overlap_param_gather=pg, overlap_grad_reduce=gr, **kw)
+            dp[pg, gr] = e.breakdown["dp_comm_exposed"]
+    assert dp[True, True] <= dp[True, False] <= dp[False, False]
+    assert dp[True, True] <= dp[False, True] <= dp[False, False]
+    assert dp[True, False] < dp[False, False] and dp[False, True] < dp[False, False]

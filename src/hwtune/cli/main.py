@@ -93,6 +93,13 @@ def estimate(
     overlap_tp: Annotated[bool, typer.Option("--overlap-tp/--no-overlap-tp")] = False,
     overlap_a2a: Annotated[bool, typer.Option("--overlap-a2a/--no-overlap-a2a")] = False,
     overlap_grad: Annotated[bool, typer.Option("--overlap-grad/--no-overlap-grad")] = True,
+    overlap_p2p: Annotated[
+        bool,
+        typer.Option(
+            "--overlap-p2p/--no-overlap-p2p",
+            help="interleaved schedule: pipeline send/recv behind the next chunk's compute",
+        ),
+    ] = True,
     flash: Annotated[
         bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")
     ] = True,
@@ -129,6 +136,7 @@ def estimate(
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
+            overlap_p2p_comm=overlap_p2p,
             **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework),
         )  # fmt: skip
     except HwtuneInputError as e:

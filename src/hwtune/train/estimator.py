@@ -516,6 +516,45 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     return st.grad_accum * (rc.f + rc.b + rc.rec)
 
 
+def pipeline_p2p(
+    spec: ModelSpec,
+    cl: Cluster,
+    st: Strategy,
+    act_bytes_per_feature: float,
+    pp_cross: bool,
+    compute_mb: float,
+) -> tuple[float, float]:
+    """Pipeline send/recv seconds: (exposed per micro-batch, exposed once per step).
+
+    One boundary crossing moves a micro-batch's activation: ``act_bytes_per_feature`` x d_model
+    bytes.
+    Each TP rank sends its 1/tp share on its own link: with sequence parallelism the activation
+    is already split; without it Megatron scatters it before the send and all-gathers it over
+    NVLink after (Narayanan et al. SC'21 §4.1, "scatter/gather communication optimization").
+    A micro-batch crosses ``p2p_boundaries`` boundaries per rank each way. With
+    ``overlap_p2p_comm`` the interleaved schedule posts each send/recv behind the next chunk's
+    compute (Megatron-Core ``schedules.py``, ``--overlap-p2p-communication``), so the steady state
+    exposes only what exceeds a micro-batch's compute ``compute_mb``; the warmup forwards and the
+    flush backwards are not overlapped (``--overlap-p2p-communication-warmup-flush`` off): rank
+    0 runs 2(p-1) + (v-1)p warmup chunk steps (Megatron-Core ``num_warmup_microbatches`` with
+    the default micro-batch group of p)."""  # fmt: skip
+    pp, tp, v, m = st.pp, st.tp, st.vpp, st.grad_accum
+    if pp <= 1:
+        return 0.0, 0.0
+    act = act_bytes_per_feature * spec.d_model
+    one = coll.send_recv_time(act / tp, pp_cross, cl)
+    if tp > 1 and not st.sequence_parallel:
+        one += coll.all_gather_time(act, cl.span(tp, 1), cl)
+    per_mb = 2 * one * p2p_boundaries(st.schedule, v)
+    if not (st.overlap_p2p_comm and st.schedule == "interleaved"):
+        return per_mb, 0.0
+    # m v chunk steps, each a forward and a backward crossing; the warmup forwards and the
+    # flush backwards wait, the rest hide behind their chunk's compute
+    warm = min(2 * (pp - 1) + (v - 1) * pp, m * v)
+    steady = (m * v - warm) * max(0.0, 2 * one - compute_mb / v)
+    return steady / m, 2 * warm * one
+
+
 def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     dev = power_limited(cl.device, cl.power_cap_w)
     gdt = gemm_dtype(st.precision, dev)
@@ -553,13 +592,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
 
     # pipeline p2p: activations cross each stage boundary forward and back
-    p2p_t = 0.0
-    if pp > 1:
-        act = e * tokens * spec.d_model / (tp if st.sequence_parallel else 1)
-        one = coll.send_recv_time(act, pp_cross, cl)
-        p2p_t = 2 * one * p2p_boundaries(st.schedule, v)
+    p2p_t, p2p_fixed = pipeline_p2p(spec, cl, st, e * tokens, pp_cross, f + b + rec)
     pt = pipeline_time(st.schedule, pp, m, v, f + p2p_t / 2, b + rec + p2p_t / 2, w)
-    compute_total = pt.total
+    compute_total = pt.total + p2p_fixed
 
     # ---- data parallel: gradients and (ZeRO-3) parameters
     here = layouts[busiest]
@@ -620,10 +655,18 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             rs_t, grad_bytes_expert, edp_span
         )
         t_dp = m * (2 * ag + rs)
-        if st.overlap_param_gather and st.overlap_grad_reduce:
-            per_mb = max(0.0, ag - f) + max(0.0, ag + rs - (b + rec)) + (ag + rs) / nl
-        else:
-            per_mb = 2 * ag + rs
+        # each switch hides its own collectives: prefetched gathers behind the layers' forward
+        # and backward, bucketed reduce-scatters behind the backward; what is not overlapped
+        # runs between the layers. The first gather and the last reduce-scatter of a pass wait.
+        pg, gr = st.overlap_param_gather, st.overlap_grad_reduce
+        hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
+        per_mb = (
+            (max(0.0, ag - f) if pg else ag)
+            + max(0.0, hidden_b - (b + rec))
+            + (0.0 if pg else ag)
+            + (0.0 if gr else rs)
+            + hidden_b / nl
+        )
         t_dp_exposed = m * per_mb
 
     # ---- optimizer step and offload
@@ -679,7 +722,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         "backward": m * rc.b,
         "recompute": m * rc.rec,
         "pipeline_bubble": pt.bubble,
-        "pp_p2p": m * p2p_t,
+        "pp_p2p": m * p2p_t + p2p_fixed,
         "tp_comm_exposed": m * rc.tp,
         "cp_comm_exposed": m * rc.cp,
         "ep_comm_exposed": m * rc.ep,

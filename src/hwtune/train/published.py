@@ -24,6 +24,12 @@ from hwtune.train.strategy import Strategy, make_strategy
 # Frameworks before FlashAttention (2022) materialized the attention scores and trained with
 # dropout 0.1 (Shoeybi et al. 2019 §3; Narayanan et al. 2021 §5; Korthikanti et al. 2022 §5;
 # BLOOM's Megatron-DeepSpeed config).
+# The same rows ran code from before Megatron-Core's overlapped communication (2023): the
+# interleaved schedule waited for each boundary's transfer (SC'21 §4.1 describes scatter/gather,
+# no overlap), and data-parallel gradients were all-reduced after the backward (Megatron-LM's
+# default "local" DDP reduces them once the backward pass has finished, as its 2019 README says;
+# --DDP-impl local until 2023; for DeepSpeed (BLOOM's ZeRO-1, the
+# SC'21 ZeRO-3 baseline) the 2021 documented default ``overlap_comm: false``).
 _UNFUSED_PREFIXES = ("megatron19", "narayanan21", "korthikanti22", "bloom")
 
 
@@ -312,7 +318,9 @@ def from_row(r: dict) -> PublishedRun:
             precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
-            overlap_tp_comm=bool(other.get("async_tp")), attention_kernel=kernel,
+            overlap_tp_comm=bool(other.get("async_tp")), overlap_p2p_comm=not unfused,
+            overlap_grad_reduce=not unfused,
+            attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
         )  # fmt: skip

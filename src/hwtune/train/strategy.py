@@ -60,6 +60,12 @@ class Strategy(BaseModel):
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
     overlap_moe_a2a: bool = False
+    overlap_p2p_comm: bool = Field(
+        default=True,
+        description="interleaved schedule: each stage-boundary send/recv runs behind the next "
+        "chunk's compute, warmup and flush excepted (Megatron-Core --overlap-p2p-communication, "
+        "on by default)",
+    )
     flash_attention: bool = True
     attention_kernel: Literal["best", "fa2"] = Field(
         default="best",
