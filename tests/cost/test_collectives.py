@@ -173,8 +173,10 @@ def test_all_reduce_two_dgx_nodes_1gib():
     c = dgx(nodes=2)
     span = c.span(16, 1)
     assert span == GroupSpan(16, 8, 2)
-    # flat: 2*15 * max(3, 8) us = 240 us; 2*15/16 * 2^30 / min(360e9, 8*45e9) = 5.592405 ms
-    flat = 240e-6 + 5.592405333e-3
+    # flat (NCCL's ring latency model, tuning.cc: network latency on the 2d node-crossing
+    # steps, 2 x 15 steps in all): 26*3 + 4*8 = 110 us; 2*15/16 * 2^30 / min(360e9, 8*45e9)
+    # = 5.592405 ms
+    flat = 110e-6 + 5.592405333e-3
     # hierarchical: 2*7*3 us + 2*7/8*2^30/360e9 (5.219578 ms) + 2*1*8 us
     #               + 2*1/2 * (2^30/8) / 45e9 (2.982616 ms)
     hier = 42e-6 + 5.219578311e-3 + 16e-6 + 2.982616178e-3
@@ -190,8 +192,8 @@ def test_tree_wins_small_all_reduce_over_64_nodes():
     c = dgx(nodes=64)
     span = c.span(512, 1)
     assert span == GroupSpan(512, 8, 64)
-    # flat: 2*511*8 us = 8.176 ms + 2*511/512*2^20/360e9 (5.814 us)
-    flat = 8.176e-3 + 5.81404e-6
+    # flat: (2*511 - 128)*3 + 128*8 us = 3.706 ms + 2*511/512*2^20/360e9 (5.814 us)
+    flat = 3.706e-3 + 5.81404e-6
     # hier: 42 us + 1,835,008/360e9 (5.0972 us) + 2*63*8 us (1.008 ms) + 2,064,384/360e9 (5.7344 us)
     hier = 42e-6 + 5.09724e-6 + 1.008e-3 + 5.73440e-6
     # tree: 42 us + 2*6*8 us (96 us) + 2,097,152/360e9 (5.8254 us)
@@ -204,10 +206,10 @@ def test_tree_wins_small_all_reduce_over_64_nodes():
 def test_hierarchical_wins_large_all_reduce_on_slow_nics():
     c = dgx(nodes=2, nic_gbps=100)  # 100e9/8*0.9 = 11.25e9 B/s per NIC, 90e9 per node
     span = GroupSpan(16, 8, 2)
-    # flat: 240 us + 2*15/16 * 2^30 / 90e9 = 22.369621 ms
+    # flat: 110 us + 2*15/16 * 2^30 / 90e9 = 22.369621 ms
     # hier: 42 us + 5.219578 ms + 16 us + 2^30 / 90e9 (11.930465 ms)
     assert all_reduce_time(GiB, span, c, algorithm="ring") == pytest.approx(
-        240e-6 + 22.369621333e-3, rel=1e-9
+        110e-6 + 22.369621333e-3, rel=1e-9
     )
     hier = 58e-6 + 5.219578311e-3 + 11.930464711e-3
     assert all_reduce_time(GiB, span, c) == pytest.approx(hier, rel=1e-9)
@@ -373,7 +375,8 @@ def test_crossing_domains_is_never_faster_at_equal_per_rank_bandwidth(nbytes, sp
 
 @given(sizes, spans(min_domains=2), clusters())
 def test_flat_ring_across_domains_is_never_faster_than_inside_one(nbytes, span, cluster):
-    # Holds with latencies too: the flat ring takes the same steps at the slowest hop.
+    # Holds with latencies too: the flat ring takes the same 2(n-1) steps, 2d of them at the
+    # (slower) network latency.
     assume(cluster.inter_link().bandwidth <= cluster.intra_link().bandwidth)
     assume(cluster.inter_latency_s >= cluster.intra_latency_s)
     one = GroupSpan(span.size, span.size, 1)
@@ -457,3 +460,17 @@ def test_cluster_functions_reject_bad_input():
     _one_line_error(lambda: bus_bandwidth("all_reduce", -1, 8, 1.0), "nbytes")
     _one_line_error(lambda: bus_bandwidth("all_reduce", 1e6, 0, 1.0), "n")
     _one_line_error(lambda: bus_bandwidth("all_reduce", 1e6, 8, 0.0), "seconds")
+
+
+@given(spans(min_domains=2), clusters())
+def test_ring_latency_pays_the_network_only_on_node_crossings(span, cluster):
+    # NCCL's ring model (src/graph/tuning.cc): of the 2(n-1) all-reduce steps, the 2d that cross
+    # a node boundary pay the network latency, the rest NVLink's. With a vanishing buffer the
+    # ring therefore costs between all-NVLink and all-network latency, and exactly their mix.
+    ai, an = cluster.intra_latency_s, cluster.inter_latency_s
+    n, d = span.size, span.domains
+    t = all_reduce_time(1e-9, span, cluster, algorithm="ring")
+    cross = min(2 * d, 2 * (n - 1))
+    assert t == pytest.approx((2 * (n - 1) - cross) * ai + cross * an, rel=1e-6, abs=1e-12)
+    lo, hi = sorted((2 * (n - 1) * ai, 2 * (n - 1) * an))
+    assert lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9) + 1e-12

@@ -206,9 +206,11 @@ def all_reduce_time(
     - One domain (d = 1): NCCL's ring over NVLink, 2(n−1)·αi + 2(n−1)/n·S/βi, for ``auto``,
       ``ring`` and ``hierarchical`` (which degenerates to the ring). ``tree`` is NCCL's
       intra-node chain, 2(n−1)·αi + 2·S/βi, never faster than the ring.
-    - ``ring`` across domains: one flat ring through all n ranks, every step as slow as its
-      slowest hop: 2(n−1)·max(αi, αn) + 2(n−1)/n·S/min(βi, B) (nccl-tests PERFORMANCE.md:
-      multi-node ring busbw is bounded by the slowest link; NCCL runs one ring per NIC).
+    - ``ring`` across domains: one flat ring through all n ranks, its bandwidth bounded by the
+      slowest hop, 2(n−1−d)·αi + 2d·αn + 2(n−1)/n·S/min(βi, B) (nccl-tests PERFORMANCE.md:
+      multi-node ring busbw is bounded by the slowest link; NCCL runs one ring per NIC). The
+      latency is NCCL's own ring model (``src/graph/tuning.cc``): the pipelined ring pays the
+      network latency only on its 2d node-crossing steps and NVLink latency on the others.
     - ``hierarchical``: ring reduce-scatter over l ranks inside each domain, ring all-reduce of
       S/l per rank across d domains over each rank's NIC, ring all-gather inside (NCCL/Horovod
       hierarchical all-reduce; REFERENCES.md *Collectives*):
@@ -238,7 +240,8 @@ def all_reduce_time(
     b_slow = bi if bi < b_out else b_out
     intra_steps = 2.0 * (local - 1) * ai
 
-    flat = 2.0 * (n - 1) * (ai if ai > an else an) + 2.0 * (n - 1) * nbytes / (n * b_slow)
+    cross = min(2 * domains, 2 * (n - 1))  # node-crossing steps of the ring (NCCL tuning.cc)
+    flat = (2 * (n - 1) - cross) * ai + cross * an + 2.0 * (n - 1) * nbytes / (n * b_slow)
     hier = (
         intra_steps
         + 2.0 * (local - 1) * nbytes / (local * bi)
@@ -271,7 +274,7 @@ def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: flo
     b_out = local * inter.bandwidth
     an = inter.latency
     b_slow = bi if bi < b_out else b_out
-    flat = (n - 1) * (ai if ai > an else an) + (n - 1) * nbytes / (n * b_slow)
+    flat = (n - domains) * ai + (domains - 1) * an + (n - 1) * nbytes / (n * b_slow)
     two_level = (
         (local - 1) * ai
         + (local - 1) * nbytes / (local * bi)
@@ -288,7 +291,9 @@ def reduce_scatter_time(
 
     One domain: ring over NVLink, (n−1)·αi + (n−1)/n·S/βi (Thakur et al. 2005). Across domains
     (notation of `all_reduce_time`, B = l·βn), the faster of
-    - a flat ring bounded by its slowest hop: (n−1)·max(αi, αn) + (n−1)/n·S/min(βi, B), and
+    - a flat ring bounded by its slowest hop: (n−d)·αi + (d−1)·αn + (n−1)/n·S/min(βi, B) (the
+      network latency on the d−1 node-crossing steps only, NCCL's ring model in
+      ``src/graph/tuning.cc``; NCCL runs all-gather and reduce-scatter as rings), and
     - two levels, the first half of the hierarchical all-reduce (REFERENCES.md *Collectives*):
       ring reduce-scatter of S over l ranks inside, then of S/l per rank across d domains,
       (l−1)·αi + (l−1)/l·S/βi + (d−1)·αn + (d−1)/d·S/B.
