@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from hwtune.serve.accuracy import ACCURACY_FILE
 from hwtune.serve.published import (
     ENGINES,
     REQUESTS_PER_CLIENT,
@@ -49,6 +51,30 @@ def table(out: list[dict], key: str) -> str:
         lines.append(f"| {k} | {len(v)} | {np.median(e1):.1%} | {np.percentile(e1, 90):.1%} | "
                      f"{np.median(e2):.1%} | {np.percentile(e2, 90):.1%} | {r1:.2f} | {r2:.2f} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def record(rows: list[dict]) -> dict:
+    """Error summary of ``rows``: what `hwtune.serve.accuracy` shows."""
+
+    def one(pred: str, meas: str) -> dict:
+        e = np.array([rel(o[pred], o[meas]) for o in rows])
+        r = np.array([o[pred] / o[meas] for o in rows])
+        return {"median_abs_error": round(float(np.median(e)), 4),
+                "p90_abs_error": round(float(np.percentile(e, 90)), 4),
+                "pred_over_meas": round(float(np.median(r)), 4)}  # fmt: skip
+
+    return {"rows": len(rows), "backends": sorted({o["backend"] for o in rows}),
+            "ttft": one("pred_ttft_s", "ttft_s"), "tpot": one("pred_tpot_s", "tpot_s")}  # fmt: skip
+
+
+def write_accuracy(rows: list[dict]) -> None:
+    """The track record of `hwtune serve`, per mode, into the package (`serve/accuracy.json`)."""
+    modes = {m: record([o for o in rows if o["mode"] == m]) for m in ("agg", "disagg")}
+    doc = {"source": f"benchmarks/serve_validation.py --write-accuracy, tier 1, "
+                     f"{datetime.date.today().isoformat()}",
+           "all": record(rows), "modes": {m: v for m, v in modes.items() if v["rows"]}}  # fmt: skip
+    ACCURACY_FILE.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {ACCURACY_FILE}")
 
 
 def main() -> None:
@@ -80,7 +106,16 @@ def main() -> None:
         default=None,
         help="a full results JSON whose rows of the same ids these replace",
     )
+    ap.add_argument(
+        "--write-accuracy",
+        action="store_true",
+        help="write src/hwtune/serve/accuracy.json (the track record `hwtune serve` prints) from "
+        "this run; only for a full tier-1 run with the default engine",
+    )
     a = ap.parse_args()
+    if a.write_accuracy and (a.limit or a.mode or a.inferencex or a.profile or a.merge_into):
+        ap.error("--write-accuracy needs the full tier-1 run (no --limit/--mode/--inferencex/"
+                 "--profile/--merge-into)")  # fmt: skip
     if a.from_json:  # re-tabulate a saved run over the rows expressible now
         doc = json.loads(Path(a.from_json).read_text())
         rows = load_rows(engine=doc.get("engine", "defaults"))
@@ -121,6 +156,10 @@ def main() -> None:
                           "wall_s": base["wall_s"], "merged": len(ok)}  # fmt: skip
         Path(a.out).write_text(json.dumps(doc, indent=1))
     out = doc["rows"]
+    if a.write_accuracy:
+        if doc.get("engine", "defaults") != "defaults" or doc.get("profile"):
+            raise SystemExit("--write-accuracy: the run must use the default engine, tier 1")
+        write_accuracy(out)
     print(
         f"expressed {len(out)} rows; failed {len(doc['failed'])}; "
         f"not expressible {len(doc['skipped'])}; wall {doc['wall_s']:.0f} s\n"

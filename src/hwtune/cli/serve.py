@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from hwtune.errors import HwtuneInputError
+from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 
 serve_app = typer.Typer(
     name="serve",
@@ -209,6 +210,7 @@ def serve(
                dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=2 if profile else 1, workload=wl.mode)  # fmt: skip
+    doc["accuracy"] = serve_accuracy(disagg)
     if trace_out is not None:
         from hwtune.report.serve_trace import write_chrome_trace
 
@@ -274,12 +276,14 @@ def plan_cmd(
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
-               "candidates": len(res), "best": best}  # fmt: skip
+               "candidates": len(res), "best": best,
+               "accuracy": {"agg": serve_accuracy(False), "disagg": serve_accuracy(True)}}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from hwtune.report.serve_view import render_plan
 
-    render_plan(best, f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated")
+    render_plan(best, f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated",
+                accuracy=[serve_accuracy(False)] + ([serve_accuracy(True)] if disagg else []))  # fmt: skip
 
 
 if __name__ == "__main__":

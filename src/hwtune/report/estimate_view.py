@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from hwtune.train.accuracy import accuracy_line
 from hwtune.train.estimator import Estimate
 
 GIB = 2**30
@@ -67,3 +68,6 @@ def render_estimate(est: Estimate, title: str, console: Console | None = None) -
     con.print(mt)
     for n in est.notes:
         con.print(f"note: {n}")
+    acc = est.accuracy
+    if acc is not None:
+        con.print(f"note: {accuracy_line(acc)}")

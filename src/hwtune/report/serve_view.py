@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from hwtune.serve.accuracy import accuracy_line
+
 
 def _ms(s: float) -> str:
     return "-" if s != s else (f"{s:.2f} s" if s >= 10 else f"{s * 1e3:.1f} ms")
@@ -37,9 +39,16 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         f"simulated {doc['simulated_s']:.1f} s in {doc['wall_s']:.2f} s wall "
         f"({doc['steps']:,} steps)"
     )
+    if doc.get("accuracy"):
+        con.print(f"note: {accuracy_line(doc['accuracy'])}")
 
 
-def render_plan(best: list[dict], title: str, console: Console | None = None) -> None:
+def render_plan(
+    best: list[dict],
+    title: str,
+    console: Console | None = None,
+    accuracy: list[dict | None] | None = None,
+) -> None:
     con = console or Console()
     con.print(f"[bold]{title}[/bold]")
     t = Table(title="layouts that meet the SLOs, best first", title_justify="left")
@@ -50,3 +59,6 @@ def render_plan(best: list[dict], title: str, console: Console | None = None) ->
         t.add_row(r["layout"], str(r["gpus"]), cost, _ms(r["ttft_p90_s"]), _ms(r["tpot_p90_s"]),
                   f"{r['throughput_tokens_per_s']:,.0f}")  # fmt: skip
     con.print(t)
+    for acc in accuracy or []:
+        if acc:
+            con.print(f"note: {accuracy_line(acc)}; leave the SLOs a margin for it")

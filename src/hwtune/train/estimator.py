@@ -42,6 +42,7 @@ from hwtune.model.lowering import (
     model_flops_per_token,
 )
 from hwtune.model.spec import ModelSpec
+from hwtune.train.accuracy import accuracy_for
 from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
 from hwtune.train.strategy import Strategy, make_strategy
 
@@ -117,6 +118,12 @@ class Estimate:
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
 
+    @property
+    def accuracy(self) -> dict | None:
+        """The throughput error measured on published runs of this strategy's software class
+        (`hwtune.train.accuracy`); a track record shown beside the estimate, not applied to it."""
+        return accuracy_for(self.strategy)
+
     def to_dict(self) -> dict:
         """The JSON document of `hwtune estimate --json`."""
         mem = asdict(self.memory)
@@ -142,6 +149,7 @@ class Estimate:
             "MFU against the dense peak of the training precision",
             "strategy": self.strategy.model_dump(),
             "notes": list(self.notes),
+            "accuracy": self.accuracy,
         }
 
 
