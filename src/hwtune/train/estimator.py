@@ -534,18 +534,17 @@ def pipeline_p2p(
 ) -> tuple[float, float]:
     """Pipeline send/recv seconds: (exposed per micro-batch, exposed once per step).
 
-    One boundary crossing moves a micro-batch's activation: ``act_bytes_per_feature`` x d_model
-    bytes.
-    Each TP rank sends its 1/tp share on its own link: with sequence parallelism the activation
-    is already split; without it Megatron scatters it before the send and all-gathers it over
-    NVLink after (Narayanan et al. SC'21 §4.1, "scatter/gather communication optimization").
+    One boundary crossing moves a micro-batch's activation, ``act_bytes_per_feature`` x d_model
+    bytes, and each TP rank sends its 1/tp share on its own link: with sequence parallelism the
+    activation is already split; without it Megatron scatters it before the send and all-gathers
+    it over NVLink after (Narayanan et al. SC'21 §4.1, scatter/gather communication).
     A micro-batch crosses ``p2p_boundaries`` boundaries per rank each way. With
     ``overlap_p2p_comm`` the interleaved schedule posts each send/recv behind the next chunk's
     compute (Megatron-Core ``schedules.py``, ``--overlap-p2p-communication``), so the steady state
     exposes only what exceeds a micro-batch's compute ``compute_mb``; the warmup forwards and the
     flush backwards are not overlapped (``--overlap-p2p-communication-warmup-flush`` off): rank
     0 runs 2(p-1) + (v-1)p warmup chunk steps (Megatron-Core ``num_warmup_microbatches`` with
-    the default micro-batch group of p)."""  # fmt: skip
+    the default micro-batch group of p)."""
     pp, tp, v, m = st.pp, st.tp, st.vpp, st.grad_accum
     if pp <= 1:
         return 0.0, 0.0

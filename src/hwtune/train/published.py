@@ -26,10 +26,10 @@ from hwtune.train.strategy import Strategy, make_strategy
 # BLOOM's Megatron-DeepSpeed config).
 # The same rows ran code from before Megatron-Core's overlapped communication (2023): the
 # interleaved schedule waited for each boundary's transfer (SC'21 §4.1 describes scatter/gather,
-# no overlap), and data-parallel gradients were all-reduced after the backward (Megatron-LM's
-# default "local" DDP reduces them once the backward pass has finished, as its 2019 README says;
-# --DDP-impl local until 2023; for DeepSpeed (BLOOM's ZeRO-1, the
-# SC'21 ZeRO-3 baseline) the 2021 documented default ``overlap_comm: false``).
+# no overlap), and data-parallel gradients were reduced after the backward: Megatron-LM's
+# default "local" DDP (--DDP-impl local until 2023) reduces them once the backward pass has
+# finished, as its 2019 README says; DeepSpeed (BLOOM's ZeRO-1, the SC'21 ZeRO-3 baseline) had
+# the documented default ``overlap_comm: false`` in 2021.
 _UNFUSED_PREFIXES = ("megatron19", "narayanan21", "korthikanti22", "bloom")
 
 
