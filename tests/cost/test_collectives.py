@@ -474,3 +474,18 @@ def test_ring_latency_pays_the_network_only_on_node_crossings(span, cluster):
     assert t == pytest.approx((2 * (n - 1) - cross) * ai + cross * an, rel=1e-6, abs=1e-12)
     lo, hi = sorted((2 * (n - 1) * ai, 2 * (n - 1) * an))
     assert lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9) + 1e-12
+
+
+@given(spans(min_domains=2), clusters())
+def test_gather_ring_latency_mixes_nvlink_and_network_steps(span, cluster):
+    # All-gather and reduce-scatter run as one ring (NCCL has no tree for them): n-1 steps, of
+    # which d-1 cross a node boundary. With a vanishing buffer the flat ring costs exactly that
+    # mix, and the collective (the faster of ring and two levels) never more; either way the
+    # data crosses d-1 node boundaries one after another, each at the network latency.
+    ai, an = cluster.intra_latency_s, cluster.inter_latency_s
+    n, d = span.size, span.domains
+    ring = (n - d) * ai + (d - 1) * an
+    for fn in (all_gather_time, reduce_scatter_time):
+        t = fn(1e-9, span, cluster)
+        assert t <= ring * (1 + 1e-9) + 1e-12
+        assert t >= (d - 1) * an * (1 - 1e-9)
