@@ -1,8 +1,7 @@
 """Accuracy of the estimator against published runs (shared/validation/training_published.jsonl).
 
 The issue's targets are median |error| <= 10% on throughput and on peak memory over every row
-the tool can express. Peak memory meets it; throughput does not yet (see VALIDATION.md): that
-test is a strict xfail, so it starts failing, loudly, the day the model meets it.
+the tool can express (both met) and p90 <= 25% on throughput (not met; see VALIDATION.md).
 The guard tests hold the accuracy reached so far, so a change that makes it worse fails.
 """
 
@@ -104,15 +103,21 @@ def test_layer_times_match_korthikanti_table4():
     assert max(errs) <= 0.12
 
 
-def test_all_rows_throughput_guard():
-    assert _median("throughput") <= 0.16  # measured 14.9%
-    assert _p90("throughput") <= 0.60  # measured 51.4% (DeepSpeed ZeRO-3 rows)
+def test_all_rows_throughput_p90_guard():
+    # the issue's p90 target (25%) is not met: DeepSpeed ZeRO-3 2021, Megatron-LM 2019 on V100,
+    # dropless Qwen3-30B-A3B (VALIDATION.md); this holds what is reached
+    assert _p90("throughput") <= 0.55  # measured 49.2%
 
 
-def _tps(run_id: str) -> tuple[float, float]:
-    """(predicted, measured) tokens/s per GPU of one row."""
+def _tps_at(run_id: str, hbm_tbps: float | None = None) -> tuple[float, float]:
+    """(predicted, measured) tokens/s per GPU of one row, optionally with the GPU's HBM
+    bandwidth replaced."""
     run = next(r for r in load_published(JSONL) if r.id == run_id)
-    est = _estimate(run.spec, run.cluster, run.strategy)
+    cl = run.cluster
+    if hbm_tbps is not None:
+        dev = cl.device.model_copy(update={"memory_bandwidth_tbps": hbm_tbps})
+        cl = cl.model_copy(update={"device": dev})
+    est = _estimate(run.spec, cl, run.strategy)
     return est.tokens_per_s_per_gpu, run.targets["tokens_per_s_per_gpu"]
 
 
@@ -120,19 +125,28 @@ def _tps(run_id: str) -> tuple[float, float]:
 def test_eager_elementwise_cost_matches_torchtitans_compile_gain(table):
     """torchtitan measured the same run with and without torch.compile (6,667 vs 5,762 tokens/s
     on 8 GPUs; 6,514 vs 5,605 on 128). The only modelled difference is the eager kernels'
-    bytes (``model.lowering.rmsnorm_bytes`` etc., counted from the op sequence, not fitted):
-    the predicted speed-up must match the measured one within 3 points."""
-    p_eager, m_eager = _tps(f"torchtitan-{table}-fsdp")
-    p_comp, m_comp = _tps(f"torchtitan-{table}-fsdp-compile")
-    assert p_comp / p_eager == pytest.approx(m_comp / m_eager, abs=0.03)
+    bytes (``model.lowering.rmsnorm_bytes`` etc., counted from the op sequence, not fitted),
+    whose time rests on the HBM bandwidth of this non-standard 96 GB HBM2e part, which the
+    catalog marks UNCERTAIN: 3.35 TB/s taken (the HBM3 H100's), 2.4-2.8 TB/s likely for six
+    HBM2e stacks. The measured speed-up must lie within the predictions over that range (1.12
+    at 3.35 TB/s to 1.16 at 2.4 with GEMMs at sustained clocks), to within one point."""
+    gains = []
+    for bw in (None, 2.4):
+        p_eager, m_eager = _tps_at(f"torchtitan-{table}-fsdp", bw)
+        p_comp, m_comp = _tps_at(f"torchtitan-{table}-fsdp-compile", bw)
+        gains.append(p_comp / p_eager)
+    measured = m_comp / m_eager
+    assert min(gains) - 0.01 <= measured <= max(gains) + 0.01
+    assert max(gains) - min(gains) < 0.06  # the band is narrow: the bytes carry the test
 
 
 def test_all_rows_memory_guard():
     assert _p90("peak_memory") <= 0.21  # measured 18.6% (70B 2D and eager rows)
 
 
-@pytest.mark.xfail(strict=True, reason="open: median throughput error over all rows is 14.9%")
 def test_throughput_median_within_10_percent():
+    """The issue's target over every expressible row (measured 8.6%: Hopper GEMMs at their
+    sustained clock and the NVIDIA recipes' TP overlap; VALIDATION.md)."""
     assert _median("throughput") <= 0.10
 
 
@@ -155,3 +169,23 @@ def test_megatron_bridge_2509_h100_rows_are_fp8_current_scaling():
     assert (qwen.strategy.precision, qwen.strategy.fp8_recipe) == ("fp8", "current")
     nemo = runs["nemo2407-h100-fp8-llama3-8b-8gpu"]
     assert (nemo.strategy.precision, nemo.strategy.fp8_recipe) == ("fp8", "delayed")
+
+
+@pytest.mark.parametrize(
+    ("row", "on"),
+    [
+        ("nemo2407-h100-fp8-llama3-70b-64gpu", True),  # llama/llama3_70b.yaml, tag 24.07
+        ("nemo2407-h100-fp8-llama2-70b-64gpu", True),  # llama/llama2_70b.yaml
+        ("nemo2407-h100-fp8-gpt3-175b-128gpu", False),  # gpt3/175b.yaml at 77b69bba
+        ("nemo2407-h100-fp8-gpt3-175b-512gpu", True),  # gpt3/175b_mlperf.yaml at 121c975d
+        ("nemo2407-h100-fp8-nemotron-340b-128gpu", False),  # nemotron_340b.yaml at 630e6544
+        ("mbridge-25.11-h100-llama3.1-405b-fp8-cs-1024gpu", True),  # Megatron-Bridge v0.2.0
+        ("mbridge-25.09-h100-deepseek-v3-na-1024gpu", False),  # deepseek_v3.py
+        ("nemo2407-h100-fp8-llama3-8b-8gpu", False),  # TP 1: nothing to overlap
+    ],
+)
+def test_tp_overlap_follows_the_rows_recipes(row, on):
+    """NVIDIA's recipes, not a default, decide the TP overlap of each NeMo/Megatron-Bridge row
+    (values read from the recipe files, cited in `train/published.py`)."""
+    run = next(r for r in load_published(JSONL) if r.id == row)
+    assert run.strategy.overlap_tp_comm is on

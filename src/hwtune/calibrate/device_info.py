@@ -195,7 +195,7 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
 CATALOG_FIELDS: tuple[str, ...] = (
     "aliases", "scaleup_link", "scaleup_gbps_per_direction", "pcie_gbps_per_direction",
     "gemm_tile", "min_clock_mhz", "base_clock_mhz", "reference_power_w", "idle_w",
-    "price_per_hour_usd",
+    "sustained_gemm_fraction", "price_per_hour_usd",
 )  # fmt: skip
 """Device fields one GPU cannot measure about itself, taken from the catalog entry of the same
 name: its links (collectives on one GPU measure nothing; without them a profile used as

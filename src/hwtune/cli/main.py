@@ -103,6 +103,14 @@ def estimate(
     flash: Annotated[
         bool, typer.Option("--flash/--no-flash", help="fused (flash) attention")
     ] = True,
+    burst_clocks: Annotated[
+        bool,
+        typer.Option(
+            "--burst-clocks",
+            help="GEMMs at their short-burst rate instead of the clock a power-limited GPU "
+            "sustains (the device's sustained_gemm_fraction)",
+        ),
+    ] = False,
     attention_kernel: AttentionKernel = "best",
     eager: Eager = False,
     loss: Loss = "fused",
@@ -129,6 +137,8 @@ def estimate(
                 nic_gbps=nic_gbps,
                 scaleup_domain=scaleup_domain,
             )
+        if burst_clocks:
+            cl = cl.model_copy(update={"sustained_clocks": False})
         est = run_estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,

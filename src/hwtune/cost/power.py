@@ -14,6 +14,8 @@ no measured idle power.
 
 from __future__ import annotations
 
+import functools
+
 from hwtune.hardware.device import Device, PeakTflops
 
 STATIC_FRACTION = 0.12
@@ -33,11 +35,23 @@ def clock_fraction(device: Device, power_cap_w: float) -> float:
     return max(frac, floor)
 
 
-def power_limited(device: Device, power_cap_w: float | None = None) -> Device:
+@functools.lru_cache(maxsize=256)
+def power_limited(
+    device: Device, power_cap_w: float | None = None, sustained: bool = True
+) -> Device:
     """``device`` with its peaks scaled to the clock it sustains at ``power_cap_w`` (default: its
-    own board power, which matters for parts whose peaks are quoted at a higher power)."""
+    own board power, which matters for parts whose peaks are quoted at a higher power).
+
+    With ``sustained`` (training steps: GEMMs back to back for seconds), the device's
+    ``sustained_gemm_fraction`` applies as well: a power-limited chip under continuous dense
+    GEMMs settles below the clock of the short bursts its efficiencies were measured at (one
+    H200 SXM at its 700 W limit: 1440 MHz and 657 TFLOP/s against 800 in bursts, i.e. 0.82;
+    BENCHMARKS.md "The NVML meter on a real GPU"), and the cube law above scales from that
+    sustained point. ``sustained=False`` keeps the burst rates (the spec-sheet view)."""
     cap = power_cap_w if power_cap_w is not None else device.tdp_w
     f = clock_fraction(device, cap)
+    if sustained and device.sustained_gemm_fraction is not None:
+        f *= device.sustained_gemm_fraction
     if f >= 1.0:
         return device
     peaks = {

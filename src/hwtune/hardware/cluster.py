@@ -66,6 +66,11 @@ class Cluster(FrozenModel):
     power_cap_w: float | None = Field(
         default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
     )
+    sustained_clocks: bool = Field(
+        default=True,
+        description="training at the clock a power-limited GPU sustains under continuous GEMMs "
+        "(the device's sustained_gemm_fraction); False = short-burst rates",
+    )
     name: str = ""
 
     @model_validator(mode="after")

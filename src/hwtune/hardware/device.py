@@ -65,6 +65,14 @@ class Device(FrozenModel):
         default=None, gt=0, description="board power at which the peak figures hold (default tdp_w)"
     )
     idle_w: float | None = Field(default=None, ge=0)
+    sustained_gemm_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="dense GEMM rate held at the power limit under back-to-back large GEMMs "
+        "(seconds and longer), as a fraction of the short-burst rate the efficiencies were "
+        "measured at; None = the bursts hold (cost.power.power_limited)",
+    )
     scaleup_link: str = ""
     scaleup_gbps_per_direction: float = Field(
         default=0, ge=0, description="NVLink/xGMI bandwidth per GPU, GB/s each way (0 = PCIe only)"
@@ -98,7 +106,8 @@ class Device(FrozenModel):
         # ``sources`` (a dict) is documentation and left out; every figure takes part.
         return (
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
-             self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w, self.scaleup_gbps_per_direction,
+             self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w,
+             self.sustained_gemm_fraction, self.scaleup_gbps_per_direction,
              self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
              self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile,
              self.profile)

@@ -124,7 +124,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     _check_orders(spec, orders, nst)
     _check_recompute(spec, orders, layers)
     prv, nxt = _chain(spec, nst)
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     zero = spec.zero_stage
     ov = spec.overlap
     pp_cross = mesh.tp * mesh.cp * mesh.dp >= cl.domain

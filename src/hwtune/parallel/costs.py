@@ -73,7 +73,7 @@ def layer_cost(
     spec: ParallelSpec, model: ModelSpec, cl: Cluster, lp: LayerPlan, overlap: bool = True
 ) -> LayerCost:
     """The estimator's `LayerCost` of one layer at its annotated degrees."""
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     gdt = gemm_dtype(spec.precision, dev)
     key = (model.layer_type(lp.index), model.is_moe_layer(lp.index))
     ov_tp = spec.overlap.tp_comm and overlap
@@ -92,7 +92,7 @@ def layer_cost(
 def _ends(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> tuple[LayerCost, LayerCost]:
     """Embedding (first stage) and LM head (last stage): what `pipeline_ranks` adds to the
     first and last of two pipeline ranks beyond their layers."""
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     gdt = gemm_dtype(spec.precision, dev)
     sh = _shard(spec, model, spec.mesh.tp, spec.mesh.ep)
     if model.n_layers < 2:

@@ -500,7 +500,7 @@ def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, floa
     """Forward and backward seconds of one transformer layer (of the first layer's kind) for
     one micro-batch on one rank, exposed in-layer communication and recomputation included:
     what Korthikanti et al. 2022 (Table 4) time per layer."""
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     sh = shard_of(st)
     costs = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
@@ -513,7 +513,7 @@ def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, floa
 def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     """Compute time of the busiest pipeline rank for all micro-batches, without bubble,
     communication, optimizer or offload: no strategy's step is shorter. The planner's bound."""
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     sh = shard_of(st)
     v_eff = st.vpp if st.schedule == "interleaved" else 1
     _, per_rank, busiest, _ = pipeline_ranks(
@@ -563,7 +563,7 @@ def pipeline_p2p(
 
 
 def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
-    dev = power_limited(cl.device, cl.power_cap_w)
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     gdt = gemm_dtype(st.precision, dev)
     e = 4.0 if st.precision == "fp32" else 2.0
     tp, pp, dp, cp, ep, v = st.tp, st.pp, st.dp, st.cp, st.ep, st.vpp
@@ -576,6 +576,12 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if cl.device.profile is not None
         else f"tier 1: spec-sheet figures of {cl.device.name} (calibrate with hwtune bench)"
     ]
+    sus = cl.device.sustained_gemm_fraction
+    if cl.sustained_clocks and sus is not None and sus < 1.0:
+        notes.append(
+            f"compute at the sustained clock of a power-limited {cl.device.name}: {sus:.2f} of "
+            "the burst rate under continuous GEMMs (--burst-clocks for bursts)"
+        )
     share = attention_kernel_share(dev, st.attention_kernel)
     if share < 1.0:
         notes.append(f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best")

@@ -33,6 +33,44 @@ from hwtune.train.strategy import Strategy, make_strategy
 _UNFUSED_PREFIXES = ("megatron19", "narayanan21", "korthikanti22", "bloom")
 
 
+# TP communication overlap (Transformer Engine userbuffers) as the recipes behind the NVIDIA rows
+# set it; only TP > 1 with sequence parallelism uses it (NeMo/Megatron-Bridge turn it off
+# otherwise). NeMo-Framework-Launcher (launcher_scripts/conf/training/*, the file version whose
+# layout matches the row): ``ub_tp_comm_overlap`` True in gpt3/20b.yaml, llama/llama2_70b.yaml,
+# llama/llama3_70b.yaml (tag 24.07) and in gpt3/175b_mlperf.yaml (121c975d, 2024-07-18: TP4 PP8
+# VP6, micro-batch 2, global batch 2048 on 512 GPUs, fp8: the 512-GPU row); False in
+# gpt3/175b.yaml (77b69bba, the first TP4 PP8 VP6 version: the 128-GPU row) and in
+# nemotron/nemotron_340b.yaml (630e6544, the first TP8 PP8 VP12 version, whose later duplicate
+# key says False). Megatron-Bridge v0.1.0rc4 (25.09) and v0.2.0 (25.11) recipes:
+# ``tp_comm_overlap=True`` for Llama-3 70B and Llama-3.1 405B, False for DeepSeek-V3
+# (recipes/deepseek/deepseek_v3.py). First match wins.
+_TP_OVERLAP_RECIPES: dict[tuple[str, str], bool] = {
+    ("nemo2407", "gpt3-175b-512gpu"): True,
+    ("nemo2407", "gpt3-20b"): True,
+    ("nemo2407", "llama2-70b"): True,
+    ("nemo2407", "llama3-70b"): True,
+    ("nemo2407", "gpt3-175b"): False,
+    ("nemo2407", "nemotron-340b"): False,
+    ("mbridge", "llama3-70b"): True,
+    ("mbridge", "llama3.1-405b"): True,
+    ("mbridge", "deepseek-v3"): False,
+}
+
+
+def _tp_overlap(run: PublishedRun, other: dict, tp: int, sp: bool) -> bool:
+    """Whether the row's recipe overlaps TP communication (`_TP_OVERLAP_RECIPES`, or the row's
+    own ``async_tp``)."""
+    if other.get("async_tp"):
+        return True
+    for (prefix, model), on in _TP_OVERLAP_RECIPES.items():
+        if run.id.startswith(prefix) and re.search(rf"-{re.escape(model)}(-|$)", run.id):
+            if on and tp > 1 and sp:
+                run.assumptions.append("TP communication overlapped (the recipe's userbuffers)")
+                return True
+            return False
+    return False
+
+
 @dataclass
 class PublishedRun:
     id: str
@@ -318,7 +356,7 @@ def from_row(r: dict) -> PublishedRun:
             precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
-            overlap_tp_comm=bool(other.get("async_tp")), overlap_p2p_comm=not unfused,
+            overlap_tp_comm=_tp_overlap(run, other, tp, bool(sp)), overlap_p2p_comm=not unfused,
             overlap_grad_reduce=not unfused,
             attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
