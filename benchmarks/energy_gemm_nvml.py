@@ -1,13 +1,16 @@
 """Idle and full-load power of an NVIDIA GPU read through hwtune's NVML meter, against the power
 figures the cost model uses for it (`hwtune.cost.power.device_power_figures`).
 
-    python benchmarks/energy_gemm_nvml.py --gpu h200 --seconds 6 --json out.json
+    python benchmarks/energy_gemm_nvml.py [--gpu h100] --seconds 6 --json out.json
 
 It reads only (clocks and limits are left as they are): power and energy over an idle window,
-then over a window of back-to-back bf16 GEMMs of 8192^3 (the heaviest steady load a training
-step puts on the chip), with the SM clock and power sampled every 0.2 s. Prints idle W, load W,
-the sustained SM clock, TFLOP/s, joules per TFLOP, and the model's static and full-power
-figures for the catalog device.
+then a short burst of bf16 8192^3 GEMMs timed with CUDA events right after it (the chip cool and
+under its limit: the rate microbenchmarks see), then a window of the same GEMMs back to back
+(the heaviest steady load a training step puts on the chip), with the SM clock and power sampled
+every 0.2 s and the rate taken after the first second. Prints idle W, load W, the sustained SM
+clock, burst and sustained TFLOP/s and their ratio (the catalog's ``sustained_gemm_fraction``),
+joules per TFLOP, and the model's static and full-power figures for the catalog device
+(``--gpu``, default: the catalog entry matching the CUDA device name).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def window(dev: NvmlDevice, seconds: float, work: object = None) -> dict:
     samples: list = []
     stop = threading.Event()
     th = threading.Thread(target=sample, args=(dev, stop, samples), daemon=True)
-    calls = 0
+    calls = late_calls = 0
+    late_t0 = None
     torch.cuda.synchronize()
     mon.begin("w")
     th.start()
@@ -51,11 +55,20 @@ def window(dev: NvmlDevice, seconds: float, work: object = None) -> dict:
                 work()
             calls += 10
             torch.cuda.synchronize()
+            now = time.perf_counter()
+            if now - t0 > 1.0:  # after the power limiter has settled the clock
+                if late_t0 is None:
+                    late_t0 = now
+                else:
+                    late_calls += 10
     m = mon.end("w")
     stop.set()
     th.join()
     late = [s for s in samples if s[0] - t0 > 1.0] or samples  # after the clocks settle
+    late_s = (time.perf_counter() - late_t0) if late_t0 is not None else 0.0
     return {
+        "late_calls": late_calls,
+        "late_seconds": late_s,
         "seconds": m.time_s,
         "energy_j": m.energy_j,
         "avg_power_w": m.avg_power_w,
@@ -67,7 +80,9 @@ def window(dev: NvmlDevice, seconds: float, work: object = None) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpu", default="h200", help="catalog name of this GPU (model figures)")
+    ap.add_argument(
+        "--gpu", default=None, help="catalog name of this GPU (default: from the CUDA device name)"
+    )
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--json", default=None)
@@ -77,12 +92,26 @@ def main() -> int:
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(a.n, a.n, device="cuda", generator=g, dtype=torch.bfloat16)
     y = torch.randn(a.n, a.n, device="cuda", generator=g, dtype=torch.bfloat16)
-    for _ in range(20):  # warm-up: clocks up, cuBLAS heuristics chosen
+    for _ in range(3):  # cuBLAS heuristics chosen; too short to heat the chip
         torch.mm(x, y)
+    torch.cuda.synchronize()
+    time.sleep(2.0)  # back under the power limit before the burst
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        torch.mm(x, y)
+    end.record()
+    torch.cuda.synchronize()
+    burst = 5 * 2.0 * a.n**3 / (start.elapsed_time(end) / 1e3) / 1e12
     load = window(dev, a.seconds, lambda: torch.mm(x, y))
     flops = 2.0 * a.n**3 * load["calls"]
     tflops = flops / load["seconds"] / 1e12
-    cat = get_device(a.gpu)
+    sustained = (
+        2.0 * a.n**3 * load["late_calls"] / load["late_seconds"] / 1e12
+        if load["late_seconds"] > 0
+        else tflops
+    )
+    cat = get_device(a.gpu or torch.cuda.get_device_name())
     static, dynamic = device_power_figures(cat)
     doc = {
         "gpu": torch.cuda.get_device_name(),
@@ -90,6 +119,9 @@ def main() -> int:
         "idle": idle,
         "load": load,
         "gemm_tflops": tflops,
+        "burst_tflops": burst,
+        "sustained_tflops": sustained,
+        "sustained_gemm_fraction": sustained / burst,
         "joules_per_tflop": load["energy_j"] / (flops / 1e12),
         "model": {
             "catalog": cat.name,
@@ -98,6 +130,11 @@ def main() -> int:
             "boost_clock_mhz": cat.boost_clock_mhz,
         },  # fmt: skip
     }
+    print(
+        f"{doc['gpu']}: bf16 {a.n}^3 GEMMs {burst:.0f} TFLOP/s in a burst, {sustained:.0f} "
+        f"sustained: sustained_gemm_fraction {sustained / burst:.3f} (catalog "
+        f"{cat.sustained_gemm_fraction})"
+    )
     print(
         f"{doc['gpu']}: idle {idle['avg_power_w']:.0f} W; bf16 {a.n}^3 GEMMs {tflops:.0f} TFLOP/s "
         f"at {load['avg_power_w']:.0f} W (SM clock {load['sm_clock_mhz_median']:.0f} MHz, limit "

@@ -38,7 +38,7 @@ if on 2 && [ -f "$OUT/profile.yaml" ]; then
   echo "rc $?" >>"$LOG"
 fi
 
-on 3 && step "3. NVML idle and GEMM-load power" && timeout 60 "$PY" benchmarks/energy_gemm_nvml.py --gpu "${GPU_NAME:-h200}" --seconds 8 \
+on 3 && step "3. NVML idle and GEMM-load power" && timeout 60 "$PY" benchmarks/energy_gemm_nvml.py ${GPU_NAME:+--gpu "$GPU_NAME"} --seconds 8 \
   --json "$OUT/energy.json" >>"$LOG" 2>&1
 echo "rc $?" >>"$LOG"
 
