@@ -578,10 +578,16 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     ]
     sus = cl.device.sustained_gemm_fraction
     if cl.sustained_clocks and sus is not None and sus < 1.0:
-        notes.append(
-            f"compute at the sustained clock of a power-limited {cl.device.name}: {sus:.2f} of "
-            "the burst rate under continuous GEMMs (--burst-clocks for bursts)"
-        )
+        if cl.device.profile is None:
+            notes.append(
+                f"compute at the sustained clock of a power-limited {cl.device.name}: {sus:.2f} "
+                "of the burst rate under continuous GEMMs (--burst-clocks for bursts)"
+            )
+        else:  # tier 2 prices GEMMs and attention at the profile's measured (burst) rates
+            notes.append(
+                f"the profile's GEMM and attention rates are short bursts; under continuous "
+                f"GEMMs this GPU holds about {sus:.2f} of them (not applied in tier 2)"
+            )
     share = attention_kernel_share(dev, st.attention_kernel)
     if share < 1.0:
         notes.append(f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best")
