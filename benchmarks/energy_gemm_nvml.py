@@ -42,7 +42,7 @@ def window(dev: NvmlDevice, seconds: float, work: object = None) -> dict:
     stop = threading.Event()
     th = threading.Thread(target=sample, args=(dev, stop, samples), daemon=True)
     calls = late_calls = 0
-    late_t0 = None
+    late_t0 = late_t1 = None
     torch.cuda.synchronize()
     mon.begin("w")
     th.start()
@@ -61,11 +61,12 @@ def window(dev: NvmlDevice, seconds: float, work: object = None) -> dict:
                     late_t0 = now
                 else:
                     late_calls += 10
+                    late_t1 = now  # the last synchronized batch ends the sustained window
     m = mon.end("w")
     stop.set()
     th.join()
     late = [s for s in samples if s[0] - t0 > 1.0] or samples  # after the clocks settle
-    late_s = (time.perf_counter() - late_t0) if late_t0 is not None else 0.0
+    late_s = (late_t1 - late_t0) if late_t1 is not None else 0.0
     return {
         "late_calls": late_calls,
         "late_seconds": late_s,

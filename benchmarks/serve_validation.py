@@ -44,24 +44,26 @@ def table(out: list[dict], key: str) -> str:
     for o in out:
         groups[o[key] if key != "all" else "all"].append(o)
     for k, v in sorted(groups.items()):
-        e1 = np.array([rel(o["pred_ttft_s"], o["ttft_s"]) for o in v])
-        e2 = np.array([rel(o["pred_tpot_s"], o["tpot_s"]) for o in v])
-        r1 = np.median([o["pred_ttft_s"] / o["ttft_s"] for o in v])
-        r2 = np.median([o["pred_tpot_s"] / o["tpot_s"] for o in v])
-        lines.append(f"| {k} | {len(v)} | {np.median(e1):.1%} | {np.percentile(e1, 90):.1%} | "
-                     f"{np.median(e2):.1%} | {np.percentile(e2, 90):.1%} | {r1:.2f} | {r2:.2f} |")  # fmt: skip
+        r = record(v, digits=None)
+        t, p = r["ttft"], r["tpot"]
+        lines.append(f"| {k} | {len(v)} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
+                     f"{p['median_abs_error']:.1%} | {p['p90_abs_error']:.1%} | "
+                     f"{t['pred_over_meas']:.2f} | {p['pred_over_meas']:.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def record(rows: list[dict]) -> dict:
-    """Error summary of ``rows``: what `hwtune.serve.accuracy` shows."""
+def record(rows: list[dict], digits: int | None = 4) -> dict:
+    """Error summary of ``rows`` (the tables printed here and what `hwtune.serve.accuracy`
+    shows, rounded to ``digits``)."""
+
+    def rd(x: float) -> float:
+        return round(float(x), digits) if digits is not None else float(x)
 
     def one(pred: str, meas: str) -> dict:
         e = np.array([rel(o[pred], o[meas]) for o in rows])
         r = np.array([o[pred] / o[meas] for o in rows])
-        return {"median_abs_error": round(float(np.median(e)), 4),
-                "p90_abs_error": round(float(np.percentile(e, 90)), 4),
-                "pred_over_meas": round(float(np.median(r)), 4)}  # fmt: skip
+        return {"median_abs_error": rd(np.median(e)), "p90_abs_error": rd(np.percentile(e, 90)),
+                "pred_over_meas": rd(np.median(r))}  # fmt: skip
 
     return {"rows": len(rows), "backends": sorted({o["backend"] for o in rows}),
             "ttft": one("pred_ttft_s", "ttft_s"), "tpot": one("pred_tpot_s", "tpot_s")}  # fmt: skip

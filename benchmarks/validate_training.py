@@ -177,14 +177,19 @@ NOTES = [
 ]
 
 
+def error_stats(errs: list[float]) -> dict[str, float]:
+    """Count, median and p90 of |error| and the signed median of relative errors ``errs``."""
+    if not errs:
+        nan = float("nan")
+        return {"n": 0, "median": nan, "p90": nan, "signed_median": nan}
+    absolute = [abs(e) for e in errs]
+    return {"n": len(errs), "median": statistics.median(absolute),
+            "p90": float(np.percentile(absolute, 90)), "signed_median": statistics.median(errs)}  # fmt: skip
+
+
 def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
-    out = {}
-    for metric in ("throughput", "peak_memory", "layer_time"):
-        errs = [abs(r["rel_err"]) for r in rows if r["metric"] == metric]
-        out[metric] = {"n": len(errs), "median": statistics.median(errs) if errs else float("nan"),
-                       "p90": float(np.percentile(errs, 90)) if errs else float("nan"), "signed_median": statistics.median(
-                           [r["rel_err"] for r in rows if r["metric"] == metric]) if errs else float("nan")}  # fmt: skip
-    return out
+    return {metric: error_stats([r["rel_err"] for r in rows if r["metric"] == metric])
+            for metric in ("throughput", "peak_memory", "layer_time")}  # fmt: skip
 
 
 def class_table(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -192,12 +197,13 @@ def class_table(rows: list[dict]) -> dict[str, dict[str, float]]:
     shows as its track record."""
     out = {}
     for key in CLASSES:
-        errs = [r["rel_err"] for r in rows if r["metric"] == "throughput" and r["class"] == key]
-        if errs:
-            out[key] = {"rows": len(errs),
-                        "median_abs_error": round(statistics.median(abs(e) for e in errs), 4),
-                        "p90_abs_error": round(float(np.percentile([abs(e) for e in errs], 90)), 4),
-                        "signed_median": round(statistics.median(errs), 4)}  # fmt: skip
+        st = error_stats(
+            [r["rel_err"] for r in rows if r["metric"] == "throughput" and r["class"] == key]
+        )
+        if st["n"]:
+            out[key] = {"rows": st["n"], "median_abs_error": round(st["median"], 4),
+                        "p90_abs_error": round(st["p90"], 4),
+                        "signed_median": round(st["signed_median"], 4)}  # fmt: skip
     return out
 
 
