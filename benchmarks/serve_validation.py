@@ -5,7 +5,7 @@ VALIDATION-serve.md.
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
         [--engine defaults|aiconfigurator] [--mode agg|disagg] [--inferencex]
-        [--merge-into full.json]
+        [--merge-into full.json] [--tier3]
 
 ``--engine aiconfigurator`` runs aggregated rows with the engine limits of aiconfigurator's
 generated configs (`hwtune.serve.published.aic_engine_limits`) instead of the engines' defaults.
@@ -69,6 +69,46 @@ def record(rows: list[dict], digits: int | None = 4) -> dict:
             "ttft": one("pred_ttft_s", "ttft_s"), "tpot": one("pred_tpot_s", "tpot_s")}  # fmt: skip
 
 
+TIER3_GROUP = ("backend", "model", "system", "mode")
+TIER3_KS = (None, 3, 5, 10)
+
+
+def tier3_tables(out: list[dict], draws: int = 50) -> str:
+    """Tier 3 (`hwtune.serve.correction`) cross-validated on the rows: per group of one engine,
+    model, GPU and mode, maps fitted to k runs predict the group's other runs (``draws`` seeded
+    draws of k; None = leave-one-out). Errors of every held-out prediction, pooled."""
+    from hwtune.serve.correction import held_out_errors
+
+    groups = collections.defaultdict(list)
+    for o in out:
+        groups[tuple(o[k] for k in TIER3_GROUP)].append(o)
+    lines = ["| fitting runs per group | groups | held-out predictions | TTFT median | TTFT p90 | "
+             "TPOT median | TPOT p90 |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    by_backend: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+    for k in TIER3_KS:
+        et, ep, used = [], [], 0
+        for i, (key, rows) in enumerate(sorted(groups.items())):
+            sim_t = [o["pred_ttft_s"] for o in rows]
+            sim_p = [o["pred_tpot_s"] for o in rows]
+            a = held_out_errors(sim_t, [o["ttft_s"] for o in rows], k, draws, seed=i)
+            b = held_out_errors(sim_p, [o["tpot_s"] for o in rows], k, draws, seed=i)
+            if a.size:
+                used += 1
+                et.append(a)
+                ep.append(b)
+                if k == 5:
+                    by_backend[key[0]].append(a)
+        t, p = np.concatenate(et), np.concatenate(ep)
+        lines.append(f"| {'all others (leave-one-out)' if k is None else k} | {used} | {t.size} | "
+                     f"{np.median(t):.1%} | {np.percentile(t, 90):.1%} | {np.median(p):.1%} | "
+                     f"{np.percentile(p, 90):.1%} |")  # fmt: skip
+    lines += ["", "| backend (5 fitting runs) | TTFT median | TTFT p90 |", "|---|---:|---:|"]
+    for b, arrs in sorted(by_backend.items()):
+        t = np.concatenate(arrs)
+        lines.append(f"| {b} | {np.median(t):.1%} | {np.percentile(t, 90):.1%} |")
+    return "\n".join(lines)
+
+
 def write_accuracy(rows: list[dict]) -> None:
     """The track record of `hwtune serve`, per mode, into the package (`serve/accuracy.json`)."""
     modes = {m: record([o for o in rows if o["mode"] == m]) for m in ("agg", "disagg")}
@@ -107,6 +147,11 @@ def main() -> None:
         "--merge-into",
         default=None,
         help="a full results JSON whose rows of the same ids these replace",
+    )
+    ap.add_argument(
+        "--tier3",
+        action="store_true",
+        help="also cross-validate the tier-3 correction (fitted to k runs per engine/model/GPU)",
     )
     ap.add_argument(
         "--write-accuracy",
@@ -178,6 +223,9 @@ def main() -> None:
         print(f"- {v} rows: {k}")
     for f in doc["failed"]:
         print(f"- failed {f['id']}: {f['error'][:160]}")
+    if a.tier3:
+        print("\nTier 3: corrected by k measured runs of the same engine, model, GPU and mode\n")
+        print(tier3_tables(out))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,12 @@ RangeRatio = Annotated[
 ]
 Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|static")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
+Correction = Annotated[
+    Path | None,
+    typer.Option(
+        help="tier-3 correction from `hwtune serve calibrate` (printed beside the simulation)"
+    ),
+]
 
 
 def _workload(
@@ -177,6 +183,7 @@ def serve(
     prefill_tp: Annotated[int | None, typer.Option(help="prefill replica tp (disagg)")] = None,
     prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
     profile: Profile = None,
+    correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
         Path | None, typer.Option(help="write a Perfetto/Chrome trace JSON")
@@ -190,10 +197,12 @@ def serve(
     from dataclasses import replace
 
     from hwtune.serve.config import Deployment
-    from hwtune.serve.metrics import summarize
+    from hwtune.serve.correction import corrected_stats, load_correction
+    from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
     try:
+        corr = load_correction(correction) if correction is not None else None
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile)  # fmt: skip
@@ -211,6 +220,10 @@ def serve(
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=2 if profile else 1, workload=wl.mode)  # fmt: skip
     doc["accuracy"] = serve_accuracy(disagg)
+    if corr is not None:
+        pr = per_request(res)
+        doc["calibrated"] = corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
+        doc["calibrated"]["correction"] = corr.model_dump()
     if trace_out is not None:
         from hwtune.report.serve_trace import write_chrome_trace
 
@@ -284,6 +297,68 @@ def plan_cmd(
 
     render_plan(best, f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated",
                 accuracy=[serve_accuracy(False)] + ([serve_accuracy(True)] if disagg else []))  # fmt: skip
+
+
+@serve_app.command("calibrate")
+def calibrate_cmd(
+    runs: Annotated[Path, typer.Option(help="CSV of measured runs (hwtune.serve.measured_runs)")],
+    model: Model = "llama3.1-8b",
+    gpu: Gpu = "h100-sxm-80gb",
+    precision: Precision = "bf16",
+    kv_precision: KvPrecision = None,
+    scheduler: Sched = "vllm",
+    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    profile: Profile = None,
+    out: Annotated[Path | None, typer.Option(help="write the correction (YAML)")] = None,
+    seed: Seed = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Fit a tier-3 correction (TTFT, TPOT) to your own measured runs of one engine and model."""
+    from hwtune.serve.correction import fit_correction, save_correction
+    from hwtune.serve.measured_runs import load_runs, simulate_run
+
+    try:
+        measured = load_runs(runs)
+        base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
+                        max_num_batched_tokens, 16, 0.9, True, profile)  # fmt: skip
+        sims = [simulate_run(base, r, seed) for r in measured]
+        corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
+                              [s[1] for s in sims], [r.tpot_s for r in measured],
+                              source=f"{runs.name}: {base.model.name} on {base.device.name}")  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    if out is not None:
+        save_correction(corr, out)
+    rows = [{"concurrency": r.concurrency, "input_len": r.input_len, "output_len": r.output_len,
+             "tp": r.tp, "measured_ttft_s": r.ttft_s, "simulated_ttft_s": s[0],
+             "corrected_ttft_s": float(corr.ttft(s[0])), "measured_tpot_s": r.tpot_s,
+             "simulated_tpot_s": s[1], "corrected_tpot_s": float(corr.tpot(s[1]))}
+            for r, s in zip(measured, sims, strict=True)]  # fmt: skip
+    if as_json:
+        doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
+               "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from hwtune.report.serve_view import correction_line
+
+    con = Console()
+    t = Table(title=f"{base.model.name} on {base.device.name}: measured, simulated (tier "
+                    f"{2 if profile else 1}), corrected", title_justify="left")  # fmt: skip
+    for c in ("C", "in", "out", "tp", "TTFT ms", "sim", "corr", "TPOT ms", "sim", "corr"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(str(r["concurrency"]), str(r["input_len"]), str(r["output_len"]), str(r["tp"]),
+                  *(f"{r[f'{a}_{m}_s'] * 1e3:.1f}" for m in ("ttft", "tpot")
+                    for a in ("measured", "simulated", "corrected")))  # fmt: skip
+    con.print(t)
+    con.print(f"correction: {correction_line(corr.model_dump())}")
+    if out is not None:
+        con.print(f"written to {out}; use it with `hwtune serve --correction {out}`")
 
 
 if __name__ == "__main__":

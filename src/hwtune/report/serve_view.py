@@ -39,8 +39,31 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         f"simulated {doc['simulated_s']:.1f} s in {doc['wall_s']:.2f} s wall "
         f"({doc['steps']:,} steps)"
     )
+    cal = doc.get("calibrated")
+    if cal:
+        t = Table(title=f"tier 3: corrected by {cal['correction']['runs']} measured run(s) "
+                        f"({cal['correction'].get('source') or 'hwtune serve calibrate'})",
+                  title_justify="left")  # fmt: skip
+        for c in ("metric", "mean", "p50", "p90", "p99"):
+            t.add_column(c, justify="right" if c != "metric" else "left")
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+            t.add_row(label, *(_ms(cal[key][k]) for k in ("mean", "p50", "p90", "p99")))
+        con.print(t)
+        con.print(f"note: {correction_line(cal['correction'])}")
     if doc.get("accuracy"):
         con.print(f"note: {accuracy_line(doc['accuracy'])}")
+
+
+def correction_line(corr: dict) -> str:
+    """One line on a tier-3 correction: its maps and its leave-one-out error on its runs."""
+    t, p = corr["ttft"], corr["tpot"]
+    loo = ", ".join(f"{name} {corr[k]:.1%}" for name, k in (("TTFT", "loo_ttft_error"),
+                    ("TPOT", "loo_tpot_error")) if corr.get(k) is not None)  # fmt: skip
+    return (
+        f"TTFT = {t['scale']:.2f} x simulated + {t['offset_s'] * 1e3:.1f} ms, TPOT = "
+        f"{p['scale']:.2f} x simulated + {p['offset_s'] * 1e3:.2f} ms (statistical fit, "
+        + (f"leave-one-out median error {loo})" if loo else "too few runs to cross-validate)")
+    )
 
 
 def render_plan(

@@ -1,0 +1,206 @@
+"""Tier 3: serving latencies corrected by the user's own measured runs of the same deployment.
+
+Tier 1 (spec sheets) and tier 2 (a measured kernel profile) price the GPU work of each engine
+step. What an engine adds around it is in neither: the front end's per-request hops (HTTP,
+tokenization, IPC), eager-mode prefill launch costs, kernels of a given engine version running
+below the catalog's efficiencies (VALIDATION.md, "What is missing"). On the published Hopper
+rows these leave tier-1 TTFT 0.54x of the measured values at the median, by amounts that differ
+per engine and model far more than per GPU. A user who has benchmarked a few configurations of
+one engine and model can correct the rest with an affine map per metric,
+
+    measured ~= scale * simulated + offset,    offset >= 0,
+
+fitted by least squares on the relative residuals ((scale * s_i + offset) / m_i - 1), so that
+every run weighs the same whatever its size. ``offset`` is a fixed latency per request (TTFT)
+or per output token (TPOT) and is never negative; ``scale`` absorbs a rate ratio (kernel
+efficiency, queueing that grows with the prefill time). Nothing here is physics: it is a
+statistical correction, cross-validated on the published rows (`benchmarks/serve_validation.py
+--tier3`, VALIDATION.md "Tier 3"), and ``hwtune serve --correction`` prints it beside the
+simulation, never in place of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class AffineMap(BaseModel):
+    """``scale * x + offset`` for one latency metric (seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    scale: float = Field(gt=0)
+    offset_s: float = Field(default=0.0, ge=0)
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray | float:
+        return self.scale * x + self.offset_s
+
+
+class ServeCorrection(BaseModel):
+    """Per-metric maps fitted to ``runs`` measured runs, with their leave-one-out errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ttft: AffineMap
+    tpot: AffineMap
+    runs: int = Field(ge=1)
+    loo_ttft_error: float | None = Field(default=None, ge=0)
+    loo_tpot_error: float | None = Field(default=None, ge=0)
+    source: str = ""
+
+
+def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineMap:
+    """The map minimising sum(((scale * s_i + offset) / m_i - 1)^2) with offset >= 0.
+
+    One run fixes the scale alone (offset 0). Two or more solve the 2x2 normal equations; when
+    their offset comes out negative the constraint binds and the scale is refitted with offset 0.
+    """
+    s = np.asarray(simulated, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    if s.shape != m.shape or s.size == 0:
+        raise HwtuneInputError("runs", int(s.size), "one or more simulated/measured pairs")
+    for name, v in (("simulated", s), ("measured", m)):
+        bad = ~np.isfinite(v) | (v <= 0)
+        if bad.any():
+            raise HwtuneInputError(f"{name} latency", float(v[bad][0]), "a positive number")
+    x, y = s / m, 1.0 / m
+    scale_only = AffineMap(scale=float(x.sum() / (x * x).sum()), offset_s=0.0)
+    if s.size == 1:
+        return scale_only
+    a = np.array([[x @ x, x @ y], [x @ y, y @ y]])
+    b = np.array([x.sum(), y.sum()])
+    try:
+        scale, offset = np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:  # all runs at one measured value and ratio: scale only
+        return scale_only
+    if offset < 0 or scale <= 0:
+        return scale_only
+    return AffineMap(scale=float(scale), offset_s=float(offset))
+
+
+def loo_error(simulated: Sequence[float], measured: Sequence[float]) -> float | None:
+    """Median relative error of each run predicted by the map fitted to the others (None for
+    fewer than three runs)."""
+    s = np.asarray(simulated, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    if s.size < 3:
+        return None
+    errs = []
+    for i in range(s.size):
+        keep = np.arange(s.size) != i
+        f = fit_affine(s[keep], m[keep])
+        errs.append(abs(float(f(s[i])) - m[i]) / m[i])
+    return float(np.median(errs))
+
+
+def held_out_errors(
+    simulated: Sequence[float],
+    measured: Sequence[float],
+    k: int | None = None,
+    draws: int = 20,
+    seed: int = 0,
+) -> np.ndarray:
+    """Relative errors of runs predicted by maps fitted to other runs of the same group.
+
+    ``k`` None: leave-one-out (every run predicted from all the others). Otherwise ``draws``
+    seeded random choices of ``k`` fitting runs, each predicting all the runs it left out; an
+    empty array when the group has no more than ``k`` runs."""
+    s = np.asarray(simulated, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    n = s.size
+    out: list[float] = []
+    if k is None:
+        for i in range(n if n >= 2 else 0):
+            keep = np.arange(n) != i
+            out.append(abs(float(fit_affine(s[keep], m[keep])(s[i])) - m[i]) / m[i])
+        return np.array(out)
+    if k < 1:
+        raise HwtuneInputError("k", k, "a positive number of fitting runs")
+    if n <= k:
+        return np.array([])
+    rng = np.random.default_rng(seed)
+    for _ in range(draws):
+        pick = rng.choice(n, size=k, replace=False)
+        rest = np.setdiff1d(np.arange(n), pick)
+        f = fit_affine(s[pick], m[pick])
+        out.extend(np.abs(f(s[rest]) - m[rest]) / m[rest])
+    return np.array(out)
+
+
+def fit_correction(
+    sim_ttft: Sequence[float],
+    meas_ttft: Sequence[float],
+    sim_tpot: Sequence[float],
+    meas_tpot: Sequence[float],
+    source: str = "",
+) -> ServeCorrection:
+    """Both maps from paired simulated and measured mean TTFT and TPOT (seconds)."""
+    return ServeCorrection(
+        ttft=fit_affine(sim_ttft, meas_ttft),
+        tpot=fit_affine(sim_tpot, meas_tpot),
+        runs=len(sim_ttft),
+        loo_ttft_error=loo_error(sim_ttft, meas_ttft),
+        loo_tpot_error=loo_error(sim_tpot, meas_tpot),
+        source=source,
+    )
+
+
+def corrected_stats(
+    corr: ServeCorrection, ttft: np.ndarray, tpot: np.ndarray, output: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """TTFT, TPOT and E2E statistics (mean, p50, p90, p99) of the corrected requests.
+
+    Per request: TTFT' = map(TTFT); TPOT' = map(TPOT) where it is defined (two or more output
+    tokens); E2E' = TTFT' + (output - 1) * TPOT'."""
+    from hwtune.serve.metrics import stats
+
+    t = np.asarray(corr.ttft(ttft), dtype=float)
+    p = np.asarray(tpot, dtype=float)
+    defined = np.isfinite(p)
+    p2 = np.where(defined, corr.tpot(np.where(defined, p, 0.0)), np.nan)
+    e2e = t + np.maximum(np.asarray(output) - 1, 0) * np.where(defined, p2, 0.0)
+    return {"ttft_s": stats(t), "tpot_s": stats(p2[defined]), "e2e_s": stats(e2e)}
+
+
+def load_correction(path: str | Path) -> ServeCorrection:
+    """Read a correction written by ``hwtune serve calibrate`` (YAML)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise HwtuneInputError("correction", str(path), f"a readable file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        msg = str(e).splitlines()[0]
+        raise HwtuneInputError("correction", str(path), f"valid YAML ({msg})") from None
+    if not isinstance(data, dict):
+        raise HwtuneInputError("correction", str(path), "a mapping with ttft, tpot and runs")
+    try:
+        return ServeCorrection(**data)
+    except ValidationError as e:
+        raise from_validation_error(e, where=p.name) from None
+
+
+def save_correction(corr: ServeCorrection, path: str | Path) -> None:
+    """Write ``corr`` as YAML (what `load_correction` reads)."""
+    Path(path).write_text(yaml.safe_dump(corr.model_dump(), sort_keys=False))
+
+
+__all__ = [
+    "AffineMap",
+    "ServeCorrection",
+    "corrected_stats",
+    "fit_affine",
+    "fit_correction",
+    "held_out_errors",
+    "load_correction",
+    "loo_error",
+    "save_correction",
+]

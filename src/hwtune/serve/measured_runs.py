@@ -1,0 +1,118 @@
+"""Benchmark runs a user measured on a serving engine, and their simulated twins.
+
+A runs file is a CSV with a header; one row per run of a closed-loop benchmark (``vllm bench
+serve --max-concurrency C``, aiperf ``--concurrency C``, ...) of one engine, model and GPU:
+
+    concurrency,input_len,output_len,ttft_ms,tpot_ms,tp
+    8,1024,512,62.1,7.9,1
+    64,1024,512,180.4,11.2,1
+
+Required: ``concurrency``, ``input_len``, ``output_len`` and the measured mean ``ttft_ms`` and
+``tpot_ms``. Optional: ``tp``, ``pp``, ``ep``, ``dp_attention`` (default 1), ``range_ratio``
+(default 1: fixed lengths; 0.8 for InferenceX-style sampling in [0.8 L, L]) and
+``num_requests`` (default 10 x concurrency). `simulate_runs` replays each run with the same
+closed loop on a `ReplicaConfig`; `hwtune.serve.correction` fits the tier-3 correction to the
+pairs.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hwtune.errors import HwtuneInputError
+from hwtune.serve.config import Deployment, ReplicaConfig
+
+REQUIRED = ("concurrency", "input_len", "output_len", "ttft_ms", "tpot_ms")
+OPTIONAL_INT = ("tp", "pp", "ep", "dp_attention", "num_requests")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured closed-loop run (latencies in seconds)."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    ttft_s: float
+    tpot_s: float
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    range_ratio: float = 1.0
+    num_requests: int | None = None
+
+
+def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
+    try:
+        v = kind(text)
+    except ValueError:
+        v = math.nan
+    if not (isinstance(v, int) or math.isfinite(v)) or v <= 0:
+        raise HwtuneInputError(f"{path}: line {line}: {col}", text, f"a positive {kind.__name__}")
+    return v
+
+
+def load_runs(path: str | Path) -> list[MeasuredRun]:
+    """Read a runs CSV (see the module docstring); a bad cell names its line and column."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise HwtuneInputError("runs", str(path), f"a readable CSV file ({e.strerror})") from None
+    reader = csv.DictReader(text.splitlines())
+    cols = [c.strip() for c in reader.fieldnames or []]
+    missing = [c for c in REQUIRED if c not in cols]
+    if missing:
+        raise HwtuneInputError(
+            f"{p.name}: header", ",".join(cols), f"columns {', '.join(REQUIRED)}"
+        )
+    runs = []
+    for line, raw in enumerate(reader, start=2):
+        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
+        if not any(row.values()):
+            continue
+        kw: dict[str, object] = {
+            "concurrency": _num(p.name, line, "concurrency", row["concurrency"], int),
+            "input_len": _num(p.name, line, "input_len", row["input_len"], int),
+            "output_len": _num(p.name, line, "output_len", row["output_len"], int),
+            "ttft_s": _num(p.name, line, "ttft_ms", row["ttft_ms"], float) / 1e3,
+            "tpot_s": _num(p.name, line, "tpot_ms", row["tpot_ms"], float) / 1e3,
+        }
+        for col in OPTIONAL_INT:
+            if row.get(col):
+                kw[col] = _num(p.name, line, col, row[col], int)
+        if row.get("range_ratio"):
+            rr = _num(p.name, line, "range_ratio", row["range_ratio"], float)
+            if rr > 1:
+                raise HwtuneInputError(f"{p.name}: line {line}: range_ratio", row["range_ratio"],
+                                       "a fraction in (0, 1]")  # fmt: skip
+            kw["range_ratio"] = rr
+        runs.append(MeasuredRun(**kw))  # type: ignore[arg-type]
+    if not runs:
+        raise HwtuneInputError("runs", str(path), "at least one run below the header")
+    return runs
+
+
+def simulate_run(base: ReplicaConfig, run: MeasuredRun, seed: int = 0) -> tuple[float, float]:
+    """(mean TTFT, mean TPOT) seconds of ``run`` simulated on ``base`` with the run's layout."""
+    from hwtune.serve.metrics import per_request
+    from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
+    from hwtune.serve.simulator import simulate
+
+    cfg = base.with_(tp=run.tp, pp=run.pp, ep=run.ep, dp_attention=run.dp_attention)
+    n = run.num_requests or 10 * run.concurrency
+    if run.range_ratio < 1:
+        p, o = range_ratio_lengths(n, run.input_len, run.output_len, run.range_ratio, seed)
+    else:
+        p, o = fixed_lengths(n, run.input_len, run.output_len)
+    res = simulate(Deployment(cfg), closed_loop(run.concurrency, p, o))
+    pr = per_request(res)
+    tpot = pr["tpot"][pr["tpot"] == pr["tpot"]]
+    return float(pr["ttft"].mean()), float(tpot.mean()) if tpot.size else math.nan
+
+
+__all__ = ["MeasuredRun", "load_runs", "simulate_run"]
