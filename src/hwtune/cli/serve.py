@@ -52,6 +52,9 @@ RangeRatio = Annotated[
 ]
 Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|static")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
+WoKernel = Annotated[
+    str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
+]
 Correction = Annotated[
     Path | None,
     typer.Option(
@@ -131,6 +134,7 @@ def _replica(
     gpu_memory_utilization: float,
     prefix_caching: bool,
     profile: Path | None,
+    weight_only_kernel: str = "wgmma",
 ):  # noqa: ANN202
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
@@ -143,7 +147,7 @@ def _replica(
         weight_dtype=precision, kv_dtype=kv_precision or "bf16", scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
-        enable_prefix_caching=prefix_caching, profile=prof,
+        enable_prefix_caching=prefix_caching, profile=prof, weight_only_kernel=weight_only_kernel,
     )  # fmt: skip
 
 
@@ -183,6 +187,7 @@ def serve(
     prefill_tp: Annotated[int | None, typer.Option(help="prefill replica tp (disagg)")] = None,
     prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
     profile: Profile = None,
+    weight_only_kernel: WoKernel = "wgmma",
     correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
@@ -205,7 +210,7 @@ def serve(
         corr = load_correction(correction) if correction is not None else None
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
-                       prefix_caching, profile)  # fmt: skip
+                       prefix_caching, profile, weight_only_kernel)  # fmt: skip
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
@@ -310,6 +315,7 @@ def calibrate_cmd(
     max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
     profile: Profile = None,
+    weight_only_kernel: WoKernel = "wgmma",
     out: Annotated[Path | None, typer.Option(help="write the correction (YAML)")] = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
@@ -321,7 +327,7 @@ def calibrate_cmd(
     try:
         measured = load_runs(runs)
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
-                        max_num_batched_tokens, 16, 0.9, True, profile)  # fmt: skip
+                        max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         sims = [simulate_run(base, r, seed) for r in measured]
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],

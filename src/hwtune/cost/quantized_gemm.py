@@ -6,18 +6,45 @@ quantization of Anthony et al. 2024 §3), with the weight operand read at its st
 math at the activation format: W4A16 kernels (Marlin, Frantar et al. 2024 "MARLIN: Mixed-Precision
 Auto-Regressive Parallel Inference on Large Language Models", §3) dequantize tiles in registers,
 so decode-size GEMMs read 0.5 byte per weight while large GEMMs run at the 16-bit tensor rate.
+
+Which kernel runs the math matters on Hopper (``WEIGHT_ONLY_KERNELS``): Marlin, and the fused
+Marlin MoE built on it, issues Ampere's ``mma.sync.m16n8k16`` tensor-core instructions (Frantar et
+al. 2024, §3-4: designed for A10/A100), not Hopper's asynchronous warpgroup ``wgmma``; vLLM's
+Machete README calls Machete, a CUTLASS wgmma kernel, "a spiritual successor to the Marlin kernel
+but optimized for Hopper architectures", and Neural Magic's Machete announcement (2024-10) credits
+wgmma for overcoming the compute-bound limit. An mma.sync kernel on Hopper is taken to reach the
+share of the wgmma rate that FlashAttention-2 (mma.sync) reaches of FlashAttention-3 (wgmma) on
+an H100, `hwtune.cost.compute.FA2_SHARE_ON_HOPPER` (0.57, Shah et al. 2024 Fig. 5/7): the same
+instruction generation, measured, not fitted. The weight read (memory-bound side) is unchanged.
 """
 
 from __future__ import annotations
 
 from hwtune.cost.compute import (
+    FA2_SHARE_ON_HOPPER,
     KERNEL_OVERHEAD_S,
     dtype_bytes,
     gemm_time,
     k_fill_efficiency,
     quantization_efficiency,
 )
+from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
+
+WEIGHT_ONLY_KERNELS: tuple[str, ...] = ("wgmma", "marlin")
+"""Kernels of weight-only GEMMs: ``wgmma`` (the architecture's native tensor-core path: CUTLASS
+mixed-input / Machete on Hopper, the default) or ``marlin`` (mma.sync; see the module docstring)."""
+
+
+def kernel_share(device: Device, kernel: str) -> float:
+    """The math rate of ``kernel`` as a share of the device's native tensor-core rate."""
+    if kernel not in WEIGHT_ONLY_KERNELS:
+        raise HwtuneInputError(
+            "weight_only_kernel", kernel, "one of " + ", ".join(WEIGHT_ONLY_KERNELS)
+        )
+    if kernel == "marlin" and device.architecture == "hopper":
+        return FA2_SHARE_ON_HOPPER
+    return 1.0
 
 
 def supports(device: Device, dtype: str) -> bool:
@@ -26,13 +53,19 @@ def supports(device: Device, dtype: str) -> bool:
 
 
 def serving_gemm_time(
-    m: int, n: int, k: int, device: Device, weight_dtype: str, batch: int = 1
+    m: int,
+    n: int,
+    k: int,
+    device: Device,
+    weight_dtype: str,
+    batch: int = 1,
+    kernel: str = "wgmma",
 ) -> float:
     """Seconds for ``batch`` (m x k) @ (k x n) GEMMs whose (k x n) weights are in ``weight_dtype``.
 
     When the device computes in ``weight_dtype`` this is `gemm_time` itself (W8A8 FP8 and the
     like). Otherwise the math runs in bf16 on dequantized tiles and only the weight read is
-    narrower (weight-only quantization; see the module docstring).
+    narrower (weight-only quantization; see the module docstring), by ``kernel``.
     """
     if supports(device, weight_dtype):
         return gemm_time(m, n, k, device, weight_dtype, batch)
@@ -40,10 +73,11 @@ def serving_gemm_time(
         return 0.0
     flops = 2.0 * m * n * k * batch
     eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
-    t_compute = flops / (device.peak_flops("bf16") * device.gemm_fraction("bf16") * eta)
+    rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * kernel_share(device, kernel)
+    t_compute = flops / (rate * eta)
     nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
 
 
-__all__ = ["serving_gemm_time", "supports"]
+__all__ = ["WEIGHT_ONLY_KERNELS", "kernel_share", "serving_gemm_time", "supports"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hwtune.cost.compute import dtype_bytes
+from hwtune.cost.quantized_gemm import WEIGHT_ONLY_KERNELS
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
@@ -43,7 +44,9 @@ class ReplicaConfig:
     attention runs data-parallel over ``dp_attention`` groups of ``tp`` GPUs while the MoE layers
     run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
-    on GPUs without FP4 math); ``kv_dtype`` that of the KV cache.
+    on GPUs without FP4 math); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
+    kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
+    native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``).
     """
 
     model: ModelSpec
@@ -64,6 +67,7 @@ class ReplicaConfig:
     host_overhead_s: float = HOST_OVERHEAD_PER_ITERATION_S
     host_overhead_per_seq_s: float = HOST_OVERHEAD_PER_SEQUENCE_S
     nic_gbps: float | None = None
+    weight_only_kernel: str = "wgmma"
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -103,6 +107,9 @@ class ReplicaConfig:
                 "ep", self.ep, f"a divisor of n_routed_experts = {self.model.moe.n_routed_experts}"
             )
         dtype_bytes(self.weight_dtype)  # a known format
+        if self.weight_only_kernel not in WEIGHT_ONLY_KERNELS:
+            raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
+                                   "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip
 
     # --- derived ----------------------------------------------------------------------------
     @property

@@ -159,7 +159,8 @@ class IterationModel:
         """A weight GEMM: in ``dtype`` when set, else with weights in ``cfg.weight_dtype``."""
         if self.dtype:
             return gemm_time(m, n, k, self.dev, self.dtype, batch)
-        return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch)
+        return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch,
+                                 self.cfg.weight_only_kernel)  # fmt: skip
 
     def _moe(self, t: int, ta: int) -> tuple[float, float, float]:
         """(GEMM, memory, collective) seconds of one MoE layer for ``t`` tokens of the stage."""

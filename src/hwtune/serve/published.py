@@ -88,8 +88,14 @@ def aic_engine_limits(backend: str, isl: int, batch: int) -> dict[str, object]:
     return kw
 
 
+MARLIN_SINCE = "2026-01-02"
+"""InferenceX's vLLM gpt-oss scripts for H100 and H200 export ``VLLM_MXFP4_USE_MARLIN=1`` since
+this date (SemiAnalysisAI/InferenceX commit 4e52ed4c6, "Update vLLM version to v0.13.0 for NVIDIA
+configs"): the MXFP4 experts run vLLM's fused Marlin MoE (`hwtune.cost.quantized_gemm`)."""
+
+
 def inferencex_engine_limits(
-    backend: str, model_path: str, isl: int, conc: int
+    backend: str, model_path: str, isl: int, conc: int, measured: str | None = None
 ) -> dict[str, object]:
     """`ReplicaConfig` fields of the engines InferenceX launched for its single-node H100/H200 runs,
     at the rows' measurement dates (2025-10 to 2026-03; SemiAnalysisAI/InferenceX ``benchmarks/``):
@@ -100,7 +106,9 @@ def inferencex_engine_limits(
       (``gptoss_fp4_h200_trt_slurm.sh``), Llama-3.1-70B 16384 (``70b_fp8_h200_trt_slurm.sh``).
     - SGLang for DeepSeek-R1: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``
       (``dsr1_fp8_h200.sh``).
-    - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here.
+    - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here;
+      gpt-oss-120b runs measured (``measured``, ISO date) on or after `MARLIN_SINCE` use the
+      Marlin MoE kernel.
     Anything else keeps the module's defaults (empty dict)."""
     m = model_path.lower()
     if backend == "trtllm":
@@ -112,7 +120,18 @@ def inferencex_engine_limits(
             return {"max_num_batched_tokens": 16384, "scheduler": "orca"}
     if backend == "sglang" and "deepseek" in m:
         return {"max_num_batched_tokens": 32768}
+    if backend == "vllm" and "gpt-oss" in m and measured is not None and measured >= MARLIN_SINCE:
+        return {"weight_only_kernel": "marlin"}
     return {}
+
+
+_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
+
+
+def measured_date(row: dict) -> str | None:
+    """The ISO date a row was measured on (its ``silicon_data_source``), if it says."""
+    m = _MEASURED.search(row.get("silicon_data_source", ""))
+    return m.group(1) if m else None
 
 
 def default_csv() -> Path:
@@ -239,7 +258,7 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
             rep = _replica(row, "", prec, kv, max(256, conc))
             if is_inferencex(row):
                 lim = inferencex_engine_limits(row["backend"], row["model_path"], int(row["isl"]),
-                                               conc)  # fmt: skip
+                                               conc, measured_date(row))  # fmt: skip
                 rep = rep.with_(**lim) if lim else rep
             elif engine == "aiconfigurator":  # its generated configs, for its own harness's rows
                 rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))
