@@ -145,3 +145,29 @@ def test_cli_calibrate_then_serve_with_the_correction(tmp_path):
     bad.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n2,512,32,x,8\n")
     r = cli.invoke(serve_app, ["calibrate", "--runs", str(bad)])
     assert r.exit_code == 2 and "line 2: ttft_ms" in r.output
+
+
+def test_plan_checks_the_slos_on_the_corrected_latencies():
+    """A correction that adds 0.5 s to every TTFT turns a met TTFT SLO into an unmet one, and the
+    reported p90 is the corrected one (scale 1: simulated + 0.5 s)."""
+    from hwtune.hardware.catalog import get_device
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.correction import AffineMap
+    from hwtune.serve.plan import SLO, plan
+    from hwtune.serve.request import closed_loop, fixed_lengths
+
+    base = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+    wl = closed_loop(4, *fixed_lengths(16, 512, 16))
+    slo = SLO(ttft_p90_s=0.4)
+    plain = plan(base, wl, slo, max_gpus=1, disagg=False, processes=1)
+    assert plain[0].meets and plain[0].ttft_p90_s < 0.4
+    late = ServeCorrection(ttft=AffineMap(scale=1.0, offset_s=0.5), tpot=AffineMap(scale=1.0),
+                           runs=3)  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="best achievable p90 TTFT"):
+        plan(base, wl, slo, max_gpus=1, disagg=False, processes=1, correction=late)
+    shifted = plan(base, wl, SLO(ttft_p90_s=10.0), max_gpus=1, disagg=False, processes=1,
+                   correction=late)  # fmt: skip
+    same = {r.describe(): r.ttft_p90_s for r in plain}
+    for r in shifted:
+        assert r.ttft_p90_s == pytest.approx(same[r.describe()] + 0.5)

@@ -273,20 +273,23 @@ def plan_cmd(
     ] = None,
     top: Annotated[int, typer.Option(help="layouts to show")] = 5,
     profile: Profile = None,
+    correction: Correction = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
+    from hwtune.serve.correction import load_correction
     from hwtune.serve.plan import SLO, plan
 
     try:
+        corr = load_correction(correction) if correction is not None else None
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile)  # fmt: skip
         n = num_requests if num_requests is not None else (400 if concurrency is None else None)
         wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
                        concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
         res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
-                   processes)  # fmt: skip
+                   processes, correction=corr)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -295,12 +298,16 @@ def plan_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best,
+               "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": serve_accuracy(False), "disagg": serve_accuracy(True)}}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from hwtune.report.serve_view import render_plan
 
-    render_plan(best, f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated",
+    title = f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated"
+    if corr is not None:
+        title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
+    render_plan(best, title,
                 accuracy=[serve_accuracy(False)] + ([serve_accuracy(True)] if disagg else []))  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.correction import ServeCorrection
 from hwtune.serve.memory import replica_memory
 from hwtune.serve.request import Workload
 
@@ -120,11 +121,12 @@ def candidates(base: ReplicaConfig, max_gpus: int, disagg: bool = True) -> list[
     return out
 
 
-def _evaluate(args: tuple[Deployment, Workload, SLO]) -> PlanResult:
-    from hwtune.serve.metrics import summarize
+def _evaluate(args: tuple[Deployment, Workload, SLO, ServeCorrection | None]) -> PlanResult:
+    from hwtune.serve.correction import corrected_stats
+    from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
-    dep, wl, slo = args
+    dep, wl, slo, corr = args
     price = dep.replica.device.price_per_hour_usd
     cost = price * dep.gpus if price is not None else None
     try:
@@ -133,6 +135,9 @@ def _evaluate(args: tuple[Deployment, Workload, SLO]) -> PlanResult:
         nan = math.nan
         return PlanResult(dep, dep.gpus, cost, nan, nan, nan, 0.0, False, str(e))
     s = summarize(res)
+    if corr is not None:  # tier 3: the SLOs are checked on the corrected latencies
+        pr = per_request(res)
+        s |= corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
     t, p, e = s["ttft_s"]["p90"], s["tpot_s"]["p90"], s["e2e_s"]["p90"]
     ok = (
         (slo.ttft_p90_s is None or t <= slo.ttft_p90_s)
@@ -151,10 +156,12 @@ def plan(
     disagg: bool = True,
     processes: int | None = None,
     limit: int = 400,
+    correction: ServeCorrection | None = None,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
-    best achievable percentiles when no layout meets the SLO."""
+    best achievable percentiles when no layout meets the SLO. With ``correction`` (tier 3,
+    `hwtune.serve.correction`) the percentiles and the SLO checks are the corrected ones."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if max_gpus < 1:
@@ -164,7 +171,7 @@ def plan(
         raise HwtuneInputError(
             "max_gpus", max_gpus, f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
         )
-    jobs = [(d, workload, slo) for d in cands]
+    jobs = [(d, workload, slo, correction) for d in cands]
     if processes == 1 or len(jobs) == 1:
         results = [_evaluate(j) for j in jobs]
     else:
