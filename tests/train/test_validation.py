@@ -87,7 +87,7 @@ def _p90(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
 def test_megatron_lineage_meets_the_targets():
     """Megatron-LM, NeMo and Megatron-Bridge runs (41 rows): the frameworks whose kernels the
     cost model follows (fused attention and elementwise ops, overlapped gradient reduction)
-    meet the issue's throughput targets: median <= 10%, p90 <= 25% (measured: 5.7%, 23.7%)."""
+    meet the issue's throughput targets: median <= 10%, p90 <= 25% (measured: 5.2%, 12.2%)."""
     assert _median("throughput", MEGATRON_LINEAGE) <= 0.10
     assert _p90("throughput", MEGATRON_LINEAGE) <= 0.25
 
@@ -104,9 +104,9 @@ def test_layer_times_match_korthikanti_table4():
 
 
 def test_all_rows_throughput_p90_guard():
-    # the issue's p90 target (25%) is not met: DeepSpeed ZeRO-3 2021, Megatron-LM 2019 on V100,
-    # dropless Qwen3-30B-A3B (VALIDATION.md); this holds what is reached
-    assert _p90("throughput") <= 0.55  # measured 49.2%
+    # the issue's p90 target (25%) is not met: DeepSpeed ZeRO-3 2021 (six rows), dropless
+    # Qwen3-30B-A3B, then MosaicML 7B on 512 GPUs (VALIDATION.md); this holds what is reached
+    assert _p90("throughput") <= 0.28  # measured 26.5%
 
 
 def _tps_at(run_id: str, hbm_tbps: float | None = None) -> tuple[float, float]:

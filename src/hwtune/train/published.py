@@ -195,6 +195,18 @@ def _recompute(p: dict, run: PublishedRun) -> str:
         # TFLOP/s convention (eq. 3, the 96 coefficient) counts it.
         run.assumptions.append("full recomputation (Narayanan et al. §5: used in all runs)")
         return "full"
+    if p.get("recompute") is None and run.id.startswith("megatron19"):
+        # The Megatron-LM README of the paper's time (2019) pretrains GPT-2 with
+        # `--checkpoint-activations --checkpoint-num-layers 1` (NVIDIA/Megatron-LM f86bb67,
+        # README "GPT-2 Pretraining"), and without it none of these runs fits a 32 GB V100:
+        # 48-54 GiB per GPU for the 8.3B model on 8 GPUs, 67 GiB for the 1.2B baseline (the
+        # estimate's memory model). The paper gives no FLOP formula: its TFLOP/s are read as
+        # model FLOPs (72 L h^2 ...), recomputation not counted, as for every silent source.
+        run.assumptions.append(
+            "full recomputation (Megatron-LM 2019 README: GPT-2 pretraining checkpoints every "
+            "layer; without it the run needs 48-67 GiB per 32 GB V100)"
+        )
+        return "full"
     s = str(p.get("recompute") or "none").lower()
     if "per-op" in s:
         return "selective-op"
