@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
@@ -154,13 +153,10 @@ class Device(FrozenModel):
 
 def load_device_file(path: str | Path) -> Device:
     """Read a user's device description (YAML, same keys as the catalog)."""
+    from hwtune.structured_file import read_structured
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError("gpu", str(path), f"a readable YAML file ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise HwtuneInputError("gpu", str(path), f"valid YAML ({str(e).splitlines()[0]})") from None
+    data = read_structured(p, "gpu")
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of device fields")
     if "profile_version" in data:  # a measured profile written by `hwtune bench`

@@ -28,7 +28,6 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from hwtune.errors import HwtuneInputError, from_validation_error
@@ -326,15 +325,10 @@ def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
 
 def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
     """(device fields, profile) from a profile file; errors name the bad field."""
+    from hwtune.structured_file import read_structured
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError("profile", str(path), f"a readable file ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise HwtuneInputError(
-            "profile", str(path), f"valid YAML/JSON ({str(e).splitlines()[0]})"
-        ) from None
+    data = read_structured(p, "profile")
     if not isinstance(data, dict) or "device" not in data:
         raise HwtuneInputError(
             f"{p.name}.device", None, "a device description (hwtune bench writes one)"

@@ -61,7 +61,9 @@ def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineM
     """The map minimising sum(((scale * s_i + offset) / m_i - 1)^2) with offset >= 0.
 
     One run fixes the scale alone (offset 0). Two or more solve the 2x2 normal equations; when
-    their offset comes out negative the constraint binds and the scale is refitted with offset 0.
+    their offset comes out negative the constraint binds and the scale is refitted with offset 0
+    (so too when the runs would need a scale <= 0, measured latency falling as the simulated
+    one rises: no affine correction describes them, and the scale-only fit is returned).
     """
     s = np.asarray(simulated, dtype=float)
     m = np.asarray(measured, dtype=float)
@@ -89,16 +91,9 @@ def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineM
 def loo_error(simulated: Sequence[float], measured: Sequence[float]) -> float | None:
     """Median relative error of each run predicted by the map fitted to the others (None for
     fewer than three runs)."""
-    s = np.asarray(simulated, dtype=float)
-    m = np.asarray(measured, dtype=float)
-    if s.size < 3:
+    if len(simulated) < 3:
         return None
-    errs = []
-    for i in range(s.size):
-        keep = np.arange(s.size) != i
-        f = fit_affine(s[keep], m[keep])
-        errs.append(abs(float(f(s[i])) - m[i]) / m[i])
-    return float(np.median(errs))
+    return float(np.median(held_out_errors(simulated, measured)))
 
 
 def held_out_errors(
@@ -172,14 +167,10 @@ def corrected_stats(
 
 def load_correction(path: str | Path) -> ServeCorrection:
     """Read a correction written by ``hwtune serve calibrate`` (YAML)."""
+    from hwtune.structured_file import read_structured
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError("correction", str(path), f"a readable file ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        msg = str(e).splitlines()[0]
-        raise HwtuneInputError("correction", str(path), f"valid YAML ({msg})") from None
+    data = read_structured(p, "correction")
     if not isinstance(data, dict):
         raise HwtuneInputError("correction", str(path), "a mapping with ttft, tpot and runs")
     try:

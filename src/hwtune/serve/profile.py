@@ -26,15 +26,14 @@ separate PyTorch ops, each a pass through memory (an RMSNorm is seven;
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.hardware.cluster import Cluster
 from hwtune.hardware.device import Device
+from hwtune.structured_file import read_structured
 
 
 class CalibrationProfile(BaseModel):
@@ -80,15 +79,7 @@ def elementwise_fused(profile: CalibrationProfile | None) -> bool:
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read a profile file (YAML or JSON); bad fields get the one-line error."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise HwtuneInputError("profile", str(path), f"a readable file ({e.strerror})") from None
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        msg = str(e).splitlines()[0]
-        raise HwtuneInputError("profile", str(path), f"valid YAML/JSON ({msg})") from None
+    data = read_structured(p, "profile")
     if not isinstance(data, dict):
         raise HwtuneInputError("profile", str(path), "a mapping of profile fields")
     try:
