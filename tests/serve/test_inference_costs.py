@@ -57,3 +57,40 @@ def test_expert_parallel_under_attention_tp_all_reduces_like_tp_experts(tokens):
     assert ep._moe(tokens, tokens)[2] == pytest.approx(tp._moe(tokens, tokens)[2], rel=1e-12)
     dp = IterationModel(ReplicaConfig(spec, dev, tp=1, ep=8, dp_attention=8))
     assert dp._moe(tokens, -(-tokens // 8))[2] > 0
+
+
+def test_eager_prefill_floor_is_the_published_deepseek_forward():
+    """SGLang PR #12160: DeepSeek-V3's eager forward of one new token took 82.64 ms (host-bound:
+    the same step in a prefill CUDA graph took 23.10 ms). HOST_PER_KERNEL_S is that figure over
+    the kernels the iteration model launches for DeepSeek-V3 at TP 8; if the lowering changes
+    the count, the constant has to be re-derived."""
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.iteration import IterationModel
+
+    cfg = ReplicaConfig(get_model("deepseek-v3"), get_device("h200-sxm-141gb"), tp=8,
+                        weight_dtype="fp8", eager_prefill=True)  # fmt: skip
+    assert IterationModel(cfg).launch_floor == pytest.approx(82.64e-3, rel=0.01)
+
+
+def test_launch_floor_binds_only_eager_steps_with_prompt_tokens():
+    """Decode-only steps (CUDA graphs) and graph-captured engines keep their GPU time; an eager
+    prefill step lasts max(GPU forward, launch floor), and its breakdown still sums to it."""
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.iteration import IterationModel, StepShape
+
+    base = ReplicaConfig(get_model("qwen3-235b-a22b"), get_device("h200-sxm-141gb"), tp=8,
+                         weight_dtype="fp8")  # fmt: skip
+    graph, eager = IterationModel(base), IterationModel(base.with_(eager_prefill=True))
+    small = StepShape(tokens=16, seqs=1, sampled=1, pf_pairs=16 * 8.0, pf_kv=16.0, pf_tokens=16)
+    decode = StepShape(tokens=4, seqs=4, sampled=4, dec_n=4, dec_ctx=4000.0)
+    big = StepShape(tokens=8192, seqs=1, sampled=1, pf_pairs=8192 * 4096.0, pf_kv=8192.0,
+                    pf_tokens=8192)  # fmt: skip
+    assert eager.step_time(decode) == graph.step_time(decode)
+    host = base.iteration_overhead_s + base.sequence_overhead_s
+    assert eager.step_time(small) == pytest.approx(eager.launch_floor + host)
+    assert graph.step_time(small) < eager.step_time(small)
+    assert eager.step_time(big) >= graph.step_time(big)
+    for m, s in ((eager, small), (eager, big), (graph, small)):
+        assert sum(m.breakdown(s).values()) == pytest.approx(m.step_time(s))

@@ -55,6 +55,14 @@ Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (
 WoKernel = Annotated[
     str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
 ]
+EagerPrefill = Annotated[
+    bool,
+    typer.Option(
+        "--eager-prefill/--no-eager-prefill",
+        help="prefill steps without CUDA graphs: at least the host's kernel launches "
+        "(TensorRT-LLM PyTorch backend, SGLang)",
+    ),
+]
 Correction = Annotated[
     Path | None,
     typer.Option(
@@ -188,6 +196,7 @@ def serve(
     prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
+    eager_prefill: EagerPrefill = False,
     correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
@@ -211,6 +220,7 @@ def serve(
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
+        cfg = cfg.with_(eager_prefill=eager_prefill)
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,

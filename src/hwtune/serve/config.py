@@ -30,6 +30,19 @@ HOST_OVERHEAD_PER_SEQUENCE_S = 5.0e-6
 """Exposed per-sequence engine work per step (sampling bookkeeping, detokenization, stop
 checks), seconds: a few microseconds of Python/C++ per sequence (same sources as above)."""
 
+HOST_PER_KERNEL_S = 82.64e-3 / 1324
+"""Host time to launch one kernel of an eager (non-CUDA-graph) forward in a Python serving
+engine, seconds. A forward whose kernels are launched one by one from Python takes at least the
+time to launch them (the GPU runs behind the host: step >= launches x this), which is what a
+prefill step of TensorRT-LLM's PyTorch backend (CUDA graphs only for generation-only batches)
+or SGLang (decode CUDA graphs; prefill eager unless ``--enable-piecewise-cuda-graph``) costs
+when its GPU work is small. Source: SGLang PR #12160 (2025-10), DeepSeek-V3, a prefill of one
+new token: "forward cost 82.64 ms" eager, 23.10 ms with a prefill CUDA graph, and "prefill
+latency is similar when new_tokens < 100"; 82.64 ms over the 1,324 kernels the iteration
+model launches for DeepSeek-V3 at TP 8 (`IterationModel.kernels_per_forward`) is 62 us per
+kernel (the engine's own kernels are more, each cheaper; the product is what is measured, and
+a test holds the two together). Tier 2 (a serve profile) replaces the engine's host costs with measurements."""
+
 WORKSPACE_FIXED_BYTES = 1.5 * 2**30
 """Memory per GPU outside weights, KV and activations: CUDA context, cuBLAS/NCCL workspaces and
 CUDA-graph pools (vLLM docs, "Conserving Memory": the non-torch memory and CUDA graphs take
@@ -46,7 +59,10 @@ class ReplicaConfig:
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
     on GPUs without FP4 math); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
     kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
-    native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``).
+    native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
+    ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
+    the host's launch time of their kernels (`HOST_PER_KERNEL_S`; TensorRT-LLM's PyTorch backend
+    and SGLang by default; vLLM V1 captures piecewise CUDA graphs and compiles, so False).
     """
 
     model: ModelSpec
@@ -68,6 +84,7 @@ class ReplicaConfig:
     host_overhead_per_seq_s: float = HOST_OVERHEAD_PER_SEQUENCE_S
     nic_gbps: float | None = None
     weight_only_kernel: str = "wgmma"
+    eager_prefill: bool = False
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:

@@ -59,7 +59,7 @@ from hwtune.cost.kv_cache import (
 )
 from hwtune.cost.quantized_gemm import serving_gemm_time
 from hwtune.model.lowering import Shard, attention_ops, ffn_ops, layer_classes, norm_residual_ops
-from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.config import HOST_PER_KERNEL_S, ReplicaConfig
 from hwtune.serve.profile import elementwise_fused
 
 ACT_BYTES = 2.0  # activations and collectives in 16 bits
@@ -126,6 +126,30 @@ class IterationModel:
         self._head: dict[int, float] = {}
         self.host = cfg.iteration_overhead_s
         self.host_seq = cfg.sequence_overhead_s
+        self.launch_floor = (
+            self.kernels_per_forward() * HOST_PER_KERNEL_S if cfg.eager_prefill else 0.0
+        )
+
+    def kernels_per_forward(self) -> int:
+        """Kernels one forward launches across all layers, as this model prices them: each
+        weight GEMM and memory op (with its kernel count), the attention kernel, the TP
+        collectives, and per MoE layer the router, the two grouped expert GEMMs, the expert
+        activation, permute and unpermute, and the shared expert's GEMMs and activation."""
+        cfg, spec = self.cfg, self.spec
+        sh = Shard(tokens=1, seq=1, tp=cfg.tp, act_bytes=self.act,
+                   fused=elementwise_fused(cfg.profile))  # fmt: skip
+        total = 0
+        for ltype, moe, n, _shape in self.classes:
+            ops = list(attention_ops(spec, ltype, sh)) + list(norm_residual_ops(spec, sh))
+            if not moe:
+                ops += ffn_ops(spec, False, sh)
+            k = sum(max(1, o.kernels) if o.kind == "memory" else 1 for o in ops)
+            if moe and spec.moe is not None:
+                k += 1 + 2 + 1 + 2 + (3 if spec.moe.shared_width else 0)
+            if cfg.tp > 1 or cfg.dp_attention > 1:
+                k += 2  # the layer's two collectives (attention output, FFN/MoE output)
+            total += n * k
+        return total
 
     # --- token-wise part -----------------------------------------------------------------
     def _linear_exact(self, t: int) -> tuple[float, float, float]:
@@ -238,9 +262,17 @@ class IterationModel:
 
     # --- one step ----------------------------------------------------------------------------
     def step_time(self, s: StepShape) -> float:
-        """Seconds of one step (the latency of its batch through all pipeline stages)."""
+        """Seconds of one step (the latency of its batch through all pipeline stages). A step
+        with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``."""
         g, m, c = self.linear(s.tokens)
-        return g + m + c + self._attention(s)[0] + self._rest(s)
+        t = g + m + c + self._attention(s)[0] + self._rest(s)
+        return t + self._launch_wait(s, t)
+
+    def _launch_wait(self, s: StepShape, t: float) -> float:
+        """Seconds the GPU waits on the host's kernel launches (eager prefill steps only)."""
+        if not s.pf_tokens or not self.launch_floor:
+            return 0.0
+        return max(0.0, self.launch_floor - (t - self.host - self.host_seq * s.seqs))
 
     def _rest(self, s: StepShape) -> float:
         cfg = self.cfg
@@ -300,5 +332,6 @@ class IterationModel:
         head = self.head(s.sampled, s.tokens)
         host = self.host + self.host_seq * s.seqs
         pipe = self._rest(s) - head - host
+        host += self._launch_wait(s, g + m + c + pf + dc + self._rest(s))
         return {"gemm": g, "memory": m, "communication": c, "attention_prefill": pf,
                 "attention_decode": dc, "lm_head": head, "pipeline": pipe, "host": host}  # fmt: skip

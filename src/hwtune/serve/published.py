@@ -61,6 +61,12 @@ DISAGG_DECODE_MIN_SEQS = 256
 """Decode-worker sequences per attention-DP rank at least (see the module docstring)."""
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("defaults", "aiconfigurator")
+EAGER_PREFILL_BACKENDS: tuple[str, ...] = ("trtllm", "sglang")
+"""Engines whose prompt-carrying steps run without CUDA graphs in these rows
+(`ReplicaConfig.eager_prefill`): TensorRT-LLM's PyTorch backend captures CUDA graphs for
+generation-only batches (its ``cuda_graph_config``), SGLang for decode batches (prefill
+graphs only with ``--enable-piecewise-cuda-graph``, which none of the rows' launch scripts
+sets). vLLM V1 runs piecewise CUDA graphs with torch.compile, so its rows keep the GPU time."""
 
 AIC_EXTRA_TOKENS = 1500
 """Token headroom of aiconfigurator's generated engine configs for an aggregated worker:
@@ -233,6 +239,7 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
     return ReplicaConfig(
         spec, dev, tp=tp, pp=_i(row[f"{prefix}pp_size"]), ep=_i(row[f"{prefix}moe_ep_size"]),
         dp_attention=adp, weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
+        eager_prefill=row["backend"] in EAGER_PREFILL_BACKENDS,
     )  # fmt: skip
 
 
