@@ -53,6 +53,7 @@ def test_same_seed_prints_the_same():
         (("--rate", "-1"), "rate"),
         (("--range-ratio", "1.5", "--input-len", "100"), "range-ratio"),
         (("--range-ratio", "0.8"), "range-ratio"),  # nothing to sample around
+        (("--weight-only-kernel", "machete2"), "weight_only_kernel"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):
@@ -100,3 +101,22 @@ def test_range_ratio_reproduces_an_inferencex_row():
     sampled = json.loads(r.stdout)["ttft_s"]["mean"]
     assert abs(sampled / 0.3008 - 1) < 0.15
     assert sampled < 0.6 * fixed
+
+
+def test_eager_prefill_and_marlin_flags_reach_the_simulation():
+    """A short prompt on a large MoE model is launch-bound when prefill runs eagerly; Marlin
+    slows an fp4 model's prefill on Hopper (compute at mma.sync's share)."""
+
+    def ttft(*extra: str) -> float:
+        r = serve("--model", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "8", "--precision",
+                  "fp8", "--concurrency", "2", "--input-len", "128", "--output-len", "8",
+                  "--num-requests", "6", "--json", *extra)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["ttft_s"]["mean"]
+
+    assert ttft("--eager-prefill") > 1.5 * ttft()
+    r = [serve("--model", "gpt-oss-120b", "--gpu", "h200", "--precision", "fp4", "--concurrency",
+               "1", "--input-len", "8192", "--output-len", "2", "--num-requests", "2", "--json",
+               *k) for k in ((), ("--weight-only-kernel", "marlin"))]  # fmt: skip
+    a, b = (json.loads(x.stdout)["ttft_s"]["mean"] for x in r)
+    assert b > 1.2 * a
