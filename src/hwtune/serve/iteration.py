@@ -8,6 +8,11 @@ batching: token-wise ops on the concatenated tokens, attention per sequence). It
                                     the cached contexts])
   + embedding + LM head and sampling on the sampled rows + pipeline hand-offs + host overhead.
 
+On an engine whose prompt-carrying steps run without CUDA graphs (``ReplicaConfig.eager_prefill``:
+TensorRT-LLM's PyTorch backend, SGLang) such a step lasts at least the host's launch time of its
+kernels, `kernels_per_forward` x `hwtune.serve.config.HOST_PER_KERNEL_S` (the GPU runs behind
+the host: max(GPU forward, launches)); decode steps replay CUDA graphs and keep the GPU time.
+
 Token-wise costs depend only on T (and the MoE routing it implies), so they are computed once per
 T on a grid and interpolated (tile quantization makes them step-like; the grid is exact up to 256
 tokens, then 16- and 64-token steps). Attention costs are linear in the batch's pair and context
