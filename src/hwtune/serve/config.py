@@ -62,7 +62,11 @@ class ReplicaConfig:
     native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
     the host's launch time of their kernels (`HOST_PER_KERNEL_S`; TensorRT-LLM's PyTorch backend
-    and SGLang by default; vLLM V1 captures piecewise CUDA graphs and compiles, so False).
+    and SGLang by default; vLLM V1 captures piecewise CUDA graphs and compiles, so False);
+    ``adp_balance_timeout_iters`` > 0: TensorRT-LLM's attention-DP balancing
+    (``attention_dp_config: enable_balance: true, timeout_iters: N, batching_wait_iters: 0``):
+    while every attention-DP rank is decoding, new prompts wait until there is one for every
+    rank or N steps have passed (`hwtune.serve.scheduler.Replica`).
     """
 
     model: ModelSpec
@@ -85,6 +89,7 @@ class ReplicaConfig:
     nic_gbps: float | None = None
     weight_only_kernel: str = "wgmma"
     eager_prefill: bool = False
+    adp_balance_timeout_iters: int = 0
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -124,6 +129,12 @@ class ReplicaConfig:
                 "ep", self.ep, f"a divisor of n_routed_experts = {self.model.moe.n_routed_experts}"
             )
         dtype_bytes(self.weight_dtype)  # a known format
+        if (
+            not isinstance(self.adp_balance_timeout_iters, int)
+            or self.adp_balance_timeout_iters < 0
+        ):
+            raise HwtuneInputError("adp_balance_timeout_iters", self.adp_balance_timeout_iters,
+                                   "a non-negative integer (0: no balancing)")  # fmt: skip
         if self.weight_only_kernel not in WEIGHT_ONLY_KERNELS:
             raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
                                    "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip

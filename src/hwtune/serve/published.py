@@ -94,6 +94,11 @@ def aic_engine_limits(backend: str, isl: int, batch: int) -> dict[str, object]:
     return kw
 
 
+INFERENCEX_ADP_BALANCE_TIMEOUT = 60
+"""``timeout_iters`` of the ``attention_dp_config`` that InferenceX's TensorRT-LLM DeepSeek-R1
+H200 script writes when DP_ATTENTION is true (``dsr1_fp8_h200_trt*.sh``, 2025-11 to 2026-01),
+with ``enable_balance: true`` and ``batching_wait_iters: 0``."""
+
 MARLIN_SINCE = "2026-01-02"
 """InferenceX's vLLM gpt-oss scripts for H100 and H200 export ``VLLM_MXFP4_USE_MARLIN=1`` since
 this date (SemiAnalysisAI/InferenceX commit 4e52ed4c6, "Update vLLM version to v0.13.0 for NVIDIA
@@ -106,6 +111,8 @@ def inferencex_engine_limits(
     """`ReplicaConfig` fields of the engines InferenceX launched for its single-node H100/H200 runs,
     at the rows' measurement dates (2025-10 to 2026-03; SemiAnalysisAI/InferenceX ``benchmarks/``):
 
+    - TensorRT-LLM DeepSeek-R1 with attention DP balances context requests over the ranks
+      (``INFERENCEX_ADP_BALANCE_TIMEOUT``; the field acts only when ``dp_attention`` > 1).
     - TensorRT-LLM never enables chunked prefill (its default), so a step takes whole prompts
       (the ``orca`` policy) within ``--max_num_tokens``: DeepSeek-R1 ``ceil64(C + ISL + 64)``
       (``dsr1_fp8_h200_trt_slurm.sh``; a floor of 8192 came only in 2026-02), gpt-oss-120b 20000
@@ -119,7 +126,10 @@ def inferencex_engine_limits(
     m = model_path.lower()
     if backend == "trtllm":
         if "deepseek" in m:
-            return {"max_num_batched_tokens": -(-(conc + isl + 64) // 64) * 64, "scheduler": "orca"}
+            # with attention DP its script adds attention_dp_config: enable_balance: true,
+            # timeout_iters: 60, batching_wait_iters: 0 (every version 2025-11 to 2026-01)
+            return {"max_num_batched_tokens": -(-(conc + isl + 64) // 64) * 64, "scheduler": "orca",
+                    "adp_balance_timeout_iters": INFERENCEX_ADP_BALANCE_TIMEOUT}  # fmt: skip
         if "gpt-oss" in m:
             return {"max_num_batched_tokens": 20000, "scheduler": "orca"}
         if "llama-3.1-70b" in m:

@@ -16,6 +16,11 @@
   to ``max_num_seqs`` requests is formed when the replica is idle and runs until its last
   request finishes; nothing joins in between.
 
+With ``ReplicaConfig.adp_balance_timeout_iters`` (TensorRT-LLM attention-DP balancing,
+``PyExecutor._balance_adp_requests``): while at least one decoding request per attention-DP rank
+is running, new prompts are held until there are as many as ranks (one each) or the timeout in
+steps has passed; the ranks' own queues are approximated by the replica's one queue.
+
 All policies are FCFS and preempt by recompute when the KV cache is full (vLLM
 ``PreemptionMode.RECOMPUTE``): the most recently admitted running request loses its blocks and
 returns to the head of the queue, to be prefilled again over its prompt and generated tokens.
@@ -66,6 +71,7 @@ class Replica:
         self.preemptions = 0
         self.last_duration = 0.0
         self.receiving: list[Request] = []
+        self.adp_wait = 0
 
     # --- helpers ----------------------------------------------------------------------------
     def _grow(self, r: Request, q: int) -> bool:
@@ -187,9 +193,32 @@ class Replica:
         order_decodes_first = p == "sarathi"
         chunk = p != "orca"
         batch, s, budget, preempted = self._running_full(self.budget, order_decodes_first, chunk)
-        if not preempted or not batch:
+        if (not preempted or not batch) and not self._adp_hold():
             batch, s = self._admit(now, budget, batch, s, chunk=chunk)
         return batch, s
+
+    def _adp_hold(self) -> bool:
+        """Whether TensorRT-LLM's attention-DP balancing holds the waiting prompts this step: it
+        schedules context requests when every rank has one, or when not every rank is decoding,
+        or after ``timeout_iters`` held steps (``PyExecutor._balance_adp_requests``, with
+        ``batching_wait_iters`` 0)."""
+        limit, d = self.cfg.adp_balance_timeout_iters, self.cfg.dp_attention
+        if limit <= 0 or d <= 1 or not self.waiting or self.waiting[0].handoff is not None:
+            return False
+        new = 0
+        for r in self.waiting:
+            new += r.handoff is None
+            if new >= d:
+                break
+        decoding = sum(1 for r in self.running if r.computed >= r.target)
+        if new >= d or decoding < d:
+            self.adp_wait = 0
+            return False
+        self.adp_wait += 1
+        if self.adp_wait >= limit:
+            self.adp_wait = 0
+            return False
+        return True
 
     def _running(self, budget: int, decode_only: bool) -> tuple[Batch, StepShape]:
         batch, s, _, _ = self._running_full(budget, False, True, decode_only)
