@@ -54,6 +54,7 @@ def test_same_seed_prints_the_same():
         (("--range-ratio", "1.5", "--input-len", "100"), "range-ratio"),
         (("--range-ratio", "0.8"), "range-ratio"),  # nothing to sample around
         (("--weight-only-kernel", "machete2"), "weight_only_kernel"),
+        (("--adp-balance-timeout-iters", "-3"), "adp_balance_timeout_iters"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):

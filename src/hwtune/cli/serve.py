@@ -197,6 +197,13 @@ def serve(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    adp_balance_timeout_iters: Annotated[
+        int,
+        typer.Option(
+            help="TensorRT-LLM attention-DP balancing: steps new prompts may wait for "
+            "one per DP rank (its attention_dp_config timeout_iters; 0: off)"
+        ),
+    ] = 0,
     correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
@@ -220,7 +227,8 @@ def serve(
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
-        cfg = cfg.with_(eager_prefill=eager_prefill)
+        cfg = cfg.with_(eager_prefill=eager_prefill,
+                        adp_balance_timeout_iters=adp_balance_timeout_iters)  # fmt: skip
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
