@@ -51,4 +51,18 @@ def test_vllm_gpt_oss_rows_use_marlin_from_the_inferencex_script_date():
         "weight_only_kernel": "marlin"
     }
     assert inferencex_engine_limits("vllm", m, 1024, 4, "2025-12-08") == {}
-    assert "weight_only_kernel" not in inferencex_engine_limits("trtllm", m, 1024, 4, "2026-03-27")
+    trt = inferencex_engine_limits("trtllm", m, 1024, 4, "2026-03-27")
+    assert trt["weight_only_kernel"] == "triton-mxfp4"  # its moe_config backend: TRITON
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 16384), st.integers(64, 16384), st.integers(64, 16384))
+def test_triton_mxfp4_is_its_share_slower_in_both_regimes(m, n, k):
+    """triton_kernels' MXFP4 MoE on Hopper: the aiconfigurator-measured median 1.47x applies to
+    the math and to the weight read alike, so every shape takes 1/share of the wgmma time."""
+    from hwtune.cost.quantized_gemm import TRITON_MXFP4_SHARE_ON_HOPPER
+
+    a = serving_gemm_time(m, n, k, H200, "fp4") - KERNEL_OVERHEAD_S
+    b = serving_gemm_time(m, n, k, H200, "fp4", kernel="triton-mxfp4") - KERNEL_OVERHEAD_S
+    assert b == pytest.approx(a / TRITON_MXFP4_SHARE_ON_HOPPER, rel=1e-9)
+    assert kernel_share(A100, "triton-mxfp4") == 1.0

@@ -31,19 +31,36 @@ from hwtune.cost.compute import (
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
 
-WEIGHT_ONLY_KERNELS: tuple[str, ...] = ("wgmma", "marlin")
+WEIGHT_ONLY_KERNELS: tuple[str, ...] = ("wgmma", "marlin", "triton-mxfp4")
 """Kernels of weight-only GEMMs: ``wgmma`` (the architecture's native tensor-core path: CUTLASS
-mixed-input / Machete on Hopper, the default) or ``marlin`` (mma.sync; see the module docstring)."""
+mixed-input / Machete on Hopper, the default), ``marlin`` (mma.sync; see the module docstring),
+or ``triton-mxfp4`` (OpenAI's triton_kernels MoE, TensorRT-LLM's TRITON backend on Hopper; see
+`TRITON_MXFP4_SHARE_ON_HOPPER`)."""
+
+TRITON_MXFP4_SHARE_ON_HOPPER = 1 / 1.47
+"""triton_kernels' MXFP4 MoE (``matmul_ogs``) on Hopper: wgmma on weights upcast to bf16 in
+registers (triton PR #8917), the conversion costing throughput in both regimes. Measured by
+NVIDIA with TensorRT-LLM 1.2.0rc5's TRITON MoE backend on an H200 (ai-dynamo/aiconfigurator
+``systems/data/h200_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet``, ``w4a16_mxfp4``, gpt-oss-120b's
+shape: hidden 2880, 128 experts, top-4, balanced routing): over its 210 points (1 to 8192 tokens,
+MoE TP 1-8, EP 1-8) the layer takes a median 1.47x (0.88-3.5x) this module's time for the same
+layer (`hwtune.serve.iteration.IterationModel`, tier 1). A per-op microbenchmark of the engine's
+own kernel, not an end-to-end row: applied to both the math and the weight read."""
 
 
 def kernel_share(device: Device, kernel: str) -> float:
-    """The math rate of ``kernel`` as a share of the device's native tensor-core rate."""
+    """The rate of ``kernel`` (math, and for ``triton-mxfp4`` also the weight read) as a share
+    of the device's native tensor-core kernel's."""
     if kernel not in WEIGHT_ONLY_KERNELS:
         raise HwtuneInputError(
             "weight_only_kernel", kernel, "one of " + ", ".join(WEIGHT_ONLY_KERNELS)
         )
-    if kernel == "marlin" and device.architecture == "hopper":
+    if device.architecture != "hopper":
+        return 1.0
+    if kernel == "marlin":
         return FA2_SHARE_ON_HOPPER
+    if kernel == "triton-mxfp4":
+        return TRITON_MXFP4_SHARE_ON_HOPPER
     return 1.0
 
 
@@ -73,11 +90,19 @@ def serving_gemm_time(
         return 0.0
     flops = 2.0 * m * n * k * batch
     eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
-    rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * kernel_share(device, kernel)
+    share = kernel_share(device, kernel)
+    rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
     t_compute = flops / (rate * eta)
     nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)
-    t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
+    bw_share = share if kernel == "triton-mxfp4" else 1.0
+    t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency * bw_share)
     return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
 
 
-__all__ = ["WEIGHT_ONLY_KERNELS", "kernel_share", "serving_gemm_time", "supports"]
+__all__ = [
+    "TRITON_MXFP4_SHARE_ON_HOPPER",
+    "WEIGHT_ONLY_KERNELS",
+    "kernel_share",
+    "serving_gemm_time",
+    "supports",
+]

@@ -116,7 +116,9 @@ def inferencex_engine_limits(
     - TensorRT-LLM never enables chunked prefill (its default), so a step takes whole prompts
       (the ``orca`` policy) within ``--max_num_tokens``: DeepSeek-R1 ``ceil64(C + ISL + 64)``
       (``dsr1_fp8_h200_trt_slurm.sh``; a floor of 8192 came only in 2026-02), gpt-oss-120b 20000
-      (``gptoss_fp4_h200_trt_slurm.sh``), Llama-3.1-70B 16384 (``70b_fp8_h200_trt_slurm.sh``).
+      (``gptoss_fp4_h200_trt_slurm.sh``, whose ``moe_config: backend: TRITON`` runs the MXFP4
+      experts in triton_kernels: ``weight_only_kernel`` "triton-mxfp4"), Llama-3.1-70B 16384
+      (``70b_fp8_h200_trt_slurm.sh``).
     - SGLang for DeepSeek-R1: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``
       (``dsr1_fp8_h200.sh``).
     - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here;
@@ -130,8 +132,9 @@ def inferencex_engine_limits(
             # timeout_iters: 60, batching_wait_iters: 0 (every version 2025-11 to 2026-01)
             return {"max_num_batched_tokens": -(-(conc + isl + 64) // 64) * 64, "scheduler": "orca",
                     "adp_balance_timeout_iters": INFERENCEX_ADP_BALANCE_TIMEOUT}  # fmt: skip
-        if "gpt-oss" in m:
-            return {"max_num_batched_tokens": 20000, "scheduler": "orca"}
+        if "gpt-oss" in m:  # its config: moe_config: backend: TRITON
+            return {"max_num_batched_tokens": 20000, "scheduler": "orca",
+                    "weight_only_kernel": "triton-mxfp4"}  # fmt: skip
         if "llama-3.1-70b" in m:
             return {"max_num_batched_tokens": 16384, "scheduler": "orca"}
     if backend == "sglang" and "deepseek" in m:
