@@ -778,6 +778,35 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     )
 
 
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+DEEPSPEED_PREFETCH_BUCKET = 5e7
+DEEPSPEED_REDUCE_BUCKET = 5e8
+"""DeepSpeed ZeRO-3 defaults (``deepspeed/runtime/zero/config.py``, DeepSpeed config docs):
+``stage3_max_live_parameters`` 1e9, ``stage3_prefetch_bucket_size`` 5e7 and
+``reduce_bucket_size`` 5e8 elements."""
+
+
+def zero3_transient_bytes(
+    spec: ModelSpec, layer_params: float, tp: int, fp32_grads: bool, gather: str = "layer"
+) -> float:
+    """Bytes of gathered ZeRO-3 weights and unsharded gradients alive at once on one GPU.
+
+    ``layer`` (FSDP/FSDP2 wrapping each transformer block, Megatron-FSDP): two blocks' 16-bit
+    weights (the current one and the prefetched next) and one block's gradients before the
+    reduce-scatter (PyTorch FSDP docs, "forward/backward prefetch"). ``module`` (DeepSpeed): the
+    gathered parameters of whole ``nn.Module``s up to ``stage3_max_live_parameters`` (at least
+    the largest weight matrix, which is never split) plus the prefetch bucket, and gradients in
+    ``reduce_bucket_size`` buckets (DeepSpeed ZeRO-3 docs)."""
+    g = 4.0 if fp32_grads else 2.0
+    if gather == "layer":
+        return layer_params * (2 * 2.0 + g)
+    h = spec.d_model
+    widest = max(spec.ffn_hidden, (spec.n_heads + 2 * spec.kv_heads) * spec.hd)
+    largest = h * widest * (2 if spec.gated else 1) / tp
+    live = max(largest, min(layer_params, DEEPSPEED_MAX_LIVE_PARAMETERS))
+    return 2.0 * (live + DEEPSPEED_PREFETCH_BUCKET) + g * min(layer_params, DEEPSPEED_REDUCE_BUCKET)
+
+
 def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
     """Memory per GPU of the most loaded stage, without the timing: the planner's first filter."""
     return _memory(
@@ -785,6 +814,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
+        st.zero3_gather,
     )  # fmt: skip
 
 
@@ -814,9 +844,10 @@ def _states(
     precision: str,
     optimizer: str,
     grad_reduce_dtype: str | None,
+    zero3_gather: str = "layer",
 ) -> tuple[tuple[float, float, float, float], ...]:
-    """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and one layer's
-    gathered-weight transient under ZeRO-3."""  # fmt: skip
+    """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and the
+    gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`)."""  # fmt: skip
     fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
     sb = state_bytes_per_param(precision, optimizer, fp32_grads)
     edp = max(1, dp * cp // ep)
@@ -830,9 +861,8 @@ def _states(
         w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload)
         zt = 0.0
         if zero >= 3:
-            # two layers' gathered 16-bit weights (current + prefetched) and one layer's grads
             per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
-            zt = per_layer * (2 * 2.0 + (4.0 if fp32_grads else 2.0))
+            zt = zero3_transient_bytes(spec, per_layer, tp, fp32_grads, zero3_gather)
         out.append((w1 + w2, g1 + g2, o1 + o2, zt))
     return tuple(out)
 
@@ -933,11 +963,11 @@ def _memory(
     spec: ModelSpec, precision: str, optimizer: str, grad_reduce_dtype: str | None, tp: int,
     pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
-    loss: str = "fused",
+    loss: str = "fused", zero3_gather: str = "layer",
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
-                     grad_reduce_dtype)  # fmt: skip
+                     grad_reduce_dtype, zero3_gather)  # fmt: skip
     a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
                  act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
                  ep=ep, moe_imbalance=imbalance, loss=loss)  # fmt: skip

@@ -17,6 +17,9 @@ descriptions) from what the framework's code calls:
   Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, ``F.cross_entropy``.
 - ``huggingface`` (``transformers`` + Trainer, eager, SDPA): FlashAttention-2 through SDPA, eager
   elementwise ops, ``F.cross_entropy`` on fp32 logits.
+- ``huggingface-deepspeed``: the same under DeepSpeed, whose ZeRO-3 gathers parameters per
+  ``nn.Module`` within its live-parameter cap instead of per transformer block
+  (`Strategy.zero3_gather` "module"; `hwtune.train.estimator.zero3_transient_bytes`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ FRAMEWORKS: dict[str, dict[str, object]] = {
         "attention_kernel": "fa2",
         "fused_elementwise": False,
         "loss_kernel": "pytorch",
+    },
+    "huggingface-deepspeed": {
+        "attention_kernel": "fa2",
+        "fused_elementwise": False,
+        "loss_kernel": "pytorch",
+        "zero3_gather": "module",
     },
 }
 

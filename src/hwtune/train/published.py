@@ -189,6 +189,14 @@ def _schedule(p: dict, vpp: int) -> str:
     return "1f1b"
 
 
+def _zero3_gather(fw: str, zero: int, run: PublishedRun) -> str:
+    """DeepSpeed's ZeRO-3 gathers per module under its live-parameter cap; FSDP per block."""
+    if zero >= 3 and "DeepSpeed" in fw:
+        run.assumptions.append("ZeRO-3 gathers per module (DeepSpeed stage3 defaults)")
+        return "module"
+    return "layer"
+
+
 def _recompute(p: dict, run: PublishedRun) -> str:
     if p.get("recompute") is None and run.id.startswith("narayanan21"):
         # Narayanan et al. SC'21 §5: all runs use activation recomputation, and the paper's
@@ -373,6 +381,7 @@ def from_row(r: dict) -> PublishedRun:
             attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
+            zero3_gather=_zero3_gather(fw, zero, run),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:
