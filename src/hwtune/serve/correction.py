@@ -68,7 +68,8 @@ def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineM
     s = np.asarray(simulated, dtype=float)
     m = np.asarray(measured, dtype=float)
     if s.shape != m.shape or s.size == 0:
-        raise HwtuneInputError("runs", int(s.size), "one or more simulated/measured pairs")
+        raise HwtuneInputError("runs", f"{s.size} simulated, {m.size} measured",
+                               "one or more simulated/measured pairs")  # fmt: skip
     for name, v in (("simulated", s), ("measured", m)):
         bad = ~np.isfinite(v) | (v <= 0)
         if bad.any():

@@ -795,14 +795,16 @@ def zero3_transient_bytes(
     weights (the current one and the prefetched next) and one block's gradients before the
     reduce-scatter (PyTorch FSDP docs, "forward/backward prefetch"). ``module`` (DeepSpeed): the
     gathered parameters of whole ``nn.Module``s up to ``stage3_max_live_parameters`` (at least
-    the largest weight matrix, which is never split) plus the prefetch bucket, and gradients in
-    ``reduce_bucket_size`` buckets (DeepSpeed ZeRO-3 docs)."""
+    the largest weight matrix, which is never split: the FFN's first projection, gate and up
+    fused as Megatron-DeepSpeed builds it, or the fused QKV, whichever is wider) plus the
+    prefetch bucket, and gradients in ``reduce_bucket_size`` buckets (DeepSpeed ZeRO-3 docs)."""
     g = 4.0 if fp32_grads else 2.0
     if gather == "layer":
         return layer_params * (2 * 2.0 + g)
     h = spec.d_model
-    widest = max(spec.ffn_hidden, (spec.n_heads + 2 * spec.kv_heads) * spec.hd)
-    largest = h * widest * (2 if spec.gated else 1) / tp
+    widest = max(spec.ffn_hidden * (2 if spec.gated else 1),
+                 (spec.n_heads + 2 * spec.kv_heads) * spec.hd)  # fmt: skip
+    largest = h * widest / tp
     live = max(largest, min(layer_params, DEEPSPEED_MAX_LIVE_PARAMETERS))
     return 2.0 * (live + DEEPSPEED_PREFETCH_BUCKET) + g * min(layer_params, DEEPSPEED_REDUCE_BUCKET)
 
