@@ -31,6 +31,9 @@ from hwtune.serve.published import (
     with_profile,
 )
 
+CLIENTS = {True: "InferenceX (sampled lengths)", False: "aiconfigurator harness (fixed lengths)"}
+"""The client that measured a row, by whether it drew sampled lengths (`Row.range_ratio`)."""
+
 
 def rel(p: float, m: float) -> float:
     return abs(p - m) / m
@@ -49,6 +52,21 @@ def table(out: list[dict], key: str) -> str:
         lines.append(f"| {k} | {len(v)} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
                      f"{p['median_abs_error']:.1%} | {p['p90_abs_error']:.1%} | "
                      f"{t['pred_over_meas']:.2f} | {p['pred_over_meas']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def backend_model_table(out: list[dict]) -> str:
+    lines = ["| backend | model | rows | TTFT median | TPOT median | pred/meas TTFT | pred/meas TPOT |",
+             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    groups = collections.defaultdict(list)
+    for o in out:
+        groups[(o["backend"], o["model"].split("/")[-1])].append(o)
+    for (b, m), v in sorted(groups.items()):
+        r = record(v, digits=None)
+        t, p = r["ttft"], r["tpot"]
+        lines.append(f"| {b} | {m} | {len(v)} | {t['median_abs_error']:.1%} | "
+                     f"{p['median_abs_error']:.1%} | {t['pred_over_meas']:.2f} | "
+                     f"{p['pred_over_meas']:.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -203,6 +221,9 @@ def main() -> None:
                           "wall_s": base["wall_s"], "merged": len(ok)}  # fmt: skip
         Path(a.out).write_text(json.dumps(doc, indent=1))
     out = doc["rows"]
+    clients = {r.id: CLIENTS[r.range_ratio < 1] for r in rows}
+    for o in out:
+        o.setdefault("client", clients.get(o["id"], "?"))
     if a.write_accuracy:
         if doc.get("engine", "defaults") != "defaults" or doc.get("profile"):
             raise SystemExit("--write-accuracy: the run must use the default engine, tier 1")
@@ -211,8 +232,9 @@ def main() -> None:
         f"expressed {len(out)} rows; failed {len(doc['failed'])}; "
         f"not expressible {len(doc['skipped'])}; wall {doc['wall_s']:.0f} s\n"
     )
-    for key in ("all", "backend", "model", "mode", "system"):
+    for key in ("all", "backend", "model", "mode", "system", "client"):
         print(table(out, key) + "\n")
+    print("By backend and model:\n\n" + backend_model_table(out) + "\n")
     reasons = collections.Counter(
         "repeat an earlier row's measurement (counted once)"
         if s["reason"].startswith("repeats")

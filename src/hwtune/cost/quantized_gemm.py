@@ -11,17 +11,14 @@ Which kernel runs the math matters on Hopper (``WEIGHT_ONLY_KERNELS``): Marlin, 
 Marlin MoE built on it, issues Ampere's ``mma.sync.m16n8k16`` tensor-core instructions (Frantar et
 al. 2024, §3-4: designed for A10/A100), not Hopper's asynchronous warpgroup ``wgmma``; vLLM's
 Machete README calls Machete, a CUTLASS wgmma kernel, "a spiritual successor to the Marlin kernel
-but optimized for Hopper architectures", and Neural Magic's Machete announcement (2024-10) credits
-wgmma for overcoming the compute-bound limit. An mma.sync kernel on Hopper is taken to reach the
-share of the wgmma rate that FlashAttention-2 (mma.sync) reaches of FlashAttention-3 (wgmma) on
-an H100, `hwtune.cost.compute.FA2_SHARE_ON_HOPPER` (0.57, Shah et al. 2024 Fig. 5/7): the same
-instruction generation, measured, not fitted. The weight read (memory-bound side) is unchanged.
+but optimized for Hopper architectures". How fast the fused Marlin MoE runs on Hopper once it is
+compute-bound is measured (`MARLIN_SHARE_ON_HOPPER`); below that, as its paper designs it, it
+reads the 4-bit weights at the memory bandwidth.
 """
 
 from __future__ import annotations
 
 from hwtune.cost.compute import (
-    FA2_SHARE_ON_HOPPER,
     KERNEL_OVERHEAD_S,
     dtype_bytes,
     gemm_time,
@@ -48,6 +45,28 @@ layer (`hwtune.serve.iteration.IterationModel`, tier 1). A per-op microbenchmark
 own kernel, not an end-to-end row: applied to both the math and the weight read."""
 
 
+MARLIN_SHARE_ON_HOPPER = 0.152
+"""Useful-FLOP rate of vLLM's fused Marlin MoE (W4A16) on Hopper once compute-bound, as a share of
+the bf16 GEMM rate this module charges (peak x ``gemm_fraction``). Measured by NVIDIA with vLLM
+0.18.0 on an H200 (ai-dynamo/aiconfigurator
+``systems/data/h200_sxm/moe/vllm/0.18.0/moe_perf.parquet``, ``int4_wo``, kernel
+``vllm_marlin_int4_moe``, balanced routing, expert parallelism 1): over the 113 points with at
+least 512 rows per expert (33 shapes: hidden 2048-7168, 8-512 experts, top-2 to top-22, MoE TP
+1-32) the experts' FLOPs divided by the layer's time less its router, activation and permute
+traffic give a median 0.152 (p10 0.144, p90 0.157; flat in TP and width), about 120 TFLOP/s:
+Marlin's tiles hold at most 64 rows, so large batches do not reuse a weight tile further. Taken
+for MXFP4 Marlin (``VLLM_MXFP4_USE_MARLIN``) too: the same fused kernel with another 4-bit
+dequantization (an assumption; no MXFP4 Marlin timing is published). The points below 512 rows
+carry the harness's per-call host time (0.1 ms at one token) that CUDA graphs remove in
+serving, so the memory-bound side keeps the full bandwidth (the Marlin paper's design point,
+near-ideal 4-bit speedup up to batch 16-32)."""
+
+
+MARLIN_ROWS = 16
+"""Rows of Marlin's tensor-core tile: the activations are the M side of ``mma.sync.m16n8k16``
+(Frantar et al. 2024 §3), so a batch is padded to a multiple of 16."""
+
+
 def kernel_share(device: Device, kernel: str) -> float:
     """The rate of ``kernel`` (math, and for ``triton-mxfp4`` also the weight read) as a share
     of the device's native tensor-core kernel's."""
@@ -58,7 +77,7 @@ def kernel_share(device: Device, kernel: str) -> float:
     if device.architecture != "hopper":
         return 1.0
     if kernel == "marlin":
-        return FA2_SHARE_ON_HOPPER
+        return MARLIN_SHARE_ON_HOPPER
     if kernel == "triton-mxfp4":
         return TRITON_MXFP4_SHARE_ON_HOPPER
     return 1.0
@@ -89,8 +108,13 @@ def serving_gemm_time(
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
     flops = 2.0 * m * n * k * batch
-    eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
     share = kernel_share(device, kernel)
+    if kernel == "marlin" and share != 1.0:
+        # the measured share is of useful FLOPs (`MARLIN_SHARE_ON_HOPPER`); the kernel's
+        # mma.sync.m16n8k16 pads the rows to 16
+        eta = m / (-(-m // MARLIN_ROWS) * MARLIN_ROWS)
+    else:
+        eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
     rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
     t_compute = flops / (rate * eta)
     nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)
@@ -100,6 +124,7 @@ def serving_gemm_time(
 
 
 __all__ = [
+    "MARLIN_SHARE_ON_HOPPER",
     "TRITON_MXFP4_SHARE_ON_HOPPER",
     "WEIGHT_ONLY_KERNELS",
     "kernel_share",
