@@ -489,3 +489,30 @@ def test_gather_ring_latency_mixes_nvlink_and_network_steps(span, cluster):
         t = fn(1e-9, span, cluster)
         assert t <= ring * (1 + 1e-9) + 1e-12
         assert t >= (d - 1) * an * (1 - 1e-9)
+
+
+# --- one NCCL all-gather call: a single ring ------------------------------------------------------
+def test_nccl_ring_all_gather_pays_nvlink_latency_inside_nodes_and_network_latency_across():
+    """NCCL's ring latency model (src/graph/tuning.cc): of the n-1 steps, the d-1 that cross
+    nodes pay the network latency and the rest the NVLink latency; the bandwidth term is the
+    ring's (n-1)/n · S over the slower of NVLink and the node's NICs."""
+    from hwtune.cost.collectives import nccl_ring_all_gather_time
+
+    cl = si_cluster(300e9, 25e9, 3e-6, 8e-6)  # 8 GPUs a node, NICs 8 x 25 GB/s = 200 GB/s
+    span = GroupSpan(size=32, local=8, domains=4)
+    lat = (32 - 4) * 3e-6 + 3 * 8e-6
+    assert nccl_ring_all_gather_time(1e-9, span, cl) == pytest.approx(lat, rel=1e-6)
+    s = 1e9
+    want = lat + 31 / 32 * s / 200e9
+    assert nccl_ring_all_gather_time(s, span, cl) == pytest.approx(want, rel=1e-9)
+
+
+@given(positive_sizes, st.sampled_from([(16, 8, 2), (64, 8, 8), (1536, 8, 192), (8, 8, 1)]))
+def test_one_nccl_ring_is_never_faster_than_the_best_schedule(nbytes, shape):
+    """`all_gather_time` takes the better of the ring and the two-level schedule."""
+    from hwtune.cost.collectives import nccl_ring_all_gather_time
+
+    n, local, domains = shape
+    cl = Cluster(device=H100, n_gpus=n, gpus_per_node=8, nic_gbps_per_gpu=400)
+    span = GroupSpan(size=n, local=local, domains=domains)
+    assert nccl_ring_all_gather_time(nbytes, span, cl) >= all_gather_time(nbytes, span, cl)

@@ -273,8 +273,7 @@ def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: flo
     inter = cluster.inter_link(nic_share)
     b_out = local * inter.bandwidth
     an = inter.latency
-    b_slow = bi if bi < b_out else b_out
-    flat = (n - domains) * ai + (domains - 1) * an + (n - 1) * nbytes / (n * b_slow)
+    flat = nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
     two_level = (
         (local - 1) * ai
         + (local - 1) * nbytes / (local * bi)
@@ -312,6 +311,29 @@ def all_gather_time(
     PERFORMANCE.md counts the gathered size).
     """
     return _rs_ag_time(nbytes, span, cluster, nic_share)
+
+
+def nccl_ring_all_gather_time(
+    nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float = 1.0
+) -> float:
+    """All-gather as one NCCL call runs it: a single ring through every rank of ``span``.
+
+    NCCL implements all-gather only as a ring (no tree: ``src/graph/tuning.cc``, whose latency
+    model charges the ring's n-1 steps as NVLink hops except the d-1 that cross nodes); the
+    two-level schedule `all_gather_time` may take needs a framework to split the call. Latency
+    (n-d)·α_intra + (d-1)·α_inter, bandwidth term (n-1)/n · S / min(β_intra, l·β_NIC)."""
+    _check_group(nbytes, span, nic_share)
+    n = span.size
+    if n == 1 or nbytes == 0:
+        return 0.0
+    intra = cluster.intra_link()
+    bi, ai = intra.bandwidth, intra.latency
+    if span.domains == 1:
+        return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
+    inter = cluster.inter_link(nic_share)
+    b_slow = min(bi, span.local * inter.bandwidth)
+    d = span.domains
+    return (n - d) * ai + (d - 1) * inter.latency + (n - 1) * nbytes / (n * b_slow)
 
 
 def all_to_all_time(

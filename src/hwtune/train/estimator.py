@@ -670,6 +670,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         ag = per_layer(ag_t, dense_local * w16, dp_span) + per_layer(
             ag_t, expert_local * w16, edp_span
         )
+        if st.zero3_gather == "parameter":
+            ag = nl * deepspeed_2021_param_gather(spec, dense_local * w16 / nl, tp, dp_span, cl)
+            ag += per_layer(ag_t, expert_local * w16, edp_span)
         rs = per_layer(rs_t, grad_bytes_dense, dp_span) + per_layer(
             rs_t, grad_bytes_expert, edp_span
         )
@@ -677,7 +680,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # each switch hides its own collectives: prefetched gathers behind the layers' forward
         # and backward, bucketed reduce-scatters behind the backward; what is not overlapped
         # runs between the layers. The first gather and the last reduce-scatter of a pass wait.
-        pg, gr = st.overlap_param_gather, st.overlap_grad_reduce
+        # DeepSpeed's 2021 per-parameter gathers synchronize the device first: none hides.
+        pg = st.overlap_param_gather and st.zero3_gather != "parameter"
+        gr = st.overlap_grad_reduce
         hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
         per_mb = (
             (max(0.0, ag - f) if pg else ag)
@@ -784,6 +789,40 @@ DEEPSPEED_REDUCE_BUCKET = 5e8
 """DeepSpeed ZeRO-3 defaults (``deepspeed/runtime/zero/config.py``, DeepSpeed config docs):
 ``stage3_max_live_parameters`` 1e9, ``stage3_prefetch_bucket_size`` 5e7 and
 ``reduce_bucket_size`` 5e8 elements."""
+
+
+DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
+"""``stage3_param_persistence_threshold``: DeepSpeed ZeRO-3 keeps parameters of fewer elements
+whole on every rank and never gathers them (``deepspeed/runtime/zero/constants.py``, 1e5 since
+the first stage-3 release, v0.3.13, 2021-03)."""
+
+
+def deepspeed_2021_param_gather(
+    spec: ModelSpec, layer_bytes: float, tp: int, span: GroupSpan, cl: Cluster
+) -> float:
+    """Seconds to gather one transformer block's 16-bit weights (``layer_bytes`` on this rank's
+    shard of tensor parallelism) the way DeepSpeed ZeRO-3 did in 2021 (v0.3.13-v0.5,
+    ``deepspeed/runtime/zero/partition_parameters.py`` ``_allgather_param``): one call per
+    parameter above `DEEPSPEED_PERSISTENCE_THRESHOLD` (a Megatron block's fused QKV, output
+    projection and the two FFN matrices), each allocating its full tensor with ``torch.zeros``,
+    then ``torch.cuda.synchronize()`` (so nothing overlaps it: DeepSpeed commit c0eeb69,
+    2021-10, "the async version is not async at all"), then PyTorch's list ``all_gather``, which
+    NCCL runs as one ring (`nccl_ring_all_gather_time`) into a flat buffer that PyTorch copies
+    back with one ``copy_`` kernel per rank (``ProcessGroupNCCL::allgather`` of PyTorch 1.8)."""
+    h, hd = spec.d_model, spec.hd
+    widths = [(spec.n_heads + 2 * spec.kv_heads) * hd, spec.n_heads * hd,
+              spec.ffn_hidden * (2 if spec.gated else 1), spec.ffn_hidden]  # fmt: skip
+    sizes = [h * w / tp for w in widths]
+    calls = sum(1 for x in sizes if x > DEEPSPEED_PERSISTENCE_THRESHOLD)
+    n = span.size
+    if calls == 0 or n == 1 or layer_bytes <= 0:
+        return 0.0
+    per_call = layer_bytes / calls
+    ring = coll.nccl_ring_all_gather_time(per_call, span, cl)
+    dev = cl.device
+    # zero-fill, the ring, then the flat buffer copied back (read + write) by n kernels
+    local = memory_time(per_call, dev) + memory_time(2 * per_call, dev, kernels=n)
+    return calls * (ring + local)
 
 
 def zero3_transient_bytes(

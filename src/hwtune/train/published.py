@@ -28,8 +28,9 @@ from hwtune.train.strategy import Strategy, make_strategy
 # interleaved schedule waited for each boundary's transfer (SC'21 §4.1 describes scatter/gather,
 # no overlap), and data-parallel gradients were reduced after the backward: Megatron-LM's
 # default "local" DDP (--DDP-impl local until 2023) reduces them once the backward pass has
-# finished, as its 2019 README says; DeepSpeed (BLOOM's ZeRO-1, the SC'21 ZeRO-3 baseline) had
-# the documented default ``overlap_comm: false`` in 2021.
+# finished, as its 2019 README says; DeepSpeed (BLOOM's ZeRO-1) had the documented default
+# ``overlap_comm: false`` in 2021, except under ZeRO-3, whose default was true
+# (``ZERO3_OPTIMIZATION_OVERLAP_COMM_DEFAULT``, deepspeed/runtime/zero/constants.py, v0.3.13).
 _UNFUSED_PREFIXES = ("megatron19", "narayanan21", "korthikanti22", "bloom")
 
 
@@ -189,9 +190,15 @@ def _schedule(p: dict, vpp: int) -> str:
     return "1f1b"
 
 
-def _zero3_gather(fw: str, zero: int, run: PublishedRun) -> str:
-    """DeepSpeed's ZeRO-3 gathers per module under its live-parameter cap; FSDP per block."""
+def _zero3_gather(fw: str, zero: int, run: PublishedRun, year: int) -> str:
+    """DeepSpeed's ZeRO-3 gathers per module under its live-parameter cap, in 2021 one
+    synchronous call per parameter (`estimator.deepspeed_2021_param_gather`); FSDP per block."""
     if zero >= 3 and "DeepSpeed" in fw:
+        if year <= 2021:
+            run.assumptions.append(
+                "ZeRO-3 as DeepSpeed ran it in 2021: one synchronous all-gather per parameter"
+            )
+            return "parameter"
         run.assumptions.append("ZeRO-3 gathers per module (DeepSpeed stage3 defaults)")
         return "module"
     return "layer"
@@ -377,11 +384,11 @@ def from_row(r: dict) -> PublishedRun:
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=_tp_overlap(run, other, tp, bool(sp)), overlap_p2p_comm=not unfused,
-            overlap_grad_reduce=not unfused,
+            overlap_grad_reduce=not unfused or (zero >= 3 and "DeepSpeed" in fw),
             attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
-            zero3_gather=_zero3_gather(fw, zero, run),
+            zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

@@ -94,11 +94,12 @@ class Strategy(BaseModel):
     )
     dropout: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
-    zero3_gather: Literal["layer", "module"] = Field(
+    zero3_gather: Literal["layer", "module", "parameter"] = Field(
         default="layer",
         description="ZeRO-3 gather unit: layer = FSDP/FSDP2/Megatron-FSDP (a transformer block "
         "gathered, the next prefetched); module = DeepSpeed (per nn.Module, capped by "
-        "stage3_max_live_parameters and stage3_prefetch_bucket_size)",
+        "stage3_max_live_parameters and stage3_prefetch_bucket_size); parameter = DeepSpeed "
+        "of 2021 (v0.3.13-v0.5: one synchronous all-gather per parameter, none overlapped)",
     )
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
 
