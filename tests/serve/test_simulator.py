@@ -79,7 +79,7 @@ def _invariants(res, wl, cfg):
     conc=st.integers(1, 12),
     prompt=st.integers(1, 3000),
     output=st.integers(1, 300),
-    sched=st.sampled_from(["vllm", "sarathi", "orca", "prefill-first", "static"]),
+    sched=st.sampled_from(["vllm", "sarathi", "orca", "prefill-first", "sglang", "static"]),
     block=st.sampled_from([8, 16, 32]),
     util=st.sampled_from([0.9, 0.255]),
 )

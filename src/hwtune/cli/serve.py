@@ -50,7 +50,7 @@ RangeRatio = Annotated[
         "vLLM<=0.8 benchmark_serving --random-range-ratio); 1 = fixed"
     ),
 ]
-Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|static")]
+Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|sglang|static")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
     str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")

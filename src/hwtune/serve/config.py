@@ -13,7 +13,7 @@ from hwtune.hardware.device import Device
 from hwtune.model.spec import ModelSpec
 from hwtune.serve.profile import CalibrationProfile
 
-SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first")
+SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first", "sglang")
 ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 

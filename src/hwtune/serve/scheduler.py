@@ -12,6 +12,10 @@
   one iteration (no chunking), within the token budget.
 - ``prefill-first``: vLLM's pre-V1 default (Kwon et al. SOSP'23, §4.5): an iteration is either
   all prompts (when any waiting prompt fits) or all decodes.
+- ``sglang``: SGLang's default scheduler (v0.5, ``Scheduler.get_next_batch_to_run``: "Run
+  prefill first if possible"; ``enable_mixed_chunk`` off): a step is either prompt chunks only
+  (a chunked prompt in progress first, then waiting prompts FCFS, chunked, within the token
+  budget) or decodes only; decodes wait while prompts are prefilled.
 - ``static``: request-level batching (FasterTransformer-style baseline; Orca §2.2): a batch of up
   to ``max_num_seqs`` requests is formed when the replica is idle and runs until its last
   request finishes; nothing joins in between.
@@ -190,6 +194,12 @@ class Replica:
             if batch:
                 return batch, s
             return self._running(self.budget, decode_only=True)
+        if p == "sglang":
+            batch, s, budget, _ = self._running_full(self.budget, False, True, prefill_only=True)
+            batch, s = self._admit(now, budget, batch, s, chunk=True)
+            if batch:
+                return batch, s
+            return self._running(self.budget, decode_only=True)
         order_decodes_first = p == "sarathi"
         chunk = p != "orca"
         batch, s, budget, preempted = self._running_full(self.budget, order_decodes_first, chunk)
@@ -225,7 +235,12 @@ class Replica:
         return batch, s
 
     def _running_full(
-        self, budget: int, decodes_first: bool, chunk: bool, decode_only: bool = False
+        self,
+        budget: int,
+        decodes_first: bool,
+        chunk: bool,
+        decode_only: bool = False,
+        prefill_only: bool = False,
     ) -> tuple[Batch, StepShape, int, bool]:
         s = StepShape()
         batch: Batch = []
@@ -248,6 +263,8 @@ class Replica:
                 if not chunk and q < rem:
                     continue
             else:
+                if prefill_only:
+                    continue
                 q = 1
                 if r.computed < len(r.blocks) * bs:  # room in its last block: the common case
                     self._take(r, 1, s)
