@@ -667,12 +667,11 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         def per_layer(fn: Callable[..., float], nbytes: float, span: GroupSpan) -> float:
             return nl * fn(nbytes / nl, span, cl) if nbytes else 0.0
 
-        ag = per_layer(ag_t, dense_local * w16, dp_span) + per_layer(
-            ag_t, expert_local * w16, edp_span
-        )
         if st.zero3_gather == "parameter":
             ag = nl * deepspeed_2021_param_gather(spec, dense_local * w16 / nl, tp, dp_span, cl)
-            ag += per_layer(ag_t, expert_local * w16, edp_span)
+        else:
+            ag = per_layer(ag_t, dense_local * w16, dp_span)
+        ag += per_layer(ag_t, expert_local * w16, edp_span)
         rs = per_layer(rs_t, grad_bytes_dense, dp_span) + per_layer(
             rs_t, grad_bytes_expert, edp_span
         )
