@@ -260,25 +260,18 @@ def all_reduce_time(
 
 
 def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float) -> float:
-    """Shared cost of reduce-scatter and all-gather (mirror images of each other)."""
-    _check_group(nbytes, span, nic_share)
-    n = span.size
-    if n == 1 or nbytes == 0:
-        return 0.0
-    intra = cluster.intra_link()
-    bi, ai = intra.bandwidth, intra.latency
-    local, domains = span.local, span.domains
-    if domains == 1:
-        return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
-    inter = cluster.inter_link(nic_share)
-    b_out = local * inter.bandwidth
-    an = inter.latency
+    """Shared cost of reduce-scatter and all-gather (mirror images of each other): one ring
+    through every rank, or across domains on S/l per rank and then inside each domain."""
     flat = nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
+    if span.domains == 1 or flat == 0.0:
+        return flat
+    intra, inter = cluster.intra_link(), cluster.inter_link(nic_share)
+    local, domains = span.local, span.domains
     two_level = (
-        (local - 1) * ai
-        + (local - 1) * nbytes / (local * bi)
-        + (domains - 1) * an
-        + (domains - 1) * nbytes / (domains * b_out)
+        (local - 1) * intra.latency
+        + (local - 1) * nbytes / (local * intra.bandwidth)
+        + (domains - 1) * inter.latency
+        + (domains - 1) * nbytes / (domains * local * inter.bandwidth)
     )
     return flat if flat < two_level else two_level
 
