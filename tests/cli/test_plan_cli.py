@@ -313,3 +313,25 @@ def test_framework_presets_set_the_kernels():
     assert d["top"][0]["strategy"]["attention_kernel"] == "fa2"
     r = hwtune("estimate", "--framework", "megatorn")
     assert r.returncode == 2 and "framework" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_zero3_gather_flag_reaches_the_estimate_and_bad_values_are_one_line():
+    """`--zero3-gather parameter` (DeepSpeed of 2021: synchronous per-parameter gathers) only
+    adds exposed data-parallel time to a ZeRO-3 step; the preset huggingface-deepspeed sets
+    "module"; an unknown unit is a one-line error naming the field, exit 2."""
+    base = ("estimate", "--model", "gpt3-175b", "--gpu", "a100", "--gpus", "384", "--dp", "384",
+            "--zero", "3", "--micro-batch", "1", "--global-batch", "384", "--seq", "2048",
+            "--recompute", "full", "--json")  # fmt: skip
+    mod = doc_of(run(*base, "--zero3-gather", "module"))
+    par = doc_of(run(*base, "--zero3-gather", "parameter"))
+    assert par["step_time_s"] > mod["step_time_s"]
+    assert par["breakdown"]["dp_comm_exposed"] > mod["breakdown"]["dp_comm_exposed"]
+    ds = doc_of(run(*base, "--framework", "huggingface-deepspeed"))
+    assert ds["step_time_s"] == pytest.approx(
+        doc_of(run(*base, "--framework", "huggingface-deepspeed", "--zero3-gather", "module"))[
+            "step_time_s"
+        ]
+    )
+    r = hwtune("estimate", "--zero", "3", "--zero3-gather", "block")
+    assert r.returncode == 2 and "zero3_gather" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -16,6 +16,7 @@ from hwtune.cli.software import (
     Framework,
     Loss,
     MoeDispatch,
+    Zero3Gather,
     software_fields,
 )
 from hwtune.errors import HwtuneInputError
@@ -117,6 +118,7 @@ def estimate(
     moe_dispatch: MoeDispatch = "alltoall",
     fp8_recipe: Fp8Recipe = "delayed",
     framework: Framework = None,
+    zero3_gather: Zero3Gather = "layer",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -147,7 +149,8 @@ def estimate(
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
             overlap_p2p_comm=overlap_p2p,
-            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework),
+            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework,
+                            zero3_gather),
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

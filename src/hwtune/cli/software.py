@@ -34,9 +34,17 @@ MoeDispatch = Annotated[
 Framework = Annotated[
     str | None,
     typer.Option(
-        help="megatron | torchtitan | torchtitan-compile | llm-foundry | huggingface: sets the "
-        "attention kernel, eager ops and loss as that framework runs them (other flags that differ "
-        "from their defaults win)"
+        help="megatron | torchtitan | torchtitan-compile | llm-foundry | huggingface | "
+        "huggingface-deepspeed: sets the attention kernel, eager ops, loss and ZeRO-3 gathers as "
+        "that framework runs them (other flags that differ from their defaults win)"
+    ),
+]
+Zero3Gather = Annotated[
+    str,
+    typer.Option(
+        help="with --zero 3: layer (FSDP: a transformer block, the next prefetched) | module "
+        "(DeepSpeed: per nn.Module under its live-parameter cap) | parameter (DeepSpeed of "
+        "2021: one synchronous all-gather per parameter, none overlapped)"
     ),
 ]
 Fp8Recipe = Annotated[
@@ -55,6 +63,7 @@ def software_fields(
     moe_dispatch: str,
     fp8_recipe: str,
     framework: str | None = None,
+    zero3_gather: str = "layer",
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -67,6 +76,7 @@ def software_fields(
         "loss_kernel": (loss, "fused"),
         "moe_dispatch": (moe_dispatch, "alltoall"),
         "fp8_recipe": (fp8_recipe, "delayed"),
+        "zero3_gather": (zero3_gather, "layer"),
     }
     for key, (value, default) in flags.items():
         if value != default or key not in out:
