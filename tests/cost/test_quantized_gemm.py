@@ -61,8 +61,8 @@ def test_marlin_pads_rows_to_its_16_row_tile():
 @given(st.integers(1, 16384), st.integers(64, 16384), st.integers(64, 16384), st.integers(1, 64))
 def test_marlin_is_the_slower_of_its_padded_math_and_the_full_bandwidth_read(m, n, k, batch):
     """Marlin on Hopper: the rows padded to 16 at the measured share of the GEMM rate, or the
-    operands read at the memory bandwidth, whichever takes longer; never faster than the read
-    the native kernel needs."""
+    operands read at the memory bandwidth, whichever takes longer (so never faster than that
+    read)."""
     from hwtune.cost.compute import dtype_bytes
     from hwtune.cost.quantized_gemm import MARLIN_SHARE_ON_HOPPER
 
