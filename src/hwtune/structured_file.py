@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
-from hwtune.errors import HwtuneInputError
+from hwtune.errors import HwtuneInputError, from_validation_error
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def read_structured(path: str | Path, field: str) -> object:
@@ -26,4 +30,18 @@ def read_structured(path: str | Path, field: str) -> object:
         raise HwtuneInputError(field, str(path), f"valid YAML/JSON ({msg})") from None
 
 
-__all__ = ["read_structured"]
+def read_model(path: str | Path, field: str, cls: type[M], expected: str) -> M:
+    """``cls`` built from the mapping in ``path`` (`read_structured`): a file that is not a
+    mapping names ``field`` and what was ``expected``; a bad field gets the validation error's
+    one line, prefixed with the file's name."""
+    p = Path(path)
+    data = read_structured(p, field)
+    if not isinstance(data, dict):
+        raise HwtuneInputError(field, str(path), expected)
+    try:
+        return cls(**data)
+    except ValidationError as e:
+        raise from_validation_error(e, where=p.name) from None
+
+
+__all__ = ["read_model", "read_structured"]

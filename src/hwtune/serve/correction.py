@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from hwtune.errors import HwtuneInputError, from_validation_error
+from hwtune.errors import HwtuneInputError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -168,16 +168,9 @@ def corrected_stats(
 
 def load_correction(path: str | Path) -> ServeCorrection:
     """Read a correction written by ``hwtune serve calibrate`` (YAML)."""
-    from hwtune.structured_file import read_structured
+    from hwtune.structured_file import read_model
 
-    p = Path(path)
-    data = read_structured(p, "correction")
-    if not isinstance(data, dict):
-        raise HwtuneInputError("correction", str(path), "a mapping with ttft, tpot and runs")
-    try:
-        return ServeCorrection(**data)
-    except ValidationError as e:
-        raise from_validation_error(e, where=p.name) from None
+    return read_model(path, "correction", ServeCorrection, "a mapping with ttft, tpot and runs")
 
 
 def save_correction(corr: ServeCorrection, path: str | Path) -> None:

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.hardware.cluster import Cluster
 from hwtune.hardware.device import Device
-from hwtune.structured_file import read_structured
+from hwtune.structured_file import read_model
 
 
 class CalibrationProfile(BaseModel):
@@ -78,11 +77,4 @@ def elementwise_fused(profile: CalibrationProfile | None) -> bool:
 
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read a profile file (YAML or JSON); bad fields get the one-line error."""
-    p = Path(path)
-    data = read_structured(p, "profile")
-    if not isinstance(data, dict):
-        raise HwtuneInputError("profile", str(path), "a mapping of profile fields")
-    try:
-        return CalibrationProfile(**data)
-    except ValidationError as e:
-        raise from_validation_error(e, where=p.name) from None
+    return read_model(path, "profile", CalibrationProfile, "a mapping of profile fields")
