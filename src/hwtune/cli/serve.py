@@ -63,6 +63,20 @@ EagerPrefill = Annotated[
         "(TensorRT-LLM PyTorch backend, SGLang)",
     ),
 ]
+SpecTokens = Annotated[
+    int,
+    typer.Option(
+        help="speculative decoding: draft tokens per step (MTP num_nextn_predict_layers, EAGLE "
+        "num_speculative_tokens; 0: off)"
+    ),
+]
+SpecAcceptance = Annotated[
+    float,
+    typer.Option(
+        help="speculative decoding: probability a draft token is accepted given the ones "
+        "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent)"
+    ),
+]
 Correction = Annotated[
     Path | None,
     typer.Option(
@@ -204,6 +218,8 @@ def serve(
             "one per DP rank (its attention_dp_config timeout_iters; 0: off)"
         ),
     ] = 0,
+    spec_tokens: SpecTokens = 0,
+    spec_acceptance: SpecAcceptance = 0.0,
     correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
@@ -228,7 +244,8 @@ def serve(
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(eager_prefill=eager_prefill,
-                        adp_balance_timeout_iters=adp_balance_timeout_iters)  # fmt: skip
+                        adp_balance_timeout_iters=adp_balance_timeout_iters,
+                        spec_tokens=spec_tokens, spec_acceptance=spec_acceptance)  # fmt: skip
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
@@ -242,6 +259,9 @@ def serve(
                dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=2 if profile else 1, workload=wl.mode)  # fmt: skip
+    if spec_tokens:
+        doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
+                              "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
     doc["accuracy"] = serve_accuracy(disagg)
     if corr is not None:
         pr = per_request(res)

@@ -35,6 +35,12 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         f"max {kv['max']:.1%}; prefix hit rate {doc['prefix_hit_rate']:.1%}; "
         f"preemptions {doc['preemptions']}"
     )
+    sp = doc.get("speculative")
+    if sp:
+        con.print(
+            f"speculative decoding: {sp['draft_tokens']} draft token(s) per step at acceptance "
+            f"{sp['acceptance']:.2f}: {sp['tokens_per_step']:.2f} tokens per decoding step"
+        )
     con.print(
         f"simulated {doc['simulated_s']:.1f} s in {doc['wall_s']:.2f} s wall "
         f"({doc['steps']:,} steps)"

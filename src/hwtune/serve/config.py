@@ -12,6 +12,7 @@ from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
 from hwtune.model.spec import ModelSpec
 from hwtune.serve.profile import CalibrationProfile
+from hwtune.serve.speculative import expected_tokens_per_step
 
 SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first", "sglang")
 ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
@@ -66,7 +67,10 @@ class ReplicaConfig:
     ``adp_balance_timeout_iters`` > 0: TensorRT-LLM's attention-DP balancing
     (``attention_dp_config: enable_balance: true, timeout_iters: N, batching_wait_iters: 0``):
     while every attention-DP rank is decoding, new prompts wait until there is one for every
-    rank or N steps have passed (`hwtune.serve.scheduler.Replica`).
+    rank or N steps have passed (`hwtune.serve.scheduler.Replica`);
+    ``spec_tokens`` > 0: speculative decoding with that many draft tokens per step, each accepted
+    with probability ``spec_acceptance`` given the ones before it (`hwtune.serve.speculative`);
+    the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE).
     """
 
     model: ModelSpec
@@ -90,6 +94,8 @@ class ReplicaConfig:
     weight_only_kernel: str = "wgmma"
     eager_prefill: bool = False
     adp_balance_timeout_iters: int = 0
+    spec_tokens: int = 0
+    spec_acceptance: float = 0.0
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -135,6 +141,10 @@ class ReplicaConfig:
         ):
             raise HwtuneInputError("adp_balance_timeout_iters", self.adp_balance_timeout_iters,
                                    "a non-negative integer (0: no balancing)")  # fmt: skip
+        expected_tokens_per_step(self.spec_tokens, self.spec_acceptance)  # valid inputs
+        if self.spec_acceptance and not self.spec_tokens:
+            raise HwtuneInputError("spec_acceptance", self.spec_acceptance,
+                                   "0 without draft tokens (set spec_tokens > 0)")  # fmt: skip
         if self.weight_only_kernel not in WEIGHT_ONLY_KERNELS:
             raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
                                    "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip
@@ -177,6 +187,17 @@ class ReplicaConfig:
         """The GPUs of this replica as a cluster (catalog system preset for the network)."""
         cl = make_cluster(self.effective_device, self.gpus, nic_gbps=self.nic_gbps)
         return self.profile.apply_cluster(cl) if self.profile else cl
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a decoding sequence gains per step (1 without speculative decoding)."""
+        return expected_tokens_per_step(self.spec_tokens, self.spec_acceptance)
+
+    @property
+    def decode_queries(self) -> int:
+        """Query rows a decoding sequence puts through the model per step: its last token and
+        the drafts to verify."""
+        return 1 + self.spec_tokens
 
     def token_budget(self) -> int:
         """Tokens one step may process: Sarathi's chunk size, or max_num_batched_tokens."""

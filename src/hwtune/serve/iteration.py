@@ -78,7 +78,9 @@ class StepShape:
     whose last chunk runs); ``pf_pairs``: sum of q*(c + q/2) over prefill chunks (q new tokens
     after c cached); ``pf_kv``: sum of (c + q); ``pf_tokens``: sum of q; ``dec_n``: decode
     sequences; ``dec_ctx``: their cached tokens in all; ``*_w``: the same capped at the model's
-    attention window (sliding/chunked layers), equal to the uncapped sums for models without.
+    attention window (sliding/chunked layers), equal to the uncapped sums for models without;
+    ``draft_rows``: sequences that sample a token this step (decodes and prompts whose last
+    chunk runs), the rows the draft module extends under speculative decoding.
     """
 
     tokens: int = 0
@@ -92,10 +94,11 @@ class StepShape:
     dec_n: int = 0
     dec_ctx: float = 0.0
     dec_ctx_w: float = 0.0
+    draft_rows: int = 0
 
 
 BREAKDOWN_KEYS = ("gemm", "memory", "communication", "attention_prefill", "attention_decode",
-                  "lm_head", "pipeline", "host")  # fmt: skip
+                  "lm_head", "draft", "pipeline", "host")  # fmt: skip
 
 
 def _grid_points(t: int) -> tuple[int, int]:
@@ -270,8 +273,31 @@ class IterationModel:
         """Seconds of one step (the latency of its batch through all pipeline stages). A step
         with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``."""
         g, m, c = self.linear(s.tokens)
-        t = g + m + c + self._attention(s)[0] + self._rest(s)
+        t = g + m + c + self._attention(s)[0] + self._rest(s) + self._draft(s)
         return t + self._launch_wait(s, t)
+
+    def _draft(self, s: StepShape) -> float:
+        """Seconds of the draft module in a step under speculative decoding (0 without): one
+        decoder layer of the model's shape (DeepSeek MTP module, EAGLE head; TensorRT-LLM's MTP
+        Eagle path reuses one MTP layer k times) run first over all the step's tokens (the
+        accepted tokens of each decode and the prompt tokens, whose keys it caches), then k - 1
+        times over one row per sampling sequence, each pass followed by the shared LM head on
+        those rows. A layer is priced as the model's average layer at the same token count."""
+        k = self.cfg.spec_tokens
+        if not k or not s.tokens:
+            return 0.0
+        n_layers = self.spec.n_layers
+        g, m, c = self.linear(s.tokens)
+        t = (g + m + c + self._attention(s)[0]) / n_layers
+        rows = s.draft_rows
+        if rows:
+            gr, mr, cr = self.linear(rows)
+            one = StepShape(tokens=rows, seqs=rows, sampled=rows, dec_n=s.dec_n,
+                            dec_ctx=s.dec_ctx, dec_ctx_w=s.dec_ctx_w)  # fmt: skip
+            att = self._attention(one, queries=1)[2] if s.dec_n else 0.0
+            t += (k - 1) * (gr + mr + cr + att) / n_layers
+            t += k * self.head(rows, rows)
+        return t
 
     def _launch_wait(self, s: StepShape, t: float) -> float:
         """Seconds the GPU waits on the host's kernel launches (eager prefill steps only)."""
@@ -289,9 +315,11 @@ class IterationModel:
                                                self.cluster)  # fmt: skip
         return t + self.host + self.host_seq * s.seqs
 
-    def _attention(self, s: StepShape) -> tuple[float, float, float]:
-        """(total, prefill, decode) attention seconds over all layers."""
+    def _attention(self, s: StepShape, queries: int | None = None) -> tuple[float, float, float]:
+        """(total, prefill, decode) attention seconds over all layers; each decoding sequence
+        puts ``queries`` rows through it (default: the replica's, `ReplicaConfig.decode_queries`)."""
         cfg, dev, kvd = self.cfg, self.dev, self.kvd
+        q = cfg.decode_queries if queries is None else queries
         d = cfg.dp_attention
         pf = dc = 0.0
         for _lt, _moe, n, shape in self.classes:
@@ -306,9 +334,9 @@ class IterationModel:
             if s.dec_n:
                 ctx = (s.dec_ctx_w if win else s.dec_ctx) / d
                 if self.dtype and shape.kind != "linear":
-                    dc += n * self._decode_attention(shape, ctx)
+                    dc += n * self._decode_attention(shape, ctx, q)
                 else:
-                    dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd)
+                    dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd, q)
         return pf + dc, pf, dc
 
     def _prefill_attention(
@@ -321,10 +349,10 @@ class IterationModel:
         io = kv * shape.kv_elems_per_token * dtype_bytes(self.kvd) + self.act * new * fpk / 2.0
         return attention_time(pairs * fpk, io, self.dev, self.math, backward=False)
 
-    def _decode_attention(self, shape: AttentionShape, ctx: float) -> float:
+    def _decode_attention(self, shape: AttentionShape, ctx: float, queries: int = 1) -> float:
         """`kv_cache.decode_attention_time` at ``dtype``'s peak and KV width."""
         dev = self.dev
-        flops = ctx * shape.decode_flops_per_key
+        flops = ctx * shape.decode_flops_per_key * queries
         nbytes = ctx * shape.kv_elems_per_token * dtype_bytes(self.kvd)
         t_flops = flops / (dev.peak_flops(self.math) * dev.attention_fwd_efficiency)
         t_mem = nbytes / (dev.memory_bandwidth_si * dev.memory_bw_efficiency)
@@ -337,6 +365,8 @@ class IterationModel:
         head = self.head(s.sampled, s.tokens)
         host = self.host + self.host_seq * s.seqs
         pipe = self._rest(s) - head - host
-        host += self._launch_wait(s, g + m + c + pf + dc + self._rest(s))
+        draft = self._draft(s)
+        host += self._launch_wait(s, g + m + c + pf + dc + self._rest(s) + draft)
         return {"gemm": g, "memory": m, "communication": c, "attention_prefill": pf,
-                "attention_decode": dc, "lm_head": head, "pipeline": pipe, "host": host}  # fmt: skip
+                "attention_decode": dc, "lm_head": head, "draft": draft, "pipeline": pipe,
+                "host": host}  # fmt: skip

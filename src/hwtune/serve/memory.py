@@ -45,14 +45,17 @@ def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     """Weights on one GPU. Embedding and LM head stay 16-bit and are vocabulary-parallel over
     ``tp``; routed experts are spread over all GPUs of a stage (``ep`` x ``moe_tp``); the other
     weights are tensor-parallel over ``tp`` (replicated across attention-DP groups); the model is
-    cut into ``pp`` stages (the largest holds ceil(L/pp) of L layers)."""
+    cut into ``pp`` stages (the largest holds ceil(L/pp) of L layers). Speculative decoding adds
+    a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
     spec = cfg.model
     wb = dtype_bytes(cfg.weight_dtype)
     emb = embedding_params(spec)
     routed = sum(routed_expert_params(spec, i) for i in range(spec.n_layers))
     other = total_params(spec) - emb - routed
-    share = (-(-spec.n_layers // cfg.pp)) / spec.n_layers
-    layers = (other * wb / cfg.tp + routed * wb / cfg.stage_gpus) * share
+    per_layer = (other * wb / cfg.tp + routed * wb / cfg.stage_gpus) / spec.n_layers
+    layers = per_layer * -(-spec.n_layers // cfg.pp)
+    if cfg.spec_tokens:  # the draft module: one more layer of the model's shape (last stage)
+        layers += per_layer
     return layers + emb * 2.0 / cfg.tp
 
 
@@ -82,6 +85,8 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
     w = weight_bytes_per_gpu(cfg)
     a = activation_bytes_per_gpu(cfg)
     per_tok = kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, cfg.pp)
+    if cfg.spec_tokens:  # the draft layer caches keys of its own
+        per_tok += kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, 1) / cfg.model.n_layers
     per_seq = state_bytes_per_sequence(cfg.model, cfg.tp, cfg.pp)
     free = usable - w - a - WORKSPACE_FIXED_BYTES
     block = cfg.block_size * per_tok

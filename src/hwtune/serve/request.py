@@ -46,6 +46,7 @@ class Request:
     cached_tokens: int = 0
     busy: bool = False
     replica: int = -1
+    spec_credit: float = 0.0
     handoff: object = None
     """Disaggregated serving: (prefill replica, its KV blocks) while the prompt's KV cache waits
     on the prefill replica for a decode replica to admit the request and pull it."""

@@ -25,6 +25,10 @@ With ``ReplicaConfig.adp_balance_timeout_iters`` (TensorRT-LLM attention-DP bala
 is running, new prompts are held until there are as many as ranks (one each) or the timeout in
 steps has passed; the ranks' own queues are approximated by the replica's one queue.
 
+With speculative decoding (``ReplicaConfig.spec_tokens`` k > 0) a decoding sequence takes
+k + 1 tokens of the step's budget and KV room for k + 1 entries (its last token and the drafts
+to verify); the tokens it keeps are decided when the step ends (`hwtune.serve.speculative`).
+
 All policies are FCFS and preempt by recompute when the KV cache is full (vLLM
 ``PreemptionMode.RECOMPUTE``): the most recently admitted running request loses its blocks and
 returns to the head of the queue, to be prefilled again over its prompt and generated tokens.
@@ -174,12 +178,14 @@ class Replica:
                 s.pf_kv_w += c + q
             if c + q >= r.target:
                 s.sampled += 1
-        else:
-            ctx = c + 1
+                s.draft_rows += 1
+        else:  # a decode: its last token and any drafts to verify (q rows)
+            ctx = c + q
             s.dec_n += 1
             s.dec_ctx += ctx
             s.dec_ctx_w += min(ctx, w) if w else ctx
-            s.sampled += 1
+            s.sampled += q
+            s.draft_rows += 1
 
     # --- policies ---------------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[Batch, StepShape]:
@@ -247,6 +253,7 @@ class Replica:
         preempted = False
         cands = [r for r in self.running if not r.busy]
         bs = self.cfg.block_size
+        dq = self.cfg.decode_queries
         if decodes_first:
             cands.sort(key=lambda r: r.computed < r.target)  # stable: decodes, then prefills
         gone: set[int] = set()
@@ -265,11 +272,11 @@ class Replica:
             else:
                 if prefill_only:
                     continue
-                q = 1
-                if r.computed < len(r.blocks) * bs:  # room in its last block: the common case
-                    self._take(r, 1, s)
-                    batch.append((r, 1))
-                    budget -= 1
+                q = dq
+                if r.computed + q <= len(r.blocks) * bs:  # room in its last block: the common case
+                    self._take(r, q, s)
+                    batch.append((r, q))
+                    budget -= q
                     continue
             while not self._grow(r, q):
                 v = self._victim()

@@ -34,6 +34,7 @@ from hwtune.serve.iteration import IterationModel, StepShape
 from hwtune.serve.memory import ReplicaMemory, replica_memory
 from hwtune.serve.request import Request, Workload
 from hwtune.serve.scheduler import Replica
+from hwtune.serve.speculative import accepted
 
 ARRIVAL, STEP_DONE, TRY, KV_ARRIVE = 0, 1, 2, 3
 
@@ -217,7 +218,7 @@ def simulate(
         cfg_r = rep.cfg
         run = rep.running
         n = len(run)
-        if cfg_r.pp > 1 or rep.role == "prefill" or n > rep.budget:
+        if cfg_r.pp > 1 or rep.role == "prefill" or n > rep.budget or cfg_r.spec_tokens:
             return False
         if rep.waiting and rep.policy != "static" and n < cfg_r.max_num_seqs:
             # the head of the queue may still be blocked for the whole stretch: free blocks only
@@ -349,15 +350,21 @@ def simulate(
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
+            spec = rep.cfg.spec_tokens > 0
             for r, q in batch:  # type: ignore[union-attr]
                 r.busy = False
+                gain = 1
+                if spec and r.computed >= r.target:  # a verification step: keep what is accepted
+                    gain, r.spec_credit = accepted(r.spec_credit, rep.cfg.tokens_per_step,
+                                                   r.output - r.generated)  # fmt: skip
+                    q = gain
                 r.computed += q
                 if prefix_on and r.computed // bs > r.hashed:
                     rep.register_blocks(r)
                 if r.computed < r.target:
                     continue
                 r.target = r.computed
-                r.generated += 1
+                r.generated += gain
                 if rep.role == "prefill":
                     # queue at a decode replica; the KV stays here until that replica admits it
                     dst = route(reps, 1)
@@ -376,6 +383,9 @@ def simulate(
                 else:
                     itl.append(t - r.last_token)
                     itl_w.append(1)
+                    if gain > 1:  # accepted drafts arrive with it
+                        itl.extend([0.0] * (gain - 1))
+                        itl_w.extend([1] * (gain - 1))
                 r.last_token = t
                 if r.generated >= r.output:
                     rep.blocks.release(r.blocks)
