@@ -144,6 +144,54 @@ def inferencex_engine_limits(
     return {}
 
 
+INFERENCEX_MTP_ONLY_DAY = "2026-01-14"
+"""The day InferenceX measured TensorRT-LLM DeepSeek-R1 on H200 with MTP speculative decoding
+and nothing else: its sweep was started by SemiAnalysisAI/InferenceX commit bf3456727 ("Add MTP
+Benchmark Support for DeepSeek-R1 TRT", #392, merged 2026-01-14T22:26:18Z), whose
+``perf-changelog.yaml`` entry names only the ``dsr1-*-trt-mtp`` config keys; the rows say
+``measured=2026-01-14T22:26:21Z``. That day's 20 points are exactly the ``dsr1-fp8-h200-trt-mtp``
+search space (1k/1k at 4-64 clients plus 128-256 with attention DP, 1k/8k at 4-128, 8k/1k at 4-32
+plus 64-256 with attention DP), and their TPOT is 30-40% below the same image's non-MTP runs
+(8.6 vs 13.8 ms at 4 clients, 1k/1k)."""
+
+INFERENCEX_MTP_ONLY_POINTS: frozenset[tuple[int, int, int]] = frozenset(
+    {(1024, 1024, 128), (1024, 1024, 256), (1024, 8192, 128), (1024, 8192, 256),
+     (8192, 1024, 128), (8192, 1024, 256)}
+)  # fmt: skip
+"""(isl, osl, clients) that ``dsr1-fp8-h200-trt-mtp`` ran and ``dsr1-fp8-h200-trt`` did not, in
+the ``.github/configs/nvidia-master.yaml`` of 2026-01-14 to 2026-01-28 (commits bf3456727,
+e28c038f8: the non-MTP key stops at 64 clients, 32 plus attention DP at 64 for 8k/1k). A sweep
+that ran both keys (e28c038f8, 2026-01-28, "trigger full sweep") measured these points with MTP
+only; at the other points it measured both, and a row there is taken as the non-MTP key's."""
+
+
+def inferencex_spec_decoding(row: dict) -> str:
+    """Why a row measured an engine running speculative decoding, or "" when it did not (as far
+    as the sources tell). The simulator decodes one token per step; a speculative engine accepts
+    a number of draft tokens per step that depends on the data, and for InferenceX's random-token
+    prompts it is not published (InferenceX's own guide: "Raw random tokens tank spec-decode
+    acceptance", ``.claude/commands/add-model-hardware.md``), so these rows are listed, not
+    expressed. The InferenceX database dumps (``db-dump/...``) went through aiconfigurator's
+    InferenceX adapter, which refuses speculative configs without explicit draft-length and
+    acceptance overrides (``src/aiconfigurator/sdk/config_adapter/inferencex.py``), so only the
+    date-named exports can hold such runs: TensorRT-LLM DeepSeek-R1 on H200 from
+    ``INFERENCEX_MTP_ONLY_DAY`` on (``INFERENCEX_MTP_ONLY_POINTS``)."""
+    if not is_inferencex(row) or row["backend"] != "trtllm" or row["mode"] != "agg":
+        return ""
+    if "deepseek" not in row["model_path"].lower() or row["system"] != "h200_sxm":
+        return ""
+    day = measured_date(row)
+    if day is None or day < INFERENCEX_MTP_ONLY_DAY:
+        return ""
+    point = (int(row["isl"]), int(row["osl"]), _concurrency(row))
+    if day == INFERENCEX_MTP_ONLY_DAY or point in INFERENCEX_MTP_ONLY_POINTS:
+        nextn = 1 if _i(row["attention_dp_size"]) > 1 else 3
+        return (f"speculative decoding: InferenceX's dsr1-fp8-h200-trt-mtp run (MTP, {nextn} draft "
+                f"token{'s' if nextn > 1 else ''} per step) at an acceptance rate not published "
+                "for its random-token prompts")  # fmt: skip
+    return ""
+
+
 _MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
 
 
@@ -273,6 +321,9 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 note=row_layout(row)[2] if row["mode"] == "agg" else "")  # fmt: skip
     if "0" in (row["moe_ep_size"], row["prefill_moe_ep_size"], row["decode_moe_ep_size"]):
         return Row(**base, deployment=None, reason="moe_ep_size is 0: not a parallel layout")
+    spec = inferencex_spec_decoding(row)
+    if spec:
+        return Row(**base, deployment=None, reason=spec)
     try:
         if row["mode"] == "agg":
             rep = _replica(row, "", prec, kv, max(256, conc))
@@ -332,14 +383,17 @@ def _concurrency(row: dict) -> int:
 
 def measurement_key(row: dict) -> tuple[object, ...]:
     """What identifies one measurement: engine, system, mode, lengths, client concurrency and
-    the measured TTFT and TPOT to every printed digit (16 significant figures). The model name
-    is left out because the exports name the same DeepSeek-R1 runs ``deepseek-ai/DeepSeek-V3``
-    (the architecture) in one file and ``deepseek-ai/DeepSeek-R1`` in another. Rows with the
-    same key are one benchmark run exported more than once: 164 in the data (88 differ only in
-    that name, 63 in nothing, 9 in ``tp_size`` (8 vs 64 for DeepSeek-R1 on one 8-GPU node), 4
-    in the derived batch columns)."""
-    keys = ("backend", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
-    return (*(row[k] for k in keys), _concurrency(row))
+    the measured TTFT and TPOT to 14 significant figures (the exports print the same double
+    with 16 or with 17 digits, e.g. 19.25209975761523 and 19.252099757615234; two real
+    measurements do not agree to 14). The model name is left out because the exports name the
+    same DeepSeek-R1 runs ``deepseek-ai/DeepSeek-V3`` (the architecture) in one file and
+    ``deepseek-ai/DeepSeek-R1`` in another. Rows with the same key are one benchmark run
+    exported more than once: 201 in the data (164 printed alike to the last digit: 88 differ
+    only in that name, 63 in nothing, 9 in ``tp_size`` (8 vs 64 for DeepSeek-R1 on one 8-GPU
+    node), 4 in the derived batch columns; 37 more printed with one digit more)."""
+    keys = ("backend", "system", "mode", "isl", "osl")
+    times = tuple(f"{float(row[k]):.14g}" for k in ("silicon_ttft_ms", "silicon_tpot_ms"))
+    return (*(row[k] for k in keys), *times, _concurrency(row))
 
 
 def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[Row]:
