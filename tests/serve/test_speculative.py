@@ -163,3 +163,17 @@ def test_cli_bad_acceptance_is_a_one_line_error() -> None:
     r = CliRunner().invoke(app, ["serve", "--spec-tokens", "2", "--spec-acceptance", "2"])
     assert r.exit_code == 2
     assert "spec_acceptance" in r.output and "Traceback" not in r.output
+
+
+def test_serve_plan_simulates_with_speculative_decoding() -> None:
+    """`serve plan` carries the draft settings into every layout it simulates: the same
+    single-GPU layout decodes faster with drafts that are mostly accepted."""
+    args = ["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len", "256",
+            "--output-len", "64", "--num-requests", "8", "--tpot-p90", "1", "--processes", "1",
+            "--no-disagg", "--json"]  # fmt: skip
+    plain = CliRunner().invoke(app, args)
+    spec = CliRunner().invoke(app, [*args, "--spec-tokens", "3", "--spec-acceptance", "0.9"])
+    assert plain.exit_code == 0 and spec.exit_code == 0, plain.output + spec.output
+    a, b = json.loads(plain.output)["best"][0], json.loads(spec.output)["best"][0]
+    assert a["layout"] == b["layout"]
+    assert b["tpot_p90_s"] < 0.6 * a["tpot_p90_s"]

@@ -313,6 +313,8 @@ def plan_cmd(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    spec_tokens: SpecTokens = 0,
+    spec_acceptance: SpecAcceptance = 0.0,
     correction: Correction = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
@@ -325,7 +327,8 @@ def plan_cmd(
         corr = load_correction(correction) if correction is not None else None
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill)
+        base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
+                          spec_acceptance=spec_acceptance)  # fmt: skip
         n = num_requests if num_requests is not None else (400 if concurrency is None else None)
         wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
                        concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
@@ -365,6 +368,8 @@ def calibrate_cmd(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    spec_tokens: SpecTokens = 0,
+    spec_acceptance: SpecAcceptance = 0.0,
     out: Annotated[Path | None, typer.Option(help="write the correction (YAML)")] = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
@@ -377,7 +382,8 @@ def calibrate_cmd(
         measured = load_runs(runs)
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill)
+        base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
+                          spec_acceptance=spec_acceptance)  # fmt: skip
         sims = [simulate_run(base, r, seed) for r in measured]
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],
