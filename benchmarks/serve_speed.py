@@ -4,6 +4,7 @@ wall second (best of ``--repeat``), as JSON; ``cpu_s`` is the process CPU time, 
 load on the machine does not inflate.
 
     .venv/bin/python benchmarks/serve_speed.py [--requests 10000] [--rate 20] [--repeat 3]
+        [--spec-tokens K --spec-acceptance A]
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", default="llama3.1-8b")
     ap.add_argument("--gpu", default="h100-sxm-80gb")
+    ap.add_argument("--spec-tokens", type=int, default=0, help="speculative decoding drafts")
+    ap.add_argument("--spec-acceptance", type=float, default=0.0)
     a = ap.parse_args()
-    cfg = ReplicaConfig(get_model(a.model), get_device(a.gpu))
+    cfg = ReplicaConfig(get_model(a.model), get_device(a.gpu), spec_tokens=a.spec_tokens,
+                        spec_acceptance=a.spec_acceptance)  # fmt: skip
     p, o = sharegpt_like_lengths(a.requests, seed=0)
     wl = closed_loop(a.concurrency, p, o) if a.concurrency else open_loop(a.rate, p, o, seed=0)
     best = None
