@@ -232,7 +232,7 @@ def test_inferencex_rows_run_the_engine_limits_its_scripts_set(rows):
 def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_predictions):
     """Tier 3 (`hwtune.serve.correction`): per engine, model and GPU, maps fitted to five runs
     predict that group's other runs of the subset. Full run (VALIDATION.md, "Tier 3"): TTFT
-    20.9%, TPOT 6.9% median held-out error with five fitting runs; tier 1 30.6% / 10.5%. On
+    20.8%, TPOT 6.9% median held-out error with five fitting runs; tier 1 30.6% / 10.5%. On
     this subset's groups of more than five rows: TTFT 25.6% (tier 1) -> 20.4% (tier 3), TPOT
     7.0%."""
     import collections
@@ -254,3 +254,18 @@ def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_
     assert t3_ttft < 0.9 * np.median(et1)  # the correction must beat tier 1 on runs it never saw
     assert t3_ttft < 0.25
     assert t3_tpot < TPOT_TARGET
+
+
+def test_inferencex_trtllm_deepseek_runs_expert_parallel_over_tp(rows):
+    """InferenceX's TensorRT-LLM DeepSeek-R1 script launches --ep_size = TP (since 2025-09-18);
+    the 2025-11-02 runs (config 83) record EP 1 and run EP 8 here; SGLang's DeepSeek script
+    passes no EP (TP-sharded experts) and keeps EP 1."""
+    import csv
+
+    with open(default_csv(), newline="") as f:
+        raw = {r["id"]: r for r in csv.DictReader(f)}
+    cfg83 = [r for r in rows if "config_id=83;" in raw[r.id]["silicon_data_source"]]
+    assert cfg83 and all(raw[r.id]["moe_ep_size"] == "1" for r in cfg83)
+    assert all(r.deployment.replica.ep == 8 and "EP 1 -> 8" in r.note for r in cfg83)
+    sgl = [r for r in rows if "config_id=81;" in raw[r.id]["silicon_data_source"]]
+    assert sgl and all(r.deployment.replica.ep == 1 for r in sgl)

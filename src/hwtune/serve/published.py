@@ -268,6 +268,27 @@ def inferencex_layout(row: dict) -> tuple[int, int, str]:
     return new_tp, new_adp, note
 
 
+INFERENCEX_TRT_DSR1_EP_SINCE = "2025-09-18"
+"""Since this date InferenceX's TensorRT-LLM DeepSeek-R1 scripts launch with ``EP_SIZE="$TP"``
+and ``--ep_size=$EP_SIZE`` (SemiAnalysisAI/InferenceX commit ec90f3fe7, "Update DSR1 TRT-LLM FP4
+and add TRT FP8", ``benchmarks/dsr1_fp8_h200_trt_slurm.sh``; later ``nvidia-master.yaml``: "For
+all sequence lengths, EP=TP"): the experts run expert-parallel over all the worker's GPUs even
+where the record says ``moe_ep_size`` 1 (its config of 2025-11-02, id 83, gave no ``ep``)."""
+
+
+def inferencex_expert_parallel(row: dict, stage_gpus: int) -> tuple[int, str]:
+    """(EP, note) of an aggregated row: `INFERENCEX_TRT_DSR1_EP_SINCE` applied to InferenceX's
+    TensorRT-LLM DeepSeek runs recorded with EP 1; the recorded EP otherwise."""
+    ep = _i(row["moe_ep_size"])
+    day = measured_date(row)
+    if (is_inferencex(row) and row["backend"] == "trtllm" and "deepseek" in row["model_path"].lower()
+            and ep == 1 and stage_gpus > 1 and day is not None
+            and day >= INFERENCEX_TRT_DSR1_EP_SINCE):  # fmt: skip
+        return stage_gpus, (f"EP 1 -> {stage_gpus}: InferenceX's TensorRT-LLM DeepSeek script "
+                            "launches with --ep_size equal to TP")  # fmt: skip
+    return ep, ""
+
+
 def row_layout(row: dict) -> tuple[int, int, str]:
     """(tp, attention DP, note) of an aggregated row: `inferencex_layout`, then the MoE layout's
     GPU count where it exceeds the attention layout's.
@@ -327,6 +348,10 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
     try:
         if row["mode"] == "agg":
             rep = _replica(row, "", prec, kv, max(256, conc))
+            ep, ep_note = inferencex_expert_parallel(row, rep.stage_gpus)
+            if ep_note:
+                rep = rep.with_(ep=ep)
+                base["note"] = "; ".join(x for x in (base["note"], ep_note) if x)
             if is_inferencex(row):
                 lim = inferencex_engine_limits(row["backend"], row["model_path"], int(row["isl"]),
                                                conc, measured_date(row))  # fmt: skip

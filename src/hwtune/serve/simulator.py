@@ -351,12 +351,12 @@ def simulate(
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
             spec = rep.cfg.spec_tokens > 0
+            per_step = rep.cfg.tokens_per_step if spec else 1.0
             for r, q in batch:  # type: ignore[union-attr]
                 r.busy = False
                 gain = 1
                 if spec and r.computed >= r.target:  # a verification step: keep what is accepted
-                    gain, r.spec_credit = accepted(r.spec_credit, rep.cfg.tokens_per_step,
-                                                   r.output - r.generated)  # fmt: skip
+                    gain, r.spec_credit = accepted(r.spec_credit, per_step, r.output - r.generated)
                     q = gain
                 r.computed += q
                 if prefix_on and r.computed // bs > r.hashed:
