@@ -177,3 +177,31 @@ def test_serve_plan_simulates_with_speculative_decoding() -> None:
     a, b = json.loads(plain.output)["best"][0], json.loads(spec.output)["best"][0]
     assert a["layout"] == b["layout"]
     assert b["tpot_p90_s"] < 0.6 * a["tpot_p90_s"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(["vllm", "sarathi", "orca", "static", "prefill-first", "sglang"]),
+    st.integers(1, 2),
+    st.integers(1, 4),
+    st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([0.222, 0.9]),
+)
+def test_speculative_runs_finish_every_request_whatever_the_engine(
+    sched: str, pp: int, k: int, a: float, disagg: bool, prefix: bool, mem: float
+) -> None:
+    """Any policy, pipeline depth, disaggregation, prefix caching, and a KV cache small enough
+    to force preemptions (memory fraction 0.222 leaves ~3k tokens): every request ends with
+    exactly its output tokens."""
+    from hwtune.serve.config import Deployment
+
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"), pp=pp,
+                        scheduler=sched, spec_tokens=k, spec_acceptance=a,
+                        enable_prefix_caching=prefix, gpu_memory_utilization=mem,
+                        max_num_batched_tokens=2048)  # fmt: skip
+    p, o = fixed_lengths(16, 300, 250)
+    res = simulate(Deployment(cfg, prefill=cfg if disagg else None), closed_loop(6, p, o))
+    assert len(res.requests) == 16
+    assert all(r.generated == r.output == 250 for r in res.requests)
