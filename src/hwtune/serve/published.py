@@ -149,8 +149,9 @@ INFERENCEX_MTP_ONLY_DAY = "2026-01-14"
 and nothing else: its sweep was started by SemiAnalysisAI/InferenceX commit bf3456727 ("Add MTP
 Benchmark Support for DeepSeek-R1 TRT", #392, merged 2026-01-14T22:26:18Z), whose
 ``perf-changelog.yaml`` entry names only the ``dsr1-*-trt-mtp`` config keys; the rows say
-``measured=2026-01-14T22:26:21Z``. That day's 20 points are exactly the ``dsr1-fp8-h200-trt-mtp``
-search space (1k/1k at 4-64 clients plus 128-256 with attention DP, 1k/8k at 4-128, 8k/1k at 4-32
+``measured=2026-01-14T22:26:21Z``. That day's 21 points (20 in the 2026-03-25 export, one more in
+the 2026-04-06 one) are exactly the ``dsr1-fp8-h200-trt-mtp`` search space (1k/1k at 4-64
+clients plus 128-256 with attention DP, 1k/8k at 4-128 plus 256 with attention DP, 8k/1k at 4-32
 plus 64-256 with attention DP), and their TPOT is 30-40% below the same image's non-MTP runs
 (8.6 vs 13.8 ms at 4 clients, 1k/1k)."""
 
