@@ -232,7 +232,8 @@ def all_reduce_time(
     if domains == 1:
         if algorithm == "tree":
             return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
-        return 2.0 * (n - 1) * ai + 2.0 * (n - 1) * nbytes / (n * bi)
+        # ring: a ring reduce-scatter, then a ring all-gather of the same size
+        return 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
 
     inter = cluster.inter_link(nic_share)
     b_out = local * inter.bandwidth  # per domain, over the group's l NICs

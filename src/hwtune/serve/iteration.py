@@ -273,22 +273,23 @@ class IterationModel:
         """Seconds of one step (the latency of its batch through all pipeline stages). A step
         with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``."""
         g, m, c = self.linear(s.tokens)
-        t = g + m + c + self._attention(s)[0] + self._rest(s) + self._draft(s)
+        layers = g + m + c + self._attention(s)[0]
+        t = layers + self._rest(s) + self._draft(s, layers)
         return t + self._launch_wait(s, t)
 
-    def _draft(self, s: StepShape) -> float:
+    def _draft(self, s: StepShape, layers: float) -> float:
         """Seconds of the draft module in a step under speculative decoding (0 without): one
         decoder layer of the model's shape (DeepSeek MTP module, EAGLE head; TensorRT-LLM's MTP
         Eagle path reuses one MTP layer k times) run first over all the step's tokens (the
         accepted tokens of each decode and the prompt tokens, whose keys it caches), then k - 1
         times over one row per sampling sequence, each pass followed by the shared LM head on
-        those rows. A layer is priced as the model's average layer at the same token count."""
+        those rows. A layer is priced as the model's average layer at the same token count
+        (``layers``: the step's seconds in all the model's layers)."""
         k = self.cfg.spec_tokens
         if not k or not s.tokens:
             return 0.0
         n_layers = self.spec.n_layers
-        g, m, c = self.linear(s.tokens)
-        t = (g + m + c + self._attention(s)[0]) / n_layers
+        t = layers / n_layers
         rows = s.draft_rows
         if rows:
             gr, mr, cr = self.linear(rows)
@@ -365,7 +366,7 @@ class IterationModel:
         head = self.head(s.sampled, s.tokens)
         host = self.host + self.host_seq * s.seqs
         pipe = self._rest(s) - head - host
-        draft = self._draft(s)
+        draft = self._draft(s, g + m + c + pf + dc)
         host += self._launch_wait(s, g + m + c + pf + dc + self._rest(s) + draft)
         return {"gemm": g, "memory": m, "communication": c, "attention_prefill": pf,
                 "attention_decode": dc, "lm_head": head, "draft": draft, "pipeline": pipe,

@@ -796,6 +796,15 @@ whole on every rank and never gathers them (``deepspeed/runtime/zero/constants.p
 the first stage-3 release, v0.3.13, 2021-03)."""
 
 
+def _block_matrix_widths(spec: ModelSpec) -> tuple[int, int, int, int]:
+    """Output widths of a Megatron-style block's four weight matrices (each d_model rows): the
+    fused QKV, the attention output projection, the FFN's first projection (gate and up fused
+    when gated) and its second."""
+    hd = spec.hd
+    return ((spec.n_heads + 2 * spec.kv_heads) * hd, spec.n_heads * hd,
+            spec.ffn_hidden * (2 if spec.gated else 1), spec.ffn_hidden)  # fmt: skip
+
+
 def deepspeed_2021_param_gather(
     spec: ModelSpec, layer_bytes: float, tp: int, span: GroupSpan, cl: Cluster
 ) -> float:
@@ -808,10 +817,7 @@ def deepspeed_2021_param_gather(
     2021-10, "the async version is not async at all"), then PyTorch's list ``all_gather``, which
     NCCL runs as one ring (`nccl_ring_all_gather_time`) into a flat buffer that PyTorch copies
     back with one ``copy_`` kernel per rank (``ProcessGroupNCCL::allgather`` of PyTorch 1.8)."""
-    h, hd = spec.d_model, spec.hd
-    widths = [(spec.n_heads + 2 * spec.kv_heads) * hd, spec.n_heads * hd,
-              spec.ffn_hidden * (2 if spec.gated else 1), spec.ffn_hidden]  # fmt: skip
-    sizes = [h * w / tp for w in widths]
+    sizes = [spec.d_model * w / tp for w in _block_matrix_widths(spec)]
     calls = sum(1 for x in sizes if x > DEEPSPEED_PERSISTENCE_THRESHOLD)
     n = span.size
     if calls == 0 or n == 1 or layer_bytes <= 0:
@@ -839,10 +845,7 @@ def zero3_transient_bytes(
     g = 4.0 if fp32_grads else 2.0
     if gather == "layer":
         return layer_params * (2 * 2.0 + g)
-    h = spec.d_model
-    widest = max(spec.ffn_hidden * (2 if spec.gated else 1),
-                 (spec.n_heads + 2 * spec.kv_heads) * spec.hd)  # fmt: skip
-    largest = h * widest / tp
+    largest = spec.d_model * max(_block_matrix_widths(spec)) / tp
     live = max(largest, min(layer_params, DEEPSPEED_MAX_LIVE_PARAMETERS))
     return 2.0 * (live + DEEPSPEED_PREFETCH_BUCKET) + g * min(layer_params, DEEPSPEED_REDUCE_BUCKET)
 
