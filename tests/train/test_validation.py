@@ -1,8 +1,7 @@
 """Accuracy of the estimator against published runs (shared/validation/training_published.jsonl).
 
 The issue's targets are median |error| <= 10% on throughput and on peak memory over every row
-the tool can express (both met) and p90 <= 25% on throughput (not met; see VALIDATION.md).
-The guard tests hold the accuracy reached so far, so a change that makes it worse fails.
+the tool can express and p90 <= 25% on throughput (all met; see VALIDATION.md).
 """
 
 from __future__ import annotations
@@ -62,8 +61,9 @@ def _median(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
 def test_most_rows_are_expressible():
     runs = load_published(JSONL)
     expressed = [r for r in runs if not r.skip_reason]
-    # 90 rows; the rest lack a stated vocabulary, TP degree or micro-batch, or are analytical
-    assert len(expressed) >= 80, [(r.id, r.skip_reason) for r in runs if r.skip_reason]
+    # 90 rows; the 4 others: OPT-175B and LLaMA-65B state no TP degree (OPT no vocabulary
+    # either), Qwen3-235B needs expert parallelism folded over TP x DP, ZeRO's Fig. 1 is analytical
+    assert len(expressed) >= 86, [(r.id, r.skip_reason) for r in runs if r.skip_reason]
 
 
 def test_zero_paper_model_states_exactly():
@@ -85,9 +85,9 @@ def _p90(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
 
 
 def test_megatron_lineage_meets_the_targets():
-    """Megatron-LM, NeMo and Megatron-Bridge runs (41 rows): the frameworks whose kernels the
+    """Megatron-LM, NeMo and Megatron-Bridge runs (44 rows): the frameworks whose kernels the
     cost model follows (fused attention and elementwise ops, overlapped gradient reduction)
-    meet the issue's throughput targets: median <= 10%, p90 <= 25% (measured: 5.2%, 12.2%)."""
+    meet the issue's throughput targets: median <= 10%, p90 <= 25% (measured: 4.6%, 12.2%)."""
     assert _median("throughput", MEGATRON_LINEAGE) <= 0.10
     assert _p90("throughput", MEGATRON_LINEAGE) <= 0.25
 
@@ -103,10 +103,11 @@ def test_layer_times_match_korthikanti_table4():
     assert max(errs) <= 0.12
 
 
-def test_all_rows_throughput_p90_guard():
-    # the issue's p90 target (25%) is not met: DeepSpeed ZeRO-3 2021 (six rows), dropless
-    # Qwen3-30B-A3B, then MosaicML 7B on 512 GPUs (VALIDATION.md); this holds what is reached
-    assert _p90("throughput") <= 0.28  # measured 26.5%
+def test_all_rows_meet_the_throughput_targets():
+    """The issue's p90 target over every expressible row: <= 25% (measured 24.2%; the misses
+    above it are DeepSpeed ZeRO-3 of 2021 (six rows), dropless
+    Qwen3-30B-A3B and MosaicML's 7B on 512 GPUs, see VALIDATION.md)."""
+    assert _p90("throughput") <= 0.25
 
 
 def _tps_at(run_id: str, hbm_tbps: float | None = None) -> tuple[float, float]:

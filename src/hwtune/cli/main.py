@@ -14,6 +14,7 @@ from hwtune.cli.software import (
     Eager,
     Fp8Recipe,
     Framework,
+    GradAccumulation,
     Loss,
     MoeDispatch,
     Zero3Gather,
@@ -119,6 +120,7 @@ def estimate(
     fp8_recipe: Fp8Recipe = "delayed",
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
+    grad_accumulation: GradAccumulation = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -150,7 +152,7 @@ def estimate(
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
             overlap_p2p_comm=overlap_p2p,
             **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework,
-                            zero3_gather),
+                            zero3_gather, grad_accumulation),
         )  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)

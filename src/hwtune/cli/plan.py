@@ -19,6 +19,7 @@ from hwtune.cli.software import (
     Eager,
     Fp8Recipe,
     Framework,
+    GradAccumulation,
     Loss,
     MoeDispatch,
     Zero3Gather,
@@ -166,6 +167,7 @@ def plan_cmd(
     fp8_recipe: Fp8Recipe = "delayed",
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
+    grad_accumulation: GradAccumulation = "fused",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
@@ -188,7 +190,14 @@ def plan_cmd(
                         allow_offload=not no_offload)  # fmt: skip
         clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
         software = software_fields(
-            attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework, zero3_gather
+            attention_kernel,
+            eager,
+            loss,
+            moe_dispatch,
+            fp8_recipe,
+            framework,
+            zero3_gather,
+            grad_accumulation,
         )
         make_strategy(**software)  # one-line errors for bad values before the search starts
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,

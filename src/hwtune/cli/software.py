@@ -47,6 +47,14 @@ Zero3Gather = Annotated[
         "2021: one synchronous all-gather per parameter, none overlapped)"
     ),
 ]
+GradAccumulation = Annotated[
+    str,
+    typer.Option(
+        help="fused (the weight-gradient GEMMs accumulate into the main gradients: Megatron-Core, "
+        "TE) | fp32-copy (DeepSpeed's BF16_Optimizer: each micro-batch's bf16 gradients cast and "
+        "added into fp32 copies, 18 B per parameter)"
+    ),
+]
 Fp8Recipe = Annotated[
     str,
     typer.Option(
@@ -64,6 +72,7 @@ def software_fields(
     fp8_recipe: str,
     framework: str | None = None,
     zero3_gather: str = "layer",
+    grad_accumulation: str = "fused",
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -77,6 +86,7 @@ def software_fields(
         "moe_dispatch": (moe_dispatch, "alltoall"),
         "fp8_recipe": (fp8_recipe, "delayed"),
         "zero3_gather": (zero3_gather, "layer"),
+        "grad_accumulation": (grad_accumulation, "fused"),
     }
     for key, (value, default) in flags.items():
         if value != default or key not in out:

@@ -609,6 +609,13 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     )
     rc = per_rank[busiest]
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
+    busiest_layout = layouts[busiest]
+    t_ga = grad_accumulation_time(
+        spec, st.grad_accumulation,
+        busiest_layout.dense_params / tp + busiest_layout.expert_params / ep,
+        busiest_layout.n_layers, dev,
+    )  # fmt: skip
+    b += t_ga
 
     # pipeline p2p: activations cross each stage boundary forward and back
     p2p_t, p2p_fixed = pipeline_p2p(spec, cl, st, e * tokens, pp_cross, f + b + rec)
@@ -744,6 +751,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         "forward": m * rc.f,
         "backward": m * rc.b,
         "recompute": m * rc.rec,
+        "grad_accumulation": m * t_ga,
         "pipeline_bubble": pt.bubble,
         "pp_p2p": m * p2p_t + p2p_fixed,
         "tp_comm_exposed": m * rc.tp,
@@ -794,6 +802,30 @@ DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
 """``stage3_param_persistence_threshold``: DeepSpeed ZeRO-3 keeps parameters of fewer elements
 whole on every rank and never gathers them (``deepspeed/runtime/zero/constants.py``, 1e5 since
 the first stage-3 release, v0.3.13, 2021-03)."""
+
+
+GRAD_ACCUMULATION_BYTES: dict[str, float] = {"fused": 0.0, "fp32-copy": 2.0 + 4.0 + 3 * 4.0}
+"""HBM bytes per parameter and micro-batch that joining the micro-batch's gradients to the
+step's costs beyond the backward GEMMs. ``fp32-copy``: DeepSpeed ``BF16_Optimizer.update_hp_grads``
+(deepspeed/runtime/bf16_optimizer.py since v0.6.2, "bf16+pipeline parallelism" #1801, the
+optimizer BLOOM-176B trained with; the pipeline engine calls it after every backward pass):
+``hp_grad.add_(lp.grad.to(fp32))`` per parameter, a cast (read 2 B, write 4 B) and an add (read
+4 + 4 B, write 4 B)."""
+
+
+def grad_accumulation_time(
+    spec: ModelSpec, mode: str, params_local: float, n_layers: int, dev: Device
+) -> float:
+    """Seconds per micro-batch that one rank spends adding its gradients into the step's
+    (`GRAD_ACCUMULATION_BYTES`): memory-bound, two kernels per parameter tensor (each block's
+    weight matrices, their biases and the norms' scales and shifts)."""
+    per_param = GRAD_ACCUMULATION_BYTES[mode]
+    if per_param == 0.0 or params_local <= 0:
+        return 0.0
+    tensors_per_layer = 4 * (2 if spec.mlp_bias else 1) + (4 if spec.norm == "layernorm" else 2)
+    return memory_time(
+        per_param * params_local, dev, kernels=2 * max(1, n_layers) * tensors_per_layer
+    )
 
 
 def _block_matrix_widths(spec: ModelSpec) -> tuple[int, int, int, int]:

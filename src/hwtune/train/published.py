@@ -167,6 +167,26 @@ def _spec(r: dict) -> ModelSpec:
     )
 
 
+NEMOTRON_VOCAB = 256000
+"""Vocabulary of NVIDIA's Nemotron-3/-4 pre-training benchmarks: NeMo's performance scripts build
+them with ``NullTokenizer(vocab_size=256000)`` (NVIDIA/NeMo ``scripts/performance/llm/
+pretrain_nemotron3_8b.py``, ``pretrain_nemotron3_22b.py``), the size of the family's SentencePiece
+model that NeMo-Framework-Launcher's 340B config names (``nemotron_2_256k.model``)."""
+
+
+def _recipe_vocab(r: dict, run: PublishedRun) -> dict:
+    """The row with its vocabulary filled from the benchmark recipe when the table leaves it out
+    (NVIDIA's Nemotron rows: `NEMOTRON_VOCAB`); any other row unchanged."""
+    m = r.get("model") or {}
+    fw = str(r.get("framework") or "")
+    if m.get("vocab") is None and str(m.get("name", "")).startswith("Nemotron") and "NeMo" in fw:
+        run.assumptions.append(
+            f"vocabulary {NEMOTRON_VOCAB} (NeMo's Nemotron performance scripts, NullTokenizer)"
+        )
+        return r | {"model": m | {"vocab": NEMOTRON_VOCAB}}
+    return r
+
+
 def _nic_gbps(text: str | None, gpus_per_node: int = 8) -> float | None:
     if not text:
         return None
@@ -181,6 +201,32 @@ def _nic_gbps(text: str | None, gpus_per_node: int = 8) -> float | None:
     if gbyte:
         return float(gbyte.group(1)) * 8
     return None
+
+
+def _grad_accumulation(fw: str, precision: str, zero: int, run: PublishedRun) -> str:
+    """DeepSpeed in bf16 below ZeRO-2 trains with its BF16_Optimizer, which adds every
+    micro-batch's bf16 gradients into fp32 copies (`estimator.GRAD_ACCUMULATION_BYTES`): the
+    BLOOM-176B run (its README: ``--bf16``, ZeRO stage 0 with the bf16 optimizer sharding the
+    states). Everything else accumulates in the backward GEMMs (the `Strategy` default)."""
+    if "DeepSpeed" in fw and precision == "bf16" and zero <= 1:
+        run.assumptions.append(
+            "DeepSpeed BF16_Optimizer: each micro-batch's gradients cast to fp32 and added"
+        )
+        return "fp32-copy"
+    return "fused"
+
+
+def _torch_ddp(run: PublishedRun, dp: int) -> bool:
+    """Megatron-LM 2019 with data parallelism ran PyTorch DDP, which overlaps the gradient
+    all-reduce with the backward: its README gives the 8.3B model on 512 GPUs 74% scaling "when
+    torch's distributed data parallel is used" (60% with its own all-reduce after the backward;
+    NVIDIA/Megatron-LM f86bb67, README)."""
+    if run.id.startswith("megatron19") and dp > 1:
+        run.assumptions.append(
+            "PyTorch DDP: gradient all-reduce overlapped (2019 README, 512 GPUs)"
+        )
+        return True
+    return False
 
 
 def _schedule(p: dict, vpp: int) -> str:
@@ -267,6 +313,7 @@ def from_row(r: dict) -> PublishedRun:
     """Translate one validation row."""
     run = PublishedRun(id=r["id"], source=r.get("source", {}).get("title", ""))
     h, p = r["hardware"], r["parallel"]
+    r = _recipe_vocab(r, run)
     try:
         run.spec = _spec(r)
         fw0 = str(r.get("framework") or "")
@@ -301,6 +348,13 @@ def from_row(r: dict) -> PublishedRun:
         mb = max(1, other["local_batch_size"] // pp)
         run.assumptions.append(
             f"micro-batch {mb} = local batch / pp (torchtitan default micro-batch count)"
+        )
+    if mb is None and gb and run.id.startswith("megatron19"):
+        # Megatron-LM 2019 has no gradient accumulation: ``--batch-size`` is each data-parallel
+        # rank's batch ("Data Loader batch size", arguments.py of NVIDIA/Megatron-LM f86bb67)
+        mb = gb // dp
+        run.assumptions.append(
+            f"micro-batch {mb} = global batch / dp (Megatron-LM 2019: no gradient accumulation)"
         )
     if mb is None:
         run.skip_reason = "micro-batch size not stated"
@@ -384,31 +438,37 @@ def from_row(r: dict) -> PublishedRun:
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
             recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=_tp_overlap(run, other, tp, bool(sp)), overlap_p2p_comm=not unfused,
-            overlap_grad_reduce=not unfused or (zero >= 3 and "DeepSpeed" in fw),
+            overlap_grad_reduce=not unfused or (zero >= 3 and "DeepSpeed" in fw) or _torch_ddp(run, dp),
             attention_kernel=kernel,
             fused_elementwise=fused, grad_reduce_dtype=reduce_dtype, loss_kernel=loss,
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
+            grad_accumulation=_grad_accumulation(fw, precision, zero, run),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:
         run.skip_reason = str(e)
         return run
-    run.targets = _targets(r, run.spec)
+    run.targets = _targets(r, run.spec, dev.peak_tflops.bf16)
     if not run.targets:
         run.skip_reason = "no throughput or memory figure the estimator predicts"
     return run
 
 
 def megatron_flops_per_token(spec: ModelSpec, seq: int, recompute: bool) -> float:
-    """Narayanan et al. SC'21 eq. 3 per token: 96 (72 without recomputation) L h^2
-    (1 + s/(6h) + V/(16 L h)), the convention of the sources that report ``tflops_per_gpu``."""
-    c = 96 if recompute else 72
+    """Narayanan et al. SC'21 eq. 3 per token, the convention of the sources that report
+    ``tflops_per_gpu``: 96 L h^2 (1 + s/(6h) + V/(16 L h)) with full recomputation. Without it
+    the transformer part loses the repeated forward (96 -> 72) while the logit layer, which is
+    never recomputed, keeps its 6 s h V per sequence (forward 2, backward 4), so the count is
+    72 L h^2 (1 + s/(6h) + V/(12 L h)): Korthikanti et al. 2022's model FLOPs, whose MFU it
+    reproduces (54.2% for the 530B model's 39.15 s iteration on 2240 A100s, a test)."""
     h, L = spec.d_model, spec.n_layers
-    return c * L * h * h * (1 + seq / (6 * h) + spec.vocab / (16 * L * h))
+    if recompute:
+        return 96 * L * h * h * (1 + seq / (6 * h) + spec.vocab / (16 * L * h))
+    return 72 * L * h * h * (1 + seq / (6 * h) + spec.vocab / (12 * L * h))
 
 
-def _targets(r: dict, spec: ModelSpec) -> dict[str, float]:
+def _targets(r: dict, spec: ModelSpec, gpu_peak_tflops: float | None = None) -> dict[str, float]:
     meas = {m["metric"]: m for m in r["measured"]}
     t: dict[str, float] = {}
     seq = r["model"]["seq_len"]
@@ -431,6 +491,13 @@ def _targets(r: dict, spec: ModelSpec) -> dict[str, float]:
         )
         # convert with the source's own FLOP formula: a convention-free tokens/s per GPU
         t["tokens_per_s_per_gpu"] = tf * 1e12 / megatron_flops_per_token(spec, seq, rec)
+    elif "mfu" in meas and gpu_peak_tflops:
+        # model FLOPs utilization in Korthikanti et al.'s convention (model FLOPs, no
+        # recomputation counted, over the dense 16-bit peak): tokens/s per GPU
+        mfu = float(meas["mfu"]["value"]) / 100
+        t["tokens_per_s_per_gpu"] = (
+            mfu * gpu_peak_tflops * 1e12 / megatron_flops_per_token(spec, seq, False)
+        )
     if "peak_memory" in meas:
         t["peak_memory_bytes"] = float(meas["peak_memory"]["value"]) * 2**30
     return t

@@ -101,6 +101,14 @@ class Strategy(BaseModel):
         "stage3_max_live_parameters and stage3_prefetch_bucket_size); parameter = DeepSpeed "
         "of 2021 (v0.3.13-v0.5: one synchronous all-gather per parameter, none overlapped)",
     )
+    grad_accumulation: Literal["fused", "fp32-copy"] = Field(
+        default="fused",
+        description="how each micro-batch's gradients join the step's: fused = the weight-"
+        "gradient GEMM accumulates into the main gradient buffer (Megatron-Core "
+        "gradient_accumulation_fusion, TE fuse_wgrad_accumulation; no extra pass); fp32-copy = "
+        "DeepSpeed's BF16_Optimizer, which after every micro-batch's backward casts each bf16 "
+        "gradient to fp32 and adds it to an fp32 buffer (18 B per parameter)",
+    )
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
 
     @model_validator(mode="after")
