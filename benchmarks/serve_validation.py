@@ -39,17 +39,24 @@ def rel(p: float, m: float) -> float:
     return abs(p - m) / m
 
 
+def _grouped(out: list[dict], key) -> list[tuple[object, int, dict, dict]]:
+    """(group, rows, TTFT record, TPOT record) per value of ``key(row)``, sorted."""
+    groups = collections.defaultdict(list)
+    for o in out:
+        groups[key(o)].append(o)
+    out_rows = []
+    for k, v in sorted(groups.items()):
+        r = record(v, digits=None)
+        out_rows.append((k, len(v), r["ttft"], r["tpot"]))
+    return out_rows
+
+
 def table(out: list[dict], key: str) -> str:
     lines = [f"| {key} | rows | TTFT median | TTFT p90 | TPOT median | TPOT p90 | "
              "pred/meas TTFT (median) | pred/meas TPOT (median) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    groups = collections.defaultdict(list)
-    for o in out:
-        groups[o[key] if key != "all" else "all"].append(o)
-    for k, v in sorted(groups.items()):
-        r = record(v, digits=None)
-        t, p = r["ttft"], r["tpot"]
-        lines.append(f"| {k} | {len(v)} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
+    for k, n, t, p in _grouped(out, lambda o: o[key] if key != "all" else "all"):
+        lines.append(f"| {k} | {n} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
                      f"{p['median_abs_error']:.1%} | {p['p90_abs_error']:.1%} | "
                      f"{t['pred_over_meas']:.2f} | {p['pred_over_meas']:.2f} |")  # fmt: skip
     return "\n".join(lines)
@@ -58,13 +65,8 @@ def table(out: list[dict], key: str) -> str:
 def backend_model_table(out: list[dict]) -> str:
     lines = ["| backend | model | rows | TTFT median | TPOT median | pred/meas TTFT | pred/meas TPOT |",
              "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    groups = collections.defaultdict(list)
-    for o in out:
-        groups[(o["backend"], o["model"].split("/")[-1])].append(o)
-    for (b, m), v in sorted(groups.items()):
-        r = record(v, digits=None)
-        t, p = r["ttft"], r["tpot"]
-        lines.append(f"| {b} | {m} | {len(v)} | {t['median_abs_error']:.1%} | "
+    for (b, m), n, t, p in _grouped(out, lambda o: (o["backend"], o["model"].split("/")[-1])):
+        lines.append(f"| {b} | {m} | {n} | {t['median_abs_error']:.1%} | "
                      f"{p['median_abs_error']:.1%} | {t['pred_over_meas']:.2f} | "
                      f"{p['pred_over_meas']:.2f} |")  # fmt: skip
     return "\n".join(lines)

@@ -49,7 +49,6 @@ from hwtune.cost.collectives import (
     send_recv_time,
 )
 from hwtune.cost.compute import (
-    KERNEL_OVERHEAD_S,
     attention_time,
     dtype_bytes,
     gemm_time,
@@ -334,10 +333,8 @@ class IterationModel:
                     pf += n * prefill_attention_time(shape, pairs, kv, s.pf_tokens / d, dev, kvd)
             if s.dec_n:
                 ctx = (s.dec_ctx_w if win else s.dec_ctx) / d
-                if self.dtype and shape.kind != "linear":
-                    dc += n * self._decode_attention(shape, ctx, q)
-                else:
-                    dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd, q)
+                dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd, q,
+                                                self.math)  # fmt: skip
         return pf + dc, pf, dc
 
     def _prefill_attention(
@@ -349,15 +346,6 @@ class IterationModel:
         fpk = shape.flops_per_key
         io = kv * shape.kv_elems_per_token * dtype_bytes(self.kvd) + self.act * new * fpk / 2.0
         return attention_time(pairs * fpk, io, self.dev, self.math, backward=False)
-
-    def _decode_attention(self, shape: AttentionShape, ctx: float, queries: int = 1) -> float:
-        """`kv_cache.decode_attention_time` at ``dtype``'s peak and KV width."""
-        dev = self.dev
-        flops = ctx * shape.decode_flops_per_key * queries
-        nbytes = ctx * shape.kv_elems_per_token * dtype_bytes(self.kvd)
-        t_flops = flops / (dev.peak_flops(self.math) * dev.attention_fwd_efficiency)
-        t_mem = nbytes / (dev.memory_bandwidth_si * dev.memory_bw_efficiency)
-        return max(t_flops, t_mem) + KERNEL_OVERHEAD_S
 
     def breakdown(self, s: StepShape) -> dict[str, float]:
         """The step's seconds by kind (for traces); sums to `step_time`."""
