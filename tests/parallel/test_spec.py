@@ -121,10 +121,12 @@ def test_explicit_actions_on_the_wrong_rank():
 
 def test_expert_degree_is_checked_for_explicit_schedules_too():
     """An explicit action list skips the estimator's schedule checks; the mesh's ep is still
-    checked against the experts and the data-parallel ranks, before anything runs."""
+    checked against the experts and the tensor x context x data ranks, before anything runs."""
     acts = {0: ["0F0", "0B0"], 1: ["1F0", "1B0"]}
     spec = make_spec(pp=2, dp=3, ep=2, global_batch=3, schedule={"actions": acts})
-    with pytest.raises(HwtuneInputError, match=r"mesh.ep: got 2; expected a divisor of dp\*cp = 3"):
+    with pytest.raises(
+        HwtuneInputError, match=r"mesh.ep: got 2; expected a divisor of tp\*cp\*dp = 3"
+    ):
         validate(spec, MOE, 6)
     spec = make_spec(pp=2, dp=3, ep=3, global_batch=3, schedule={"actions": acts})
     with pytest.raises(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import hwtune
 from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
 from hwtune.model import params as P
 from hwtune.model.catalog import get_model
 from hwtune.model.spec import ModelSpec, MoE
@@ -28,6 +29,14 @@ SMALL_MOE = ModelSpec(
     name="small-moe", n_layers=8, d_model=1024, n_heads=16, n_kv_heads=4, ffn_hidden=2816,
     vocab=32000, moe=MoE(n_routed_experts=8, top_k=2, expert_ffn_hidden=1408),
 )  # fmt: skip
+
+
+SMALL_MOE_16 = SMALL_MOE.model_copy(
+    update={
+        "name": "small-moe-16",
+        "moe": MoE(n_routed_experts=16, top_k=2, expert_ffn_hidden=1408),
+    }
+)
 
 
 def est(model: ModelSpec | str = "llama3.1-8b", **kw: object) -> Estimate:
@@ -267,6 +276,24 @@ def test_tp_and_ep_comm_show_up():
     assert est(gpus=8, global_batch=8).breakdown["tp_comm_exposed"] == 0
     e = est("mixtral-8x7b", gpus=16, tp=2, ep=8, global_batch=64)
     assert e.breakdown["ep_comm_exposed"] > 0
+
+
+def test_expert_groups_are_consecutive_ranks():
+    # Megatron-Core builds expert groups in the order tp-ep-dp-pp with expert TP 1 (the NeMo
+    # DeepSeek-V3/Qwen3 recipes), so with tp 2 the 8 EP ranks are ranks 0-7: one 8-GPU node.
+    # The all-to-all then costs what it costs when the whole cluster is one NVLink domain.
+    two_nodes = make_cluster("h100-sxm-80gb", 16)
+    one_domain = make_cluster("h100-sxm-80gb", 16, gpus_per_node=16, scaleup_domain=16)
+    kw = dict(tp=2, ep=8, global_batch=64)
+    a = est("mixtral-8x7b", cluster=two_nodes, **kw).breakdown["ep_comm_exposed"]
+    b = est("mixtral-8x7b", cluster=one_domain, **kw).breakdown["ep_comm_exposed"]
+    assert a > 0
+    assert a == pytest.approx(b)
+    # EP 16 (folded over tp 2 x dp 8) must cross the two nodes: slower than in one domain
+    kw["ep"] = 16
+    wide = est(SMALL_MOE_16, cluster=two_nodes, **kw).breakdown["ep_comm_exposed"]
+    flat = est(SMALL_MOE_16, cluster=one_domain, **kw).breakdown["ep_comm_exposed"]
+    assert wide > flat
 
 
 def test_estimates_are_deterministic():

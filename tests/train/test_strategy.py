@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec, MoE
-from hwtune.train.strategy import Strategy, make_strategy
+from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
 
 # Llama-3-8B shapes: 32 layers, 32 query heads, 8 KV heads.
 DENSE = ModelSpec(
@@ -64,10 +64,26 @@ def test_ep_must_divide_experts():
     assert "8" in msg
 
 
-def test_ep_must_divide_dp_times_cp():
-    # EP folds over the data x context ranks (Megatron-Core MoE parallel folding).
-    rejects(Strategy(dp=2, ep=4), MOE, "ep", 4)
+def test_ep_must_divide_tp_times_cp_times_dp():
+    # EP folds over the tensor x context x data ranks of a stage (Megatron-Core MoE parallel
+    # folding with expert TP 1): 4 does not divide 2 ranks, but does divide tp 2 x dp 2.
+    msg = rejects(Strategy(dp=2, ep=4), MOE, "ep", 4)
+    assert "tp*cp*dp = 2" in msg
     Strategy(dp=8, ep=4, global_batch=8).validate_for(MOE)
+    Strategy(tp=2, dp=2, ep=4, global_batch=8).validate_for(MOE)
+    rejects(Strategy(tp=2, dp=2, ep=8, global_batch=8), MOE, "ep", 8)
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    cp=st.sampled_from([1, 2]),
+    dp=st.integers(1, 64),
+    ep=st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+)
+def test_expert_groups_tile_the_stage(tp, cp, dp, ep):
+    # Every rank of a stage is in exactly one EP group and one expert-DP group: ep x edp = tp x cp x dp.
+    assume((tp * cp * dp) % ep == 0)
+    assert ep * expert_data_parallel(tp, cp, dp, ep) == tp * cp * dp
 
 
 def test_global_batch_divisible_by_micro_batch_times_dp():

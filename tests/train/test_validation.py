@@ -61,9 +61,10 @@ def _median(metric: str, prefixes: tuple[str, ...] = ("",)) -> float:
 def test_most_rows_are_expressible():
     runs = load_published(JSONL)
     expressed = [r for r in runs if not r.skip_reason]
-    # 90 rows; the 4 others: OPT-175B and LLaMA-65B state no TP degree (OPT no vocabulary
-    # either), Qwen3-235B needs expert parallelism folded over TP x DP, ZeRO's Fig. 1 is analytical
-    assert len(expressed) >= 86, [(r.id, r.skip_reason) for r in runs if r.skip_reason]
+    # 90 rows; the 3 others: OPT-175B and LLaMA-65B state no TP degree (OPT no vocabulary
+    # either), ZeRO's Fig. 1 is analytical (Qwen3-235B's EP 32 over TP 2 x DP 16 is expressed
+    # since expert parallelism folds over tensor x context x data ranks)
+    assert len(expressed) >= 87, [(r.id, r.skip_reason) for r in runs if r.skip_reason]
 
 
 def test_zero_paper_model_states_exactly():
@@ -104,9 +105,9 @@ def test_layer_times_match_korthikanti_table4():
 
 
 def test_all_rows_meet_the_throughput_targets():
-    """The issue's p90 target over every expressible row: <= 25% (measured 24.2%; the misses
-    above it are DeepSpeed ZeRO-3 of 2021 (six rows), dropless
-    Qwen3-30B-A3B and MosaicML's 7B on 512 GPUs, see VALIDATION.md)."""
+    """The issue's p90 target over every expressible row: <= 25% (measured 20.3% over 82 rows;
+    the misses above it are DeepSpeed ZeRO-3 of 2021 (six rows), dropless Qwen3-30B-A3B and
+    MosaicML's 7B on 512 GPUs, see VALIDATION.md)."""
     assert _p90("throughput") <= 0.25
 
 

@@ -429,8 +429,8 @@ def _check_annotation(
 
 
 def _check_expert_mesh(mesh: Mesh, model: ModelSpec) -> None:
-    """The mesh's expert-parallel degree against the model and the data-parallel ranks it folds
-    over (also for explicit schedules, which skip the estimator's schedule checks)."""
+    """The mesh's expert-parallel degree against the model and the tensor x context x data
+    ranks it folds over (also for explicit schedules, which skip the estimator's schedule checks)."""
     if mesh.ep == 1:
         return
     if model.moe is None:
@@ -438,8 +438,9 @@ def _check_expert_mesh(mesh: Mesh, model: ModelSpec) -> None:
     e = model.moe.n_routed_experts
     if e % mesh.ep:
         raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of the {e} experts")
-    if (mesh.dp * mesh.cp) % mesh.ep:
-        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of dp*cp = {mesh.dp * mesh.cp}")
+    fold = mesh.tp * mesh.cp * mesh.dp
+    if fold % mesh.ep:
+        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of tp*cp*dp = {fold}")
 
 
 def validate(

@@ -44,7 +44,7 @@ from hwtune.model.lowering import (
 from hwtune.model.spec import ModelSpec
 from hwtune.train.accuracy import accuracy_for
 from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
-from hwtune.train.strategy import Strategy, make_strategy
+from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
 
 FRAMEWORK_RESERVE_BYTES = 1.5 * 2**30
 """CUDA context, cuBLAS/NCCL workspaces and communication buffers held outside the tensors
@@ -391,7 +391,7 @@ def pipeline_ranks(
     e, tokens, tp, cp, ep = sh.act_bytes, sh.tokens, sh.tp, sh.cp, sh.ep
     tp_span = cl.span(tp, 1)
     cp_span = cl.span(cp, tp)
-    ep_span = cl.span(ep, tp)
+    ep_span = cl.span(ep, 1)  # consecutive ranks (expert TP 1, `expert_data_parallel`)
     # ---- per-layer times and communication
     classes = {key: _layer_times(spec, key[0], key[1], sh, dev, gdt) for key in layer_classes(spec)}
 
@@ -594,11 +594,11 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     if not st.fused_elementwise:
         notes.append("elementwise ops eager: one kernel per elementary op (no torch.compile)")
 
-    # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over cp x dp)
+    # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over tp x cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks
-    ep_span = cl.span(ep, tp)
-    edp = max(1, dp * cp // ep)
-    edp_span = cl.span(edp, tp * ep)
+    ep_span = cl.span(ep, 1)
+    edp = expert_data_parallel(tp, cp, dp, ep)
+    edp_span = cl.span(edp, ep)
     pp_cross = tp * cp * dp >= cl.domain
 
     # ---- per-layer times and communication, per pipeline rank
@@ -925,7 +925,7 @@ def _states(
     gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`)."""  # fmt: skip
     fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
     sb = state_bytes_per_param(precision, optimizer, fp32_grads)
-    edp = max(1, dp * cp // ep)
+    edp = expert_data_parallel(tp, cp, dp, ep)
     layouts = rank_layouts(spec, pp, v)
     out = []
     for r in sorted({0, pp - 1}):

@@ -108,7 +108,7 @@ def layouts(
                     continue
                 eps = [1]
                 if spec.moe is not None:
-                    eps = [e for e in _divisors(dp * cp) if spec.moe.n_routed_experts % e == 0]
+                    eps = [e for e in _divisors(tp * cp * dp) if spec.moe.n_routed_experts % e == 0]
                 for ep in eps:
                     if c.allows("ep", ep):
                         yield tp, pp, cp, dp, ep

@@ -1,8 +1,9 @@
 """`Strategy`: how one training step is laid out on the cluster.
 
 Degrees follow Megatron-LM's rank order (tensor innermost, then context, then data, then
-pipeline); expert parallelism folds over the data x context ranks (Megatron-Core "MoE parallel
-folding", Liu et al. 2025), so ``ep`` must divide ``dp * cp``.
+pipeline); expert parallelism folds over the tensor x context x data ranks of a pipeline stage
+(Megatron-Core "MoE parallel folding", Liu et al. 2025, with expert tensor parallelism 1), so
+``ep`` must divide ``tp * cp * dp`` (`expert_data_parallel`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ SCHEDULES: tuple[str, ...] = (
     "dualpipe",
     "dualpipev",
 )
+
+
+def expert_data_parallel(tp: int, cp: int, dp: int, ep: int) -> int:
+    """Replicas of each expert: the expert-data-parallel degree ``tp * cp * dp / ep``.
+
+    Megatron-Core MoE parallel folding (Liu et al. 2025, "MoE Parallel Folding"): the expert
+    layers regroup the ``tp * cp * dp`` ranks of a pipeline stage as expert-TP x EP x expert-DP
+    (``parallel_state`` builds them with ``RankGenerator(order="tp-ep-dp-pp")``). Expert TP is 1
+    here, as the NeMo recipes of DeepSeek-V3 and Qwen3 set (``expert_tensor_parallel_size=1``),
+    so an EP group is ``ep`` consecutive ranks (stride 1) and an expert-DP group strides by
+    ``ep``; the expert GEMMs keep their full width (`hwtune.model.lowering.ffn_ops`)."""
+    return max(1, tp * cp * dp // ep)
 
 
 class Strategy(BaseModel):
@@ -148,8 +161,9 @@ class Strategy(BaseModel):
                 raise HwtuneInputError(
                     "ep", self.ep, f"a divisor of the {model.moe.n_routed_experts} experts"
                 )
-            if (self.dp * self.cp) % self.ep:
-                raise HwtuneInputError("ep", self.ep, f"a divisor of dp*cp = {self.dp * self.cp}")
+            fold = self.tp * self.cp * self.dp
+            if fold % self.ep:
+                raise HwtuneInputError("ep", self.ep, f"a divisor of tp*cp*dp = {fold}")
         if self.seq % self.cp:
             raise HwtuneInputError("cp", self.cp, f"a divisor of the sequence length {self.seq}")
         if self.cp > 1 and (self.seq // self.cp) % 2:
