@@ -232,6 +232,22 @@ def test_moe_activations_scale_with_top_k():
     assert a2 - a1 == pytest.approx(2 * (2 * H + 3 * fe) * S * B)
 
 
+@given(t=st.sampled_from([1, 2, 4, 8]), ep=st.sampled_from([1, 2, 4, 8]), k=st.integers(1, 3))
+def test_moe_activations_keep_the_slots_the_layer_computes(t, ep, k):
+    # With expert TP 1 each TP rank routes its own 1/t of the tokens; the token-slots whose
+    # tensors the layer keeps are the rows its expert GEMMs run (`lowering.ffn_ops`: rows per
+    # local expert x local experts), so the top-k increment matches those rows exactly.
+    from hwtune.model.lowering import Shard, ffn_ops
+
+    fe = 1408
+    shape = ActShape(tokens=S * B, seq=S, tp=t, sp=t > 1)
+    lo = layer_activation_bytes(moe_model(k, fe=fe), "full", True, shape, "none")
+    hi = layer_activation_bytes(moe_model(k + 1, fe=fe), "full", True, shape, "none")
+    ops = {o.name: o for o in ffn_ops(moe_model(1, fe=fe), True, Shard(S * B, S, tp=t, ep=ep))}
+    rows_per_topk = ops["expert_up"].m * ops["expert_up"].batch  # token-slots at top-1
+    assert hi - lo == pytest.approx(2 * (2 * H + 3 * fe) * rows_per_topk, rel=1e-3)
+
+
 def test_moe_imbalance_inflates_expert_activations():
     shape = ActShape(tokens=S * B, seq=S, tp=1, sp=False)
     hot = ActShape(tokens=S * B, seq=S, tp=1, sp=False, moe_imbalance=1.5)

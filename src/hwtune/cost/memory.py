@@ -128,9 +128,12 @@ def layer_activation_bytes(
     up = 2 if spec.gated else 1
     if moe_layer and spec.moe is not None:
         moe = spec.moe
-        slots = m * moe.top_k * a.moe_imbalance
-        ffn += e * m * h  # router / expert-dispatch input
-        ffn += 4.0 * m * moe.n_routed_experts / t  # fp32 router probabilities
+        # each TP rank routes its own 1/t of the tokens (sequence-parallel shard, expert TP 1),
+        # as the layer's cost counts them (`hwtune.model.lowering.ffn_ops`)
+        routed = m / t
+        slots = routed * moe.top_k * a.moe_imbalance
+        ffn += e * routed * h  # router / expert-dispatch input
+        ffn += 4.0 * routed * moe.n_routed_experts  # fp32 router probabilities
         ffn += e * slots * (2 * h + (up + 1) * moe.expert_ffn_hidden)  # permuted in/out, up, act
         if moe.shared_width:
             ffn += e * m * (h + (up + 1) * _div(moe.shared_width, t))
