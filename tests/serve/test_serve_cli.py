@@ -55,6 +55,7 @@ def test_same_seed_prints_the_same():
         (("--range-ratio", "0.8"), "range-ratio"),  # nothing to sample around
         (("--weight-only-kernel", "machete2"), "weight_only_kernel"),
         (("--adp-balance-timeout-iters", "-3"), "adp_balance_timeout_iters"),
+        (("--frontend-tokens-per-s", "0"), "frontend_tokens_per_s"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):
@@ -121,3 +122,21 @@ def test_eager_prefill_and_marlin_flags_reach_the_simulation():
                *k) for k in ((), ("--weight-only-kernel", "marlin"))]  # fmt: skip
     a, b = (json.loads(x.stdout)["ttft_s"]["mean"] for x in r)
     assert b > 1.2 * a
+
+
+def test_front_end_limit_caps_the_streamed_tokens():
+    """256 clients of Llama-3.1-8B on an H100 stream well over 5,000 output tokens/s; with a
+    front end of 5,000 tokens/s the output throughput stays at or under it and TPOT rises."""
+
+    def run(*extra: str) -> dict:
+        r = serve("--model", "llama3.1-8b", "--gpu", "h100", "--concurrency", "256",
+                  "--input-len", "200", "--output-len", "200", "--num-requests", "512", "--json",
+                  *extra)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    free, capped = run(), run("--frontend-tokens-per-s", "5000")
+    assert free["throughput_tokens_per_s"]["output"] > 5000
+    assert capped["throughput_tokens_per_s"]["output"] <= 5000 * (1 + 1e-9)
+    assert capped["tpot_s"]["mean"] > free["tpot_s"]["mean"]
+    assert capped["frontend_tokens_per_s"] == 5000

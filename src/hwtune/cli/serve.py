@@ -77,6 +77,14 @@ SpecAcceptance = Annotated[
         "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent)"
     ),
 ]
+FrontEnd = Annotated[
+    float | None,
+    typer.Option(
+        help="output tokens/s the engine's front end (API server, detokenizer) can stream; "
+        "every step's tokens queue through it first in, first out (default: no limit; measure "
+        "it as the output-token plateau of a high-concurrency run of your engine)"
+    ),
+]
 Correction = Annotated[
     Path | None,
     typer.Option(
@@ -220,6 +228,7 @@ def serve(
     ] = 0,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
+    frontend_tokens_per_s: FrontEnd = None,
     correction: Correction = None,
     seed: Seed = 0,
     trace_out: Annotated[
@@ -245,7 +254,8 @@ def serve(
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(eager_prefill=eager_prefill,
                         adp_balance_timeout_iters=adp_balance_timeout_iters,
-                        spec_tokens=spec_tokens, spec_acceptance=spec_acceptance)  # fmt: skip
+                        spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
+                        frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
         dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
@@ -262,6 +272,8 @@ def serve(
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
+    if frontend_tokens_per_s:
+        doc["frontend_tokens_per_s"] = frontend_tokens_per_s
     doc["accuracy"] = serve_accuracy(disagg)
     if corr is not None:
         pr = per_request(res)
@@ -315,6 +327,7 @@ def plan_cmd(
     eager_prefill: EagerPrefill = False,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
+    frontend_tokens_per_s: FrontEnd = None,
     correction: Correction = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
@@ -328,7 +341,8 @@ def plan_cmd(
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
-                          spec_acceptance=spec_acceptance)  # fmt: skip
+                          spec_acceptance=spec_acceptance,
+                          frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         n = num_requests if num_requests is not None else (400 if concurrency is None else None)
         wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
                        concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
@@ -370,6 +384,7 @@ def calibrate_cmd(
     eager_prefill: EagerPrefill = False,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
+    frontend_tokens_per_s: FrontEnd = None,
     out: Annotated[Path | None, typer.Option(help="write the correction (YAML)")] = None,
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
@@ -383,7 +398,8 @@ def calibrate_cmd(
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
-                          spec_acceptance=spec_acceptance)  # fmt: skip
+                          spec_acceptance=spec_acceptance,
+                          frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         sims = [simulate_run(base, r, seed) for r in measured]
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],

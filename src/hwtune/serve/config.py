@@ -70,7 +70,11 @@ class ReplicaConfig:
     rank or N steps have passed (`hwtune.serve.scheduler.Replica`);
     ``spec_tokens`` > 0: speculative decoding with that many draft tokens per step, each accepted
     with probability ``spec_acceptance`` given the ones before it (`hwtune.serve.speculative`);
-    the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE).
+    the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE);
+    ``frontend_tokens_per_s``: the output tokens per second the replica's front end (the API
+    server's detokenizing and streaming process) can deliver, None for no limit: every step's
+    tokens pass through it first in, first out, and the client sees a token only when it is
+    through (`hwtune.serve.simulator`, "Front end").
     """
 
     model: ModelSpec
@@ -96,6 +100,7 @@ class ReplicaConfig:
     adp_balance_timeout_iters: int = 0
     spec_tokens: int = 0
     spec_acceptance: float = 0.0
+    frontend_tokens_per_s: float | None = None
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -145,6 +150,11 @@ class ReplicaConfig:
         if self.spec_acceptance and not self.spec_tokens:
             raise HwtuneInputError("spec_acceptance", self.spec_acceptance,
                                    "0 without draft tokens (set spec_tokens > 0)")  # fmt: skip
+        f = self.frontend_tokens_per_s
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float) or not f > 0):
+            raise HwtuneInputError("frontend_tokens_per_s", f,
+                                   "a positive number of output tokens per second, or None "
+                                   "(no front-end limit)")  # fmt: skip
         if self.weight_only_kernel not in WEIGHT_ONLY_KERNELS:
             raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
                                    "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip

@@ -80,6 +80,24 @@ class Replica:
         self.last_duration = 0.0
         self.receiving: list[Request] = []
         self.adp_wait = 0
+        self.frontend_free = 0.0
+        fe = cfg.frontend_tokens_per_s
+        self.frontend_s_per_token = 1.0 / fe if fe else 0.0
+
+    def deliver(self, ends: list[float], tokens: int) -> list[float]:
+        """When the client sees the tokens of steps that ended at ``ends`` (``tokens`` each):
+        the front end takes each step's tokens after the previous step's, first in, first out,
+        at `ReplicaConfig.frontend_tokens_per_s` (at once without a limit)."""
+        if not self.frontend_s_per_token:
+            return list(ends)
+        cost = tokens * self.frontend_s_per_token
+        out = []
+        free = self.frontend_free
+        for e in ends:
+            free = (free if free > e else e) + cost
+            out.append(free)
+        self.frontend_free = free
+        return out
 
     # --- helpers ----------------------------------------------------------------------------
     def _grow(self, r: Request, q: int) -> bool:

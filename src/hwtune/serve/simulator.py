@@ -17,6 +17,17 @@ runs the request: TensorRT-LLM's PyExecutor returns the prefill's token from the
 consumes the prefill worker's output for its ``disaggregated_params`` and streams only the decode
 worker's (``lib/llm/src/kv_router/prefill_router.rs``), so TTFT includes the wait for a decode
 slot, the transfer and the rest of the decode step in flight.
+
+Front end (`ReplicaConfig.frontend_tokens_per_s`, off by default): an engine streams its tokens
+through one API-server process (SGLang's detokenizer and tokenizer manager, vLLM's API server,
+trtllm-serve), which handles each step's output after the previous step's. Modelled as one
+first-in-first-out server per replica that takes a step's ``n`` sampled tokens in ``n / rate``
+seconds: the client sees a token when the front end is through with its step (TTFT, inter-token
+gaps, E2E), and a closed-loop client sends its next request only then. When the GPU outruns the
+front end, the engine keeps generating and the backlog grows, so a new request's first token
+queues behind it (TTFT rises with the backlog, TPOT settles at concurrency / rate). Prefill
+workers of a disaggregated deployment stream nothing; the first token a decode worker takes over
+is shown at the start of its first decode step, as without a limit.
 """
 
 from __future__ import annotations
@@ -325,10 +336,16 @@ def simulate(
             if isinstance(batch, tuple):  # a fast-forwarded decode stretch
                 run, durs, t0 = batch
                 k = len(durs)
+                if rep.frontend_s_per_token:
+                    seen = rep.deliver(list(t0 + np.cumsum(durs)), len(run))
+                    gaps = list(np.diff(seen))
+                else:
+                    seen = [t0 + durs[0], t]
+                    gaps = durs[1:]
                 if k > 1:
-                    itl.extend(durs[1:])
+                    itl.extend(gaps)
                     itl_w.extend([len(run)] * (k - 1))
-                first_end = t0 + durs[0]
+                first_end, t_seen = seen[0], seen[-1]
                 for r in run:
                     r.busy = False
                     r.computed += k
@@ -336,14 +353,14 @@ def simulate(
                     r.generated += k
                     itl.append(first_end - r.last_token)
                     itl_w.append(1)
-                    r.last_token = t
+                    r.last_token = t_seen
                     if rep.blocks.enable_prefix:
                         rep.register_blocks(r)
                     if r.generated >= r.output:
                         rep.blocks.release(r.blocks)
                         r.blocks = []
                         done = True
-                        finish(r, rep, t)
+                        finish(r, rep, t_seen)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
                 launch(rep, t)
@@ -352,6 +369,10 @@ def simulate(
             bs = rep.cfg.block_size
             spec = rep.cfg.spec_tokens > 0
             per_step = rep.cfg.tokens_per_step if spec else 1.0
+            t_seen = t  # when the client sees this step's tokens (after the front end)
+            if rep.frontend_s_per_token and rep.role != "prefill":
+                rows = sum(1 for r, q in batch if r.computed + q >= r.target)  # type: ignore[union-attr]
+                t_seen = rep.deliver([t], round(rows * per_step))[0]
             for r, q in batch:  # type: ignore[union-attr]
                 r.busy = False
                 gain = 1
@@ -379,19 +400,19 @@ def simulate(
                     launch(dst, t)
                     continue
                 if r.generated == 1:
-                    r.first_token = t
+                    r.first_token = t_seen
                 else:
-                    itl.append(t - r.last_token)
+                    itl.append(t_seen - r.last_token)
                     itl_w.append(1)
                     if gain > 1:  # accepted drafts arrive with it
                         itl.extend([0.0] * (gain - 1))
                         itl_w.extend([1] * (gain - 1))
-                r.last_token = t
+                r.last_token = t_seen
                 if r.generated >= r.output:
                     rep.blocks.release(r.blocks)
                     r.blocks = []
                     done = True
-                    finish(r, rep, t)
+                    finish(r, rep, t_seen)
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
             launch(rep, t)
