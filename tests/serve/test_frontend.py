@@ -66,17 +66,3 @@ def test_open_loop_tokens_are_seen_no_earlier_than_the_engine_makes_them(cfg8b, 
     for x, y in zip(a.requests, b.requests, strict=True):
         assert y.first_token >= x.first_token - 1e-12
         assert y.finish >= x.finish - 1e-12
-
-
-def test_fast_forward_equals_step_by_step_with_a_front_end(cfg8b):
-    cfg = cfg8b.with_(frontend_tokens_per_s=3000.0)
-    p, o = fixed_lengths(40, 700, 200)
-    a = simulate(cfg, closed_loop(16, p, o), fast=True)
-    b = simulate(cfg, closed_loop(16, p, o), fast=False)
-    assert a.n_steps == b.n_steps
-    for x, y in zip(a.requests, b.requests, strict=True):
-        assert x.first_token == pytest.approx(y.first_token, rel=1e-12, abs=1e-12)
-        assert x.finish == pytest.approx(y.finish, rel=1e-12, abs=1e-12)
-    sa, sb = summarize(a), summarize(b)
-    for k in ("mean", "p50", "p90", "p99"):
-        assert sa["itl_s"][k] == pytest.approx(sb["itl_s"][k], rel=1e-9)

@@ -115,11 +115,14 @@ def test_deterministic_with_a_seed(cfg8b):
     assert a != c
 
 
-def test_fast_forward_equals_step_by_step(cfg8b):
+@pytest.mark.parametrize("frontend", [None, 1000.0])
+def test_fast_forward_equals_step_by_step(cfg8b, frontend):
+    """Also with a front end that the decode stretches outrun (`test_frontend.py`)."""
+    cfg = cfg8b.with_(frontend_tokens_per_s=frontend)
     p, o = fixed_lengths(40, 700, 200)
     wl = closed_loop(16, p, o)
-    a = simulate(cfg8b, wl, fast=True)
-    b = simulate(cfg8b, wl, fast=False)
+    a = simulate(cfg, wl, fast=True)
+    b = simulate(cfg, wl, fast=False)
     assert a.n_steps == b.n_steps
     for x, y in zip(a.requests, b.requests, strict=True):
         assert x.first_token == pytest.approx(y.first_token, rel=1e-12, abs=1e-12)
