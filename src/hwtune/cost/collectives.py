@@ -80,6 +80,30 @@ def _span_ok(span: GroupSpan) -> bool:
 
 
 # --- one link level ---------------------------------------------------------------------------
+def _link_bandwidth(nbytes: float, n: int, link: Link) -> float | None:
+    """``link``'s bandwidth after checking the arguments; None when nothing moves (one rank or
+    an empty buffer)."""
+    if not nbytes >= 0:
+        raise _bad_nbytes(nbytes)
+    if n < 1:
+        raise _bad_n(n)
+    if n == 1 or nbytes == 0:
+        return None
+    bw = link.bandwidth
+    if not bw > 0:
+        raise _bad_link(link)
+    return bw
+
+
+def _ring_passes(nbytes: float, n: int, link: Link, passes: int) -> float:
+    """``passes`` rounds of n−1 ring steps that each move S/n bytes per rank:
+    passes·((n−1)·α + (n−1)/n·S/β) (Thakur, Rabenseifner & Gropp 2005)."""
+    bw = _link_bandwidth(nbytes, n, link)
+    if bw is None:
+        return 0.0
+    return passes * ((n - 1) * link.latency + (n - 1) * nbytes / (n * bw))
+
+
 def ring_all_reduce(nbytes: float, n: int, link: Link) -> float:
     """Ring all-reduce of an ``nbytes`` buffer over ``n`` ranks: 2(n−1)·α + 2·(n−1)/n·S/β.
 
@@ -88,16 +112,7 @@ def ring_all_reduce(nbytes: float, n: int, link: Link) -> float:
     workstations"; alpha-beta costs as in Thakur, Rabenseifner & Gropp 2005). nccl-tests
     PERFORMANCE.md defines busbw = algbw·2(n−1)/n, so with α = 0 the bus bandwidth equals β.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if n < 1:
-        raise _bad_n(n)
-    if n == 1 or nbytes == 0:
-        return 0.0
-    bw = link.bandwidth
-    if not bw > 0:
-        raise _bad_link(link)
-    return 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) * nbytes / (n * bw)
+    return _ring_passes(nbytes, n, link, 2)
 
 
 def tree_all_reduce(nbytes: float, n: int, link: Link) -> float:
@@ -109,15 +124,9 @@ def tree_all_reduce(nbytes: float, n: int, link: Link) -> float:
     double binary trees). Logarithmic latency, but a bandwidth term 2·S/β above the ring's
     2·(n−1)/n·S/β: it wins on small, latency-bound messages over many ranks.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if n < 1:
-        raise _bad_n(n)
-    if n == 1 or nbytes == 0:
+    bw = _link_bandwidth(nbytes, n, link)
+    if bw is None:
         return 0.0
-    bw = link.bandwidth
-    if not bw > 0:
-        raise _bad_link(link)
     return 2.0 * math.log2(n) * link.latency + 2.0 * nbytes / bw
 
 
@@ -128,16 +137,7 @@ def ring_reduce_scatter(nbytes: float, n: int, link: Link) -> float:
     the same bandwidth term with log2(n) steps, but NCCL runs rings). nccl-tests busbw =
     algbw·(n−1)/n.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if n < 1:
-        raise _bad_n(n)
-    if n == 1 or nbytes == 0:
-        return 0.0
-    bw = link.bandwidth
-    if not bw > 0:
-        raise _bad_link(link)
-    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+    return _ring_passes(nbytes, n, link, 1)
 
 
 def ring_all_gather(nbytes: float, n: int, link: Link) -> float:
@@ -146,16 +146,7 @@ def ring_all_gather(nbytes: float, n: int, link: Link) -> float:
     The ring all-gather of Thakur, Rabenseifner & Gropp 2005 (n−1 steps, each forwarding one
     S/n block); nccl-tests busbw = algbw·(n−1)/n, with S the gathered size.
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if n < 1:
-        raise _bad_n(n)
-    if n == 1 or nbytes == 0:
-        return 0.0
-    bw = link.bandwidth
-    if not bw > 0:
-        raise _bad_link(link)
-    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+    return _ring_passes(nbytes, n, link, 1)
 
 
 def pairwise_all_to_all(nbytes: float, n: int, link: Link) -> float:
@@ -164,16 +155,7 @@ def pairwise_all_to_all(nbytes: float, n: int, link: Link) -> float:
     n−1 exchanges of S/n bytes; the block a rank keeps for itself never moves (Thakur,
     Rabenseifner & Gropp 2005, pairwise exchange; nccl-tests busbw = algbw·(n−1)/n).
     """
-    if not nbytes >= 0:
-        raise _bad_nbytes(nbytes)
-    if n < 1:
-        raise _bad_n(n)
-    if n == 1 or nbytes == 0:
-        return 0.0
-    bw = link.bandwidth
-    if not bw > 0:
-        raise _bad_link(link)
-    return (n - 1) * link.latency + (n - 1) * nbytes / (n * bw)
+    return _ring_passes(nbytes, n, link, 1)
 
 
 def p2p(nbytes: float, link: Link) -> float:
