@@ -146,6 +146,7 @@ def test_contradicting_constraint_exits_2_with_one_line():
         (["--global-batch-tokens", "65536"], "both"),  # with --global-batch 16 as well
         (["--what-if", "latency=1,2"], "latency"),
         (["--gpu", "h100-sxm-80gbx"], "h100"),
+        (["--global-batch", "0"], "global_batch"),  # not the default 512
     ],
 )
 def test_plan_bad_input_exits_2_naming_it(args, word):

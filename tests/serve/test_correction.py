@@ -23,7 +23,10 @@ from hwtune.serve.correction import (
 )
 from hwtune.serve.measured_runs import load_runs
 
-sims = st.lists(st.floats(0.001, 10.0), min_size=3, max_size=12, unique=True)
+# Distinct to 1e-3 s: two runs that differ in the 16th digit leave a leave-one-out fit of the
+# others with one point in effect, which no affine map is determined by.
+sims = st.lists(st.floats(0.001, 10.0).map(lambda x: round(x, 3)), min_size=3, max_size=12,
+                unique=True)  # fmt: skip
 
 
 @settings(max_examples=60, deadline=None)

@@ -56,6 +56,10 @@ def test_same_seed_prints_the_same():
         (("--weight-only-kernel", "machete2"), "weight_only_kernel"),
         (("--adp-balance-timeout-iters", "-3"), "adp_balance_timeout_iters"),
         (("--frontend-tokens-per-s", "0"), "frontend_tokens_per_s"),
+        (("--output-len", "0", "--input-len", "100"), "output-len"),  # not the default 256
+        (("--input-len", "0"), "input-len"),
+        (("--prefix-len", "-5", "--prefix-groups", "2"), "prefix_len"),
+        (("--prefix-len", "512"), "prefix_groups"),  # would be ignored without groups
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):

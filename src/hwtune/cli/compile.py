@@ -85,7 +85,10 @@ def compile_cmd(
             cl = load_cluster_file(cluster)
         else:
             cl = make_cluster(
-                gpu, gpus or spec.mesh.world, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps
+                gpu,
+                spec.mesh.world if gpus is None else gpus,
+                gpus_per_node=gpus_per_node,
+                nic_gbps=nic_gbps,
             )
         plan = compile_plan(spec, spec_model, cl)
         res = simulate(plan)

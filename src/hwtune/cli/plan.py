@@ -92,17 +92,20 @@ def make_clusters(
 
 
 def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) -> int:
-    if global_batch and global_batch_tokens:
+    for name, v in (("global_batch", global_batch), ("global_batch_tokens", global_batch_tokens)):
+        if v is not None and v < 1:
+            raise HwtuneInputError(name, v, "a positive integer")
+    if global_batch is not None and global_batch_tokens is not None:
         raise HwtuneInputError(
             "global batch", "both", "--global-batch or --global-batch-tokens, not both"
         )
-    if global_batch_tokens:
+    if global_batch_tokens is not None:
         if global_batch_tokens % seq:
             raise HwtuneInputError(
                 "global_batch_tokens", global_batch_tokens, f"a multiple of --seq {seq}"
             )
         return global_batch_tokens // seq
-    return global_batch or 512
+    return 512 if global_batch is None else global_batch
 
 
 def _est_row(e: object) -> dict:

@@ -132,9 +132,11 @@ def _workload(
     if n < 1:
         raise HwtuneInputError("num-requests", n, "a positive integer")
     if input_len is not None or output_len is not None or dataset == "fixed":
-        i, o = input_len or 1024, output_len or 256
-        if i < 1 or o < 1:
-            raise HwtuneInputError("input-len/output-len", (i, o), "positive token counts")
+        i = 1024 if input_len is None else input_len
+        o = 256 if output_len is None else output_len
+        for name, v in (("input-len", i), ("output-len", o)):
+            if v < 1:
+                raise HwtuneInputError(name, v, "a positive token count")
         if range_ratio < 1:
             p, q = range_ratio_lengths(n, i, o, range_ratio, seed)
         else:

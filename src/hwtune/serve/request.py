@@ -181,7 +181,14 @@ def open_loop(
 def _prefixes(
     n: int, prompts: np.ndarray, prefix_len: int, groups: int, seed: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    if prefix_len <= 0 or groups <= 0:
+    if prefix_len < 0:
+        raise HwtuneInputError("prefix_len", prefix_len, "a non-negative token count")
+    if groups < 0:
+        raise HwtuneInputError("prefix_groups", groups, "a non-negative count")
+    if (prefix_len > 0) != (groups > 0):  # one without the other would be ignored
+        name, v = ("prefix_groups", groups) if prefix_len > 0 else ("prefix_len", prefix_len)
+        raise HwtuneInputError(name, v, "a positive value when the other prefix option is set")
+    if prefix_len == 0:
         return (), ()
     rng = np.random.default_rng(seed + 7919)
     g = rng.integers(0, groups, size=n)
