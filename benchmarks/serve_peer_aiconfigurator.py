@@ -18,12 +18,13 @@ venv of its own; the tabulation needs only the standard library and numpy:
         --hwtune-json serve_validation.json --from-json aic.json
 
 What aiconfigurator is asked: the row's model, GPU, backend, mode, lengths, quantization,
-concurrency (its ``batch_size``) and layout, exactly as in the CSV, with two adaptations
-recorded in the output (a third, gpt-oss's quantization on Hopper, is in `quant_modes`): the engine version is left to aiconfigurator's default ("current")
-because the package keeps per-op data only for its current engine versions (so it predicts
-e.g. TensorRT-LLM 1.3.0rc20 timings for a 1.0.0rc3 row), and the two Llama ids whose configs
-it caches under another name (`meta-llama/Llama-3.1-8B-Instruct`, `meta-llama/Llama-3.1-70B`)
-are passed as `meta-llama/Meta-Llama-3.1-8B` / `-70B`, the same architectures.
+concurrency (its ``batch_size``) and layout, exactly as in the CSV, with three adaptations:
+- the engine version is left to aiconfigurator's default ("current"): its package keeps per-op
+  data only for its current engine versions, so it predicts e.g. TensorRT-LLM 1.3.0rc20
+  timings for a 1.0.0rc3 row;
+- the two Llama ids it caches under another name (`MODEL_ALIASES`) are passed under that name,
+  the same architectures;
+- gpt-oss on Hopper is passed in the format the engines run there (`quant_modes`).
 """
 
 from __future__ import annotations
