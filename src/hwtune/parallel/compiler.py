@@ -27,7 +27,12 @@ from hwtune.parallel.actions import Action
 from hwtune.parallel.costs import StageCost, stage_costs
 from hwtune.parallel.ir import Op, Plan, check
 from hwtune.parallel.spec import LayerPlan, ParallelSpec, validate
-from hwtune.train.estimator import FRAMEWORK_RESERVE_BYTES, OPTIMIZER_BYTES_MOVED, grads_in_fp32
+from hwtune.train.estimator import (
+    FRAMEWORK_RESERVE_BYTES,
+    OPTIMIZER_BYTES_MOVED,
+    expert_spans,
+    grads_in_fp32,
+)
 from hwtune.train.strategy import expert_data_parallel
 
 
@@ -143,7 +148,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     # the experts' own EP degree (a modules annotation may fold them over tp with mesh.ep 1)
     ep_e = max((lp.ep for lp in layers), default=mesh.ep)
     edp = expert_data_parallel(mesh.tp, mesh.cp, mesh.dp, ep_e)
-    edp_span = cl.span(edp, ep_e)
+    edp_span = expert_spans(cl, mesh.tp, mesh.cp, mesh.dp, ep_e)[1]
     fp32_grads = grads_in_fp32(None, zero) or spec.precision == "fp32"
     gb = 4.0 if fp32_grads else 2.0
     sb = state_bytes_per_param(spec.precision, spec.optimizer, fp32_grads)

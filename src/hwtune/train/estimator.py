@@ -372,6 +372,13 @@ def _resolve_model(model: ModelSpec | str) -> ModelSpec:
     return get_model(model)
 
 
+def expert_spans(cl: Cluster, tp: int, cp: int, dp: int, ep: int) -> tuple[GroupSpan, GroupSpan]:
+    """Placement of a pipeline stage's expert groups under MoE parallel folding with expert TP 1
+    (`hwtune.train.strategy.expert_data_parallel`): (EP group: ``ep`` consecutive ranks,
+    expert-data-parallel group: its ``tp * cp * dp / ep`` replicas, ``ep`` ranks apart)."""
+    return cl.span(ep, 1), cl.span(expert_data_parallel(tp, cp, dp, ep), ep)
+
+
 @functools.lru_cache(maxsize=16384)
 def pipeline_ranks(
     spec: ModelSpec,
@@ -391,7 +398,7 @@ def pipeline_ranks(
     e, tokens, tp, cp, ep = sh.act_bytes, sh.tokens, sh.tp, sh.cp, sh.ep
     tp_span = cl.span(tp, 1)
     cp_span = cl.span(cp, tp)
-    ep_span = cl.span(ep, 1)  # consecutive ranks (expert TP 1, `expert_data_parallel`)
+    ep_span = expert_spans(cl, tp, cp, 1, ep)[0]
     # ---- per-layer times and communication
     classes = {key: _layer_times(spec, key[0], key[1], sh, dev, gdt) for key in layer_classes(spec)}
 
@@ -596,9 +603,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 
     # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over tp x cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks
-    ep_span = cl.span(ep, 1)
+    ep_span, edp_span = expert_spans(cl, tp, cp, dp, ep)
     edp = expert_data_parallel(tp, cp, dp, ep)
-    edp_span = cl.span(edp, ep)
     pp_cross = tp * cp * dp >= cl.domain
 
     # ---- per-layer times and communication, per pipeline rank
