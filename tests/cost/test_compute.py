@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from hwtune.cost.compute import (
     K_REF,
     KERNEL_OVERHEAD_S,
+    SPLIT_K_MIN,
     dtype_bytes,
     gemm_time,
+    k_fill_efficiency,
     matmul_flops,
     memory_time,
     quantization_efficiency,
@@ -136,24 +138,62 @@ def test_compute_bound_gemm_is_waves_times_wave_time():
     assert t > 10 * t_mem
 
 
-@pytest.mark.parametrize("batch", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("batch", [2, 3, 4, 7])
 def test_batch_equals_problems_quantized_together(batch):
-    # Each problem has 6*9 = 54 tiles; `batch` problems need ceil(54*batch/108) waves.
+    # Each problem has 6*9 = 54 tiles; `batch` >= 2 problems fill ceil(54*batch/108) waves.
     m, n = 6 * 128, 9 * 128
     t = gemm_time(m, n, K, DEV, batch=batch) - KERNEL_OVERHEAD_S
     waves = math.ceil(54 * batch / 108)
     assert t == pytest.approx(waves * wave_time(K, DEV), rel=1e-9)
 
 
-@pytest.mark.parametrize("k", [256, 1024, 4096, 20000])
-def test_two_half_wave_problems_cost_one_problem(k):
-    # Follows from wave sharing at any depth: 2 x 54 tiles fill the single wave 1 x 54 used.
+def test_half_a_wave_splits_its_k_loop():
+    # Split-K (Osama et al. 2023): one problem of 54 tiles on 108 SMs runs each tile's K loop
+    # in two halves on two SMs, so it takes half a wave's time, not a whole wave (each half
+    # filling its own pipeline: the K-loop fill at depth K / 2).
     m, n = 6 * 128, 9 * 128
-    assert gemm_time(m, n, k, DEV, batch=2) == pytest.approx(gemm_time(m, n, k, DEV))
-    # ... and three problems need a second wave: twice the compute time.
+    t = gemm_time(m, n, K, DEV) - KERNEL_OVERHEAD_S
+    fill = k_fill_efficiency(K) / k_fill_efficiency(K / 2)
+    assert t == pytest.approx(0.5 * wave_time(K, DEV) * fill, rel=1e-9)
+    assert quantization_efficiency(m, n, DEV, k=K) == pytest.approx(1.0)
+    # too shallow to split (k < 2 * SPLIT_K_MIN): the half-empty wave stays
+    assert quantization_efficiency(m, n, DEV, k=SPLIT_K_MIN) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("k", [1024, 4096, 20000])
+def test_two_half_wave_problems_cost_twice_one_problem(k):
+    # One 54-tile problem already fills the SMs by splitting K, so a second one adds its own
+    # work: twice the compute time, less the second pipeline fill the split paid; three
+    # problems (162 tiles) need two full waves.
+    m, n = 6 * 128, 9 * 128
     t1 = gemm_time(m, n, k, DEV) - KERNEL_OVERHEAD_S
+    t2 = gemm_time(m, n, k, DEV, batch=2) - KERNEL_OVERHEAD_S
     t3 = gemm_time(m, n, k, DEV, batch=3) - KERNEL_OVERHEAD_S
-    assert t3 == pytest.approx(2 * t1, rel=1e-9)
+    fill = k_fill_efficiency(k / 2) / k_fill_efficiency(k)
+    assert t2 == pytest.approx(2 * t1 * fill, rel=1e-9)
+    assert t3 == pytest.approx(4 * t1 * fill, rel=1e-9)
+    assert t2 <= 2 * t1
+
+
+def test_two_shallow_half_wave_problems_share_one_wave():
+    # At k = SPLIT_K_MIN no split: 2 x 54 tiles fill the single wave that 1 x 54 used.
+    m, n, k = 6 * 128, 9 * 128, SPLIT_K_MIN
+    assert gemm_time(m, n, k, DEV, batch=2) == pytest.approx(gemm_time(m, n, k, DEV))
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 65536),
+       batch=st.integers(1, 8))  # fmt: skip
+def test_split_k_never_slows_a_gemm_and_stays_a_fraction(m, n, k, batch):
+    plain = quantization_efficiency(m, n, DEV, batch)
+    split = quantization_efficiency(m, n, DEV, batch, k)
+    assert plain - 1e-12 <= split <= 1.0 + 1e-12
+
+
+def test_a_full_wave_or_more_does_not_split():
+    # 133 tiles on 132 SMs keep Anthony et al.'s two-wave quantization at any depth.
+    tm, tn = H100.gemm_tile
+    assert quantization_efficiency(133 * tm, tn, H100, k=K) == pytest.approx(133 / 264)
 
 
 def test_wide_skinny_gemm_is_memory_bound_on_h100():

@@ -7,6 +7,15 @@ Sources:
   Architectures with Hardware", §3 (eta_tile = m n / (ceil(m/Tm) Tm ceil(n/Tn) Tn);
   C = ceil(m/Tm) ceil(n/Tn) tiles run in ceil(C/S) waves on S SMs, eta_wave = C / (ceil(C/S) S));
   NVIDIA "Matrix Multiplication Background User's Guide" (tile and wave quantization).
+- Split-K under one wave: a GEMM with fewer output tiles than SMs (decode and small-batch
+  shapes, narrow tensor-parallel shards) would leave SMs idle; the libraries split its K loop
+  over several CTAs per tile and reduce the partial sums (cuBLAS/CUTLASS split-K; "Stream-K",
+  Osama et al., PPoPP 2023, §2-3: data-parallel tiling under one wave idles the rest of the
+  GPU, splitting the MAC loop restores it). Modelled as Stream-K spreads the work, evenly:
+  each tile's K loop in ``s = max(1, min(S / C, k / SPLIT_K_MIN))`` shares, ``eta_wave = C s /
+  S``, and each share pays its own pipeline fill (K-loop fill below at depth k / s), so the time
+  never falls as k grows; a full wave or more keeps Anthony et al.'s wave quantization. Checked against Vidur's measured H100 profiles (VALIDATION.md, "Tier-1 GEMMs
+  against Vidur's H100 measurements"): 17-512-row GEMMs 47% -> 13% median error.
 - Achievable fractions of peak (``Device.gemm_efficiency``, ``memory_bw_efficiency``) are
   microbenchmark figures of the device catalog, not fitted here (tier 1). A device with a
   measured profile (`hwtune bench`, `hardware/profile.py`) uses the measured rates instead,
@@ -44,6 +53,11 @@ K_REF = 16384
 """Main-loop-equivalent k of a tile's prologue + epilogue, and the k at which the catalog's
 best-shape GEMM efficiency was measured (MAMF sweeps reach their best at k of several thousand)."""
 
+SPLIT_K_MIN = 256
+"""Least K a split-K slice takes (4 K-tiles of 64, each slice must amortize its prologue and the
+partial-sum reduction). Not fitted: the check against Vidur's H100 profiles moves by under a
+point for any value from 128 to 512 (VALIDATION.md)."""
+
 FLASH_BWD_FLOP_RATIO = 2.5
 """FlashAttention backward executes 5 matmuls of the forward's size vs 2 forward (Dao 2023, §3.1)."""
 
@@ -70,19 +84,38 @@ def _tile_side(x: int, t: int) -> int:
     return side
 
 
-def quantization_efficiency(m: int, n: int, device: Device, batch: int = 1) -> float:
-    """eta_tile * eta_wave of ``batch`` (m x n) outputs on ``device`` (Anthony et al. 2024, §3).
-
-    A batched or grouped GEMM schedules the tiles of all its problems together, so waves are
-    counted over ``batch`` times the tiles of one problem. Dimensions smaller than the catalog
-    tile get the smallest power-of-two tile that covers them (skinny and decode-size GEMMs)."""
+def _tiles(m: int, n: int, device: Device, batch: int) -> tuple[float, int]:
+    """(eta_tile, output tiles of all ``batch`` problems) with the tile a library picks."""
     tm, tn = device.gemm_tile
     tm, tn = _tile_side(m, tm), _tile_side(n, tn)
     tiles_m = -(-m // tm)
     tiles_n = -(-n // tn)
-    eta_tile = (m * n) / (tiles_m * tm * tiles_n * tn)
-    tiles = tiles_m * tiles_n * batch
+    return (m * n) / (tiles_m * tm * tiles_n * tn), tiles_m * tiles_n * batch
+
+
+def split_k_shares(m: int, n: int, k: int, device: Device, batch: int = 1) -> float:
+    """Shares each tile's K loop is split into when the tiles are fewer than the SMs:
+    max(1, min(S / C, k / SPLIT_K_MIN)) (module docstring); 1 for a full wave or more."""
+    _eta, tiles = _tiles(m, n, device, batch)
+    if tiles >= device.sm_count:
+        return 1.0
+    return max(1.0, min(device.sm_count / tiles, k / SPLIT_K_MIN))
+
+
+def quantization_efficiency(
+    m: int, n: int, device: Device, batch: int = 1, k: int | None = None
+) -> float:
+    """eta_tile * eta_wave of ``batch`` (m x n) outputs on ``device`` (Anthony et al. 2024, §3).
+
+    A batched or grouped GEMM schedules the tiles of all its problems together, so waves are
+    counted over ``batch`` times the tiles of one problem. Dimensions smaller than the catalog
+    tile get the smallest power-of-two tile that covers them (skinny and decode-size GEMMs).
+    Given the inner dimension ``k``, fewer tiles than SMs split their K loop to fill the GPU
+    (`split_k_shares`; split-K / Stream-K, module docstring)."""
+    eta_tile, tiles = _tiles(m, n, device, batch)
     sms = device.sm_count
+    if k is not None and tiles < sms:
+        return eta_tile * tiles * split_k_shares(m, n, k, device, batch) / sms
     waves = -(-tiles // sms)
     return eta_tile * tiles / (waves * sms)
 
@@ -129,7 +162,8 @@ def gemm_time(
             return flops / rate + extra
     eb = _DTYPE_BYTES[dtype]
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
-    eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k, speedup)
+    k_share = k / split_k_shares(m, n, k, device, batch)  # each share fills its own pipeline
+    eta = quantization_efficiency(m, n, device, batch, k) * k_fill_efficiency(k_share, speedup)
     eta *= alignment_efficiency(n, k, dtype)
     t_compute = flops / (device.peak_flops(dtype) * device.gemm_fraction(dtype) * eta)
     out_b = 2.0 if eb < 2 else eb  # fp8/fp4 GEMMs write bf16 outputs
@@ -225,4 +259,5 @@ __all__ = [
     "matmul_flops",
     "memory_time",
     "quantization_efficiency",
+    "split_k_shares",
 ]

@@ -24,6 +24,7 @@ from hwtune.cost.compute import (
     gemm_time,
     k_fill_efficiency,
     quantization_efficiency,
+    split_k_shares,
 )
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
@@ -114,7 +115,8 @@ def serving_gemm_time(
         # mma.sync.m16n8k16 pads the rows to 16
         eta = m / (-(-m // MARLIN_ROWS) * MARLIN_ROWS)
     else:
-        eta = quantization_efficiency(m, n, device, batch) * k_fill_efficiency(k)
+        k_share = k / split_k_shares(m, n, k, device, batch)
+        eta = quantization_efficiency(m, n, device, batch, k) * k_fill_efficiency(k_share)
     rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
     t_compute = flops / (rate * eta)
     nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)

@@ -36,7 +36,7 @@ class SizeIssue:
 
 def _gemm_loss(m: int, n: int, k: int, batch: int, dev: Device, dtype: str) -> tuple[float, float]:
     """(efficiency, seconds lost) of one forward GEMM against its perfectly quantized twin."""
-    eff = quantization_efficiency(m, n, dev, batch) * alignment_efficiency(n, k, dtype)
+    eff = quantization_efficiency(m, n, dev, batch, k) * alignment_efficiency(n, k, dtype)
     t = gemm_time(m, n, k, dev, dtype, batch)
     return eff, t * (1.0 - eff)
 
