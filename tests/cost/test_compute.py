@@ -190,6 +190,14 @@ def test_split_k_never_slows_a_gemm_and_stays_a_fraction(m, n, k, batch):
     assert plain - 1e-12 <= split <= 1.0 + 1e-12
 
 
+def test_grouped_gemms_do_not_split():
+    # MoE expert kernels (CUTLASS grouped GEMM, Triton fused_moe, DeepGEMM) do not split K:
+    # 2 problems of 18 tiles on 108 SMs keep their one third-full wave.
+    m, n = 2 * 128, 9 * 128
+    assert quantization_efficiency(m, n, DEV, 2, k=K) == pytest.approx(36 / 108)
+    assert quantization_efficiency(m, n, DEV, 1, k=K) == pytest.approx(1.0)
+
+
 def test_a_full_wave_or_more_does_not_split():
     # 133 tiles on 132 SMs keep Anthony et al.'s two-wave quantization at any depth.
     tm, tn = H100.gemm_tile

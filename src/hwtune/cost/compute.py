@@ -14,7 +14,8 @@ Sources:
   GPU, splitting the MAC loop restores it). Modelled as Stream-K spreads the work, evenly:
   each tile's K loop in ``s = max(1, min(S / C, k / SPLIT_K_MIN))`` shares, ``eta_wave = C s /
   S``, and each share pays its own pipeline fill (K-loop fill below at depth k / s), so the time
-  never falls as k grows; a full wave or more keeps Anthony et al.'s wave quantization. Checked against Vidur's measured H100 profiles (VALIDATION.md, "Tier-1 GEMMs
+  never falls as k grows; a full wave or more keeps Anthony et al.'s wave quantization, and so
+  do batched and grouped GEMMs (MoE expert kernels do not split K). Checked against Vidur's measured H100 profiles (VALIDATION.md, "Tier-1 GEMMs
   against Vidur's H100 measurements"): 17-512-row GEMMs 47% -> 13% median error.
 - Achievable fractions of peak (``Device.gemm_efficiency``, ``memory_bw_efficiency``) are
   microbenchmark figures of the device catalog, not fitted here (tier 1). A device with a
@@ -95,9 +96,11 @@ def _tiles(m: int, n: int, device: Device, batch: int) -> tuple[float, int]:
 
 def split_k_shares(m: int, n: int, k: int, device: Device, batch: int = 1) -> float:
     """Shares each tile's K loop is split into when the tiles are fewer than the SMs:
-    max(1, min(S / C, k / SPLIT_K_MIN)) (module docstring); 1 for a full wave or more."""
+    max(1, min(S / C, k / SPLIT_K_MIN)) (module docstring); 1 for a full wave or more, and for
+    batched or grouped GEMMs (``batch`` > 1): the grouped kernels of MoE layers (CUTLASS grouped
+    GEMM, Triton ``fused_moe``, DeepGEMM) schedule tiles across problems but do not split K."""
     _eta, tiles = _tiles(m, n, device, batch)
-    if tiles >= device.sm_count:
+    if batch > 1 or tiles >= device.sm_count:
         return 1.0
     return max(1.0, min(device.sm_count / tiles, k / SPLIT_K_MIN))
 
