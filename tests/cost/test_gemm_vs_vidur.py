@@ -4,24 +4,14 @@ compared by benchmarks/gemm_vs_vidur.py and reported in VALIDATION.md)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 import hwtune.cost.compute as compute
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gemm_vs_vidur.py"
-
 
 @pytest.fixture(scope="module")
-def cmp():
-    spec = importlib.util.spec_from_file_location("gemm_vs_vidur", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gemm_vs_vidur"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def cmp(benchmark_module):
+    return benchmark_module("gemm_vs_vidur")
 
 
 def test_kept_measurements_cover_both_models_every_tp_and_op(cmp):

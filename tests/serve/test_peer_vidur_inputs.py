@@ -8,25 +8,17 @@ positive cache (``AttentionInput.is_valid``), filtered on the model's shape and 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hwtune.serve.request import sharegpt_like_lengths
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_peer_vidur.py"
-
 
 @pytest.fixture(scope="module")
-def peer():
-    spec = importlib.util.spec_from_file_location("serve_peer_vidur", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["serve_peer_vidur"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def peer(benchmark_module):
+    return benchmark_module("serve_peer_vidur")
 
 
 def test_requests_are_capped_as_vidurs_trace_loader_caps_them(peer, tmp_path):
