@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hwtune.cost.compute import gemm_time
 from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
 
 DATA = Path(__file__).resolve().parent / "data" / "vidur_h100_linear_ops.csv"
 HEADER = (
@@ -26,17 +27,16 @@ HEADER = (
     "# median time of each linear layer per tensor-parallel rank, bf16 (time_stats.<op>.median,\n"
     "# milliseconds there, microseconds here); n and k are the rank's GEMM output and inner sizes.\n"
 )
-MODELS = {  # name: (hidden, query heads, KV heads, FFN width)
-    "Llama-2-7b-hf": (4096, 32, 32, 11008),
-    "Llama-2-70b-hf": (8192, 64, 8, 28672),
-}
+MODELS = {"Llama-2-7b-hf": "llama2-7b", "Llama-2-70b-hf": "llama2-70b"}  # Vidur's: hwtune's
 OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
 
 def shapes(model: str, tp: int) -> dict[str, tuple[int, int]]:
     """(n, k) of each linear layer on one of ``tp`` ranks (QKV, output, gate+up, down)."""
-    d, h, kv, f = MODELS[model]
-    head = d // h
+    spec = get_model(MODELS[model])
+    d, f = spec.d_model, spec.ffn_hidden
+    head = d // spec.n_heads
+    kv = spec.n_kv_heads or spec.n_heads
     return {
         "attn_pre_proj": ((d + 2 * kv * head) // tp, d),
         "attn_post_proj": (d, d // tp),

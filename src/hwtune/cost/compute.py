@@ -15,8 +15,9 @@ Sources:
   each tile's K loop in ``s = max(1, min(S / C, k / SPLIT_K_MIN))`` shares, ``eta_wave = C s /
   S``, and each share pays its own pipeline fill (K-loop fill below at depth k / s), so the time
   never falls as k grows; a full wave or more keeps Anthony et al.'s wave quantization, and so
-  do batched and grouped GEMMs (MoE expert kernels do not split K). Checked against Vidur's measured H100 profiles (VALIDATION.md, "Tier-1 GEMMs
-  against Vidur's H100 measurements"): 17-512-row GEMMs 47% -> 13% median error.
+  do batched and grouped GEMMs (MoE expert kernels do not split K). Checked against Vidur's
+  measured H100 profiles of Llama-2-7B/70B linear layers (VALIDATION.md, "Tier-1 GEMMs against
+  Vidur's H100 measurements"): GEMMs of 17-512 rows 35.4% -> 10.3% median error.
 - Achievable fractions of peak (``Device.gemm_efficiency``, ``memory_bw_efficiency``) are
   microbenchmark figures of the device catalog, not fitted here (tier 1). A device with a
   measured profile (`hwtune bench`, `hardware/profile.py`) uses the measured rates instead,
@@ -123,6 +124,16 @@ def quantization_efficiency(
     return eta_tile * tiles / (waves * sms)
 
 
+def shape_efficiency(
+    m: int, n: int, k: int, device: Device, batch: int = 1, speedup: float = 1.0
+) -> float:
+    """Share of the device's best-shape GEMM rate at this shape: tile, wave and split-K
+    quantization times the K-loop fill at the depth each split share runs (module docstring);
+    ``speedup`` is the dtype's math rate relative to bf16 (`k_fill_efficiency`)."""
+    k_share = k / split_k_shares(m, n, k, device, batch)  # each share fills its own pipeline
+    return quantization_efficiency(m, n, device, batch, k) * k_fill_efficiency(k_share, speedup)
+
+
 def k_fill_efficiency(k: int, speedup: float = 1.0) -> float:
     """k / (k + K_FILL * speedup), normalized to 1 at ``K_REF`` (see the module docstring);
     ``speedup`` is the dtype's math rate relative to bf16."""
@@ -165,9 +176,7 @@ def gemm_time(
             return flops / rate + extra
     eb = _DTYPE_BYTES[dtype]
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
-    k_share = k / split_k_shares(m, n, k, device, batch)  # each share fills its own pipeline
-    eta = quantization_efficiency(m, n, device, batch, k) * k_fill_efficiency(k_share, speedup)
-    eta *= alignment_efficiency(n, k, dtype)
+    eta = shape_efficiency(m, n, k, device, batch, speedup) * alignment_efficiency(n, k, dtype)
     t_compute = flops / (device.peak_flops(dtype) * device.gemm_fraction(dtype) * eta)
     out_b = 2.0 if eb < 2 else eb  # fp8/fp4 GEMMs write bf16 outputs
     t_mem = (
@@ -262,5 +271,6 @@ __all__ = [
     "matmul_flops",
     "memory_time",
     "quantization_efficiency",
+    "shape_efficiency",
     "split_k_shares",
 ]

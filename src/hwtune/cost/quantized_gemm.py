@@ -22,9 +22,7 @@ from hwtune.cost.compute import (
     KERNEL_OVERHEAD_S,
     dtype_bytes,
     gemm_time,
-    k_fill_efficiency,
-    quantization_efficiency,
-    split_k_shares,
+    shape_efficiency,
 )
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
@@ -115,8 +113,7 @@ def serving_gemm_time(
         # mma.sync.m16n8k16 pads the rows to 16
         eta = m / (-(-m // MARLIN_ROWS) * MARLIN_ROWS)
     else:
-        k_share = k / split_k_shares(m, n, k, device, batch)
-        eta = quantization_efficiency(m, n, device, batch, k) * k_fill_efficiency(k_share)
+        eta = shape_efficiency(m, n, k, device, batch)
     rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
     t_compute = flops / (rate * eta)
     nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)
