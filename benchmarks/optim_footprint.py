@@ -1,6 +1,6 @@
 """Bytes per parameter measured from the tensors' storage, and checkpoint size, for hwtune.optim's
 AdamW, SGD and Lion (with and without gradient release) against torch.optim.AdamW; the figures of
-BENCHMARKS-optim.md. Issue 5 targets: AdamW <= 7.1 (<= 5.1 with release), SGD and Lion <= 6.1
+BENCHMARKS.md. Issue 5 targets: AdamW <= 7.1 (<= 5.1 with release), SGD and Lion <= 6.1
 (<= 4.1); checkpoint <= 45% of torch.optim.AdamW's.
 
     python benchmarks/optim_footprint.py              # GPT-2 small shapes, 124 M parameters

@@ -1,6 +1,6 @@
 """Quality of hwtune.optim's compact AdamW, SGD and Lion against fp32 references over the same
 steps, seeds and batches (issue 5: final loss within 1% relative), and what companding buys over
-linear int8 states. The figures of BENCHMARKS-optim.md.
+linear int8 states. The figures of BENCHMARKS.md.
 
     python benchmarks/optim_quality.py                 # both tasks, all optimizers (~30 min on a busy core)
     python benchmarks/optim_quality.py --task digits --steps 300

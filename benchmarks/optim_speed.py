@@ -1,7 +1,7 @@
-"""Optimizer step time on CPU for GPT-2 small's 124 M parameters: hwtune.optim.AdamW (eager and
-``compile=True``) against ``torch.optim.AdamW`` (foreach, fp32 weights = fp32 master), torchao's
-``AdamW8bit`` and bitsandbytes' 8-bit ``AdamW``; also the bytes per parameter each keeps (measured
-from storage). The figures of BENCHMARKS-optim.md.
+"""Optimizer step time for GPT-2 small's 124 M parameters on CPU (or other GPT-2 shapes, or a GPU):
+hwtune.optim.AdamW (eager and ``compile=True``) against ``torch.optim.AdamW`` (foreach, fp32
+weights = fp32 master), torchao's ``AdamW8bit`` and bitsandbytes' 8-bit ``AdamW``; also the bytes
+per parameter each keeps (measured from storage). The figures of BENCHMARKS.md.
 
     python benchmarks/optim_speed.py                  # 1 thread, CPU time per step
     python benchmarks/optim_speed.py --threads 2 --only torch,ours-compiled

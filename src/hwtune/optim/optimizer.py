@@ -6,20 +6,25 @@ Each subclass gives only the update rule on fp32 values (`math`). The driver dec
 states, applies the rule, and codes them again, one *span* of consecutive chunks of `CHUNK`
 elements per call: on CPU one chunk, so the fp32 temporaries stay small and in cache; on a GPU up
 to `GPU_SPAN` elements, so a parameter takes one or a few calls rather than one per chunk (each
-call launches dozens of kernels). Every chunk keeps its own gscale either way (`companding`), so
-the span changes neither the results (bit-identical) nor the checkpoint format. The same
-pure-torch code runs on CPU and GPU; by default it is fused by `torch.compile` (one C++ loop nest
-on CPU, Triton on GPU; about 7x faster than eager on CPU, see BENCHMARKS-optim.md), compiled at
-the first steps (tens of seconds on CPU). Where no compiler is available it falls back to the same
-ops run eagerly, with a warning.
+call launches dozens of kernels), and parameters of up to a quarter span (biases, norms, most
+matrices of small models) are copied into *buckets* of up to a span, updated in one call and
+copied back (GPT-2 XL: 584 calls a step without buckets, 159 with). Every chunk keeps its own
+gscale either way (`companding`) and a bucket's padding stays zero, so neither the span nor the
+buckets change the results (bit-identical) or the checkpoint format. The same pure-torch code
+runs on CPU and GPU; on CPU it is fused by default by `torch.compile` (one C++ loop nest, about
+7x faster than eager, see BENCHMARKS.md), compiled at the first steps (tens of seconds). GPUs
+run it eagerly by default (see ``compile`` in `CompactOptimizer`). Where no compiler is available
+it falls back to the same ops run eagerly, with a warning.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import math as pymath
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,6 +45,9 @@ CHUNK = 1 << 16
 #: take three. Larger spans would save few calls but grow the eager fp32 temporaries, each
 #: 4 bytes x span = 64 MiB here (about a dozen live at once: under 1 GiB).
 GPU_SPAN = 1 << 24
+#: parameters of at most 1/BUCKET_DIVISOR span (padded to whole chunks) are updated together in
+#: buckets of up to a span (`CompactOptimizer._update_bucket`); larger ones alone, in place
+BUCKET_DIVISOR = 4
 #: what each moment kind is coded as: signed momentum (int8) or second moment (uint8 of sqrt)
 SIGNED, SECOND = "signed", "second"
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
@@ -71,10 +79,17 @@ def update_span(
     group_size: int,
     companded: bool,
     chunk_groups: int,
+    valid: torch.Tensor | None = None,
 ) -> None:
     """Decode, update and re-code in place a span of consecutive chunks (flat views of the
     parameter and states, starting at a chunk boundary): ``chunk_groups`` groups per chunk, one
-    gscale per chunk. A span of one chunk runs exactly the per-chunk ops."""
+    gscale per chunk. A span of one chunk runs exactly the per-chunk ops.
+
+    ``valid`` (bool, one per element) marks the elements of a *bucket* (several parameters, each
+    zero-padded to whole chunks, `CompactOptimizer._update_bucket`) that belong to a parameter:
+    decoded moments are zeroed elsewhere, so the padding stays exactly zero through the rule and
+    each parameter is coded as it would be alone (a second moment's code 0 decodes to 1/4 step,
+    not to 0)."""
     n = param.numel()
     theta = mw.join(param, corr)
     g = grad.float()
@@ -83,7 +98,8 @@ def update_span(
     moments = []
     for kind, c, s, gs in zip(kinds, codes, scales, gscales, strict=True):
         decode = cq.dequantize_signed if kind == SIGNED else cq.dequantize_second_moment
-        moments.append(decode(c, s, gs, n, group_size, companded, chunk_groups))
+        m = decode(c, s, gs, n, group_size, companded, chunk_groups)
+        moments.append(m if valid is None else torch.where(valid, m, 0.0))
     theta, moments = rule(theta, g, moments, hp)
     new_param, new_corr = mw.split(theta, param.dtype, None if corr is None else corr.dtype)
     param.copy_(new_param)
@@ -119,10 +135,62 @@ def compiled_update_span() -> Callable[..., None]:
     global _compiled_update_span
     if _compiled_update_span is None:
         extra: dict[str, Any] = {}
-        if "recompile_limit" in inspect.signature(torch.compile).parameters:  # newer torch only
+        if _compile_takes_recompile_limit():  # newer torch
             extra["recompile_limit"] = _RECOMPILE_LIMIT
-        _compiled_update_span = torch.compile(update_span, dynamic=None, **extra)
+        compiled = torch.compile(update_span, dynamic=None, **extra)
+        settings = _dynamo_settings()
+        if not settings:
+            _compiled_update_span = compiled
+        else:
+
+            def run(*args: Any) -> None:
+                with torch._dynamo.config.patch(**settings):
+                    compiled(*args)
+
+            _compiled_update_span = run
     return _compiled_update_span
+
+
+def _compile_takes_recompile_limit() -> bool:
+    return "recompile_limit" in inspect.signature(torch.compile).parameters
+
+
+def _dynamo_settings() -> dict[str, Any]:
+    """dynamo settings our calls need where this torch's defaults differ, applied around our
+    calls only (torch 2.11 needs the first, 2.13 neither):
+
+    - the per-function recompile limit raised to `_RECOMPILE_LIMIT` where ``torch.compile``
+      takes none of its own (dynamo's global ``recompile_limit``, formerly ``cache_size_limit``);
+    - floats not specialised (the default of recent torch, not of older ones): the bias
+      corrections change every step, and a graph per value would recompile every step until
+      the limit, then run eagerly (tested on CPU by turning the specialisation on).
+    """
+    cfg = torch._dynamo.config
+    out: dict[str, Any] = {}
+    if not _compile_takes_recompile_limit():
+        name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        out[name] = max(getattr(cfg, name), _RECOMPILE_LIMIT)
+    if getattr(cfg, "specialize_float", False):
+        out["specialize_float"] = False
+    return out
+
+
+def _padded(numel: int) -> int:
+    """Elements of a parameter padded to whole chunks (at least one)."""
+    return max(1, -(-numel // CHUNK)) * CHUNK
+
+
+@dataclass
+class _Pending:
+    """One parameter's step between its checks (`CompactOptimizer._begin`) and its update."""
+
+    p: torch.Tensor
+    lp: torch.Tensor  # local shard of the parameter
+    lg: torch.Tensor  # local shard of its gradient
+    corr: torch.Tensor | None
+    state: dict[str, torch.Tensor]
+    step: int
+    before: torch.Tensor | None  # master weights before the update, when they are checked
 
 
 def _positive(name: str, value: float) -> None:
@@ -154,7 +222,10 @@ class CompactOptimizer(torch.optim.Optimizer):
     - ``max_grad_norm``: global-norm clipping inside ``step()`` (not with gradient release).
     - ``numerics_check_every``: steps between checks that updates still change the stored weights
       (`hwtune.optim.numerics`; 0 disables).
-    - ``compile``: fuse the update with `torch.compile` (default True).
+    - ``compile``: fuse the update with `torch.compile`. None (default): on CPU only, where the
+      fused step is ~7x faster than eager; GPUs run eagerly, since the compiled GPU step measured
+      slower than eager (one H200, torch 2.11: 7.5 s against 0.35 s per GPT-2 XL step, host time
+      in dynamo; BENCHMARKS.md) and the cause is not yet known. True fuses everywhere.
     - ``span_elements``: elements per update call, a multiple of `CHUNK` (default None: one chunk
       on CPU, where small temporaries stay in cache; `GPU_SPAN` elsewhere, where each call costs
       dozens of kernel launches). Results are bit-identical for every value.
@@ -178,7 +249,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         gradient_release: bool = False,
         max_grad_norm: float | None = None,
         numerics_check_every: int = 100,
-        compile: bool = True,
+        compile: bool | None = None,
         span_elements: int | None = None,
     ) -> None:
         if master_weight_bits not in mw.CORRECTION_DTYPES:
@@ -209,10 +280,13 @@ class CompactOptimizer(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.numerics_check_every = numerics_check_every
-        self.compile = bool(compile)
+        if compile is not None and not isinstance(compile, bool):
+            raise HwtuneInputError("compile", compile, "True, False or None (fused on CPU only)")
+        self.compile = compile
         # not a group default: state dicts saved before this option must still load
         self.span_elements = span_elements
         self._stalled: list[tuple[str, float, int]] = []
+        self._valid_masks: dict[tuple[Any, ...], torch.Tensor] = {}
         self._release = None
         if gradient_release:
             from hwtune.optim.release import GradientRelease
@@ -288,8 +362,14 @@ class CompactOptimizer(torch.optim.Optimizer):
         return state
 
     def _update(self, p: torch.Tensor, group: dict[str, Any], inv_grad_scale: float = 1.0) -> None:
-        """Apply one step to one parameter from its ``.grad`` (called by `step` and by the
-        gradient-release hook)."""
+        """Apply one step to one parameter from its ``.grad`` (called by the gradient-release
+        hook; `step` updates small parameters in buckets)."""
+        item = self._begin(p, group)
+        self._update_alone(item, group, inv_grad_scale)
+        self._end(item)
+
+    def _begin(self, p: torch.Tensor, group: dict[str, Any]) -> _Pending:
+        """Check a parameter's gradient, create or advance its state: what its update needs."""
         grad = p.grad
         if grad.is_sparse or grad.layout != torch.strided:
             raise HwtuneInputError(
@@ -314,23 +394,53 @@ class CompactOptimizer(torch.optim.Optimizer):
             and (step == 1 or step % self.numerics_check_every == 0)
         )
         before = mw.join(lp, corr).clone() if check else None
+        return _Pending(p, lp, lg, corr, state, step, before)
+
+    def _end(self, item: _Pending) -> None:
+        """After the update: note the parameter if most of its elements kept their value."""
+        if item.before is not None:
+            frac = stalled_fraction(item.before, mw.join(item.lp, item.corr), item.lg)
+            if frac > 0.5:
+                self._stalled.append((self.param_name(item.p), frac, item.step))
+
+    def _span(self, device: torch.device) -> int:
+        return self.span_elements or (CHUNK if device.type == "cpu" else GPU_SPAN)
+
+    def _update_alone(self, item: _Pending, group: dict[str, Any], inv_grad_scale: float) -> None:
+        lp, corr = item.lp, item.corr
         contiguous = lp.is_contiguous()
         work = lp if contiguous else lp.contiguous()
         self._update_flat(
             work.view(-1),
             None if corr is None else corr.view(-1),
-            lg.contiguous().view(-1),
-            state,
+            item.lg.contiguous().view(-1),
+            item.state,
             group,
-            self.hyperparameters(group, step),
+            self.hyperparameters(group, item.step),
             inv_grad_scale,
         )
         if not contiguous:
             lp.copy_(work)
-        if check:
-            frac = stalled_fraction(before, mw.join(lp, corr), lg)
-            if frac > 0.5:
-                self._stalled.append((self.param_name(p), frac, step))
+
+    def _run_span(self, args: tuple[Any, ...]) -> None:
+        """`update_span` on ``args``, fused by torch.compile unless compilation is off or fails
+        (then the same ops run eagerly from here on, with a warning)."""
+        use = self.compile if self.compile is not None else args[1].device.type == "cpu"
+        if use:
+            try:
+                with warnings.catch_warnings():  # inductor's notes while it compiles
+                    warnings.simplefilter("ignore", UserWarning)
+                    compiled_update_span()(*args)
+                return
+            except Exception as err:  # no C++ compiler / Triton: run the same ops eagerly
+                self.compile = False
+                warnings.warn(
+                    f"hwtune.optim: torch.compile failed ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''}); running eagerly",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        update_span(*args)
 
     def _update_flat(
         self,
@@ -344,41 +454,107 @@ class CompactOptimizer(torch.optim.Optimizer):
     ) -> None:
         gs, n = group["group_size"], p.numel()
         kinds = tuple(kind for _, kind in self.moments)
-        span = self.span_elements or (CHUNK if p.device.type == "cpu" else GPU_SPAN)
+        span = self._span(p.device)
         for start in range(0, n, span):  # spans start at chunk boundaries: span % CHUNK == 0
             end = min(n, start + span)
             g0, g1 = start // gs, cq.n_groups(end, gs)
             c0, c1 = start // CHUNK, -(-end // CHUNK)
-            args = (
+            self._run_span(
+                (
+                    self.rule,
+                    p[start:end],
+                    None if corr is None else corr[start:end],
+                    g[start:end],
+                    [state[name][g0 * gs : g1 * gs] for name, _ in self.moments],
+                    [state[name + "_scale"][g0:g1] for name, _ in self.moments],
+                    [state[name + "_gscale"][c0:c1] for name, _ in self.moments],
+                    kinds,
+                    hp,
+                    inv_grad_scale,
+                    gs,
+                    group["companded"],
+                    CHUNK // gs,
+                )
+            )
+
+    def _bucketable(self, item: _Pending) -> bool:
+        """Whether a parameter is updated in a bucket: spans longer than a chunk (GPUs) and a
+        parameter of at most ``1 / BUCKET_DIVISOR`` span once padded to whole chunks."""
+        span = self._span(item.lp.device)
+        padded = _padded(item.lp.numel())
+        return span > CHUNK and padded * BUCKET_DIVISOR <= span and item.lp.is_contiguous()
+
+    def _update_bucket(
+        self, items: list[_Pending], group: dict[str, Any], inv_grad_scale: float
+    ) -> None:
+        """One `update_span` call for several parameters of one group, dtype and step: each is
+        copied, zero-padded to whole chunks, into one flat buffer per tensor (parameter,
+        correction, gradient, codes, scales, gscales), updated there and copied back. Every
+        chunk belongs to one parameter and the padding stays zero (``valid``), so the result is
+        bit-identical to updating each parameter alone (tested); it costs a few multi-tensor
+        copies instead of a call (dozens of kernel launches or a compiled graph's guards) per
+        parameter."""
+        gs = group["group_size"]
+        first = items[0]
+        device = first.lp.device
+        sizes = [it.lp.numel() for it in items]
+        offsets = list(itertools.accumulate((_padded(n) for n in sizes), initial=0))
+        total = offsets[-1]
+
+        def gather(pieces: list[torch.Tensor], unit: int) -> tuple[torch.Tensor, list]:
+            buf = torch.zeros(total // unit, dtype=pieces[0].dtype, device=device)
+            slots = [
+                buf[o // unit : o // unit + t.numel()]
+                for o, t in zip(offsets[:-1], pieces, strict=True)
+            ]
+            torch._foreach_copy_(slots, pieces)
+            return buf, slots
+
+        param, param_slots = gather([it.lp.view(-1) for it in items], 1)
+        grad, _ = gather([it.lg.reshape(-1) for it in items], 1)
+        corr = corr_slots = None
+        if first.corr is not None:
+            corr, corr_slots = gather([it.corr.view(-1) for it in items], 1)
+        states = []  # (buffer, slots, per-parameter state tensors) for codes, scales, gscales
+        for name, _ in self.moments:
+            for key, unit in ((name, 1), (name + "_scale", gs), (name + "_gscale", CHUNK)):
+                targets = [it.state[key] for it in items]
+                states.append((*gather(targets, unit), targets))
+        codes, scales, gscales = ([buf for buf, _, _ in states[i::3]] for i in range(3))
+        self._run_span(
+            (
                 self.rule,
-                p[start:end],
-                None if corr is None else corr[start:end],
-                g[start:end],
-                [state[name][g0 * gs : g1 * gs] for name, _ in self.moments],
-                [state[name + "_scale"][g0:g1] for name, _ in self.moments],
-                [state[name + "_gscale"][c0:c1] for name, _ in self.moments],
-                kinds,
-                hp,
+                param,
+                corr,
+                grad,
+                codes,
+                scales,
+                gscales,
+                tuple(kind for _, kind in self.moments),
+                self.hyperparameters(group, first.step),
                 inv_grad_scale,
                 gs,
                 group["companded"],
                 CHUNK // gs,
+                self._valid(sizes, device),
             )
-            if self.compile:
-                try:
-                    with warnings.catch_warnings():  # inductor's notes while it compiles
-                        warnings.simplefilter("ignore", UserWarning)
-                        compiled_update_span()(*args)
-                    continue
-                except Exception as err:  # no C++ compiler / Triton: run the same ops eagerly
-                    self.compile = False
-                    warnings.warn(
-                        f"hwtune.optim: torch.compile failed ({type(err).__name__}: "
-                        f"{str(err).splitlines()[0] if str(err) else ''}); running eagerly",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
-            update_span(*args)
+        )
+        torch._foreach_copy_([it.lp.view(-1) for it in items], param_slots)
+        if corr is not None:
+            torch._foreach_copy_([it.corr.view(-1) for it in items], corr_slots)
+        for _, slots, targets in states:
+            torch._foreach_copy_(targets, slots)
+
+    def _valid(self, sizes: list[int], device: torch.device) -> torch.Tensor:
+        """The bucket's mask of parameter elements (padding False), cached per layout."""
+        key = (tuple(sizes), str(device))
+        mask = self._valid_masks.get(key)
+        if mask is None:
+            if len(self._valid_masks) >= 256:  # layouts change only with the parameters
+                self._valid_masks.clear()
+            mask = torch.cat([torch.arange(_padded(n), device=device) < n for n in sizes])
+            self._valid_masks[key] = mask
+        return mask
 
     def _grad_scale(self) -> tuple[float, bool]:
         """(1 / loss scale, found inf) as handed over by `torch.amp.GradScaler.step`."""
@@ -423,8 +599,30 @@ class CompactOptimizer(torch.optim.Optimizer):
             torch.nn.utils.clip_grad_norm_(
                 [p for p, _ in with_grad], self.max_grad_norm / inv_scale, foreach=True
             )
+        buckets: dict[tuple[Any, ...], tuple[dict[str, Any], list[_Pending], list[int]]] = {}
+        bucketed: list[_Pending] = []
         for p, group in with_grad:
-            self._update(p, group, inv_scale)
+            item = self._begin(p, group)
+            if not self._bucketable(item):
+                self._update_alone(item, group, inv_scale)
+                self._end(item)
+                continue
+            corr_dtype = None if item.corr is None else item.corr.dtype
+            key = (id(group), item.step, item.lp.dtype, item.lg.dtype, corr_dtype, item.lp.device)
+            _, members, fill = buckets.setdefault(key, (group, [], [0]))
+            padded = _padded(item.lp.numel())
+            if members and fill[0] + padded > self._span(item.lp.device):
+                self._update_bucket(members, group, inv_scale)
+                members.clear()
+                fill[0] = 0
+            members.append(item)
+            fill[0] += padded
+            bucketed.append(item)
+        for group, members, _ in buckets.values():
+            if members:
+                self._update_bucket(members, group, inv_scale)
+        for item in bucketed:
+            self._end(item)
         self._warn_stalled()
         return loss
 
