@@ -144,17 +144,23 @@ def test_coding_a_span_is_coding_each_chunk(n, group_size, chunk_groups, signed,
     assert torch.equal(y, torch.cat(each))
 
 
-def test_default_span_is_one_chunk_on_cpu(monkeypatch):
-    """CPU parameters are updated one chunk per call (cache-sized temporaries); an explicit
-    ``span_elements`` covers a parameter of three chunks in two calls."""
-    calls = []
+@pytest.fixture
+def calls(monkeypatch) -> list[int]:
+    """The element counts of the eager `update_span` calls made while the test runs."""
+    seen: list[int] = []
     update_span = opt_mod.update_span
 
     def counted(*args):
-        calls.append(args[1].numel())
+        seen.append(args[1].numel())
         update_span(*args)
 
     monkeypatch.setattr(opt_mod, "update_span", counted)
+    return seen
+
+
+def test_default_span_is_one_chunk_on_cpu(calls):
+    """CPU parameters are updated one chunk per call (cache-sized temporaries); an explicit
+    ``span_elements`` covers a parameter of three chunks in two calls."""
     p = torch.nn.Parameter(torch.zeros(3 * CHUNK, dtype=torch.bfloat16))
     for span, expected in ((None, [CHUNK] * 3), (2 * CHUNK, [2 * CHUNK, CHUNK])):
         calls.clear()
@@ -180,17 +186,9 @@ def test_buckets_are_bit_identical_to_updating_alone(sizes, name, dtype, group_s
     _assert_identical(alone, together)
 
 
-def test_buckets_take_few_calls(monkeypatch):
+def test_buckets_take_few_calls(calls):
     """With GPU spans, 40 small parameters (GPT-2's biases and norms) take one call, a large one
     (above a quarter span) its own; with CPU spans each takes one."""
-    calls = []
-    update_span = opt_mod.update_span
-
-    def counted(*args):
-        calls.append(args[1].numel())
-        update_span(*args)
-
-    monkeypatch.setattr(opt_mod, "update_span", counted)
     sizes = [768, 3 * 768, 4 * 768] * 13 + [5, 17 * CHUNK - 3]
     ps = [torch.nn.Parameter(torch.zeros(n, dtype=torch.bfloat16)) for n in sizes]
     for p in ps:
