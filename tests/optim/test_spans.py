@@ -45,7 +45,9 @@ def _grads(params: list[torch.nn.Parameter], step: int) -> list[torch.Tensor]:
     return out
 
 
-def _run(name: str, dtype: torch.dtype, sizes: tuple[int, ...], steps: int, **kw) -> tuple:
+def _run(
+    name: str, dtype: torch.dtype, sizes: tuple[int, ...], steps: int, lr_decay: float = 1.0, **kw
+) -> tuple:
     gen = torch.Generator().manual_seed(0)
     ps = [torch.nn.Parameter((torch.randn(n, generator=gen) * 0.05).to(dtype)) for n in sizes]
     opt = OURS[name](ps, **({"compile": False, "numerics_check_every": 0} | KW[name] | kw))
@@ -53,6 +55,8 @@ def _run(name: str, dtype: torch.dtype, sizes: tuple[int, ...], steps: int, **kw
         for p, g in zip(ps, _grads(ps, i), strict=True):
             p.grad = g
         opt.step()
+        for group in opt.param_groups:  # a learning-rate schedule
+            group["lr"] *= lr_decay
     return ps, opt
 
 
@@ -204,8 +208,9 @@ def test_older_torch_gets_the_raised_recompile_limit(monkeypatch):
     """Where ``torch.compile`` takes no ``recompile_limit`` (torch 2.11 on the H200 hit dynamo's
     global 8 and ran the GPU step eagerly), dynamo's global limit is raised around our calls
     only: more graphs than the global limit compile, and the global setting is left as it was.
-    Where floats are specialised by default, they are not in our calls: the bias corrections
-    change every step, and later steps compile nothing new."""
+    With floats specialised (torch 2.11 guarded on their values), a learning rate and bias
+    corrections that change every step compile nothing new after the first steps: they reach
+    the graph as tensors."""
     graphs = []
 
     def backend(gm, example_inputs):
@@ -225,8 +230,21 @@ def test_older_torch_gets_the_raised_recompile_limit(monkeypatch):
                 assert run[1].compile  # no fallback to eager
             assert len(graphs) > 2
             before = len(graphs)
-            longer = _run("adamw", torch.bfloat16, SIZES, 8, compile=True, span_elements=GPU_SPAN)
-            assert longer[1].compile and len(graphs) == before
+            for name in ("adamw", "sgd", "lion"):
+                _run(name, torch.bfloat16, SIZES, 2, compile=True, span_elements=GPU_SPAN)
+            before = len(graphs)
+            for name in ("adamw", "sgd", "lion"):
+                longer = _run(
+                    name,
+                    torch.bfloat16,
+                    SIZES,
+                    8,
+                    compile=True,
+                    span_elements=GPU_SPAN,
+                    lr_decay=0.9,
+                )
+                assert longer[1].compile
+            assert len(graphs) == before
             assert torch._dynamo.config.recompile_limit == 2
             assert torch._dynamo.config.specialize_float
     finally:

@@ -157,21 +157,15 @@ def _compile_takes_recompile_limit() -> bool:
 
 def _dynamo_settings() -> dict[str, Any]:
     """dynamo settings our calls need where this torch's defaults differ, applied around our
-    calls only (torch 2.11 needs the first, 2.13 neither):
-
-    - the per-function recompile limit raised to `_RECOMPILE_LIMIT` where ``torch.compile``
-      takes none of its own (dynamo's global ``recompile_limit``, formerly ``cache_size_limit``);
-    - floats not specialised (the default of recent torch, not of older ones): the bias
-      corrections change every step, and a graph per value would recompile every step until
-      the limit, then run eagerly (tested on CPU by turning the specialisation on).
-    """
+    calls only: the per-function recompile limit raised to `_RECOMPILE_LIMIT` where
+    ``torch.compile`` takes none of its own (torch 2.11: dynamo's global ``recompile_limit``,
+    formerly ``cache_size_limit``, of 8). Floats that change between steps are handed over as
+    tensors instead (`CompactOptimizer.step_varying`)."""
     cfg = torch._dynamo.config
     out: dict[str, Any] = {}
     if not _compile_takes_recompile_limit():
         name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
         out[name] = max(getattr(cfg, name), _RECOMPILE_LIMIT)
-    if getattr(cfg, "specialize_float", False):
-        out["specialize_float"] = False
     return out
 
 
@@ -223,9 +217,10 @@ class CompactOptimizer(torch.optim.Optimizer):
     - ``numerics_check_every``: steps between checks that updates still change the stored weights
       (`hwtune.optim.numerics`; 0 disables).
     - ``compile``: fuse the update with `torch.compile`. None (default): on CPU only, where the
-      fused step is ~7x faster than eager; GPUs run eagerly, since the compiled GPU step measured
-      slower than eager (one H200, torch 2.11: 7.5 s against 0.35 s per GPT-2 XL step, host time
-      in dynamo; BENCHMARKS.md) and the cause is not yet known. True fuses everywhere.
+      fused step is ~7x faster than eager; GPUs run eagerly, the configuration measured there
+      (one H200, torch 2.11: 0.35 s per GPT-2 XL step). The compiled GPU step measured 7.5 s,
+      recompiling every step; the cause was found and fixed on the CPU (`step_varying`), but the
+      compiled GPU step has not been timed since (BENCHMARKS.md). True fuses everywhere.
     - ``span_elements``: elements per update call, a multiple of `CHUNK` (default None: one chunk
       on CPU, where small temporaries stay in cache; `GPU_SPAN` elsewhere, where each call costs
       dozens of kernel launches). Results are bit-identical for every value.
@@ -235,6 +230,12 @@ class CompactOptimizer(torch.optim.Optimizer):
     """
 
     moments: tuple[tuple[str, str], ...] = ()
+    #: indices of the `hyperparameters` that change between steps (a schedule's lr, bias
+    #: corrections) and that `rule` uses only in arithmetic: the compiled update takes them as
+    #: 0-d float64 tensors, which dynamo does not specialise on, so new values recompile nothing
+    #: (torch 2.11 guarded on a float's value and compiled again every step). Their arithmetic
+    #: among themselves stays in double and meets fp32 tensors as a Python float does.
+    step_varying: tuple[int, ...] = (0,)
     # GradScaler hands the loss scale and the inf flag to `step` (grad_scale, found_inf)
     _step_supports_amp_scaling = True
 
@@ -409,7 +410,8 @@ class CompactOptimizer(torch.optim.Optimizer):
     def _update_alone(self, item: _Pending, group: dict[str, Any], inv_grad_scale: float) -> None:
         lp, corr = item.lp, item.corr
         contiguous = lp.is_contiguous()
-        work = lp if contiguous else lp.contiguous()
+        # detached, as a bucket's buffers are: a compiled graph guards on requires_grad
+        work = lp.detach() if contiguous else lp.detach().contiguous()
         self._update_flat(
             work.view(-1),
             None if corr is None else corr.view(-1),
@@ -427,10 +429,13 @@ class CompactOptimizer(torch.optim.Optimizer):
         (then the same ops run eagerly from here on, with a warning)."""
         use = self.compile if self.compile is not None else args[1].device.type == "cpu"
         if use:
+            hp = list(args[8])
+            for i in self.step_varying:
+                hp[i] = torch.tensor(hp[i], dtype=torch.float64)
             try:
                 with warnings.catch_warnings():  # inductor's notes while it compiles
                     warnings.simplefilter("ignore", UserWarning)
-                    compiled_update_span()(*args)
+                    compiled_update_span()(*args[:8], tuple(hp), *args[9:])
                 return
             except Exception as err:  # no C++ compiler / Triton: run the same ops eagerly
                 self.compile = False
