@@ -204,51 +204,55 @@ def test_buckets_take_few_calls(calls):
     assert len(calls) == 40 + 17
 
 
-def test_older_torch_gets_the_raised_recompile_limit(monkeypatch):
+@pytest.fixture
+def graphs(monkeypatch) -> list:
+    """The graphs `compiled_update_span` compiles while the test runs: its own settings with a
+    pass-through backend that counts them (no C++ compile; the eager ops run)."""
+    seen: list = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
+    torch._dynamo.reset()
+    yield seen
+    torch._dynamo.reset()
+
+
+def test_older_torch_gets_the_raised_recompile_limit(monkeypatch, graphs):
     """Where ``torch.compile`` takes no ``recompile_limit`` (torch 2.11 on the H200 hit dynamo's
     global 8 and ran the GPU step eagerly), dynamo's global limit is raised around our calls
     only: more graphs than the global limit compile, and the global setting is left as it was.
     With floats specialised (torch 2.11 guarded on their values), a learning rate and bias
     corrections that change every step compile nothing new after the first steps: they reach
     the graph as tensors."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
     monkeypatch.setattr(opt_mod, "_compile_takes_recompile_limit", lambda: False)
-    torch._dynamo.reset()
-    try:
-        with torch._dynamo.config.patch(
-            fail_on_recompile_limit_hit=True, recompile_limit=2, specialize_float=True
-        ):
-            for span in (CHUNK, GPU_SPAN, 4 * CHUNK):
-                run = _run("adamw", torch.bfloat16, SIZES, 3, compile=True, span_elements=span)
-                assert run[1].compile  # no fallback to eager
-            assert len(graphs) > 2
-            before = len(graphs)
-            for name in ("adamw", "sgd", "lion"):
-                _run(name, torch.bfloat16, SIZES, 2, compile=True, span_elements=GPU_SPAN)
-            before = len(graphs)
-            for name in ("adamw", "sgd", "lion"):
-                longer = _run(
-                    name,
-                    torch.bfloat16,
-                    SIZES,
-                    8,
-                    compile=True,
-                    span_elements=GPU_SPAN,
-                    lr_decay=0.9,
-                )
-                assert longer[1].compile
-            assert len(graphs) == before
-            assert torch._dynamo.config.recompile_limit == 2
-            assert torch._dynamo.config.specialize_float
-    finally:
-        torch._dynamo.reset()
+    with torch._dynamo.config.patch(
+        fail_on_recompile_limit_hit=True, recompile_limit=2, specialize_float=True
+    ):
+        for span in (CHUNK, GPU_SPAN, 4 * CHUNK):
+            run = _run("adamw", torch.bfloat16, SIZES, 3, compile=True, span_elements=span)
+            assert run[1].compile  # no fallback to eager
+        assert len(graphs) > 2
+        for name in ("adamw", "sgd", "lion"):
+            _run(name, torch.bfloat16, SIZES, 2, compile=True, span_elements=GPU_SPAN)
+        before = len(graphs)
+        for name in ("adamw", "sgd", "lion"):
+            longer = _run(
+                name,
+                torch.bfloat16,
+                SIZES,
+                8,
+                compile=True,
+                span_elements=GPU_SPAN,
+                lr_decay=0.9,
+            )
+            assert longer[1].compile
+        assert len(graphs) == before
+        assert torch._dynamo.config.recompile_limit == 2
+        assert torch._dynamo.config.specialize_float
 
 
 def _gpt2_like(layers: int = 2, d: int = 128) -> tuple[int, ...]:
@@ -259,44 +263,32 @@ def _gpt2_like(layers: int = 2, d: int = 128) -> tuple[int, ...]:
     return (*sizes, d, d)
 
 
-def test_compiled_spans_compile_a_handful_of_times(monkeypatch):
+def test_compiled_spans_compile_a_handful_of_times(monkeypatch, graphs):
     """torch.compile over GPT-2-like shapes with CPU and GPU spans: few graphs, below dynamo's
     default limit of 8 per function (past which it silently runs eagerly); ragged sizes, one
     group and multi-chunk tails at an offset add a few more (this function's limit is raised
     where torch allows), then other sizes and span lengths add none; and the same weights as
     eager. `compiled_update_span`'s own settings, with a pass-through backend that counts graphs
     (no C++ compile)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
     # hitting the limit raises (the optimizer then turns compile off) instead of running eagerly
     monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
-    torch._dynamo.reset()
-    try:
-        for span in (CHUNK, GPU_SPAN, 4 * CHUNK):
-            gpt = _run("adamw", torch.bfloat16, _gpt2_like(), 3, compile=True, span_elements=span)
-            assert gpt[1].compile  # no fallback to eager
-        assert 2 <= len(graphs) <= 9  # measured: 8 (buckets of small parameters add two)
-        sizes = (5 * CHUNK + 1000, 7, 3 * CHUNK, 100, CHUNK, 4 * CHUNK + 32, 20_000, 2 * CHUNK + 5)
-        for span in (CHUNK, 2 * CHUNK, 4 * CHUNK):
-            fused = _run("adamw", torch.bfloat16, sizes, 3, compile=True, span_elements=span)
-            assert fused[1].compile
-        assert len(graphs) <= 14  # measured: 12, above the default limit, within ours
-        before = len(graphs)
-        sizes2 = (9 * CHUNK + 3, 3000, 6 * CHUNK, 3 * CHUNK + 96, 31)
-        for span in (CHUNK, 3 * CHUNK, GPU_SPAN):
-            more = _run("adamw", torch.bfloat16, sizes2, 3, compile=True, span_elements=span)
-            assert more[1].compile
-        assert len(graphs) == before  # other sizes and span lengths: no recompilation
-        eager = _run("adamw", torch.bfloat16, sizes, 3, span_elements=4 * CHUNK)
-        _assert_identical(eager, fused)  # a pass-through backend runs the eager ops
-    finally:
-        torch._dynamo.reset()
+    for span in (CHUNK, GPU_SPAN, 4 * CHUNK):
+        gpt = _run("adamw", torch.bfloat16, _gpt2_like(), 3, compile=True, span_elements=span)
+        assert gpt[1].compile  # no fallback to eager
+    assert 2 <= len(graphs) <= 9  # measured: 8 (buckets of small parameters add two)
+    sizes = (5 * CHUNK + 1000, 7, 3 * CHUNK, 100, CHUNK, 4 * CHUNK + 32, 20_000, 2 * CHUNK + 5)
+    for span in (CHUNK, 2 * CHUNK, 4 * CHUNK):
+        fused = _run("adamw", torch.bfloat16, sizes, 3, compile=True, span_elements=span)
+        assert fused[1].compile
+    assert len(graphs) <= 14  # measured: 12, above the default limit, within ours
+    before = len(graphs)
+    sizes2 = (9 * CHUNK + 3, 3000, 6 * CHUNK, 3 * CHUNK + 96, 31)
+    for span in (CHUNK, 3 * CHUNK, GPU_SPAN):
+        more = _run("adamw", torch.bfloat16, sizes2, 3, compile=True, span_elements=span)
+        assert more[1].compile
+    assert len(graphs) == before  # other sizes and span lengths: no recompilation
+    eager = _run("adamw", torch.bfloat16, sizes, 3, span_elements=4 * CHUNK)
+    _assert_identical(eager, fused)  # a pass-through backend runs the eager ops
 
 
 @pytest.mark.parametrize("value", [0, -CHUNK, CHUNK + 1, 1000, 2.0 * CHUNK, True, "big"])
