@@ -123,14 +123,16 @@ _RECOMPILE_LIMIT = 32
 def compiled_update_span() -> Callable[..., None]:
     """`update_span` fused by `torch.compile` (one C++ loop nest on CPU, Triton on GPU).
 
-    Sizes and hyperparameters start specialised and turn symbolic when they change (dynamo's
-    automatic dynamic shapes): a handful of graphs (first step; spans of one and of many chunks;
-    offset 0 or not; ragged or not; measured: 6 for GPT-2-like shapes with CPU and GPU spans),
-    then none. Not ``dynamic=True``: that also makes ``group_size`` symbolic, and the C++ loops
-    over groups of unknown length ran 16x slower on CPU. The variants multiply (ragged sizes,
-    single groups and multi-chunk tails: 12 graphs in ``tests/optim/test_spans.py``), past
-    dynamo's default limit of 8 per function, after which it silently runs eagerly; so where
-    torch supports it this function gets a limit of its own (`_RECOMPILE_LIMIT`).
+    Sizes start specialised and turn symbolic when they change (dynamo's automatic dynamic
+    shapes); the hyperparameters that change between steps come as tensors
+    (`CompactOptimizer.step_varying`). So a handful of graphs (first step; spans of one and of
+    many chunks; buckets; offset 0 or not; ragged or not; measured: 8 for GPT-2-like shapes with
+    CPU and GPU spans), then none. Not ``dynamic=True``: that also makes ``group_size`` symbolic,
+    and the C++ loops over groups of unknown length ran 16x slower on CPU. The variants multiply
+    (ragged sizes, single groups and multi-chunk tails: 12 graphs in
+    ``tests/optim/test_spans.py``), past dynamo's default limit of 8 per function, after which it
+    silently runs eagerly; so this function gets a limit of its own (`_RECOMPILE_LIMIT`): through
+    ``torch.compile`` where it takes one, else dynamo's global limit raised around our calls.
     """
     global _compiled_update_span
     if _compiled_update_span is None:
