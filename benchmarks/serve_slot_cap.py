@@ -3,6 +3,11 @@ sequences capped (``max_num_seqs``), beside the rows as recorded and the measure
 for InferenceX's vLLM gpt-oss-120b H100 rows at 512 clients, whose measured TTFT and TPOT fit
 about 100 requests in the engine at once (VALIDATION.md, "What is missing").
 
+The fitted slots follow from Little's law for a closed loop of C clients with S requests in the
+engine, each there for E seconds (about (output tokens - 1) x TPOT): the engine completes S / E
+requests a second, so a request waits W = (C - S) E / S before it starts; with W about the
+measured TTFT, S = C E / (TTFT + E), from the row's own measured TTFT and TPOT.
+
     python benchmarks/serve_slot_cap.py                       # those 9 rows, 100 slots
     python benchmarks/serve_slot_cap.py --backend sglang --model DeepSeek --min-clients 256
 """

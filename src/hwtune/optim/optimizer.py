@@ -113,6 +113,8 @@ def update_span(
         gs.copy_(new_gs)
 
 
+#: position of ``hp`` among `update_span`'s arguments
+_HP_ARG = list(inspect.signature(update_span).parameters).index("hp")
 _compiled_update_span: Callable[..., None] | None = None
 #: graphs `compiled_update_span` may compile before dynamo runs it eagerly: variants multiply
 #: (optimizer kind, fp32 and 16-bit parameters, loss scaling, one-group tensors), and an eager
@@ -174,6 +176,20 @@ def _dynamo_settings() -> dict[str, Any]:
 def _padded(numel: int) -> int:
     """Elements of a parameter padded to whole chunks (at least one)."""
     return max(1, -(-numel // CHUNK)) * CHUNK
+
+
+def _buckets(items: list[_Pending], span: int) -> list[list[_Pending]]:
+    """Consecutive parameters grouped into buckets of at most ``span`` padded elements."""
+    out: list[list[_Pending]] = []
+    fill = span
+    for item in items:
+        padded = _padded(item.lp.numel())
+        if fill + padded > span:
+            out.append([])
+            fill = 0
+        out[-1].append(item)
+        fill += padded
+    return out
 
 
 @dataclass
@@ -431,13 +447,13 @@ class CompactOptimizer(torch.optim.Optimizer):
         (then the same ops run eagerly from here on, with a warning)."""
         use = self.compile if self.compile is not None else args[1].device.type == "cpu"
         if use:
-            hp = list(args[8])
+            hp = list(args[_HP_ARG])
             for i in self.step_varying:
                 hp[i] = torch.tensor(hp[i], dtype=torch.float64)
             try:
                 with warnings.catch_warnings():  # inductor's notes while it compiles
                     warnings.simplefilter("ignore", UserWarning)
-                    compiled_update_span()(*args[:8], tuple(hp), *args[9:])
+                    compiled_update_span()(*args[:_HP_ARG], tuple(hp), *args[_HP_ARG + 1 :])
                 return
             except Exception as err:  # no C++ compiler / Triton: run the same ops eagerly
                 self.compile = False
@@ -606,8 +622,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             torch.nn.utils.clip_grad_norm_(
                 [p for p, _ in with_grad], self.max_grad_norm / inv_scale, foreach=True
             )
-        buckets: dict[tuple[Any, ...], tuple[dict[str, Any], list[_Pending], list[int]]] = {}
-        bucketed: list[_Pending] = []
+        together: dict[tuple[Any, ...], tuple[dict[str, Any], list[_Pending]]] = {}
         for p, group in with_grad:
             item = self._begin(p, group)
             if not self._bucketable(item):
@@ -616,20 +631,12 @@ class CompactOptimizer(torch.optim.Optimizer):
                 continue
             corr_dtype = None if item.corr is None else item.corr.dtype
             key = (id(group), item.step, item.lp.dtype, item.lg.dtype, corr_dtype, item.lp.device)
-            _, members, fill = buckets.setdefault(key, (group, [], [0]))
-            padded = _padded(item.lp.numel())
-            if members and fill[0] + padded > self._span(item.lp.device):
-                self._update_bucket(members, group, inv_scale)
-                members.clear()
-                fill[0] = 0
-            members.append(item)
-            fill[0] += padded
-            bucketed.append(item)
-        for group, members, _ in buckets.values():
-            if members:
-                self._update_bucket(members, group, inv_scale)
-        for item in bucketed:
-            self._end(item)
+            together.setdefault(key, (group, []))[1].append(item)
+        for group, items in together.values():
+            for bucket in _buckets(items, self._span(items[0].lp.device)):
+                self._update_bucket(bucket, group, inv_scale)
+            for item in items:
+                self._end(item)
         self._warn_stalled()
         return loss
 
