@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hwtune.serve.accuracy import ACCURACY_FILE
+from hwtune.model.catalog import get_model
+from hwtune.serve.accuracy import ACCURACY_FILE, cell_key
 from hwtune.serve.published import (
     ENGINES,
     REQUESTS_PER_CLIENT,
@@ -129,12 +130,38 @@ def tier3_tables(out: list[dict], draws: int = 50) -> str:
     return "\n".join(lines)
 
 
+def is_moe(model: str) -> bool:
+    """Whether a row's model is a mixture of experts (its catalog config)."""
+    return get_model(model).moe is not None
+
+
+def cell_table(out: list[dict]) -> str:
+    """Errors by mode, model kind and band of clients: the cells `hwtune serve` shows as the
+    nearest track record (`hwtune.serve.accuracy.cell_key`)."""
+    lines = ["| mode / model kind / clients | rows | TTFT median | TTFT p90 | TPOT median | "
+             "TPOT p90 | pred/meas TTFT (median) | pred/meas TPOT (median) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    order = {"1-8": 0, "9-32": 1, "33-128": 2, ">128": 3}
+    groups = _grouped(out, lambda o: cell_key(o["mode"], is_moe(o["model"]), o["concurrency"]))
+    for k, n, t, p in sorted(groups, key=lambda g: (g[0].rsplit("/", 1)[0],
+                                                    order[g[0].rsplit("/", 1)[1]])):  # fmt: skip
+        lines.append(f"| {k} | {n} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
+                     f"{p['median_abs_error']:.1%} | {p['p90_abs_error']:.1%} | "
+                     f"{t['pred_over_meas']:.2f} | {p['pred_over_meas']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def write_accuracy(rows: list[dict]) -> None:
-    """The track record of `hwtune serve`, per mode, into the package (`serve/accuracy.json`)."""
+    """The track record of `hwtune serve`, per mode and per (mode, model kind, band of clients)
+    cell, into the package (`serve/accuracy.json`)."""
     modes = {m: record([o for o in rows if o["mode"] == m]) for m in ("agg", "disagg")}
+    cells = collections.defaultdict(list)
+    for o in rows:
+        cells[cell_key(o["mode"], is_moe(o["model"]), o["concurrency"])].append(o)
     doc = {"source": f"benchmarks/serve_validation.py --write-accuracy, tier 1, "
                      f"{datetime.date.today().isoformat()}",
-           "all": record(rows), "modes": {m: v for m, v in modes.items() if v["rows"]}}  # fmt: skip
+           "all": record(rows), "modes": {m: v for m, v in modes.items() if v["rows"]},
+           "cells": {k: record(v) for k, v in sorted(cells.items())}}  # fmt: skip
     ACCURACY_FILE.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {ACCURACY_FILE}")
 
@@ -237,6 +264,8 @@ def main() -> None:
     for key in ("all", "backend", "model", "mode", "system", "client"):
         print(table(out, key) + "\n")
     print("By backend and model:\n\n" + backend_model_table(out) + "\n")
+    print("By mode, model kind and clients (the track record `hwtune serve` prints):\n\n"
+          + cell_table(out) + "\n")  # fmt: skip
     reasons = collections.Counter(
         "repeat an earlier row's measurement (counted once)"
         if s["reason"].startswith("repeats")

@@ -276,7 +276,9 @@ def serve(
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
     if frontend_tokens_per_s:
         doc["frontend_tokens_per_s"] = frontend_tokens_per_s
-    doc["accuracy"] = serve_accuracy(disagg)
+    # the nearest published cell: a closed loop's clients per replica (open loops: mode only)
+    clients = -(-wl.concurrency // replicas) if wl.mode == "closed" else None
+    doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients)
     if corr is not None:
         pr = per_request(res)
         doc["calibrated"] = corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])

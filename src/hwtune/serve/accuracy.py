@@ -3,7 +3,11 @@
 Every simulation carries the TTFT and TPOT errors that `benchmarks/serve_validation.py`
 measured on the published Hopper rows (`../shared/validation/serving_measured.csv`: vLLM,
 SGLang and TensorRT-LLM at fixed concurrency) for its mode, aggregated or disaggregated, so a
-reader sees the simulator's track record next to its numbers. The figures live in
+reader sees the simulator's track record next to its numbers. The error differs a lot between
+situations (dense models at moderate load are within ~15%, MoE models at low load are predicted
+about twice too fast), so a simulation also gets the record of the published runs nearest to it:
+same mode, same model kind (dense or MoE) and the same band of closed-loop clients
+(`CONCURRENCY_BANDS`), when that cell holds at least `MIN_CELL_ROWS` runs. The figures live in
 ``accuracy.json`` beside this module, written by that benchmark's ``--write-accuracy`` from a
 full tier-1 run; nothing here is fitted or applied to a simulation.
 """
@@ -17,6 +21,29 @@ from typing import Any
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.json")
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+CONCURRENCY_BANDS: tuple[tuple[int, int | None], ...] = ((1, 8), (9, 32), (33, 128), (129, None))
+"""Bands of closed-loop clients the record is split by (inclusive; None: no upper end). Where
+the published TTFT errors change regime: a lone prefill plus per-request engine costs at the low
+end, queueing behind other prompts in between, front-end and admission limits at the top."""
+MIN_CELL_ROWS = 10
+"""Fewest published runs a (mode, model kind, band) cell needs before it is shown on its own."""
+
+
+def concurrency_band(clients: int) -> str:
+    """The `CONCURRENCY_BANDS` label (``"1-8"``, ..., ``">128"``) that holds ``clients`` >= 1."""
+    if clients < 1:
+        raise ValueError(f"clients must be >= 1, got {clients}")
+    for lo, hi in CONCURRENCY_BANDS:
+        if hi is None:
+            return f">{lo - 1}"
+        if clients <= hi:
+            return f"{lo}-{hi}"
+    raise AssertionError("the last band is open-ended")
+
+
+def cell_key(mode: str, moe: bool, clients: int) -> str:
+    """Key of a cell of ``accuracy.json``'s ``cells``: ``mode/kind/band``."""
+    return f"{mode}/{'moe' if moe else 'dense'}/{concurrency_band(clients)}"
 
 
 @lru_cache(maxsize=1)
@@ -27,17 +54,28 @@ def _table() -> dict[str, Any]:
         return {}
 
 
-def accuracy_for(disaggregated: bool) -> dict[str, Any] | None:
+def accuracy_for(
+    disaggregated: bool, moe: bool | None = None, clients: int | None = None
+) -> dict[str, Any] | None:
     """The measured error of the published rows of this mode: ``mode``, ``rows``, ``backends``
     and, for ``ttft`` and ``tpot``, ``median_abs_error``, ``p90_abs_error`` and
     ``pred_over_meas`` (the median ratio: below 1 = predicted faster), plus ``source``; None
-    without such rows."""
+    without such rows. With ``moe`` (the model is a mixture of experts) and ``clients`` (a closed
+    loop's concurrency) it adds ``nearest``: the same fields over the published runs of the
+    same mode, model kind and `concurrency_band`, with ``kind`` and ``band``, when that cell has
+    at least `MIN_CELL_ROWS` runs (open loops and traces have no band: mode only)."""
     table = _table()
     mode = "disagg" if disaggregated else "agg"
     entry = table.get("modes", {}).get(mode)
     if not entry:
         return None
-    return {"mode": mode, **entry, "source": table.get("source", "")}
+    out = {"mode": mode, **entry, "source": table.get("source", "")}
+    if moe is not None and clients is not None:
+        cell = table.get("cells", {}).get(cell_key(mode, moe, clients))
+        if cell and cell["rows"] >= MIN_CELL_ROWS:
+            out["nearest"] = {"kind": "moe" if moe else "dense",
+                              "band": concurrency_band(clients), **cell}  # fmt: skip
+    return out
 
 
 def accuracy_line(acc: dict[str, Any]) -> str:
@@ -45,6 +83,18 @@ def accuracy_line(acc: dict[str, Any]) -> str:
     kind = "disaggregated" if acc["mode"] == "disagg" else "aggregated"
     t, p = acc["ttft"], acc["tpot"]
     engines = ", ".join(ENGINE_NAMES.get(b, b) for b in acc.get("backends", []))
+    near = acc.get("nearest")
+    if near:
+        nt, np_ = near["ttft"], near["tpot"]
+        models = "MoE" if near["kind"] == "moe" else "dense"
+        return (
+            f"track record (tier 1): on the {near['rows']} published {kind} Hopper runs of "
+            f"{models} models at {near['band']} clients, TTFT median error "
+            f"{nt['median_abs_error']:.0%} (predicted {nt['pred_over_meas']:.2f}x measured), "
+            f"TPOT {np_['median_abs_error']:.0%} ({np_['pred_over_meas']:.2f}x); over all "
+            f"{acc['rows']} ({engines}): TTFT {t['median_abs_error']:.0%}, TPOT "
+            f"{p['median_abs_error']:.0%} (VALIDATION.md)"
+        )
     return (
         f"track record (tier 1): on {acc['rows']} published {kind} Hopper runs ({engines}), "
         f"TTFT median error {t['median_abs_error']:.0%} (predicted "
@@ -53,4 +103,12 @@ def accuracy_line(acc: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["ACCURACY_FILE", "accuracy_for", "accuracy_line"]
+__all__ = [
+    "ACCURACY_FILE",
+    "CONCURRENCY_BANDS",
+    "MIN_CELL_ROWS",
+    "accuracy_for",
+    "accuracy_line",
+    "cell_key",
+    "concurrency_band",
+]
