@@ -228,6 +228,20 @@ def serve(
             "one per DP rank (its attention_dp_config timeout_iters; 0: off)"
         ),
     ] = 0,
+    batch_wait_timeout_iters: Annotated[
+        int,
+        typer.Option(
+            help="TensorRT-LLM batch waiting: steps prompts may be held while requests decode "
+            "(its batch_wait_timeout_iters; 0: off)"
+        ),
+    ] = 0,
+    batch_wait_max_tokens_ratio: Annotated[
+        float,
+        typer.Option(
+            help="TensorRT-LLM batch waiting: held prompts go once they and the decodes fill "
+            "this fraction of --max-num-batched-tokens (its batch_wait_max_tokens_ratio)"
+        ),
+    ] = 0.0,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -256,6 +270,8 @@ def serve(
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(eager_prefill=eager_prefill,
                         adp_balance_timeout_iters=adp_balance_timeout_iters,
+                        batch_wait_timeout_iters=batch_wait_timeout_iters,
+                        batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         pre = replace(cfg, tp=prefill_tp or tp) if disagg else None

@@ -68,6 +68,11 @@ class ReplicaConfig:
     (``attention_dp_config: enable_balance: true, timeout_iters: N, batching_wait_iters: 0``):
     while every attention-DP rank is decoding, new prompts wait until there is one for every
     rank or N steps have passed (`hwtune.serve.scheduler.Replica`);
+    ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio``: TensorRT-LLM's batch
+    waiting (LLM API options of the same names; not under attention DP): while requests are
+    decoding, the prompts a step would take are held back until their tokens plus the decode
+    tokens reach ratio x ``max_num_batched_tokens`` or the engine has held them N steps;
+    0 turns it off (`hwtune.serve.scheduler.Replica`);
     ``spec_tokens`` > 0: speculative decoding with that many draft tokens per step, each accepted
     with probability ``spec_acceptance`` given the ones before it (`hwtune.serve.speculative`);
     the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE);
@@ -98,6 +103,8 @@ class ReplicaConfig:
     weight_only_kernel: str = "wgmma"
     eager_prefill: bool = False
     adp_balance_timeout_iters: int = 0
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
     spec_tokens: int = 0
     spec_acceptance: float = 0.0
     frontend_tokens_per_s: float | None = None
@@ -146,6 +153,14 @@ class ReplicaConfig:
         ):
             raise HwtuneInputError("adp_balance_timeout_iters", self.adp_balance_timeout_iters,
                                    "a non-negative integer (0: no balancing)")  # fmt: skip
+        w = self.batch_wait_timeout_iters
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise HwtuneInputError("batch_wait_timeout_iters", w,
+                                   "a non-negative integer (0: no batch waiting)")  # fmt: skip
+        r = self.batch_wait_max_tokens_ratio
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 1:
+            raise HwtuneInputError("batch_wait_max_tokens_ratio", r,
+                                   "a fraction of max_num_batched_tokens in [0, 1]")  # fmt: skip
         expected_tokens_per_step(self.spec_tokens, self.spec_acceptance)  # valid inputs
         if self.spec_acceptance and not self.spec_tokens:
             raise HwtuneInputError("spec_acceptance", self.spec_acceptance,

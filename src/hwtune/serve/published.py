@@ -105,8 +105,23 @@ this date (SemiAnalysisAI/InferenceX commit 4e52ed4c6, "Update vLLM version to v
 configs"): the MXFP4 experts run vLLM's fused Marlin MoE (`hwtune.cost.quantized_gemm`)."""
 
 
+INFERENCEX_70B_BATCH_WAIT: dict[str, object] = {
+    "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}  # fmt: skip
+"""TensorRT-LLM batch waiting in InferenceX's Llama-3.1-70B H200 script for 1k/1k below TP 8
+(``70b_fp8_h200_trt_slurm.sh`` as of 2025-10-29, the rows' date, parent of commit 2582bce40:
+"For 1k/1k, use batch_wait_max_tokens_ratio and batch_wait_timeout_iters will improve the
+performance", ``batch_wait_max_tokens_ratio: 0.9``, ``batch_wait_timeout_iters: 20``; added by
+1b563c858, 2025-09-18, "Update 70B TRT To use latest container and flags")."""
+
+
 def inferencex_engine_limits(
-    backend: str, model_path: str, isl: int, conc: int, measured: str | None = None
+    backend: str,
+    model_path: str,
+    isl: int,
+    conc: int,
+    measured: str | None = None,
+    osl: int | None = None,
+    tp: int | None = None,
 ) -> dict[str, object]:
     """`ReplicaConfig` fields of the engines InferenceX launched for its single-node H100/H200 runs,
     at the rows' measurement dates (2025-10 to 2026-03; SemiAnalysisAI/InferenceX ``benchmarks/``):
@@ -118,7 +133,8 @@ def inferencex_engine_limits(
       (``dsr1_fp8_h200_trt_slurm.sh``; a floor of 8192 came only in 2026-02), gpt-oss-120b 20000
       (``gptoss_fp4_h200_trt_slurm.sh``, whose ``moe_config: backend: TRITON`` runs the MXFP4
       experts in triton_kernels: ``weight_only_kernel`` "triton-mxfp4"), Llama-3.1-70B 16384
-      (``70b_fp8_h200_trt_slurm.sh``).
+      (``70b_fp8_h200_trt_slurm.sh``), whose 1k/1k runs below TP 8 (``osl``, ``tp``) also
+      wait for batches (`INFERENCEX_70B_BATCH_WAIT`).
     - SGLang for DeepSeek-R1: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``
       (``dsr1_fp8_h200.sh``).
     - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here;
@@ -136,7 +152,10 @@ def inferencex_engine_limits(
             return {"max_num_batched_tokens": 20000, "scheduler": "orca",
                     "weight_only_kernel": "triton-mxfp4"}  # fmt: skip
         if "llama-3.1-70b" in m:
-            return {"max_num_batched_tokens": 16384, "scheduler": "orca"}
+            lim: dict[str, object] = {"max_num_batched_tokens": 16384, "scheduler": "orca"}
+            if isl == 1024 and osl == 1024 and tp is not None and tp < 8:
+                lim |= INFERENCEX_70B_BATCH_WAIT
+            return lim
     if backend == "sglang" and "deepseek" in m:
         return {"max_num_batched_tokens": 32768}
     if backend == "vllm" and "gpt-oss" in m and measured is not None and measured >= MARLIN_SINCE:
@@ -355,7 +374,8 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                 base["note"] = "; ".join(x for x in (base["note"], ep_note) if x)
             if is_inferencex(row):
                 lim = inferencex_engine_limits(row["backend"], row["model_path"], int(row["isl"]),
-                                               conc, measured_date(row))  # fmt: skip
+                                               conc, measured_date(row), int(row["osl"]),
+                                               rep.tp)  # fmt: skip
                 rep = rep.with_(**lim) if lim else rep
             elif engine == "aiconfigurator":  # its generated configs, for its own harness's rows
                 rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))

@@ -25,6 +25,12 @@ With ``ReplicaConfig.adp_balance_timeout_iters`` (TensorRT-LLM attention-DP bala
 is running, new prompts are held until there are as many as ranks (one each) or the timeout in
 steps has passed; the ranks' own queues are approximated by the replica's one queue.
 
+With ``ReplicaConfig.batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio`` (TensorRT-LLM
+batch waiting, ``PyExecutor._waiting_requests``, applied in ``_schedule`` only without attention
+DP and only to a step that has both prompts and decodes): the step runs its decodes alone while
+the prompt tokens it would take plus its decode tokens stay below ratio x the token budget, at
+most ``timeout_iters`` steps in a row; one counter for the replica, reset when the prompts go.
+
 With speculative decoding (``ReplicaConfig.spec_tokens`` k > 0) a decoding sequence takes
 k + 1 tokens of the step's budget and KV room for k + 1 entries (its last token and the drafts
 to verify); the tokens it keeps are decided when the step ends (`hwtune.serve.speculative`).
@@ -80,6 +86,7 @@ class Replica:
         self.last_duration = 0.0
         self.receiving: list[Request] = []
         self.adp_wait = 0
+        self.batch_wait = 0
         self.frontend_free = 0.0
         fe = cfg.frontend_tokens_per_s
         self.frontend_s_per_token = 1.0 / fe if fe else 0.0
@@ -227,9 +234,44 @@ class Replica:
         order_decodes_first = p == "sarathi"
         chunk = p != "orca"
         batch, s, budget, preempted = self._running_full(self.budget, order_decodes_first, chunk)
-        if (not preempted or not batch) and not self._adp_hold():
+        if (
+            (not preempted or not batch)
+            and not self._adp_hold()
+            and not self._batch_wait_hold(batch, budget, chunk)
+        ):
             batch, s = self._admit(now, budget, batch, s, chunk=chunk)
         return batch, s
+
+    def _batch_wait_hold(self, batch: Batch, budget: int, chunk: bool) -> bool:
+        """Whether TensorRT-LLM's batch waiting holds back the prompts this step would take
+        (``PyExecutor._waiting_requests``): only with decodes in the step, without attention DP
+        and when some prompt would be scheduled; they go once their tokens (whole prompts, as
+        ``len(get_tokens(0))`` counts them) plus the decode tokens reach ``ratio`` x the token
+        budget, or after ``timeout_iters`` held steps."""
+        cfg = self.cfg
+        limit, ratio = cfg.batch_wait_timeout_iters, cfg.batch_wait_max_tokens_ratio
+        if (limit <= 0 and ratio <= 0) or cfg.dp_attention > 1 or not self.waiting:
+            return False
+        gen = sum(q for r, q in batch if r.computed >= r.target)
+        if not gen:
+            return False
+        ctx, room, left = 0, cfg.max_num_seqs - len(self.running), budget
+        for r in self.waiting:  # what `_admit` would take, without taking it
+            if r.handoff is not None or room <= 0 or left <= 0:
+                break
+            rem = max(1, r.target - r.computed)
+            if rem > left and not chunk:
+                break
+            ctx += r.target
+            left -= min(rem, left)
+            room -= 1
+        if not ctx:
+            return False
+        if self.batch_wait >= limit or ctx + gen >= ratio * self.budget:
+            self.batch_wait = 0
+            return False
+        self.batch_wait += 1
+        return True
 
     def _adp_hold(self) -> bool:
         """Whether TensorRT-LLM's attention-DP balancing holds the waiting prompts this step: it
