@@ -36,8 +36,8 @@ TPOT_TARGET = 0.12  # issue 4: median relative TPOT error
 GUARD_TTFT = 0.265  # reached: 0.253 on this subset
 GUARD_TPOT = 0.105  # reached: 0.101 on this subset
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 29.4% (target 15%) over all 901 expressed "
-    "rows (TPOT 10.9%, target 12%, is met); 25.3% on this 117-row subset. TTFT "
+    "issue-4 TTFT target not met: median TTFT error 28.7% (target 15%) over all 901 expressed "
+    "rows (TPOT 10.8%, target 12%, is met); 25.3% on this 117-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
 )
@@ -177,7 +177,7 @@ def test_issue_target_ttft(subset_errors):
 
 
 def test_issue_target_tpot(subset_errors):
-    """Issue 4: median TPOT error <= 12% (10.1% on this subset, 10.9% over all 901 rows)."""
+    """Issue 4: median TPOT error <= 12% (10.1% on this subset, 10.8% over all 901 rows)."""
     _, _, ep = subset_errors
     assert np.median(ep) <= TPOT_TARGET
 
@@ -251,10 +251,29 @@ def test_inferencex_rows_run_the_engine_limits_its_scripts_set(rows):
     }
 
 
+@pytest.mark.parametrize(
+    "measured,kernel",
+    [
+        ("2025-11-02", "marlin"),  # vllm-openai v0.10.2: no triton_kernels, Marlin fallback
+        ("2025-11-20", "marlin"),  # v0.11.0 (from 2025-11-04): still no triton_kernels
+        ("2025-12-05", "triton-mxfp4"),  # v0.11.2: triton_kernels installed, Triton on SM90
+        ("2025-12-31", "triton-mxfp4"),
+        ("2026-01-02", "marlin"),  # v0.13.0 with VLLM_MXFP4_USE_MARLIN=1
+        ("2026-03-27", "marlin"),
+    ],
+)
+def test_inferencex_vllm_gptoss_moe_kernel_follows_the_image(measured, kernel):
+    """Which MXFP4 MoE kernel InferenceX's vLLM gpt-oss runs used, by the image of the date
+    (`hwtune.serve.published.VLLM_TRITON_MXFP4_SINCE`, `MARLIN_SINCE`)."""
+    lim = inferencex_engine_limits("vllm", "openai/gpt-oss-120b", 1024, 4, measured)
+    assert lim == {"weight_only_kernel": kernel}
+    assert inferencex_engine_limits("vllm", "openai/gpt-oss-120b", 1024, 4, None) == {}
+
+
 def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_predictions):
     """Tier 3 (`hwtune.serve.correction`): per engine, model and GPU, maps fitted to five runs
     predict that group's other runs of the subset. Full run (VALIDATION.md, "Tier 3"): TTFT
-    19.0%, TPOT 6.6% median held-out error with five fitting runs; tier 1 29.4% / 10.9%. On
+    18.2%, TPOT 6.3% median held-out error with five fitting runs; tier 1 28.7% / 10.8%. On
     this subset's groups of more than five rows: TTFT 25.3% (tier 1) -> 19.7% (tier 3), TPOT
     6.7%."""
     import collections

@@ -104,6 +104,18 @@ MARLIN_SINCE = "2026-01-02"
 this date (SemiAnalysisAI/InferenceX commit 4e52ed4c6, "Update vLLM version to v0.13.0 for NVIDIA
 configs"): the MXFP4 experts run vLLM's fused Marlin MoE (`hwtune.cost.quantized_gemm`)."""
 
+VLLM_TRITON_MXFP4_SINCE = "2025-12-05"
+"""From this date until `MARLIN_SINCE` InferenceX ran gpt-oss on ``vllm/vllm-openai:v0.11.2``
+(commit 25506e87c, "Upgrade vLLM to v0.11.2", 2025-12-05), whose image installs OpenAI's
+``triton_kernels`` (vLLM PR #27370, merged 2025-10-22: the dependency added to
+``requirements/cuda.txt`` because "users have to install triton_kernels manually"), so on Hopper
+``get_mxfp4_backend`` picks the Triton MoE (``matmul_ogs``; ``weight_only_kernel``
+"triton-mxfp4"). Before it, on v0.10.2 and v0.11.0 (2025-11-04, commit 7103d6608), there was no
+``triton_kernels`` and the same function fell back to Marlin (its code in the v0.10.2 wheel: "If
+FlashInfer is not available, try either Marlin or Triton", Marlin when
+``not has_triton_kernels()``; vLLM PR #27523: the dependency "caused SM90 to default to Triton
+instead of Marlin")."""
+
 
 INFERENCEX_70B_BATCH_WAIT: dict[str, object] = {
     "batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}  # fmt: skip
@@ -138,8 +150,8 @@ def inferencex_engine_limits(
     - SGLang for DeepSeek-R1: ``--chunked-prefill-size 32768 --max-prefill-tokens 32768``
       (``dsr1_fp8_h200.sh``).
     - vLLM: ``max-num-batched-tokens: 8192`` and ``--max-num-seqs C``: the defaults used here;
-      gpt-oss-120b runs measured (``measured``, ISO date) on or after `MARLIN_SINCE` use the
-      Marlin MoE kernel.
+      gpt-oss-120b's MXFP4 experts run by the ``measured`` date (ISO): the Marlin MoE kernel
+      before `VLLM_TRITON_MXFP4_SINCE` and from `MARLIN_SINCE` on, the Triton MoE in between.
     Anything else keeps the module's defaults (empty dict)."""
     m = model_path.lower()
     if backend == "trtllm":
@@ -158,8 +170,9 @@ def inferencex_engine_limits(
             return lim
     if backend == "sglang" and "deepseek" in m:
         return {"max_num_batched_tokens": 32768}
-    if backend == "vllm" and "gpt-oss" in m and measured is not None and measured >= MARLIN_SINCE:
-        return {"weight_only_kernel": "marlin"}
+    if backend == "vllm" and "gpt-oss" in m and measured is not None:
+        triton = VLLM_TRITON_MXFP4_SINCE <= measured < MARLIN_SINCE
+        return {"weight_only_kernel": "triton-mxfp4" if triton else "marlin"}
     return {}
 
 
