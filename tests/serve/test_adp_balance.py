@@ -10,24 +10,21 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.iteration import IterationModel
 from hwtune.serve.request import Request
 from hwtune.serve.scheduler import Replica
 
 DP = 4
 
 
-def _replica(timeout: int, decoding: int) -> Replica:
-    cfg = ReplicaConfig(get_model("deepseek-v3"), get_device("h200-sxm-141gb"), tp=1,
-                        dp_attention=8, ep=8, weight_dtype="fp8", scheduler="orca",
-                        adp_balance_timeout_iters=timeout)  # fmt: skip
-    cfg = cfg.with_(dp_attention=DP, ep=4)
-    rep = Replica(0, cfg, IterationModel(cfg), kv_blocks=100_000)
-    for i in range(decoding):  # requests past their prompt: decoding
-        r = Request(rid=1000 + i, arrival=0.0, prompt=16, output=64, computed=17, target=16)
-        r.blocks = rep.blocks.allocate(2)
-        rep.running.append(r)
-    return rep
+@pytest.fixture
+def replica(decoding_replica):
+    def make(timeout: int, decoding: int) -> Replica:
+        cfg = ReplicaConfig(get_model("deepseek-v3"), get_device("h200-sxm-141gb"), tp=1,
+                            dp_attention=8, ep=8, weight_dtype="fp8", scheduler="orca",
+                            adp_balance_timeout_iters=timeout)  # fmt: skip
+        return decoding_replica(cfg.with_(dp_attention=DP, ep=4), decoding)
+
+    return make
 
 
 def _new(n: int) -> list[Request]:
@@ -39,8 +36,8 @@ def _admitted(rep: Replica) -> int:
     return sum(1 for r, _q in batch if r.rid < 1000)
 
 
-def test_a_lone_prompt_waits_for_the_timeout_while_every_rank_decodes():
-    rep = _replica(timeout=5, decoding=DP)
+def test_a_lone_prompt_waits_for_the_timeout_while_every_rank_decodes(replica):
+    rep = replica(timeout=5, decoding=DP)
     rep.waiting.extend(_new(1))
     waited = 0
     while _admitted(rep) == 0:
@@ -50,14 +47,16 @@ def test_a_lone_prompt_waits_for_the_timeout_while_every_rank_decodes():
 
 
 @pytest.mark.parametrize("waiting,decoding", [(DP, DP), (1, DP - 1), (3, 0)])
-def test_prompts_go_at_once_when_every_rank_has_one_or_some_rank_is_idle(waiting, decoding):
-    rep = _replica(timeout=60, decoding=decoding)
+def test_prompts_go_at_once_when_every_rank_has_one_or_some_rank_is_idle(
+    waiting, decoding, replica
+):
+    rep = replica(timeout=60, decoding=decoding)
     rep.waiting.extend(_new(waiting))
     assert _admitted(rep) == waiting
 
 
-def test_no_balancing_without_attention_dp_or_timeout():
-    rep = _replica(timeout=0, decoding=DP)
+def test_no_balancing_without_attention_dp_or_timeout(replica):
+    rep = replica(timeout=0, decoding=DP)
     rep.waiting.extend(_new(1))
     assert _admitted(rep) == 1
     with pytest.raises(HwtuneInputError, match="adp_balance_timeout_iters"):

@@ -17,7 +17,6 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.iteration import IterationModel
 from hwtune.serve.published import default_csv, inferencex_engine_limits, predict, to_row
 from hwtune.serve.request import Request
 from hwtune.serve.scheduler import Replica
@@ -25,17 +24,16 @@ from hwtune.serve.scheduler import Replica
 BUDGET = 16384
 
 
-def _replica(timeout: int, ratio: float, decoding: int, **kw) -> Replica:
-    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("h200-sxm-141gb"),
-                        scheduler="orca", max_num_batched_tokens=BUDGET,
-                        batch_wait_timeout_iters=timeout, batch_wait_max_tokens_ratio=ratio,
-                        **kw)  # fmt: skip
-    rep = Replica(0, cfg, IterationModel(cfg), kv_blocks=100_000)
-    for i in range(decoding):  # requests past their prompt: decoding
-        r = Request(rid=1000 + i, arrival=0.0, prompt=16, output=10_000, computed=17, target=16)
-        r.blocks = rep.blocks.allocate(2)
-        rep.running.append(r)
-    return rep
+@pytest.fixture
+def replica(decoding_replica):
+    def make(timeout: int, ratio: float, decoding: int) -> Replica:
+        cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("h200-sxm-141gb"),
+                            scheduler="orca", max_num_batched_tokens=BUDGET,
+                            batch_wait_timeout_iters=timeout,
+                            batch_wait_max_tokens_ratio=ratio)  # fmt: skip
+        return decoding_replica(cfg, decoding, output=10_000)
+
+    return make
 
 
 def _new(n: int, prompt: int = 1024, first: int = 0) -> list[Request]:
@@ -61,16 +59,16 @@ def _steps_held(rep: Replica) -> int:
 
 
 @pytest.mark.parametrize("timeout", [1, 5, 20])
-def test_a_small_prompt_waits_timeout_steps_while_requests_decode(timeout):
-    rep = _replica(timeout, 0.9, decoding=3)
+def test_a_small_prompt_waits_timeout_steps_while_requests_decode(timeout, replica):
+    rep = replica(timeout, 0.9, decoding=3)
     rep.waiting.extend(_new(1))
     assert _steps_held(rep) == timeout  # held `timeout` steps, scheduled on the next
 
 
-def test_the_counter_is_the_engines_not_the_requests():
+def test_the_counter_is_the_engines_not_the_requests(replica):
     """One counter, reset when prompts go: a prompt arriving after a release waits the full
     timeout again, and one arriving during a wait goes with the first."""
-    rep = _replica(10, 0.9, decoding=2)
+    rep = replica(10, 0.9, decoding=2)
     rep.waiting.extend(_new(1))
     for _ in range(6):
         assert _admitted(rep) == 0
@@ -83,47 +81,44 @@ def test_the_counter_is_the_engines_not_the_requests():
     assert _steps_held(rep) == 10
 
 
-def test_prompts_go_at_once_when_they_fill_the_ratio():
+def test_prompts_go_at_once_when_they_fill_the_ratio(replica):
     # 0.9 x 16384 = 14745.6 tokens: two 7,400-token prompts and 3 decodes reach it
-    rep = _replica(20, 0.9, decoding=3)
+    rep = replica(20, 0.9, decoding=3)
     rep.waiting.extend(_new(2, prompt=7400))
     assert _admitted(rep) == 2
     # one such prompt does not (7,403 < 14,746)
-    rep = _replica(20, 0.9, decoding=3)
+    rep = replica(20, 0.9, decoding=3)
     rep.waiting.extend(_new(1, prompt=7400))
     assert _steps_held(rep) == 20
 
 
-def test_only_the_prompts_that_fit_count():
+def test_only_the_prompts_that_fit_count(replica):
     """Prompts the step could not take (over the token budget) do not fill the ratio."""
-    rep = _replica(20, 0.9, decoding=1)
+    rep = replica(20, 0.9, decoding=1)
     rep.waiting.extend(_new(3, prompt=10_000))  # one fits in 16,384 with a decode
     assert _steps_held(rep) == 20
 
 
 @pytest.mark.parametrize(
-    "timeout,ratio,decoding,kw",
+    "timeout,ratio,decoding",
     [
-        (20, 0.9, 0, {}),  # nothing decodes: waiting would only idle the GPU
-        (0, 0.0, 4, {}),  # off
-        (0, 0.9, 4, {}),  # a timeout of 0 releases at once, as in the engine
-        (20, 0.0, 4, {}),  # a ratio of 0 is always reached
+        (20, 0.9, 0),  # nothing decodes: waiting would only idle the GPU
+        (0, 0.0, 4),  # off
+        (0, 0.9, 4),  # a timeout of 0 releases at once, as in the engine
+        (20, 0.0, 4),  # a ratio of 0 is always reached
     ],
 )
-def test_no_waiting(timeout, ratio, decoding, kw):
-    rep = _replica(timeout, ratio, decoding, **kw)
+def test_no_waiting(timeout, ratio, decoding, replica):
+    rep = replica(timeout, ratio, decoding)
     rep.waiting.extend(_new(1))
     assert _admitted(rep) == 1
 
 
-def test_no_batch_waiting_under_attention_dp():
+def test_no_batch_waiting_under_attention_dp(decoding_replica, replica):
     cfg = ReplicaConfig(get_model("deepseek-v3"), get_device("h200-sxm-141gb"), tp=1,
                         dp_attention=8, ep=8, weight_dtype="fp8", scheduler="orca",
                         batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)  # fmt: skip
-    rep = Replica(0, cfg, IterationModel(cfg), kv_blocks=100_000)
-    r = Request(rid=1000, arrival=0.0, prompt=16, output=64, computed=17, target=16)
-    r.blocks = rep.blocks.allocate(2)
-    rep.running.append(r)
+    rep = decoding_replica(cfg, 1)
     rep.waiting.extend(_new(1))
     assert _admitted(rep) == 1
 

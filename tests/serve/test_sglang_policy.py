@@ -4,23 +4,23 @@ decodes in it): a step carries prompt chunks or decodes, never both."""
 
 from __future__ import annotations
 
+import pytest
+
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.iteration import IterationModel
 from hwtune.serve.request import Request
 from hwtune.serve.scheduler import Replica
 
 
-def _replica(policy: str, decoding: int, budget: int = 4096) -> Replica:
-    cfg = ReplicaConfig(get_model("llama-3.1-8b"), get_device("h200-sxm-141gb"),
-                        scheduler=policy, max_num_batched_tokens=budget)  # fmt: skip
-    rep = Replica(0, cfg, IterationModel(cfg), kv_blocks=100_000)
-    for i in range(decoding):
-        r = Request(rid=1000 + i, arrival=0.0, prompt=16, output=64, computed=17, target=16)
-        r.blocks = rep.blocks.allocate(2)
-        rep.running.append(r)
-    return rep
+@pytest.fixture
+def replica(decoding_replica):
+    def make(policy: str, decoding: int, budget: int = 4096) -> Replica:
+        cfg = ReplicaConfig(get_model("llama-3.1-8b"), get_device("h200-sxm-141gb"),
+                            scheduler=policy, max_num_batched_tokens=budget)  # fmt: skip
+        return decoding_replica(cfg, decoding)
+
+    return make
 
 
 def _step(rep: Replica) -> tuple[tuple[int, int], int]:
@@ -33,18 +33,18 @@ def _step(rep: Replica) -> tuple[tuple[int, int], int]:
     return (pf, len(batch) - pf), s.pf_tokens
 
 
-def test_a_waiting_prompt_runs_alone_and_the_decodes_wait():
-    rep = _replica("sglang", decoding=3)
+def test_a_waiting_prompt_runs_alone_and_the_decodes_wait(replica):
+    rep = replica("sglang", decoding=3)
     rep.waiting.append(Request(rid=1, arrival=0.0, prompt=1000, output=8, target=1000))
     assert _step(rep)[0] == (1, 0)
     assert _step(rep)[0] == (0, 4)  # then everyone decodes, the new one too
-    mixed = _replica("vllm", decoding=3)
+    mixed = replica("vllm", decoding=3)
     mixed.waiting.append(Request(rid=1, arrival=0.0, prompt=1000, output=8, target=1000))
     assert _step(mixed)[0] == (1, 3)  # vLLM mixes them in one step
 
 
-def test_a_long_prompt_is_chunked_and_finishes_before_any_decode():
-    rep = _replica("sglang", decoding=2, budget=4096)
+def test_a_long_prompt_is_chunked_and_finishes_before_any_decode(replica):
+    rep = replica("sglang", decoding=2, budget=4096)
     rep.waiting.append(Request(rid=1, arrival=0.0, prompt=10_000, output=8, target=10_000))
     steps = [_step(rep) for _ in range(4)]
     assert steps[:3] == [((1, 0), 4096), ((1, 0), 4096), ((1, 0), 1808)]
