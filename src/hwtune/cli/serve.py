@@ -63,6 +63,14 @@ EagerPrefill = Annotated[
         "(TensorRT-LLM PyTorch backend, SGLang)",
     ),
 ]
+OverlapSchedule = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-schedule/--no-overlap-schedule",
+        help="the engine forms the next batch while a step runs (TensorRT-LLM's overlap "
+        "scheduler, SGLang's default, vLLM --async-scheduling): arrivals wait one step more",
+    ),
+]
 SpecTokens = Annotated[
     int,
     typer.Option(
@@ -221,6 +229,7 @@ def serve(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    overlap_schedule: OverlapSchedule = False,
     adp_balance_timeout_iters: Annotated[
         int,
         typer.Option(
@@ -268,7 +277,7 @@ def serve(
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
-        cfg = cfg.with_(eager_prefill=eager_prefill,
+        cfg = cfg.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         adp_balance_timeout_iters=adp_balance_timeout_iters,
                         batch_wait_timeout_iters=batch_wait_timeout_iters,
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,

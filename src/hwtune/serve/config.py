@@ -73,6 +73,10 @@ class ReplicaConfig:
     decoding, the prompts a step would take are held back until their tokens plus the decode
     tokens reach ratio x ``max_num_batched_tokens`` or the engine has held them N steps;
     0 turns it off (`hwtune.serve.scheduler.Replica`);
+    ``overlap_schedule``: the engine forms step k+1's batch while step k runs on the GPU
+    (TensorRT-LLM's PyTorch executor unless ``disable_overlap_scheduler``, SGLang's default
+    overlap scheduler, vLLM with ``--async-scheduling``), so a request that arrives during a step
+    joins the step after next; an idle engine takes it at once (`hwtune.serve.scheduler.Replica`);
     ``spec_tokens`` > 0: speculative decoding with that many draft tokens per step, each accepted
     with probability ``spec_acceptance`` given the ones before it (`hwtune.serve.speculative`);
     the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE);
@@ -105,6 +109,7 @@ class ReplicaConfig:
     adp_balance_timeout_iters: int = 0
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    overlap_schedule: bool = False
     spec_tokens: int = 0
     spec_acceptance: float = 0.0
     frontend_tokens_per_s: float | None = None
@@ -153,6 +158,8 @@ class ReplicaConfig:
         ):
             raise HwtuneInputError("adp_balance_timeout_iters", self.adp_balance_timeout_iters,
                                    "a non-negative integer (0: no balancing)")  # fmt: skip
+        if not isinstance(self.overlap_schedule, bool):
+            raise HwtuneInputError("overlap_schedule", self.overlap_schedule, "true or false")
         w = self.batch_wait_timeout_iters
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise HwtuneInputError("batch_wait_timeout_iters", w,

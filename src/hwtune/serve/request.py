@@ -50,6 +50,9 @@ class Request:
     handoff: object = None
     """Disaggregated serving: (prefill replica, its KV blocks) while the prompt's KV cache waits
     on the prefill replica for a decode replica to admit the request and pull it."""
+    queued: float = 0.0
+    """When the request joined its replica's queue (an engine with an overlap scheduler sees it
+    only at its next scheduling pass: `hwtune.serve.scheduler.Replica`)."""
 
     def __post_init__(self) -> None:
         self.target = self.prompt

@@ -31,6 +31,13 @@ DP and only to a step that has both prompts and decodes): the step runs its deco
 the prompt tokens it would take plus its decode tokens stay below ratio x the token budget, at
 most ``timeout_iters`` steps in a row; one counter for the replica, reset when the prompts go.
 
+With ``ReplicaConfig.overlap_schedule`` (TensorRT-LLM's overlap scheduler, ``PyExecutor.
+_executor_loop_overlap``: batch k+1 is scheduled and launched before step k's outputs are
+processed; SGLang's ``event_loop_overlap``; vLLM's ``--async-scheduling``): the host forms a
+step's batch while the previous step runs, so the waiting requests it can take are those queued
+before that previous step started (``cutoff``); when nothing else would run, the engine's loop
+takes the newer ones at once.
+
 With speculative decoding (``ReplicaConfig.spec_tokens`` k > 0) a decoding sequence takes
 k + 1 tokens of the step's budget and KV room for k + 1 entries (its last token and the drafts
 to verify); the tokens it keeps are decided when the step ends (`hwtune.serve.speculative`).
@@ -87,6 +94,9 @@ class Replica:
         self.receiving: list[Request] = []
         self.adp_wait = 0
         self.batch_wait = 0
+        self.cutoff = math.inf
+        """Waiting requests queued after this time are not yet seen by the scheduler (overlap
+        scheduling; `math.inf`: all are)."""
         self.frontend_free = 0.0
         fe = cfg.frontend_tokens_per_s
         self.frontend_s_per_token = 1.0 / fe if fe else 0.0
@@ -213,8 +223,22 @@ class Replica:
             s.draft_rows += 1
 
     # --- policies ---------------------------------------------------------------------------
-    def schedule(self, now: float) -> tuple[Batch, StepShape]:
-        """The next step's batch (request, new tokens) and its shape; empty when idle."""
+    def schedule(self, now: float, cutoff: float = math.inf) -> tuple[Batch, StepShape]:
+        """The next step's batch (request, new tokens) and its shape; empty when idle. Waiting
+        requests queued after ``cutoff`` are left for a later step (overlap scheduling), unless
+        the step would otherwise be empty."""
+        self.cutoff = cutoff
+        batch, s = self._schedule(now)
+        if not batch and cutoff < now and self.waiting:
+            self.cutoff = math.inf
+            batch, s = self._schedule(now)
+        self.cutoff = math.inf
+        return batch, s
+
+    def _seen(self, r: Request) -> bool:
+        return r.queued <= self.cutoff
+
+    def _schedule(self, now: float) -> tuple[Batch, StepShape]:
         if self.waiting and self.waiting[0].handoff is not None:
             self._admit_handoffs(now)
         p = self.policy
@@ -257,7 +281,7 @@ class Replica:
             return False
         ctx, room, left = 0, cfg.max_num_seqs - len(self.running), budget
         for r in self.waiting:  # what `_admit` would take, without taking it
-            if r.handoff is not None or room <= 0 or left <= 0:
+            if r.handoff is not None or room <= 0 or left <= 0 or not self._seen(r):
                 break
             rem = max(1, r.target - r.computed)
             if rem > left and not chunk:
@@ -281,8 +305,12 @@ class Replica:
         limit, d = self.cfg.adp_balance_timeout_iters, self.cfg.dp_attention
         if limit <= 0 or d <= 1 or not self.waiting or self.waiting[0].handoff is not None:
             return False
+        if not self._seen(self.waiting[0]):
+            return False
         new = 0
         for r in self.waiting:
+            if not self._seen(r):
+                break
             new += r.handoff is None
             if new >= d:
                 break
@@ -366,7 +394,7 @@ class Replica:
         limit = self.cfg.max_num_seqs
         while self.waiting and len(self.running) < limit:
             r = self.waiting[0]
-            if r.handoff is None or not self._grow(r, 1):
+            if r.handoff is None or not self._seen(r) or not self._grow(r, 1):
                 break
             self.waiting.popleft()
             self.running.append(r)
@@ -384,8 +412,8 @@ class Replica:
         limit = self.cfg.max_num_seqs
         while self.waiting and budget > 0 and len(self.running) < limit:
             r = self.waiting[0]
-            if r.handoff is not None:
-                break  # a hand-off joins only through `_admit_handoffs`
+            if r.handoff is not None or not self._seen(r):
+                break  # a hand-off joins only through `_admit_handoffs`; unseen ones later
             self._prefix_lookup(r)
             rem = r.target - r.computed
             q = 1 if rem <= 0 else min(rem, budget)

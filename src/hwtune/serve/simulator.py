@@ -184,13 +184,16 @@ def simulate(
         rr[which] += 1
         return rep
 
-    def launch(rep: Replica, t: float) -> None:
+    def launch(rep: Replica, t: float, prev_start: float = float("inf")) -> None:
+        """Start the replica's next step at ``t`` if it is free and has work. ``prev_start``:
+        when the step that just ended began (an overlap scheduler formed this batch then)."""
         nonlocal n_steps
         if rep.inflight >= rep.cfg.pp or rep.stage_free > t:
             return
         if fast and rep.running and fast_forward(rep, t):
             return
-        batch, shape = rep.schedule(t)
+        cutoff = prev_start if rep.cfg.overlap_schedule and rep.cfg.pp == 1 else float("inf")
+        batch, shape = rep.schedule(t, cutoff)
         if rep.receiving:
             for r in rep.receiving:  # admitted hand-offs pull their KV from the prefill replica
                 nbytes = r.computed * transfer_per_token
@@ -325,6 +328,7 @@ def simulate(
             r = a  # type: ignore[assignment]
             rep = route(entry, 0)
             r.replica = rep.idx
+            r.queued = t
             rep.outstanding += r.prompt + r.output
             rep.waiting.append(r)
             launch(rep, t)
@@ -363,7 +367,7 @@ def simulate(
                         finish(r, rep, t_seen)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
-                launch(rep, t)
+                launch(rep, t, t0 + sum(durs[:-1]))
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
@@ -395,6 +399,7 @@ def simulate(
                     r.hashed = 0
                     r.last_hash = 0
                     r.replica = dst.idx
+                    r.queued = t
                     dst.outstanding += r.prompt + r.output
                     dst.waiting.append(r)
                     launch(dst, t)
@@ -415,7 +420,7 @@ def simulate(
                     finish(r, rep, t_seen)
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
-            launch(rep, t)
+            launch(rep, t, t - rep.last_duration)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica

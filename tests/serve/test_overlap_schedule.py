@@ -1,0 +1,81 @@
+"""Overlap scheduling (`ReplicaConfig.overlap_schedule`; TensorRT-LLM's
+``PyExecutor._executor_loop_overlap``, SGLang's ``event_loop_overlap``, vLLM's
+``--async-scheduling``): the engine forms step k+1's batch while step k runs, so a request that
+arrives during a step joins the step after next; an idle engine takes it at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.metrics import per_request
+from hwtune.serve.request import Request, Workload, closed_loop, open_loop
+from hwtune.serve.simulator import simulate
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+
+
+def _new(rid: int, queued: float) -> Request:
+    r = Request(rid=rid, arrival=queued, prompt=256, output=8)
+    r.queued = queued
+    return r
+
+
+def test_requests_queued_after_the_cutoff_wait_for_the_next_pass(cfg, decoding_replica):
+    rep = decoding_replica(cfg, 2)
+    rep.waiting.extend([_new(1, 0.010), _new(2, 0.030)])
+    batch, _ = rep.schedule(0.040, cutoff=0.020)  # the batch was formed at 0.020
+    assert [r.rid for r, _q in batch if r.rid < 1000] == [1]
+    assert [r.rid for r in rep.waiting] == [2]
+    for r, q in batch:  # the step runs
+        r.computed += q
+    batch, _ = rep.schedule(0.060, cutoff=0.040)
+    assert [r.rid for r, _q in batch if r.computed < r.target] == [2]
+    assert not rep.waiting
+
+
+def test_an_otherwise_empty_step_takes_the_new_requests(cfg, decoding_replica):
+    """Nothing decoding and nothing seen: the engine's loop picks the new arrivals up at once
+    (an idle engine does not wait a step)."""
+    rep = decoding_replica(cfg, 0)
+    rep.waiting.append(_new(1, 0.030))
+    batch, _ = rep.schedule(0.040, cutoff=0.020)
+    assert [r.rid for r, _q in batch] == [1]
+
+
+def _mean_ttft(c: ReplicaConfig, wl: Workload) -> tuple[float, float]:
+    pr = per_request(simulate(c, wl))
+    return float(np.mean(pr["ttft"])), float(np.nanmean(pr["tpot"]))
+
+
+def test_open_loop_arrivals_wait_about_one_decode_step_more(cfg):
+    """Poisson arrivals at a light load land in the middle of decode steps: with overlap they
+    join one step later, so the mean TTFT grows by about one decode step (TPOT is unchanged to
+    within a percent: the steps are the same, only their membership shifts)."""
+    wl = open_loop(2.0, np.full(300, 512), np.full(300, 256), seed=3)
+    t0, p0 = _mean_ttft(cfg, wl)
+    t1, p1 = _mean_ttft(cfg.with_(overlap_schedule=True), wl)
+    assert 0.6 * p0 < t1 - t0 < 1.4 * p0, (t0, t1, p0)
+    assert p1 == pytest.approx(p0, rel=0.01)
+
+
+def test_closed_loop_successors_are_not_delayed(cfg):
+    """A closed-loop client's next request comes when its last token is out, at a step's end,
+    after the engine has launched the next step with or without overlap: same results."""
+    rng = np.random.default_rng(0)
+    p, o = rng.integers(800, 1024, 64), rng.integers(100, 200, 64)
+    a = _mean_ttft(cfg, closed_loop(4, p, o))
+    b = _mean_ttft(cfg.with_(overlap_schedule=True), closed_loop(4, p, o))
+    assert a == b
+
+
+def test_bad_value_is_refused(cfg):
+    with pytest.raises(HwtuneInputError, match="overlap_schedule"):
+        cfg.with_(overlap_schedule="yes")
