@@ -115,12 +115,16 @@ def test_deterministic_with_a_seed(cfg8b):
     assert a != c
 
 
-@pytest.mark.parametrize("frontend", [None, 1000.0])
-def test_fast_forward_equals_step_by_step(cfg8b, frontend):
-    """Also with a front end that the decode stretches outrun (`test_frontend.py`)."""
-    cfg = cfg8b.with_(frontend_tokens_per_s=frontend)
+@pytest.mark.parametrize(
+    "frontend,overlap,open_rate",
+    [(None, False, None), (1000.0, False, None), (None, True, None), (None, True, 8.0)],
+)
+def test_fast_forward_equals_step_by_step(cfg8b, frontend, overlap, open_rate):
+    """Also with a front end that the decode stretches outrun (`test_frontend.py`), and with
+    overlap scheduling, whose open-loop arrivals land inside decode stretches."""
+    cfg = cfg8b.with_(frontend_tokens_per_s=frontend, overlap_schedule=overlap)
     p, o = fixed_lengths(40, 700, 200)
-    wl = closed_loop(16, p, o)
+    wl = closed_loop(16, p, o) if open_rate is None else open_loop(open_rate, p, o, seed=5)
     a = simulate(cfg, wl, fast=True)
     b = simulate(cfg, wl, fast=False)
     assert a.n_steps == b.n_steps
