@@ -425,14 +425,18 @@ class Replica:
             if not self._grow(r, q):
                 self._unlookup(r)
                 break
-            self.waiting.popleft()
-            self.running.append(r)
-            if math.isnan(r.first_scheduled):
-                r.first_scheduled = now
-            self._take(r, q, s)
-            batch.append((r, q))
+            self._start(r, q, s, batch, now)
             budget -= q
         return batch, s
+
+    def _start(self, r: Request, q: int, s: StepShape, batch: Batch, now: float) -> None:
+        """Move the head of the queue, ``r``, into the running set with ``q`` tokens this step."""
+        self.waiting.popleft()
+        self.running.append(r)
+        if math.isnan(r.first_scheduled):
+            r.first_scheduled = now
+        self._take(r, q, s)
+        batch.append((r, q))
 
     def _static(self, now: float) -> tuple[Batch, StepShape]:
         if self.running:
@@ -448,10 +452,5 @@ class Replica:
             if not self._grow(r, q):
                 self._unlookup(r)
                 break
-            self.waiting.popleft()
-            self.running.append(r)
-            if math.isnan(r.first_scheduled):
-                r.first_scheduled = now
-            self._take(r, q, s)
-            batch.append((r, q))
+            self._start(r, q, s, batch, now)
         return batch, s
