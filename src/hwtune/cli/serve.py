@@ -354,6 +354,7 @@ def plan_cmd(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    overlap_schedule: OverlapSchedule = False,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -369,7 +370,8 @@ def plan_cmd(
         corr = load_correction(correction) if correction is not None else None
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
+        base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+                          spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         n = num_requests if num_requests is not None else (400 if concurrency is None else None)
@@ -411,6 +413,7 @@ def calibrate_cmd(
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = False,
+    overlap_schedule: OverlapSchedule = False,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -426,7 +429,8 @@ def calibrate_cmd(
         measured = load_runs(runs)
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill, spec_tokens=spec_tokens,
+        base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+                          spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         sims = [simulate_run(base, r, seed) for r in measured]
