@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.model.catalog import get_model
-from hwtune.serve.accuracy import ACCURACY_FILE, cell_key
+from hwtune.serve.accuracy import ACCURACY_FILE, CONCURRENCY_BANDS, cell_key, concurrency_band
 from hwtune.serve.published import (
     ENGINES,
     REQUESTS_PER_CLIENT,
@@ -141,7 +141,7 @@ def cell_table(out: list[dict]) -> str:
     lines = ["| mode / model kind / clients | rows | TTFT median | TTFT p90 | TPOT median | "
              "TPOT p90 | pred/meas TTFT (median) | pred/meas TPOT (median) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    order = {"1-8": 0, "9-32": 1, "33-128": 2, ">128": 3}
+    order = {concurrency_band(lo): i for i, (lo, _hi) in enumerate(CONCURRENCY_BANDS)}
     groups = _grouped(out, lambda o: cell_key(o["mode"], is_moe(o["model"]), o["concurrency"]))
     for k, n, t, p in sorted(groups, key=lambda g: (g[0].rsplit("/", 1)[0],
                                                     order[g[0].rsplit("/", 1)[1]])):  # fmt: skip

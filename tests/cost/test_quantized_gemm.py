@@ -82,19 +82,12 @@ def test_marlin_is_native_off_hopper_and_unknown_kernels_are_named():
         serving_gemm_time(64, 64, 64, H200, "fp4", kernel="machete2")
 
 
-def test_vllm_gpt_oss_rows_use_marlin_from_the_inferencex_script_date():
-    from hwtune.serve.published import MARLIN_SINCE, inferencex_engine_limits
+def test_trtllm_gpt_oss_rows_use_the_triton_moe():
+    """The vLLM rows' kernel by date is tested in `tests/serve/test_serve_validation.py`
+    (`test_inferencex_vllm_gptoss_moe_kernel_follows_the_image`)."""
+    from hwtune.serve.published import inferencex_engine_limits
 
     m = "openai/gpt-oss-120b"
-    assert inferencex_engine_limits("vllm", m, 1024, 4, MARLIN_SINCE) == {
-        "weight_only_kernel": "marlin"
-    }
-    # v0.11.2 (2025-12-05 to 2026-01-01) had triton_kernels: Triton; v0.10.2/v0.11.0 before it
-    # had not: Marlin (`hwtune.serve.published.VLLM_TRITON_MXFP4_SINCE`)
-    tri = inferencex_engine_limits("vllm", m, 1024, 4, "2025-12-08")
-    assert tri == {"weight_only_kernel": "triton-mxfp4"}
-    old = inferencex_engine_limits("vllm", m, 1024, 4, "2025-11-02")
-    assert old == {"weight_only_kernel": "marlin"}
     trt = inferencex_engine_limits("trtllm", m, 1024, 4, "2026-03-27")
     assert trt["weight_only_kernel"] == "triton-mxfp4"  # its moe_config backend: TRITON
 

@@ -257,6 +257,7 @@ def test_inferencex_rows_run_the_engine_limits_its_scripts_set(rows):
         ("2025-11-02", "marlin"),  # vllm-openai v0.10.2: no triton_kernels, Marlin fallback
         ("2025-11-20", "marlin"),  # v0.11.0 (from 2025-11-04): still no triton_kernels
         ("2025-12-05", "triton-mxfp4"),  # v0.11.2: triton_kernels installed, Triton on SM90
+        ("2025-12-08", "triton-mxfp4"),
         ("2025-12-31", "triton-mxfp4"),
         ("2026-01-02", "marlin"),  # v0.13.0 with VLLM_MXFP4_USE_MARLIN=1
         ("2026-03-27", "marlin"),
