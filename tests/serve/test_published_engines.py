@@ -13,6 +13,7 @@ from hwtune.serve.published import (
     aic_engine_limits,
     default_csv,
     load_rows,
+    overlap_schedule,
     to_row,
 )
 
@@ -86,3 +87,44 @@ def test_aiconfigurator_limits_apply_to_its_own_harness_rows_only():
     d = to_row(ix).deployment
     assert a is not None and d is not None
     assert a.replica == d.replica
+
+
+@pytest.mark.parametrize(
+    ("backend", "version", "source", "role", "expected"),
+    [
+        ("trtllm", "1.0.0rc3", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", True),
+        ("trtllm", "", "db-dump/2026-04-27; workflow_run_id=1", "decode", True),
+        ("trtllm", "0.8.1.post1", "db-dump/2026-04-27; workflow_run_id=1", "prefill", False),
+        ("sglang", "0.5.6.post2", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", True),
+        ("sglang", "0.5.8.post1", "db-dump/2026-04-27", "prefill", True),
+        ("vllm", "", "source_file=2026-04-06.csv; measured=2025-10-29", "agg", True),
+        ("vllm", "0.12.0", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", False),
+        ("vllm", "0.13.0", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", False),
+        ("vllm", "0.14.0", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", True),
+        ("vllm", "0.18.0", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", True),
+        ("vllm", "", "source_file=/x/aic-auto-gap-analysis/y.csv", "agg", False),
+    ],
+)
+def test_overlap_scheduling_follows_each_engine_and_launch_script(
+    backend, version, source, role, expected
+):
+    """TensorRT-LLM overlaps except on prefill workers (aiconfigurator's generator: prefill
+    ``disable_overlap_scheduler: true``, aggregated and decode false); SGLang by default; vLLM
+    when InferenceX's script sets ``async-scheduling: true`` or from v0.14 (PR #27614)."""
+    row = {"backend": backend, "backend_version": version, "silicon_data_source": source}
+    assert overlap_schedule(row, role) is expected
+
+
+def test_rows_carry_the_overlap_flag_to_their_replicas():
+    d = to_row(ROW).deployment  # TensorRT-LLM, aggregated
+    assert d is not None and d.replica.overlap_schedule
+    v = to_row(dict(ROW, backend="vllm", backend_version="0.12.0")).deployment
+    assert v is not None and not v.replica.overlap_schedule
+
+
+@pytest.mark.skipif(not default_csv().is_file(), reason="validation data absent")
+def test_disaggregated_prefill_workers_do_not_overlap():
+    rows = {r.id: r for r in load_rows()}
+    dep = rows["dsr1_h200_trtllm_fp8_disagg_1024x1024_c36_cfg303"].deployment
+    assert dep is not None and dep.prefill is not None
+    assert dep.replica.overlap_schedule and not dep.prefill.overlap_schedule

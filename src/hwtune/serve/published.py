@@ -30,6 +30,9 @@ Assumptions, the same for every row (none is tuned to a row):
   its 2025-10-29 runs; srt-slurm sa-bench's default), see
   `hwtune.serve.request.range_ratio_lengths`. Its requests are ``--num-prompts 10C`` after a
   separate warm-up run of 2C, so the measured run starts with a burst of C, as simulated.
+- Overlap scheduling (`ReplicaConfig.overlap_schedule`) as each engine ran it (`overlap_schedule`):
+  TensorRT-LLM's aggregated and decode workers and SGLang always, vLLM with InferenceX's
+  ``async-scheduling: true`` or from v0.14 on.
 - One measurement, one row: the data's InferenceX exports overlap (164 rows repeat an earlier
   row's measurement, see `measurement_key`); a repeat is listed, not expressed.
 
@@ -62,6 +65,45 @@ DISAGG_DECODE_MIN_SEQS = 256
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("defaults", "aiconfigurator")
 EAGER_PREFILL_BACKENDS: tuple[str, ...] = ("trtllm", "sglang")
+
+VLLM_ASYNC_DEFAULT_SINCE = (0, 14)
+"""vLLM's first release that schedules asynchronously by default (``async_scheduling`` None ->
+True unless an option is incompatible): vLLM PR #27614, "[Core] Enable async scheduling by
+default", merged in the week to 2026-01-02, after v0.13.0. Checked in the wheels: v0.12.0's
+``SchedulerConfig.async_scheduling: bool = False`` ("we won't reach here until async scheduling
+is enabled by default"), v0.18.0's ``bool | None = None``, resolved to True in
+``VllmConfig``."""
+
+
+def overlap_schedule(row: dict, role: str = "agg") -> bool:
+    """Whether the engine of a row formed each batch while the previous step ran
+    (`ReplicaConfig.overlap_schedule`); ``role``: "agg", "prefill" or "decode".
+
+    - TensorRT-LLM (PyTorch backend): on by default (``disable_overlap_scheduler: false``); the
+      configs behind these rows keep it for aggregated and decode workers and turn it off for
+      prefill workers: aiconfigurator's generator (``cli/backends/trtllm.py`` at 961028348, the
+      eval pipeline of the 1.0.0rc3 sweeps: ``agg_config["disable_overlap_scheduler"] = False``,
+      prefill True, decode False; the same in ``generator/rule_plugin/trtllm.rule`` since), and
+      InferenceX's TensorRT-LLM scripts do not set it.
+    - SGLang: on by default since v0.4 (the overlap scheduler); neither InferenceX's scripts nor
+      aiconfigurator's templates pass ``--disable-overlap-schedule``.
+    - vLLM: InferenceX's vLLM scripts for H100 and H200 write ``async-scheduling: true`` into
+      their config (Llama-3.1-70B and gpt-oss-120b, 2025-10 to 2026-01; later images schedule
+      asynchronously by default); otherwise on from `VLLM_ASYNC_DEFAULT_SINCE`.
+    """
+    backend = row["backend"]
+    if backend == "trtllm":
+        return role != "prefill"
+    if backend == "sglang":
+        return True
+    if backend == "vllm":
+        if is_inferencex(row):
+            return True
+        parts = re.findall(r"\d+", row.get("backend_version") or "")
+        return len(parts) >= 2 and (int(parts[0]), int(parts[1])) >= VLLM_ASYNC_DEFAULT_SINCE
+    return False
+
+
 """Engines whose prompt-carrying steps run without CUDA graphs in these rows
 (`ReplicaConfig.eager_prefill`): TensorRT-LLM's PyTorch backend captures CUDA graphs for
 generation-only batches (its ``cuda_graph_config``), SGLang for decode batches (prefill
@@ -346,6 +388,7 @@ def row_layout(row: dict) -> tuple[int, int, str]:
 
 
 def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaConfig:
+    """The replica of one role (``prefix`` "", "prefill_" or "decode_") of a row."""
     spec = get_model(row["model_path"])
     dev = get_device(SYSTEMS[row["system"]])
     tp, adp = _i(row[f"{prefix}tp_size"]), _i(row[f"{prefix}attention_dp_size"])
@@ -355,6 +398,7 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
         spec, dev, tp=tp, pp=_i(row[f"{prefix}pp_size"]), ep=_i(row[f"{prefix}moe_ep_size"]),
         dp_attention=adp, weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
         eager_prefill=row["backend"] in EAGER_PREFILL_BACKENDS,
+        overlap_schedule=overlap_schedule(row, prefix.rstrip("_") or "agg"),
     )  # fmt: skip
 
 

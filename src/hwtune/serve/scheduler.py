@@ -91,6 +91,9 @@ class Replica:
         self.policy = cfg.scheduler
         self.preemptions = 0
         self.last_duration = 0.0
+        self.last_start = 0.0
+        """When the last step launched began (the instant an overlap scheduler formed the next
+        batch, `hwtune.serve.simulator`)."""
         self.receiving: list[Request] = []
         self.adp_wait = 0
         self.batch_wait = 0

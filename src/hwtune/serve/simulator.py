@@ -33,6 +33,7 @@ is shown at the start of its first decode step, as without a limit.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -208,6 +209,7 @@ def simulate(
                     r.first_token = r.last_token = t
         dur = rep.model.step_time(shape)
         rep.last_duration = dur
+        rep.last_start = t
         for r, _q in batch:
             r.busy = True
         rep.inflight += 1
@@ -277,10 +279,11 @@ def simulate(
         ctx0 = float(c.sum()) + n
         durs: list[float] = []
         shapes: list[StepShape] = []
-        start = t
+        start = last = t
         for i in range(k):
             if i and start >= horizon:
                 break
+            last = start
             ctx = ctx0 + i * n
             ctx_w = float(np.minimum(c + 1 + i, w).sum()) if w else ctx
             sh = StepShape(tokens=n, seqs=n, sampled=n, dec_n=n, dec_ctx=ctx, dec_ctx_w=ctx_w)
@@ -298,6 +301,7 @@ def simulate(
             r.busy = True
         rep.inflight += 1
         rep.stage_free = start
+        rep.last_start = last
         n_steps += k
         used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
         kv_t.append(t)
@@ -317,8 +321,10 @@ def simulate(
         if closed and next_idx < len(reqs):
             nxt = reqs[next_idx]
             next_idx += 1
-            nxt.arrival = t
-            push(t, ARRIVAL, nxt)
+            # sent when the client has its predecessor's last token, so it reaches the engine
+            # after the batch formed at that instant (however small the client's turnaround)
+            nxt.arrival = math.nextafter(t, math.inf)
+            push(nxt.arrival, ARRIVAL, nxt)
 
     while heap:
         t, _s, kind, a, b = heapq.heappop(heap)
@@ -367,7 +373,7 @@ def simulate(
                         finish(r, rep, t_seen)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
-                launch(rep, t, t0 + sum(durs[:-1]))
+                launch(rep, t, rep.last_start)
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
@@ -420,7 +426,7 @@ def simulate(
                     finish(r, rep, t_seen)
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
-            launch(rep, t, t - rep.last_duration)
+            launch(rep, t, rep.last_start)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
