@@ -4,11 +4,12 @@ VALIDATION-serve.md.
 
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
-        [--engine defaults|aiconfigurator] [--mode agg|disagg] [--inferencex]
+        [--engine aiconfigurator|defaults] [--mode agg|disagg] [--inferencex]
         [--merge-into full.json] [--tier3]
 
-``--engine aiconfigurator`` runs aggregated rows with the engine limits of aiconfigurator's
-generated configs (`hwtune.serve.published.aic_engine_limits`) instead of the engines' defaults.
+``--engine`` (default ``aiconfigurator``): aiconfigurator's harness rows run the engine config
+its generator wrote (`hwtune.serve.published.aic_engine_limits`, `aic_attention_dp`);
+``--engine defaults`` gives them the engines' defaults instead (a what-if).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def main() -> None:
     ap.add_argument("--requests-per-client", type=int, default=REQUESTS_PER_CLIENT)
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--from-json", default=None)
-    ap.add_argument("--engine", choices=ENGINES, default="defaults")
+    ap.add_argument("--engine", choices=ENGINES, default=ENGINES[0])
     ap.add_argument(
         "--mode",
         choices=("agg", "disagg"),
@@ -254,7 +255,7 @@ def main() -> None:
     for o in out:
         o.setdefault("client", clients.get(o["id"], "?"))
     if a.write_accuracy:
-        if doc.get("engine", "defaults") != "defaults" or doc.get("profile"):
+        if doc.get("engine", "defaults") != ENGINES[0] or doc.get("profile"):
             raise SystemExit("--write-accuracy: the run must use the default engine, tier 1")
         write_accuracy(out)
     print(

@@ -10,6 +10,7 @@ from hwtune.serve.published import (
     AIC_EXTRA_TOKENS,
     DISAGG_DECODE_MIN_SEQS,
     INFERENCEX_RANGE_RATIO,
+    aic_attention_dp,
     aic_engine_limits,
     default_csv,
     load_rows,
@@ -38,14 +39,39 @@ def test_aiconfigurator_budget_is_batch_plus_isl_plus_1500():
     assert "scheduler" not in aic_engine_limits("sglang", 1000, 16)
 
 
-def test_rows_take_the_engine_preset():
-    d = to_row(ROW).deployment
+def test_harness_rows_run_the_generated_config_by_default():
+    """aiconfigurator's harness rows deploy its generated config (the default); ``defaults``
+    gives them the engines' own limits (8192 tokens, a batch that admits every client)."""
+    d = to_row(ROW, engine="defaults").deployment
     assert d is not None
     assert d.replica.max_num_batched_tokens == 8192 and d.replica.max_num_seqs == 256
-    a = to_row(ROW, engine="aiconfigurator").deployment
-    assert a is not None
+    a = to_row(ROW).deployment
+    assert a is not None and a == to_row(ROW, engine="aiconfigurator").deployment
     r = a.replica
     assert (r.max_num_batched_tokens, r.max_num_seqs, r.scheduler) == (16 + 1024 + 1500, 16, "orca")
+    assert a.replicas == 1
+
+
+@pytest.mark.parametrize(
+    ("batch", "clients", "tp", "expected"),
+    [("16", 16, "1", (1, 16)), ("48", 192, "4", (4, 48)), ("160", 320, "2", (2, 160)),
+     ("", 28, "4", (1, 28)), ("40", 100, "4", (1, 100)), ("64", 32, "4", (1, 32)),
+     ("16", 128, "4", (1, 128))],
+)  # fmt: skip
+def test_harness_batch_per_rank_gives_the_attention_dp(batch, clients, tp, expected):
+    """The harness keeps the generated engine's batch apart from the clients: 192 clients on
+    batch 48 at TP 4 are four attention-DP ranks of 48 (TensorRT-LLM 1.3.0rc1 gpt-oss-120b); a
+    concurrency that is not the batch times a divisor of TP is one attention group at the
+    concurrency."""
+    row = dict(ROW, batch_size=batch, tp_size=tp,
+               silicon_data_source=f"x; silicon_concurrency={clients}")  # fmt: skip
+    assert aic_attention_dp(row) == expected
+    dep = to_row(row).deployment
+    assert dep is not None and dep.replicas == 1
+    ranks, per_rank = expected
+    r = dep.replica
+    assert (r.dp_attention, r.tp, r.max_num_seqs) == (ranks, int(tp) // ranks, ranks * per_rank)
+    assert r.max_num_batched_tokens == ranks * (per_rank + 1024 + AIC_EXTRA_TOKENS)
 
 
 def test_bad_engine_and_batch_are_one_line_errors():

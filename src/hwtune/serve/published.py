@@ -36,11 +36,14 @@ Assumptions, the same for every row (none is tuned to a row):
 - One measurement, one row: the data's InferenceX exports overlap (164 rows repeat an earlier
   row's measurement, see `measurement_key`); a repeat is listed, not expressed.
 
-``engine="aiconfigurator"`` replaces these engine limits of the aggregated rows measured by
-aiconfigurator's own harness (not the InferenceX ones, which run InferenceX's engine settings) by
-the ones that aiconfigurator's config generator writes for a row's ``batch_size`` (see `AIC_EXTRA_TOKENS`):
-an option, not the default, because the data does not say that every row was deployed from
-generated configs (see VALIDATION.md, "What is missing").
+The aggregated rows measured by aiconfigurator's own harness (not the InferenceX ones, which run
+InferenceX's engine settings) run the engine config that aiconfigurator's generator writes for
+the row's ``batch_size`` (`aic_engine_limits`; ``engine="aiconfigurator"``, the default): these
+rows are its gap analysis (``source_file=/.../aic-auto-gap-analysis/...``), which deploys a
+generated config and benchmarks it (the ``eval`` pipeline, 961028348: generate, deploy with
+Dynamo, genai-perf), and their ``batch_size`` is that config's batch, apart from the client
+concurrency (`aic_attention_dp`). ``engine="defaults"`` gives them the engines' own defaults
+instead (the assumptions above), a what-if.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ INFERENCEX_RANGE_RATIO = 0.8
 DISAGG_DECODE_MIN_SEQS = 256
 """Decode-worker sequences per attention-DP rank at least (see the module docstring)."""
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
-ENGINES: tuple[str, ...] = ("defaults", "aiconfigurator")
+ENGINES: tuple[str, ...] = ("aiconfigurator", "defaults")
 EAGER_PREFILL_BACKENDS: tuple[str, ...] = ("trtllm", "sglang")
 
 VLLM_ASYNC_DEFAULT_SINCE = (0, 14)
@@ -402,10 +405,11 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
     )  # fmt: skip
 
 
-def to_row(row: dict, engine: str = "defaults") -> Row:
+def to_row(row: dict, engine: str = "aiconfigurator") -> Row:
     """A CSV row as a `Row`; ``deployment`` None with a ``reason`` when it cannot be expressed.
-    ``engine``: "defaults" (the assumptions of the module docstring) or "aiconfigurator"
-    (aggregated rows with `aic_engine_limits`)."""
+    ``engine``: "aiconfigurator" (aggregated harness rows with aiconfigurator's generated
+    config, `aic_engine_limits` and `aic_attention_dp`) or "defaults" (the engines' defaults, the
+    assumptions of the module docstring)."""
     if engine not in ENGINES:
         raise HwtuneInputError("engine", engine, "one of " + ", ".join(ENGINES))
     prec = row["precision"] or "bf16"
@@ -435,7 +439,12 @@ def to_row(row: dict, engine: str = "defaults") -> Row:
                                                rep.tp)  # fmt: skip
                 rep = rep.with_(**lim) if lim else rep
             elif engine == "aiconfigurator":  # its generated configs, for its own harness's rows
-                rep = rep.with_(**aic_engine_limits(row["backend"], int(row["isl"]), conc))
+                n, batch = aic_attention_dp(row)
+                lim = aic_engine_limits(row["backend"], int(row["isl"]), batch)
+                if n > 1:  # per-rank limits, summed over the ranks of the one worker
+                    lim = {k: v * n if isinstance(v, int) else v for k, v in lim.items()}
+                    lim |= {"tp": rep.tp // n, "dp_attention": n}
+                rep = rep.with_(**lim)
             dep = Deployment(rep)
         else:
             missing = [k for k in ("prefill_num_workers", "decode_num_workers") if not row[k]]
@@ -477,6 +486,24 @@ def is_inferencex(row: dict) -> bool:
     return src.startswith("db-dump") or _DATED_EXPORT.match(src) is not None
 
 
+def aic_attention_dp(row: dict) -> tuple[int, int]:
+    """(attention-DP ranks, engine batch per rank) of an aggregated deployment of
+    aiconfigurator's harness. Its rows keep the generated config's ``batch_size`` apart from the
+    client concurrency (``silicon_concurrency=`` in ``silicon_data_source``): equal for one
+    attention group; the batch times the ranks where the worker runs attention data-parallel
+    over its ``tp_size`` GPUs, which the rows do not mark in ``attention_dp_size`` (gpt-oss-120b
+    on TensorRT-LLM 1.3.0rc1: batch 48 at 192 clients on TP 4, batch 160 at 320 on TP 2; in
+    aiconfigurator's own ``silicon_sample.csv``, DeepSeek-R1 NVFP4 on B200: batch 56 at 224
+    clients on TP 4, batch 12 at 96 on TP 8). Any other concurrency is one attention group
+    (rank count 1) taking it all."""
+    conc = _concurrency(row)
+    batch = _i(row.get("batch_size") or "", 0)
+    tp = _i(row.get("tp_size") or "", 1)
+    if batch >= 1 and conc > batch and conc % batch == 0 and tp % (conc // batch) == 0:
+        return conc // batch, batch
+    return 1, conc
+
+
 def _concurrency(row: dict) -> int:
     src = row.get("silicon_data_source", "") or ""
     if "silicon_concurrency=" in src:
@@ -499,7 +526,7 @@ def measurement_key(row: dict) -> tuple[object, ...]:
     return (*(row[k] for k in keys), *times, _concurrency(row))
 
 
-def load_rows(path: str | Path | None = None, engine: str = "defaults") -> list[Row]:
+def load_rows(path: str | Path | None = None, engine: str = "aiconfigurator") -> list[Row]:
     """Every CSV row as a `Row`. A row that repeats an earlier row's measurement (see
     `measurement_key`) is kept but not expressed, with the earlier row named as the reason, so
     that one run counts once; where the two copies record different layouts (9 DeepSeek-R1
