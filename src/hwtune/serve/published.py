@@ -68,6 +68,11 @@ DISAGG_DECODE_MIN_SEQS = 256
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("aiconfigurator", "defaults")
 EAGER_PREFILL_BACKENDS: tuple[str, ...] = ("trtllm", "sglang")
+"""Engines whose prompt-carrying steps run without CUDA graphs in these rows
+(`ReplicaConfig.eager_prefill`): TensorRT-LLM's PyTorch backend captures CUDA graphs for
+generation-only batches (its ``cuda_graph_config``), SGLang for decode batches (prefill
+graphs only with ``--enable-piecewise-cuda-graph``, which none of the rows' launch scripts
+sets). vLLM V1 runs piecewise CUDA graphs with torch.compile, so its rows keep the GPU time."""
 
 VLLM_ASYNC_DEFAULT_SINCE = (0, 14)
 """vLLM's first release that schedules asynchronously by default (``async_scheduling`` None ->
@@ -106,12 +111,6 @@ def overlap_schedule(row: dict, role: str = "agg") -> bool:
         return len(parts) >= 2 and (int(parts[0]), int(parts[1])) >= VLLM_ASYNC_DEFAULT_SINCE
     return False
 
-
-"""Engines whose prompt-carrying steps run without CUDA graphs in these rows
-(`ReplicaConfig.eager_prefill`): TensorRT-LLM's PyTorch backend captures CUDA graphs for
-generation-only batches (its ``cuda_graph_config``), SGLang for decode batches (prefill
-graphs only with ``--enable-piecewise-cuda-graph``, which none of the rows' launch scripts
-sets). vLLM V1 runs piecewise CUDA graphs with torch.compile, so its rows keep the GPU time."""
 
 AIC_EXTRA_TOKENS = 1500
 """Token headroom of aiconfigurator's generated engine configs for an aggregated worker:
@@ -481,7 +480,8 @@ def is_inferencex(row: dict) -> bool:
     field is missing on exactly the runs before 2025-12-08 (the InferenceX-app schema: "null
     for runs before 2025-12-08"), and 71 of their measurements equal db-dump ones to the last
     digit. The other rows (``source_file=/.../aic-auto-gap-analysis/...``) come from
-    aiconfigurator's own harness (aiperf, fixed lengths)."""
+    aiconfigurator's own harness, its gap analysis of generated configs (fixed lengths;
+    genai-perf in the 2025 sweeps, aiperf later)."""
     src = row.get("silicon_data_source", "") or ""
     return src.startswith("db-dump") or _DATED_EXPORT.match(src) is not None
 
