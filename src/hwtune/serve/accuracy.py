@@ -4,8 +4,9 @@ Every simulation carries the TTFT and TPOT errors that `benchmarks/serve_validat
 measured on the published Hopper rows (`../shared/validation/serving_measured.csv`: vLLM,
 SGLang and TensorRT-LLM at fixed concurrency) for its mode, aggregated or disaggregated, so a
 reader sees the simulator's track record next to its numbers. The error differs a lot between
-situations (dense models at moderate load are within ~15%, MoE models at low load are predicted
-at ~0.6x of the measured TTFT), so a simulation also gets the record of the published runs nearest to it:
+situations (dense models at 1-128 clients are within ~14%, MoE models at 1-8 clients are predicted
+at ~0.7x of the measured TTFT; VALIDATION.md, 2026-11-30), so a simulation also gets the record of
+the published runs nearest to it:
 same mode, same model kind (dense or MoE) and the same band of closed-loop clients
 (`CONCURRENCY_BANDS`), when that cell holds at least `MIN_CELL_ROWS` runs. The figures live in
 ``accuracy.json`` beside this module, written by that benchmark's ``--write-accuracy`` from a
