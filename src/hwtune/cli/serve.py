@@ -472,5 +472,119 @@ def calibrate_cmd(
         con.print(f"written to {out}; use it with `hwtune serve --correction {out}`")
 
 
+def _int_list(name: str, text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 1 for v in vals):
+        raise HwtuneInputError(name, text, "positive integers separated by commas (e.g. 1,8,32)")
+    return vals
+
+
+@serve_app.command("measure")
+def measure_cmd(
+    url: Annotated[str, typer.Option(help="base URL of an OpenAI-compatible server")],
+    served_model: Annotated[
+        str | None, typer.Option(help="model name in requests (default: the first /v1/models)")
+    ] = None,
+    concurrency: Annotated[str, typer.Option(help="clients, a comma list: 1,8,32")] = "8",
+    input_len: Annotated[str, typer.Option(help="prompt tokens, a comma list")] = "1024",
+    output_len: Annotated[str, typer.Option(help="output tokens, a comma list")] = "256",
+    range_ratio: RangeRatio = 1.0,
+    num_requests: Annotated[
+        int | None, typer.Option(help="measured requests per run (default 10 x concurrency)")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="warm-up requests per run, discarded (default 2 x C)")
+    ] = None,
+    tp: Annotated[int, typer.Option(help="the server's tensor parallelism (recorded)")] = 1,
+    pp: Annotated[int, typer.Option(help="the server's pipeline stages (recorded)")] = 1,
+    ep: Annotated[int, typer.Option(help="the server's expert parallelism (recorded)")] = 1,
+    dp_attention: Annotated[int, typer.Option(help="the server's attention DP (recorded)")] = 1,
+    endpoint: Annotated[str, typer.Option(help="completions path")] = "/v1/completions",
+    timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
+    out: Annotated[Path | None, typer.Option(help="write the runs CSV (serve calibrate)")] = None,
+    append: Annotated[bool, typer.Option(help="append to --out instead of replacing it")] = False,
+    seed: Seed = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """Measure a live OpenAI-compatible server (vLLM, SGLang, TensorRT-LLM) in closed loops and
+    write the runs CSV that `hwtune serve calibrate` fits."""
+    import csv
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from hwtune.serve import endpoint_bench as eb
+
+    err = Console(stderr=True)
+    try:
+        cs = _int_list("concurrency", concurrency)
+        ins = _int_list("input-len", input_len)
+        outs = _int_list("output-len", output_len)
+        for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
+            if v < 1:
+                raise HwtuneInputError(name, v, "a positive integer")
+        if not 0 < range_ratio <= 1:
+            raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+        target = eb.Endpoint(url, served_model or "", endpoint, timeout)
+        if not served_model:
+            target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout)
+        results = []
+        configs = [(c, i, o) for c in cs for i in ins for o in outs]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=err, transient=True) as bar:  # fmt: skip
+            for c, i, o in configs:
+                n = num_requests or 10 * c
+                w = 2 * c if warmup is None else warmup
+                task = bar.add_task(f"C={c} in={i} out={o}", total=n + w)
+                results.append(eb.run_closed_loop(target, c, i, o, n, w, range_ratio, seed,
+                                               lambda t=task: bar.advance(t)))  # fmt: skip
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    rows = [eb.csv_row(r, tp, pp, ep, dp_attention) for r in results if not r.failures]
+    bad = [r for r in results if r.failures]
+    if out is not None and rows:
+        exists = append and out.exists() and out.stat().st_size > 0
+        with out.open("a" if exists else "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS))
+            if not exists:
+                w.writeheader()
+            w.writerows(rows)
+    if as_json:
+        doc = {"url": url, "served_model": target.model,
+               "runs": [r.summary() for r in results],
+               "written_to": str(out) if out is not None and rows else None}  # fmt: skip
+        sys.stdout.write(json.dumps(doc, indent=2, default=float) + "\n")
+    else:
+        from rich.table import Table
+
+        con = Console()
+        t = Table(title=f"{target.model} at {url}: measured (closed loop, mean and p90)",
+                  title_justify="left")  # fmt: skip
+        for col in ("C", "in", "out", "req", "failed", "TTFT ms", "p90", "TPOT ms", "p90",
+                    "req/s", "out tok/s"):  # fmt: skip
+            t.add_column(col, justify="right")
+        for r in results:
+            s = r.summary()
+            tt, tp_ = s["ttft_s"], s["tpot_s"]
+            t.add_row(str(r.concurrency), str(r.input_len), str(r.output_len),
+                      str(s["num_requests"]), str(s["failed"]), f"{tt['mean'] * 1e3:.1f}",
+                      f"{tt['p90'] * 1e3:.1f}", f"{tp_['mean'] * 1e3:.2f}",
+                      f"{tp_['p90'] * 1e3:.2f}", f"{s['requests_per_s']:.2f}",
+                      f"{s['throughput_tokens_per_s']:.0f}")  # fmt: skip
+        con.print(t)
+        if out is not None and rows:
+            con.print(f"written to {out}; fit it with `hwtune serve calibrate --runs {out} ...`")
+    if bad:
+        for r in bad:
+            sys.stderr.write(f"error: C={r.concurrency} in={r.input_len} out={r.output_len}: "
+                             f"{len(r.failures)} of {len(r.records)} requests failed "
+                             f"({r.failures[0]}); run not written\n")  # fmt: skip
+        raise typer.Exit(1)
+
+
 if __name__ == "__main__":
     serve_app()
