@@ -9,8 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import given, settings
@@ -25,93 +23,7 @@ from hwtune.serve.endpoint_bench import (
     run_closed_loop,
 )
 from hwtune.serve.measured_runs import load_runs
-
-MODEL = "mock-model"
-
-
-class MockServer(ThreadingHTTPServer):
-    """Streams completions: the first chunk ``base + per_token x prompt`` seconds after the
-    request, then one token every ``itl`` seconds, then a usage chunk and ``[DONE]``. With
-    ``serial`` one request is served at a time (a batch-1 engine), so clients queue."""
-
-    daemon_threads = True
-
-    def __init__(self, base: float, per_token: float, itl: float, serial: bool = False,
-                 usage: bool = True) -> None:  # fmt: skip
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.base, self.per_token, self.itl, self.usage = base, per_token, itl, usage
-        self.lock = threading.Lock() if serial else None
-        self.bodies: list[dict] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: MockServer
-
-    def setup(self) -> None:
-        super().setup()  # stream each chunk at once, as serving engines' HTTP servers do
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _json(self, status: int, doc: dict) -> None:
-        data = json.dumps(doc).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _chunk(self, text: str) -> None:
-        data = text.encode()
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def do_GET(self) -> None:
-        if self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-        else:
-            self._json(404, {"error": {"message": f"no route {self.path}"}})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path != "/v1/completions":
-            self._json(404, {"error": {"message": f"no route {self.path}"}})
-            return
-        if body.get("model") != MODEL:
-            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not "
-                                                  "exist."}})  # fmt: skip
-            return
-        self.server.bodies.append(body)
-        s = self.server
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        if s.lock is not None:
-            s.lock.acquire()
-        try:
-            time.sleep(s.base + s.per_token * len(body["prompt"]))
-            for i in range(body["max_tokens"]):
-                if i:
-                    time.sleep(s.itl)
-                doc = {"choices": [{"index": 0, "text": " t", "finish_reason": None}]}
-                self._chunk(f"data: {json.dumps(doc)}\n\n")
-        finally:
-            if s.lock is not None:
-                s.lock.release()
-        if s.usage:
-            doc = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
-                                            "completion_tokens": body["max_tokens"]}}  # fmt: skip
-            self._chunk(f"data: {json.dumps(doc)}\n\n")
-        self._chunk("data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+from hwtune.serve.mock_server import MODEL, MockServer
 
 
 @pytest.fixture

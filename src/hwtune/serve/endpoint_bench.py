@@ -28,6 +28,7 @@ keeps it off the critical path at a few thousand chunks per second.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -139,6 +140,15 @@ class StreamState:
                 self.first = now
         return False
 
+    def feed_block(self, block: bytes, now: float) -> bool:
+        """Take whole lines read together at ``now``: `feed` each only when the block has an
+        end, a usage or an error line (once per stream); otherwise count its ``data:`` lines."""
+        if b"[DONE]" in block or b"completion_tokens" in block or b'"error"' in block:
+            lines = block.split(b"\n")
+            return any(self.feed(ln.decode(errors="replace"), now) for ln in lines)
+        self.chunks += block.count(b"\ndata:") + block.startswith(b"data:")
+        return False
+
     @property
     def output_tokens(self) -> int:
         return self.usage_tokens if self.usage_tokens is not None else self.chunks
@@ -169,6 +179,19 @@ def prompt_ids(seed: int, index: int, length: int) -> list[int]:
     return rng.integers(TOKEN_ID_RANGE[0], TOKEN_ID_RANGE[1], size=length).tolist()
 
 
+@dataclass(frozen=True)
+class Job:
+    """One request to send: its lengths and its JSON body, encoded before the clock starts."""
+
+    prompt_tokens: int
+    output: int
+    body: bytes
+
+    @classmethod
+    def make(cls, ep: Endpoint, prompt: list[int], output: int) -> Job:
+        return cls(len(prompt), output, _payload(ep, prompt, output))
+
+
 def _payload(ep: Endpoint, prompt: list[int], output: int) -> bytes:
     body = {"prompt": prompt, "max_tokens": output, "min_tokens": output, "ignore_eos": True,
             "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
@@ -181,27 +204,35 @@ class ServerError(Exception):
     """The server refused a request (HTTP status and the start of its answer)."""
 
 
-def send_request(
-    ep: Endpoint, conn: http.client.HTTPConnection, prompt: list[int], output: int
-) -> RequestRecord:
+def send_request(ep: Endpoint, conn: http.client.HTTPConnection, job: Job) -> RequestRecord:
     """Send one streamed completion on ``conn`` and time it; raises `ServerError` on an HTTP
     error status and ``OSError`` / ``http.client.HTTPException`` when the connection fails."""
-    body = _payload(ep, prompt, output)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     t0 = time.perf_counter()
-    conn.request("POST", ep.full_path(ep.path), body=body, headers=headers)
+    conn.request("POST", ep.full_path(ep.path), body=job.body, headers=headers)
     resp = conn.getresponse()
     if resp.status != 200:
         text = resp.read().decode(errors="replace").strip().replace("\n", " ")
         raise ServerError(f"HTTP {resp.status}: {text[:_ERR_CHARS]}")
     st = StreamState(start=t0)
-    while True:
+    while st.first is None and st.end is None:  # line by line until the first token
         raw = resp.readline()
         now = time.perf_counter()
         if not raw:
             st.end = now
+        elif st.feed(raw.decode(errors="replace"), now):
             break
-        if st.feed(raw.decode(errors="replace"), now):
+    tail = b""
+    while st.end is None:  # then in blocks: only the count, the usage and the end matter
+        buf = resp.read1(65536)
+        now = time.perf_counter()
+        if not buf:
+            st.end = now
+            break
+        data = tail + buf
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        if cut and st.feed_block(data[:cut], now):
             break
     if not resp.isclosed():
         resp.read()  # drain the rest (usually the chunked terminator) to reuse the connection
@@ -209,7 +240,8 @@ def send_request(
     if st.first is None and not st.error:
         st.error = "the stream ended without a token"
     ttft = (st.first - t0) if st.first is not None else math.nan
-    return RequestRecord(len(prompt), output, st.output_tokens, ttft, end - t0, st.error)
+    return RequestRecord(job.prompt_tokens, job.output, st.output_tokens, ttft, end - t0,
+                         st.error)  # fmt: skip
 
 
 def discover_model(ep: Endpoint) -> str:
@@ -288,10 +320,10 @@ class RunResult:
 def _phase(
     ep: Endpoint,
     concurrency: int,
-    jobs: list[tuple[list[int], int]],
+    jobs: list[Job],
     done: Callable[[], None] | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Run ``jobs`` (prompt ids, output length) in a closed loop of ``concurrency`` clients that
+    """Run ``jobs`` in a closed loop of ``concurrency`` clients that
     all start at once; the records in job order and the phase's wall time."""
     records: list[RequestRecord | None] = [None] * len(jobs)
     lock = threading.Lock()
@@ -300,6 +332,10 @@ def _phase(
 
     def client() -> None:
         conn = ep.connect()
+        # connect before the start: TTFT counts from the request, not the TCP handshake (a
+        # failure here is retried by the first request, which records it)
+        with contextlib.suppress(OSError):
+            conn.connect()
         start.wait()
         while True:
             with lock:
@@ -307,18 +343,19 @@ def _phase(
                 state["next"] += 1
             if i >= len(jobs):
                 break
-            prompt, output = jobs[i]
+            job = jobs[i]
             for attempt in (0, 1):
                 try:
-                    rec = send_request(ep, conn, prompt, output)
+                    rec = send_request(ep, conn, job)
                     break
                 except ServerError as e:
-                    rec = RequestRecord(len(prompt), output, 0, math.nan, math.nan, str(e))
+                    rec = RequestRecord(job.prompt_tokens, job.output, 0, math.nan, math.nan,
+                                        str(e))  # fmt: skip
                     break
                 except (OSError, http.client.HTTPException) as e:
                     conn.close()
                     conn = ep.connect()
-                    rec = RequestRecord(len(prompt), output, 0, math.nan, math.nan,
+                    rec = RequestRecord(job.prompt_tokens, job.output, 0, math.nan, math.nan,
                                         f"connection: {e!r}"[:_ERR_CHARS])  # fmt: skip
                     if attempt:
                         break
@@ -375,12 +412,12 @@ def run_closed_loop(
     if not isinstance(w, int) or w < 0:
         raise HwtuneInputError("warmup", warmup, "a non-negative integer")
     p, o = range_ratio_lengths(w + n, input_len, output_len, range_ratio, seed)
-    jobs = [(prompt_ids(seed, i, int(p[i])), int(o[i])) for i in range(w + n)]
+    jobs = [Job.make(ep, prompt_ids(seed, i, int(p[i])), int(o[i])) for i in range(w + n)]
     _check_reachable(ep)
     # one request alone first: a wrong model name or endpoint fails here, with the server's words
     conn = ep.connect()
     try:
-        first = send_request(ep, conn, *jobs[0]) if w else None
+        first = send_request(ep, conn, jobs[0]) if w else None
     except ServerError as e:
         raise HwtuneInputError(
             "served-model/endpoint", f"{ep.model or '(none)'} at {ep.url}{ep.path}",
@@ -425,7 +462,7 @@ def csv_row(res: RunResult, tp: int = 1, pp: int = 1, ep: int = 1, dp_attention:
 
 
 __all__ = [
-    "COMPLETIONS_PATH", "CSV_COLUMNS", "Endpoint", "RequestRecord", "RunResult", "ServerError",
+    "COMPLETIONS_PATH", "CSV_COLUMNS", "Endpoint", "Job", "RequestRecord", "RunResult", "ServerError",
     "StreamState", "TOKEN_ID_RANGE", "csv_row", "discover_model", "prompt_ids",
     "run_closed_loop", "send_request",
 ]  # fmt: skip

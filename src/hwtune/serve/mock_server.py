@@ -1,0 +1,147 @@
+"""A mock OpenAI-compatible streaming server whose timing is set, not measured: for testing
+benchmark clients (`hwtune serve measure` and its tests, ``benchmarks/serve_measure_client.py``)
+and for trying the measure -> calibrate workflow on a machine without a GPU::
+
+    python -m hwtune.serve.mock_server --port 8000 --base 0.05 --per-token 2e-5 --itl 0.01
+    hwtune serve measure --url http://127.0.0.1:8000 --concurrency 1,8 --out runs.csv
+
+``POST /v1/completions`` (model `MODEL`, ``prompt`` a list of token ids, ``max_tokens``,
+``stream``) answers with server-sent events: the first token ``base + per_token x prompt``
+seconds after the request, then one token every ``itl`` seconds, then a usage chunk (unless
+``usage`` is off) and ``data: [DONE]``. Requests run independently (unbounded batch) or, with
+``serial``, one at a time (a batch-1 engine: clients queue). ``GET /v1/models`` lists `MODEL`.
+Not an engine model: no batching effects, no KV cache; `hwtune.serve.simulator` is that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODEL = "mock-model"
+
+
+class MockServer(ThreadingHTTPServer):
+    """The server (see the module docstring); ``port`` 0 picks a free one."""
+
+    daemon_threads = True
+    request_queue_size = 4096  # a burst of clients connects at once (the default backlog is 5)
+
+    def __init__(self, base: float, per_token: float, itl: float, serial: bool = False,
+                 usage: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
+        for name, v in (("base", base), ("per_token", per_token), ("itl", itl)):
+            if not v >= 0:
+                raise ValueError(f"{name}: got {v!r}; expected seconds >= 0")
+        super().__init__((host, port), Handler)
+        self.base, self.per_token, self.itl, self.usage = base, per_token, itl, usage
+        self.lock = threading.Lock() if serial else None
+        self.bodies: list[dict] = []
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: MockServer
+
+    def setup(self) -> None:
+        super().setup()  # stream each chunk at once, as serving engines' HTTP servers do
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _json(self, status: int, doc: dict) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/completions":
+            self._json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        if body.get("model") != MODEL:
+            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not "
+                                                  "exist."}})  # fmt: skip
+            return
+        self.server.bodies.append(body)
+        s = self.server
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if s.lock is not None:
+            s.lock.acquire()
+        try:
+            # token k is due at first + k x itl (absolute deadlines: the time spent writing a
+            # chunk does not accumulate into the interval)
+            first = time.perf_counter() + s.base + s.per_token * len(body["prompt"])
+            doc = {"choices": [{"index": 0, "text": " t", "finish_reason": None}]}
+            chunk = f"data: {json.dumps(doc)}\n\n"
+            for i in range(body["max_tokens"]):
+                wait = first + i * s.itl - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                self._chunk(chunk)
+        finally:
+            if s.lock is not None:
+                s.lock.release()
+        if s.usage:
+            doc = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
+                                            "completion_tokens": body["max_tokens"]}}  # fmt: skip
+            self._chunk(f"data: {json.dumps(doc)}\n\n")
+        self._chunk("data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until interrupted (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="python -m hwtune.serve.mock_server",
+                                 description="mock OpenAI-compatible streaming server")  # fmt: skip
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--base", type=float, default=0.05, help="seconds to the first token")
+    ap.add_argument("--per-token", type=float, default=2e-5, help="more seconds per prompt token")
+    ap.add_argument("--itl", type=float, default=0.01, help="seconds between tokens")
+    ap.add_argument("--serial", action="store_true", help="one request at a time")
+    a = ap.parse_args(argv)
+    try:
+        srv = MockServer(a.base, a.per_token, a.itl, a.serial, host=a.host, port=a.port)
+    except (ValueError, OSError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise SystemExit(2) from None
+    sys.stderr.write(f"mock server at {srv.url} (model {MODEL!r})\n")
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+
+
+if __name__ == "__main__":
+    main()
