@@ -163,6 +163,11 @@ def test_measure_writes_the_runs_calibrate_reads(mock_server, tmp_path):
                 "4", "--num-requests", "3", "--out", str(out), "--append")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert [x.concurrency for x in load_runs(out)] == [1, 2, 3]
+    cal = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "calibrate", "--runs",
+                          str(out), "--json"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert cal.returncode == 0, cal.stderr
+    doc = json.loads(cal.stdout)
+    assert [r["concurrency"] for r in doc["runs"]] == [1, 2, 3] and doc["correction"]
 
 
 @pytest.mark.parametrize(
