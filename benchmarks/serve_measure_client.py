@@ -19,19 +19,11 @@ import sys
 import time
 
 from hwtune.serve.endpoint_bench import Endpoint, run_closed_loop
-from hwtune.serve.mock_server import MODEL
+from hwtune.serve.mock_server import MODEL, free_port
 
 BASE, PER_TOKEN, INPUT = 0.05, 2e-5, 1024
 CASES = [(1, 0.010), (16, 0.010), (64, 0.010), (256, 0.010), (16, 0.002), (64, 0.002)]
 OUTPUT = 64
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from hwtune.serve.endpoint_bench import (
     run_closed_loop,
 )
 from hwtune.serve.measured_runs import load_runs
-from hwtune.serve.mock_server import MODEL, MockServer
+from hwtune.serve.mock_server import MODEL, MockServer, free_port
 
 
 @pytest.fixture
@@ -114,14 +113,6 @@ def test_stream_parser(texts, noise, usage):
     assert ended[-1] and not any(ended[:-1])
     assert stt.first == float(first_data)
     assert stt.output_tokens == (usage if usage is not None else len(texts))
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_bad_endpoint_inputs(mock_server):

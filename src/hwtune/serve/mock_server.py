@@ -26,6 +26,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODEL = "mock-model"
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for a server started next)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 class MockServer(ThreadingHTTPServer):
     """The server (see the module docstring); ``port`` 0 picks a free one."""
 
