@@ -84,6 +84,16 @@ def test_without_usage_tokens_are_counted_by_chunk(mock_server):
     assert [r.output_tokens for r in res.records] == [5, 5, 5, 5]
 
 
+def test_extra_body_adds_replaces_and_drops_fields(mock_server):
+    srv = mock_server(base=0.0, per_token=0.0, itl=0.0)
+    ep = Endpoint(srv.url, MODEL, extra_body=(("min_tokens", None), ("temperature", 0.7),
+                                              ("top_p", 0.9)))  # fmt: skip
+    run_closed_loop(ep, 1, 8, 2, num_requests=1, warmup=0)
+    b = srv.bodies[-1]
+    assert "min_tokens" not in b and b["temperature"] == 0.7 and b["top_p"] == 0.9
+    assert b["max_tokens"] == 2
+
+
 def test_prompts_are_seeded_and_distinct():
     assert prompt_ids(3, 7, 64) == prompt_ids(3, 7, 64)
     assert prompt_ids(3, 7, 64) != prompt_ids(3, 8, 64)
@@ -168,6 +178,7 @@ def test_measure_writes_the_runs_calibrate_reads(mock_server, tmp_path):
         (("--input-len", "x"), "input-len"),
         (("--range-ratio", "1.5"), "range-ratio"),
         (("--served-model", "nope"), "served-model"),
+        (("--extra-body", "[1]"), "extra-body"),
     ],
 )
 def test_measure_bad_input_is_one_line(mock_server, args, field):

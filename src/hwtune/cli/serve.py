@@ -504,6 +504,12 @@ def measure_cmd(
     dp_attention: Annotated[int, typer.Option(help="the server's attention DP (recorded)")] = 1,
     endpoint: Annotated[str, typer.Option(help="completions path")] = "/v1/completions",
     timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
+    extra_body: Annotated[
+        str | None,
+        typer.Option(
+            help='JSON fields to add to each request (null drops one): {"min_tokens": null}'
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="write the runs CSV (serve calibrate)")] = None,
     append: Annotated[bool, typer.Option(help="append to --out instead of replacing it")] = False,
     seed: Seed = 0,
@@ -528,9 +534,18 @@ def measure_cmd(
                 raise HwtuneInputError(name, v, "a positive integer")
         if not 0 < range_ratio <= 1:
             raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
-        target = eb.Endpoint(url, served_model or "", endpoint, timeout)
+        extra: tuple[tuple[str, object], ...] = ()
+        if extra_body:
+            try:
+                fields = json.loads(extra_body)
+            except ValueError:
+                fields = None
+            if not isinstance(fields, dict):
+                raise HwtuneInputError("extra-body", extra_body, "a JSON object")
+            extra = tuple(fields.items())
+        target = eb.Endpoint(url, served_model or "", endpoint, timeout, extra)
         if not served_model:
-            target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout)
+            target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout, extra)
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -74,6 +74,9 @@ class Endpoint:
     model: str = ""
     path: str = COMPLETIONS_PATH
     timeout_s: float = 600.0
+    extra_body: tuple[tuple[str, object], ...] = ()
+    """Request fields to add or replace (a value of None drops the field), e.g. for a server
+    that rejects ``min_tokens``."""
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -193,10 +196,17 @@ class Job:
 
 
 def _payload(ep: Endpoint, prompt: list[int], output: int) -> bytes:
-    body = {"prompt": prompt, "max_tokens": output, "min_tokens": output, "ignore_eos": True,
-            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    body: dict[str, object] = {
+        "prompt": prompt, "max_tokens": output, "min_tokens": output, "ignore_eos": True,
+        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
+    }  # fmt: skip
     if ep.model:
         body["model"] = ep.model
+    for k, v in ep.extra_body:
+        if v is None:
+            body.pop(k, None)
+        else:
+            body[k] = v
     return json.dumps(body).encode()
 
 
