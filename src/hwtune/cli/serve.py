@@ -46,7 +46,7 @@ Seed = Annotated[int, typer.Option(help="seed of every random choice")]
 RangeRatio = Annotated[
     float,
     typer.Option(
-        help="with --input-len/--output-len: lengths uniform in [ratio x L, L] (InferenceX and "
+        help="with --input-len/--output-len: lengths uniform in \\[ratio x L, L] (InferenceX and "
         "vLLM<=0.8 benchmark_serving --random-range-ratio); 1 = fixed"
     ),
 ]
