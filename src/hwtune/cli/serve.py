@@ -601,5 +601,70 @@ def measure_cmd(
         raise typer.Exit(1)
 
 
+@serve_app.command("emulate")
+def emulate_cmd(
+    model: Model = "llama3.1-8b",
+    gpu: Gpu = "h100-sxm-80gb",
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree per replica")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline stages per replica")] = 1,
+    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE)")] = 1,
+    dp_attention: Annotated[int, typer.Option(help="attention data parallelism (MLA models)")] = 1,
+    precision: Precision = "bf16",
+    kv_precision: KvPrecision = None,
+    scheduler: Sched = "vllm",
+    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    profile: Profile = None,
+    weight_only_kernel: WoKernel = "wgmma",
+    eager_prefill: EagerPrefill = False,
+    overlap_schedule: OverlapSchedule = False,
+    frontend_tokens_per_s: FrontEnd = None,
+    replicas: Annotated[int, typer.Option(help="replicas behind the router")] = 1,
+    router: Annotated[str, typer.Option(help="round-robin|least-tokens")] = "round-robin",
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
+    served_model: Annotated[
+        str | None, typer.Option(help="model name clients send (default: --model)")
+    ] = None,
+    time_scale: Annotated[
+        float, typer.Option(help="wall seconds per simulated second (>1: slower than real)")
+    ] = 1.0,
+) -> None:
+    """Serve a simulated deployment as a live OpenAI-compatible endpoint (streamed
+    /v1/completions with token-id prompts): tokens leave when the simulator says they would."""
+    from hwtune.serve.config import Deployment
+    from hwtune.serve.emulator import EMULATOR_SWITCH_INTERVAL_S, EmulatedEngine, EmulatedTiming
+    from hwtune.serve.mock_server import MockServer
+
+    try:
+        cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
+                       max_num_seqs, max_num_batched_tokens, 16, 0.9, True, profile,
+                       weight_only_kernel)  # fmt: skip
+        cfg = cfg.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+                        frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+        engine = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
+        name = served_model or cfg.model.name
+        try:
+            srv = MockServer(timing=EmulatedTiming(engine), host=host, port=port, model=name)
+        except OSError as e:
+            raise HwtuneInputError("port", port, f"a free port on {host} ({e.strerror})") from None
+    except HwtuneInputError as e:
+        _fail(e)
+        return
+    # hand the interpreter to the request threads often, so that a request is stamped when it
+    # arrives and not when a simulation running in another thread lets go (5 ms by default)
+    sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
+    sys.stderr.write(f"emulating {name} on {replicas} x {cfg.device.name} (tp {tp}) at "
+                     f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+        sys.stderr.write(f"{engine.simulations} requests served, {engine.simulation_s:.1f} s "
+                         "simulating\n")  # fmt: skip
+
+
 if __name__ == "__main__":
     serve_app()

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 MODEL = "mock-model"
 
@@ -33,20 +34,70 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+class Stream(Protocol):
+    """One request's token clock: ``wait(k)`` returns when token ``k`` (0-based) is due."""
+
+    def wait(self, k: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Timing(Protocol):
+    """Where a server's token times come from: `FixedTiming`, or a simulated deployment
+    (`hwtune.serve.emulator.EmulatedTiming`). ``start`` raises `ValueError` (HTTP 400) for a
+    request it cannot serve."""
+
+    def start(self, prompt: int, output: int) -> Stream: ...
+
+
+class _FixedStream:
+    def __init__(self, first: float, itl: float, lock: threading.Lock | None) -> None:
+        self.first, self.itl, self.lock = first, itl, lock
+
+    def wait(self, k: int) -> None:
+        # token k is due at first + k x itl (absolute deadlines: the time spent writing a chunk
+        # does not accumulate into the interval)
+        left = self.first + k * self.itl - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+
+class FixedTiming:
+    """The first token ``base + per_token x prompt`` seconds after the request (after the
+    requests ahead of it, with ``serial``), then one every ``itl`` seconds."""
+
+    def __init__(self, base: float, per_token: float, itl: float, serial: bool = False) -> None:
+        for name, v in (("base", base), ("per_token", per_token), ("itl", itl)):
+            if not v >= 0:
+                raise ValueError(f"{name}: got {v!r}; expected seconds >= 0")
+        self.base, self.per_token, self.itl = base, per_token, itl
+        self.lock = threading.Lock() if serial else None
+
+    def start(self, prompt: int, output: int) -> Stream:
+        if self.lock is not None:
+            self.lock.acquire()
+        first = time.perf_counter() + self.base + self.per_token * prompt
+        return _FixedStream(first, self.itl, self.lock)
+
+
 class MockServer(ThreadingHTTPServer):
-    """The server (see the module docstring); ``port`` 0 picks a free one."""
+    """The server (see the module docstring); ``port`` 0 picks a free one. ``timing`` replaces
+    the fixed timing of ``base``, ``per_token``, ``itl`` and ``serial``."""
 
     daemon_threads = True
     request_queue_size = 4096  # a burst of clients connects at once (the default backlog is 5)
 
-    def __init__(self, base: float, per_token: float, itl: float, serial: bool = False,
-                 usage: bool = True, host: str = "127.0.0.1", port: int = 0) -> None:  # fmt: skip
-        for name, v in (("base", base), ("per_token", per_token), ("itl", itl)):
-            if not v >= 0:
-                raise ValueError(f"{name}: got {v!r}; expected seconds >= 0")
+    def __init__(self, base: float = 0.0, per_token: float = 0.0, itl: float = 0.0,
+                 serial: bool = False, usage: bool = True, host: str = "127.0.0.1",
+                 port: int = 0, timing: Timing | None = None,
+                 model: str = MODEL) -> None:  # fmt: skip
+        self.timing: Timing = timing or FixedTiming(base, per_token, itl, serial)
         super().__init__((host, port), Handler)
-        self.base, self.per_token, self.itl, self.usage = base, per_token, itl, usage
-        self.lock = threading.Lock() if serial else None
+        self.usage, self.model = usage, model
         self.bodies: list[dict] = []
 
     @property
@@ -81,7 +132,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+            doc = {"object": "list", "data": [{"id": self.server.model, "object": "model"}]}
+            self._json(200, doc)
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -90,32 +142,29 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions":
             self._json(404, {"error": {"message": f"no route {self.path}"}})
             return
-        if body.get("model") != MODEL:
+        if body.get("model") != self.server.model:
             self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not "
                                                   "exist."}})  # fmt: skip
             return
         self.server.bodies.append(body)
         s = self.server
+        try:
+            stream = s.timing.start(len(body["prompt"]), int(body["max_tokens"]))
+        except ValueError as e:
+            self._json(400, {"error": {"message": str(e), "type": "BadRequestError"}})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if s.lock is not None:
-            s.lock.acquire()
         try:
-            # token k is due at first + k x itl (absolute deadlines: the time spent writing a
-            # chunk does not accumulate into the interval)
-            first = time.perf_counter() + s.base + s.per_token * len(body["prompt"])
             doc = {"choices": [{"index": 0, "text": " t", "finish_reason": None}]}
             chunk = f"data: {json.dumps(doc)}\n\n"
             for i in range(body["max_tokens"]):
-                wait = first + i * s.itl - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
+                stream.wait(i)
                 self._chunk(chunk)
         finally:
-            if s.lock is not None:
-                s.lock.release()
+            stream.close()
         if s.usage:
             doc = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
                                             "completion_tokens": body["max_tokens"]}}  # fmt: skip

@@ -53,6 +53,8 @@ class Request:
     queued: float = 0.0
     """When the request joined its replica's queue (an engine with an overlap scheduler sees it
     only at its next scheduling pass: `hwtune.serve.scheduler.Replica`)."""
+    token_times: list[float] | None = None
+    """When the client sees each output token (``simulate(..., record_tokens=True)`` only)."""
 
     def __post_init__(self) -> None:
         self.target = self.prompt

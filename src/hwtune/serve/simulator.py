@@ -36,6 +36,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -117,11 +118,13 @@ def simulate(
     record_steps: bool = False,
     max_sim_time: float | None = None,
     fast: bool = True,
+    record_tokens: bool = False,
 ) -> SimResult:
     """Run ``workload`` on ``deployment`` until every request has finished.
 
     ``fast`` batches the bookkeeping of decode-only stretches (see ``fast_forward``); the
-    results are the same as step by step (a test checks it)."""
+    results are the same as step by step (a test checks it). ``record_tokens`` keeps every
+    request's token times (`Request.token_times`; aggregated deployments only)."""
     t_wall = time.perf_counter()
     dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
     cfg = dep.replica
@@ -146,6 +149,11 @@ def simulate(
         transfer_per_token = pmem.kv_bytes_per_token
         pcl = pmodel.cluster
     reqs = workload.make_requests()
+    if record_tokens:
+        if disagg:
+            raise HwtuneInputError("record_tokens", True, "an aggregated deployment")
+        for r in reqs:
+            r.token_times = []
     _check_lengths(reqs, cfg, mem, "decode" if disagg else "replica")
     if disagg:
         assert pcfg is not None and pmem is not None
@@ -356,8 +364,16 @@ def simulate(
                     itl.extend(gaps)
                     itl_w.extend([len(run)] * (k - 1))
                 first_end, t_seen = seen[0], seen[-1]
+                times = None
+                if record_tokens:
+                    # summed in the order the stretch summed them, so the last one is ``t``
+                    times = (
+                        seen if rep.frontend_s_per_token else list(accumulate(durs, initial=t0))[1:]
+                    )
                 for r in run:
                     r.busy = False
+                    if times is not None and r.token_times is not None:
+                        r.token_times.extend(times)
                     r.computed += k
                     r.target = r.computed
                     r.generated += k
@@ -419,6 +435,8 @@ def simulate(
                         itl.extend([0.0] * (gain - 1))
                         itl_w.extend([1] * (gain - 1))
                 r.last_token = t_seen
+                if r.token_times is not None:
+                    r.token_times.extend([t_seen] * gain)
                 if r.generated >= r.output:
                     rep.blocks.release(r.blocks)
                     r.blocks = []

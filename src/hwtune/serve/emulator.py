@@ -1,0 +1,143 @@
+"""A simulated deployment served in real time: requests arrive over HTTP
+(`hwtune.serve.mock_server`), tokens leave when the simulator says they would.
+
+On every arrival the whole history (every request so far, at the wall-clock times they arrived)
+is simulated again as a trace (`hwtune.serve.simulator.simulate` with ``record_tokens``), and
+every open stream continues on the new token times. That is exact because the simulator is
+causal: a request arriving at t changes only what happens after t, so
+the tokens already sent keep their times. The cost is one simulation per arrival over all
+requests so far (BENCHMARKS.md, "serve emulate"), which suits tests of clients, routers and
+SLO monitors at hundreds to a few thousand requests, not days of traffic.
+
+A request's arrival is stamped when it is received; the simulations of the requests received
+just before it run first, so tokens due within those milliseconds may leave on the older
+schedule (the only approximation).
+
+``time_scale`` > 1 stretches the simulated clock (every latency lasts that many times longer on
+the wall), which makes the host's own overheads (HTTP, Python, the re-simulation) relatively
+small; measured latencies are then divided by it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from hwtune.errors import HwtuneInputError
+from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.request import Workload
+from hwtune.serve.simulator import simulate
+
+EMULATOR_SWITCH_INTERVAL_S = 2e-4
+"""``sys.setswitchinterval`` of a process serving an emulated engine (`hwtune serve emulate`):
+with Python's default 5 ms, the request threads wait behind a simulation for the interpreter,
+and a burst of 8 clients reaches the engine spread over ~5 ms each (measured: TTFT 56 ms against
+the simulation's 88 for Llama-3.1-8B on an H100, 8 clients, 512/64 tokens, real time); at
+0.2 ms, 77 ms, and at four times slower than real time, 87.7 ms (BENCHMARKS.md, "serve
+emulate")."""
+
+
+class EmulatedEngine:
+    """One aggregated deployment in wall-clock time (see the module docstring)."""
+
+    def __init__(
+        self,
+        deployment: Deployment | ReplicaConfig,
+        time_scale: float = 1.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
+        if dep.prefill is not None:
+            raise HwtuneInputError("deployment", "disaggregated", "an aggregated deployment")
+        if not time_scale > 0:
+            raise HwtuneInputError("time_scale", time_scale, "a positive factor")
+        self.deployment = dep
+        self.time_scale = time_scale
+        self._clock = clock
+        self._t0: float | None = None
+        self._arrivals: list[float] = []
+        self._prompts: list[int] = []
+        self._outputs: list[int] = []
+        self._times: list[list[float]] = []
+        self._cond = threading.Condition()
+        self._t0_lock = threading.Lock()
+        self.simulations = 0
+        self.simulation_s = 0.0
+
+    def now(self) -> float:
+        """Simulated seconds since the first request (0 before it)."""
+        if self._t0 is None:
+            return 0.0
+        return (self._clock() - self._t0) / self.time_scale
+
+    def submit(self, prompt: int, output: int) -> int:
+        """Admit a request arriving now; its id. Raises `HwtuneInputError` (and forgets it) when
+        the deployment cannot run it (too long for the KV cache or the model)."""
+        if prompt < 1 or output < 1:
+            raise HwtuneInputError(
+                "request", (prompt, output), "positive prompt and output lengths"
+            )
+        with self._t0_lock:
+            if self._t0 is None:
+                self._t0 = self._clock()
+        arrival = self.now()  # stamped on receipt, not after the simulations queued before it
+        with self._cond:
+            self._arrivals.append(arrival)
+            self._prompts.append(prompt)
+            self._outputs.append(output)
+            wl = Workload(tuple(self._prompts), tuple(self._outputs), mode="trace",
+                          arrivals=tuple(self._arrivals))  # fmt: skip
+            t = time.perf_counter()
+            try:
+                res = simulate(self.deployment, wl, record_tokens=True)
+            except HwtuneInputError:
+                for xs in (self._arrivals, self._prompts, self._outputs):
+                    xs.pop()
+                raise
+            self.simulations += 1
+            self.simulation_s += time.perf_counter() - t
+            times = {r.rid: r.token_times or [] for r in res.requests}
+            self._times = [times[i] for i in range(len(self._prompts))]
+            self._cond.notify_all()
+            return len(self._prompts) - 1
+
+    def due(self, rid: int, k: int) -> float:
+        """Wall-clock time (of ``clock``) of request ``rid``'s token ``k`` (0-based), as the
+        latest simulation has it."""
+        assert self._t0 is not None
+        return self._t0 + self._times[rid][k] * self.time_scale
+
+    def wait_token(self, rid: int, k: int) -> None:
+        """Block until token ``k`` of request ``rid`` is due, following re-simulations."""
+        with self._cond:
+            while True:
+                left = self.due(rid, k) - self._clock()
+                if left <= 0:
+                    return
+                self._cond.wait(timeout=left)
+
+
+class _EmulatedStream:
+    def __init__(self, engine: EmulatedEngine, rid: int) -> None:
+        self.engine, self.rid = engine, rid
+
+    def wait(self, k: int) -> None:
+        self.engine.wait_token(self.rid, k)
+
+    def close(self) -> None:
+        pass
+
+
+class EmulatedTiming:
+    """`hwtune.serve.mock_server.MockServer`'s timing source backed by an `EmulatedEngine`."""
+
+    def __init__(self, engine: EmulatedEngine) -> None:
+        self.engine = engine
+
+    def start(self, prompt: int, output: int) -> _EmulatedStream:
+        """Admit a request (`EmulatedEngine.submit`); its token clock."""
+        return _EmulatedStream(self.engine, self.engine.submit(prompt, output))
+
+
+__all__ = ["EMULATOR_SWITCH_INTERVAL_S", "EmulatedEngine", "EmulatedTiming"]
