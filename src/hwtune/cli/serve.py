@@ -634,7 +634,7 @@ def emulate_cmd(
     /v1/completions with token-id prompts): tokens leave when the simulator says they would."""
     from hwtune.serve.config import Deployment
     from hwtune.serve.emulator import EMULATOR_SWITCH_INTERVAL_S, EmulatedEngine, EmulatedTiming
-    from hwtune.serve.mock_server import MockServer
+    from hwtune.serve.mock_server import MockServer, serve_until_interrupted
 
     try:
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
@@ -656,14 +656,9 @@ def emulate_cmd(
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
     sys.stderr.write(f"emulating {name} on {replicas} x {cfg.device.name} (tp {tp}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
-        sys.stderr.write(f"{engine.simulations} requests served, {engine.simulation_s:.1f} s "
-                         "simulating\n")  # fmt: skip
+    serve_until_interrupted(srv)
+    sys.stderr.write(f"{engine.simulations} requests served, {engine.simulation_s:.1f} s "
+                     "simulating\n")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -174,6 +174,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+def serve_until_interrupted(srv: ThreadingHTTPServer) -> None:
+    """Serve until Ctrl-C, then close the socket."""
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve until interrupted (see the module docstring)."""
     ap = argparse.ArgumentParser(prog="python -m hwtune.serve.mock_server",
@@ -191,12 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"error: {e}\n")
         raise SystemExit(2) from None
     sys.stderr.write(f"mock server at {srv.url} (model {MODEL!r})\n")
-    try:
-        srv.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.server_close()
+    serve_until_interrupted(srv)
 
 
 if __name__ == "__main__":
