@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import given, settings
@@ -193,3 +194,36 @@ def test_measure_bad_input_is_one_line(mock_server, args, field):
 def test_measure_unreachable_url_is_one_line():
     r = measure("--url", f"http://127.0.0.1:{free_port()}", "--served-model", MODEL)
     assert r.returncode == 2 and "url" in r.stderr and "Traceback" not in r.stderr
+
+
+class BadUsageHandler(BaseHTTPRequestHandler):
+    """Streams one token, then a usage chunk whose count is not a number."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
+                b'data: {"choices": [], "usage": {"completion_tokens": "many"}}\n\n'
+                b"data: [DONE]\n\n")  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_unreadable_answer_is_a_failed_request_not_a_crash():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BadUsageHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        res = run_closed_loop(Endpoint(url, MODEL), 2, 8, 2, num_requests=4, warmup=0)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert len(res.records) == 4 and res.summary()["failed"] == 4
+    assert all("unreadable" in r.error for r in res.records)

@@ -362,6 +362,12 @@ def _phase(
                     rec = RequestRecord(job.prompt_tokens, job.output, 0, math.nan, math.nan,
                                         str(e))  # fmt: skip
                     break
+                except (ValueError, KeyError, TypeError) as e:  # a stream it could not read
+                    conn.close()
+                    conn = ep.connect()
+                    rec = RequestRecord(job.prompt_tokens, job.output, 0, math.nan, math.nan,
+                                        f"unreadable answer: {e!r}"[:_ERR_CHARS])  # fmt: skip
+                    break
                 except (OSError, http.client.HTTPException) as e:
                     conn.close()
                     conn = ep.connect()
