@@ -51,7 +51,7 @@ def main() -> None:
             row = {"clients": c, "input": i, "output": o, "time_scale": scale,
                    "ttft_ratio": s["ttft_s"]["mean"] / scale / sim_ttft,  # type: ignore[index]
                    "tpot_ratio": s["tpot_s"]["mean"] / scale / sim_tpot,  # type: ignore[index]
-                   "requests": eng.simulations,
+                   "requests": eng.requests, "simulations": eng.simulations,
                    "ms_per_resimulation": eng.simulation_s / eng.simulations * 1e3,
                    "wall_s": time.perf_counter() - t}  # fmt: skip
             rows.append(row)

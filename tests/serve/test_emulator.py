@@ -51,23 +51,38 @@ def test_token_times_are_the_requests_tokens(cfg, n, seed):
         assert r.token_times == pytest.approx(q.token_times, rel=1e-12, abs=1e-12)
 
 
-@settings(max_examples=15, deadline=None)
+VARIANTS = {
+    "default": {},
+    "overlap scheduling": {"overlap_schedule": True},
+    "front end": {"frontend_tokens_per_s": 300.0},
+    "two stages": {"pp": 2},
+    "sglang policy": {"scheduler": "sglang"},
+    "small KV cache (preemption)": {"gpu_memory_utilization": 0.215},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@settings(max_examples=10, deadline=None)
 @given(n=st.integers(2, 10), seed=st.integers(0, 10_000), late=st.floats(0.0, 0.6))
-def test_the_simulator_is_causal(cfg, n, seed, late):
-    """What the emulator relies on: a request arriving at t changes no token before t."""
+def test_the_simulator_is_causal(cfg, variant, n, seed, late):
+    """What the emulator relies on: a request arriving at t changes no token before t (each
+    deployment option the emulator serves; two replicas behind a router below)."""
     import numpy as np
 
+    dep = cfg.with_(**VARIANTS[variant])
     rng = np.random.default_rng(seed)
     arr = list(np.sort(rng.uniform(0, 0.4, n)))
     p = list(rng.integers(16, 1500, n))
     o = list(rng.integers(2, 40, n))
     t_new = max(arr) + late
-    before = simulate(cfg, trace(arr, p, o), record_tokens=True)
-    after = simulate(cfg, trace(arr + [t_new], p + [512], o + [8]), record_tokens=True)
-    old = {r.rid: r.token_times for r in before.requests}
-    for r in after.requests[:n]:
-        kept = [t for t in old[r.rid] if t < t_new]
-        assert r.token_times[: len(kept)] == kept
+    for d in (dep, Deployment(dep, replicas=2, router="least-tokens")):
+        before = simulate(d, trace(arr, p, o), record_tokens=True)
+        after = simulate(d, trace(arr + [t_new], p + [512], o + [8]), record_tokens=True)
+        old = {r.rid: r.token_times for r in before.requests}
+        for r in after.requests:
+            if r.rid < n:
+                kept = [t for t in old[r.rid] if t < t_new]
+                assert r.token_times[: len(kept)] == kept
 
 
 def test_record_tokens_is_aggregated_only(cfg):
@@ -108,7 +123,7 @@ def test_measuring_the_emulator_gives_the_simulation(cfg, emulated):
     res = run_closed_loop(Endpoint(srv.url, "llama"), 4, 256, 16, num_requests=20, warmup=0)
     s = res.summary()
     sim_ttft, sim_tpot = simulate_run(cfg, MeasuredRun(4, 256, 16, 1.0, 1.0, num_requests=20))
-    assert eng.simulations == 20
+    assert eng.requests == 20 and 1 <= eng.simulations <= 20
     assert s["ttft_s"]["mean"] / scale == pytest.approx(sim_ttft, rel=0.08)
     assert s["tpot_s"]["mean"] / scale == pytest.approx(sim_tpot, rel=0.04)
 

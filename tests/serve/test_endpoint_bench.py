@@ -31,7 +31,7 @@ def mock_server():
     servers: list[MockServer] = []
 
     def start(**kw: object) -> MockServer:
-        srv = MockServer(**kw)  # type: ignore[arg-type]
+        srv = MockServer(record_bodies=True, **kw)  # type: ignore[arg-type]
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
         return srv
@@ -127,8 +127,11 @@ def test_stream_parser(texts, noise, usage):
 
 
 def test_bad_endpoint_inputs(mock_server):
-    with pytest.raises(HwtuneInputError, match="url"):
-        Endpoint("ftp://example.com")
+    for url in ("ftp://example.com", "http://h:abc", "http://h:99999", "http://[::1"):
+        with pytest.raises(HwtuneInputError, match="url"):
+            Endpoint(url)
+    with pytest.raises(HwtuneInputError, match="timeout"):
+        Endpoint("http://h", timeout_s=math.inf)
     with pytest.raises(HwtuneInputError, match="url.*reachable"):
         run_closed_loop(Endpoint(f"http://127.0.0.1:{free_port()}", MODEL), 1, 8, 2)
     srv = mock_server(base=0.0, per_token=0.0, itl=0.0)
@@ -180,6 +183,8 @@ def test_measure_writes_the_runs_calibrate_reads(mock_server, tmp_path):
         (("--range-ratio", "1.5"), "range-ratio"),
         (("--served-model", "nope"), "served-model"),
         (("--extra-body", "[1]"), "extra-body"),
+        (("--timeout", "inf"), "timeout"),
+        (("--num-requests", "0"), "num_requests"),
     ],
 )
 def test_measure_bad_input_is_one_line(mock_server, args, field):
@@ -216,6 +221,20 @@ class BadUsageHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+def test_block_reads_count_the_events():
+    """After the first token the stream is read in blocks (`StreamState.feed_block`): a block of
+    whole lines counts its data events, and one with the usage line or [DONE] is read line by
+    line."""
+    stt = StreamState(start=0.0)
+    stt.feed('data: {"choices": [{"text": "a"}]}', 0.1)
+    ev = 'data: {"choices": [{"text": "b"}]}\n\n'
+    assert not stt.feed_block((ev * 5).encode(), 0.2)
+    assert stt.chunks == 6
+    tail = 'data: {"choices": [], "usage": {"completion_tokens": 7}}\n\ndata: [DONE]\n\n'
+    assert stt.feed_block((ev + tail).encode(), 0.3)
+    assert stt.chunks == 7 and stt.output_tokens == 7 and stt.end == 0.3
+
+
 def test_an_unreadable_answer_is_a_failed_request_not_a_crash():
     srv = ThreadingHTTPServer(("127.0.0.1", 0), BadUsageHandler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -227,3 +246,21 @@ def test_an_unreadable_answer_is_a_failed_request_not_a_crash():
         srv.server_close()
     assert len(res.records) == 4 and res.summary()["failed"] == 4
     assert all("unreadable" in r.error for r in res.records)
+
+
+def test_an_unreadable_first_answer_is_one_line_from_the_cli():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BadUsageHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = measure("--url", f"http://127.0.0.1:{srv.server_address[1]}", "--served-model", "m",
+                    "--concurrency", "1", "--num-requests", "1")  # fmt: skip
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 2 and "readable" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_measure_unwritable_out_fails_before_measuring(mock_server, tmp_path):
+    srv = mock_server(base=0.0, per_token=0.0, itl=0.0)
+    r = measure("--url", srv.url, "--out", str(tmp_path / "no" / "such" / "dir.csv"))
+    assert r.returncode == 2 and r.stderr.startswith("error: out") and not srv.bodies

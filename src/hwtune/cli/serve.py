@@ -472,6 +472,17 @@ def calibrate_cmd(
         con.print(f"written to {out}; use it with `hwtune serve --correction {out}`")
 
 
+def _json_safe(x: object) -> object:
+    """``x`` with NaN (a statistic of no request) as null, so that strict JSON parsers read it."""
+    if isinstance(x, float):
+        return x if x == x else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
 def _int_list(name: str, text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -546,33 +557,39 @@ def measure_cmd(
         target = eb.Endpoint(url, served_model or "", endpoint, timeout, extra)
         if not served_model:
             target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout, extra)
+        if out is not None:  # an unwritable path fails now, not after the sweep
+            exists = append and out.exists() and out.stat().st_size > 0
+            try:
+                with out.open("a" if exists else "w", newline="") as f:
+                    if not exists:
+                        csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS)).writeheader()
+            except OSError as e:
+                raise HwtuneInputError("out", str(out), f"a writable file ({e.strerror})") from None
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       console=err, transient=True) as bar:  # fmt: skip
             for c, i, o in configs:
-                n = num_requests or 10 * c
+                n = 10 * c if num_requests is None else num_requests
                 w = 2 * c if warmup is None else warmup
                 task = bar.add_task(f"C={c} in={i} out={o}", total=n + w)
-                results.append(eb.run_closed_loop(target, c, i, o, n, w, range_ratio, seed,
-                                               lambda t=task: bar.advance(t)))  # fmt: skip
+                res = eb.run_closed_loop(target, c, i, o, n, w, range_ratio, seed,
+                                         lambda t=task: bar.advance(t))  # fmt: skip
+                results.append(res)
+                if out is not None and not res.failures:  # each run as it ends
+                    with out.open("a", newline="") as f:
+                        row = eb.csv_row(res, tp, pp, ep, dp_attention)
+                        csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS)).writerow(row)
     except HwtuneInputError as e:
         _fail(e)
         return
-    rows = [eb.csv_row(r, tp, pp, ep, dp_attention) for r in results if not r.failures]
+    rows = [r for r in results if not r.failures]
     bad = [r for r in results if r.failures]
-    if out is not None and rows:
-        exists = append and out.exists() and out.stat().st_size > 0
-        with out.open("a" if exists else "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS))
-            if not exists:
-                w.writeheader()
-            w.writerows(rows)
     if as_json:
         doc = {"url": url, "served_model": target.model,
                "runs": [r.summary() for r in results],
                "written_to": str(out) if out is not None and rows else None}  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2, default=float) + "\n")
+        sys.stdout.write(json.dumps(_json_safe(doc), indent=2) + "\n")
     else:
         from rich.table import Table
 
@@ -657,8 +674,8 @@ def emulate_cmd(
     sys.stderr.write(f"emulating {name} on {replicas} x {cfg.device.name} (tp {tp}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
     serve_until_interrupted(srv)
-    sys.stderr.write(f"{engine.simulations} requests served, {engine.simulation_s:.1f} s "
-                     "simulating\n")  # fmt: skip
+    sys.stderr.write(f"{engine.requests} requests served, {engine.simulations} simulations in "
+                     f"{engine.simulation_s:.1f} s\n")  # fmt: skip
 
 
 if __name__ == "__main__":

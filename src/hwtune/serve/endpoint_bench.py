@@ -79,12 +79,17 @@ class Endpoint:
     that rejects ``min_tokens``."""
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(self.url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 (raises on a port that is not a number in 0-65535)
+        except ValueError:
+            ok = False
+        if not ok:
             raise HwtuneInputError(
                 "url", self.url, "an http:// or https:// URL of an OpenAI-compatible server"
             )
-        if not self.timeout_s > 0:
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise HwtuneInputError("timeout", self.timeout_s, "a positive number of seconds")
         if not self.path.startswith("/"):
             raise HwtuneInputError("endpoint", self.path, "a path starting with /")
@@ -441,6 +446,8 @@ def run_closed_loop(
         ) from None  # fmt: skip
     except (OSError, http.client.HTTPException) as e:
         raise HwtuneInputError("url", ep.url, f"a server that answers ({e!r})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise HwtuneInputError("url", ep.url, f"a readable streamed completion ({e!r})") from None
     finally:
         conn.close()
     if first is not None and first.error:

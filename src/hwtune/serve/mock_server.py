@@ -86,19 +86,23 @@ class FixedTiming:
 
 class MockServer(ThreadingHTTPServer):
     """The server (see the module docstring); ``port`` 0 picks a free one. ``timing`` replaces
-    the fixed timing of ``base``, ``per_token``, ``itl`` and ``serial``."""
+    the fixed timing of ``base``, ``per_token``, ``itl`` and ``serial``. A request it cannot
+    serve (not JSON, no token-id prompt, a bad ``max_tokens``, too long for an emulated
+    deployment) gets HTTP 400; a client that leaves mid-stream is let go."""
 
     daemon_threads = True
     request_queue_size = 4096  # a burst of clients connects at once (the default backlog is 5)
 
     def __init__(self, base: float = 0.0, per_token: float = 0.0, itl: float = 0.0,
                  serial: bool = False, usage: bool = True, host: str = "127.0.0.1",
-                 port: int = 0, timing: Timing | None = None,
-                 model: str = MODEL) -> None:  # fmt: skip
+                 port: int = 0, timing: Timing | None = None, model: str = MODEL,
+                 record_bodies: bool = False) -> None:  # fmt: skip
         self.timing: Timing = timing or FixedTiming(base, per_token, itl, serial)
         super().__init__((host, port), Handler)
         self.usage, self.model = usage, model
+        self.record_bodies = record_bodies
         self.bodies: list[dict] = []
+        """The requests' JSON bodies, with ``record_bodies`` (tests)."""
 
     @property
     def url(self) -> str:
@@ -137,41 +141,63 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
+    def _bad(self, message: str) -> None:
+        self._json(400, {"error": {"message": message, "type": "BadRequestError"}})
+
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        except ValueError:
+            self._bad("the body is not JSON")
+            return
         if self.path != "/v1/completions":
             self._json(404, {"error": {"message": f"no route {self.path}"}})
             return
-        if body.get("model") != self.server.model:
-            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not "
-                                                  "exist."}})  # fmt: skip
+        if not isinstance(body, dict) or body.get("model") != self.server.model:
+            model = body.get("model") if isinstance(body, dict) else None
+            self._json(404, {"error": {"message": f"The model `{model}` does not exist."}})
             return
-        self.server.bodies.append(body)
+        prompt, n = body.get("prompt"), body.get("max_tokens", 16)  # OpenAI's default is 16
+        if not (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
+            self._bad(
+                "prompt: expected a non-empty list of token ids (this server has no tokenizer)"
+            )
+            return
+        if type(n) is not int or n < 1:
+            self._bad(f"max_tokens: got {n!r}; expected a positive integer")
+            return
         s = self.server
+        if s.record_bodies:
+            s.bodies.append(body)
         try:
-            stream = s.timing.start(len(body["prompt"]), int(body["max_tokens"]))
+            stream = s.timing.start(len(prompt), n)
         except ValueError as e:
-            self._json(400, {"error": {"message": str(e), "type": "BadRequestError"}})
+            self._bad(str(e))
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
+        try:  # from here on the stream's resources are released whatever happens
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
             doc = {"choices": [{"index": 0, "text": " t", "finish_reason": None}]}
             chunk = f"data: {json.dumps(doc)}\n\n"
-            for i in range(body["max_tokens"]):
+            for i in range(n):
                 stream.wait(i)
                 self._chunk(chunk)
-        finally:
             stream.close()
-        if s.usage:
-            doc = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
-                                            "completion_tokens": body["max_tokens"]}}  # fmt: skip
-            self._chunk(f"data: {json.dumps(doc)}\n\n")
-        self._chunk("data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+            stream = None
+            if s.usage:
+                doc = {"choices": [], "usage": {"prompt_tokens": len(prompt),
+                                                "completion_tokens": n}}  # fmt: skip
+                self._chunk(f"data: {json.dumps(doc)}\n\n")
+            self._chunk("data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left; nothing to answer
+        finally:
+            if stream is not None:
+                stream.close()
 
 
 def serve_until_interrupted(srv: ThreadingHTTPServer) -> None:

@@ -355,7 +355,8 @@ def simulate(
                 run, durs, t0 = batch
                 k = len(durs)
                 if rep.frontend_s_per_token:
-                    seen = rep.deliver(list(t0 + np.cumsum(durs)), len(run))
+                    # step ends summed in the order the stretch summed them (as step by step)
+                    seen = rep.deliver(list(accumulate(durs, initial=t0))[1:], len(run))
                     gaps = list(np.diff(seen))
                 else:
                     seen = [t0 + durs[0], t]
@@ -367,9 +368,8 @@ def simulate(
                 times = None
                 if record_tokens:
                     # summed in the order the stretch summed them, so the last one is ``t``
-                    times = (
-                        seen if rep.frontend_s_per_token else list(accumulate(durs, initial=t0))[1:]
-                    )
+                    ends = list(accumulate(durs, initial=t0))[1:]
+                    times = seen if rep.frontend_s_per_token else ends
                 for r in run:
                     r.busy = False
                     if times is not None and r.token_times is not None:
