@@ -10,10 +10,11 @@ requests so far (BENCHMARKS.md, "serve emulate"), which suits tests of clients, 
 SLO monitors at hundreds to a few thousand requests, not days of traffic.
 
 A request's arrival is stamped when it is received. Simulations run one at a time, each over
-everything that has arrived when it starts, outside the lock the streams wait on: while one
-runs, the open streams keep sending on the last schedule, so a token due in those milliseconds
-may leave on the older times (the only approximation; one simulation costs 6 ms at 100
-requests and 20 ms at 400 on a 2-core machine).
+everything that has arrived when it starts, while the open streams keep sending the tokens due
+before the earliest arrival not yet simulated (final, by causality); a token due after it waits
+for the schedule that has it. So tokens are never early, and late only when the simulations
+fall behind the wall clock (one costs 6-8 ms at 100 requests and 20-40 ms at 400 on a 2-core
+machine; `time_scale` gives them room).
 
 ``time_scale`` > 1 stretches the simulated clock (every latency lasts that many times longer on
 the wall), which makes the host's own overheads (HTTP, Python, the re-simulation) relatively
@@ -66,6 +67,7 @@ class EmulatedEngine:
         self._t0_lock = threading.Lock()
         self._sim_lock = threading.Lock()
         self._published = 0
+        self._pending: float | None = None  # earliest arrival no published schedule has
         self.simulations = 0
         self.simulation_s = 0.0
 
@@ -99,6 +101,8 @@ class EmulatedEngine:
             self._prompts.append(prompt)
             self._outputs.append(output)
             rid = len(self._prompts) - 1
+            if self._pending is None:
+                self._pending = arrival
         with self._sim_lock:  # one simulation at a time, of everything that has arrived
             with self._cond:
                 if self._published > rid:
@@ -114,6 +118,8 @@ class EmulatedEngine:
                 times = {r.rid: r.token_times or [] for r in res.requests}
                 self._times = [times[i] for i in range(len(wl))]
                 self._published = len(wl)
+                later = self._arrivals[self._published :]
+                self._pending = min(later) if later else None
                 self._cond.notify_all()
         return rid
 
@@ -124,9 +130,14 @@ class EmulatedEngine:
         return self._t0 + self._times[rid][k] * self.time_scale
 
     def wait_token(self, rid: int, k: int) -> None:
-        """Block until token ``k`` of request ``rid`` is due, following re-simulations."""
+        """Block until token ``k`` of request ``rid`` is due, following re-simulations. A token
+        due after an arrival that no published schedule has yet waits for that schedule: before
+        the arrival the times are final (causality), after it they may move."""
         with self._cond:
             while True:
+                if self._pending is not None and self._times[rid][k] >= self._pending:
+                    self._cond.wait()
+                    continue
                 left = self.due(rid, k) - self._clock()
                 if left <= 0:
                     return
