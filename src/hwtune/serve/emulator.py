@@ -111,7 +111,13 @@ class EmulatedEngine:
                               arrivals=tuple(self._arrivals))  # fmt: skip
             t = time.perf_counter()
             # outside the condition: the open streams keep their tokens on the last schedule
-            res = simulate(self.deployment, wl, record_tokens=True)
+            try:
+                res = simulate(self.deployment, wl, record_tokens=True)
+            except Exception:
+                with self._cond:  # no stream may wait for a schedule that will not come
+                    self._pending = None
+                    self._cond.notify_all()
+                raise
             with self._cond:
                 self.simulations += 1
                 self.simulation_s += time.perf_counter() - t
