@@ -118,7 +118,7 @@ def test_stream_parser(texts, noise, usage):
     if usage is not None:
         lines.append("data: " + json.dumps({"choices": [], "usage": {"completion_tokens": usage}}))
     lines.append("data: [DONE]")
-    stt = StreamState(start=0.0)
+    stt = StreamState()
     first_data = next(i for i, ln in enumerate(lines) if ln.startswith("data:"))
     ended = [stt.feed(ln, float(i)) for i, ln in enumerate(lines)]
     assert ended[-1] and not any(ended[:-1])
@@ -225,7 +225,7 @@ def test_block_reads_count_the_events():
     """After the first token the stream is read in blocks (`StreamState.feed_block`): a block of
     whole lines counts its data events, and one with the usage line or [DONE] is read line by
     line."""
-    stt = StreamState(start=0.0)
+    stt = StreamState()
     stt.feed('data: {"choices": [{"text": "a"}]}', 0.1)
     ev = 'data: {"choices": [{"text": "b"}]}\n\n'
     assert not stt.feed_block((ev * 5).encode(), 0.2)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import positive_ints
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -32,16 +33,6 @@ def _fail(e: Exception) -> None:
 
 def _emit(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
-
-
-def _ints(text: str, field: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise HwtuneInputError(field, text, "comma-separated integers, e.g. 8,16,32") from None
-    if not out or any(x <= 0 for x in out):
-        raise HwtuneInputError(field, text, "positive integers")
-    return out
 
 
 def _mhz(hz: float) -> str:
@@ -123,7 +114,7 @@ def optimize_cmd(
 
     try:
         prof = get_profile(profile)
-        cands = _ints(batches, "batches")
+        cands = positive_ints(batches, "batches")
         if points is not None:
             sp, raw = _load_points(points)
             step = fit_step_model(sp, prof.f_max_hz)
@@ -203,7 +194,7 @@ def tune_cmd(
         prof = get_profile(profile)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
-        tuner = OnlineTuner(sim, cap, _ints(batches, "batches"), base_batch=batch,
+        tuner = OnlineTuner(sim, cap, positive_ints(batches, "batches"), base_batch=batch,
                             convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval)  # fmt: skip
         for _ in range(steps):
             plan = tuner.step_begin()

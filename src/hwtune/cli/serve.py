@@ -483,16 +483,6 @@ def _json_safe(x: object) -> object:
     return x
 
 
-def _int_list(name: str, text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        vals = []
-    if not vals or any(v < 1 for v in vals):
-        raise HwtuneInputError(name, text, "positive integers separated by commas (e.g. 1,8,32)")
-    return vals
-
-
 @serve_app.command("measure")
 def measure_cmd(
     url: Annotated[str, typer.Option(help="base URL of an OpenAI-compatible server")],
@@ -533,13 +523,14 @@ def measure_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from hwtune.cli.parsing import positive_ints
     from hwtune.serve import endpoint_bench as eb
 
     err = Console(stderr=True)
     try:
-        cs = _int_list("concurrency", concurrency)
-        ins = _int_list("input-len", input_len)
-        outs = _int_list("output-len", output_len)
+        cs = positive_ints(concurrency, "concurrency")
+        ins = positive_ints(input_len, "input-len")
+        outs = positive_ints(output_len, "output-len")
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
             if v < 1:
                 raise HwtuneInputError(name, v, "a positive integer")

@@ -42,7 +42,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from hwtune.errors import HwtuneInputError
-from hwtune.serve.request import range_ratio_lengths
+from hwtune.serve.metrics import stats
+from hwtune.serve.request import range_ratio_lengths, time_per_output_token
 
 TOKEN_ID_RANGE = (1000, 20000)
 """Prompt token ids are drawn uniformly from these (half-open): below every common vocabulary's
@@ -50,20 +51,6 @@ size (Llama 3 128,256; Qwen 151,936; Mistral 32,768; GPT-2 50,257) and above the
 
 COMPLETIONS_PATH = "/v1/completions"
 _ERR_CHARS = 200
-
-
-class _HTTPNoDelay(http.client.HTTPConnection):
-    """Sends each request at once (no Nagle delay), as aiohttp-based clients do by default."""
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-class _HTTPSNoDelay(http.client.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 @dataclass(frozen=True)
@@ -95,9 +82,9 @@ class Endpoint:
             raise HwtuneInputError("endpoint", self.path, "a path starting with /")
 
     def connect(self) -> http.client.HTTPConnection:
-        """A new connection (keep-alive, ``TCP_NODELAY`` once it connects) to the server."""
+        """A new keep-alive connection to the server (``http.client`` sets ``TCP_NODELAY``)."""
         p = urlsplit(self.url)
-        cls = _HTTPSNoDelay if p.scheme == "https" else _HTTPNoDelay
+        cls = http.client.HTTPSConnection if p.scheme == "https" else http.client.HTTPConnection
         return cls(p.hostname or "", p.port, timeout=self.timeout_s)
 
     def full_path(self, path: str) -> str:
@@ -109,7 +96,6 @@ class Endpoint:
 class StreamState:
     """What one streamed response has shown so far (server-sent events, ``data:`` lines)."""
 
-    start: float
     first: float | None = None
     end: float | None = None
     chunks: int = 0
@@ -176,9 +162,9 @@ class RequestRecord:
     @property
     def tpot_s(self) -> float:
         """(E2E - TTFT) / (output tokens - 1); NaN for one output token or a failure."""
-        if self.error or self.output_tokens < 2:
+        if self.error:
             return math.nan
-        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+        return time_per_output_token(self.e2e_s - self.ttft_s, self.output_tokens)
 
 
 def prompt_ids(seed: int, index: int, length: int) -> list[int]:
@@ -229,7 +215,7 @@ def send_request(ep: Endpoint, conn: http.client.HTTPConnection, job: Job) -> Re
     if resp.status != 200:
         text = resp.read().decode(errors="replace").strip().replace("\n", " ")
         raise ServerError(f"HTTP {resp.status}: {text[:_ERR_CHARS]}")
-    st = StreamState(start=t0)
+    st = StreamState()
     while st.first is None and st.end is None:  # line by line until the first token
         raw = resp.readline()
         now = time.perf_counter()
@@ -308,12 +294,8 @@ class RunResult:
         of ``hwtune serve --json``."""
         ok = self.ok
 
-        def stats(xs: Iterable[float]) -> dict[str, float]:
-            a = np.array([x for x in xs if x == x], dtype=float)
-            if not a.size:
-                return {k: math.nan for k in ("mean", "p50", "p90", "p99")}
-            return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-                    "p90": float(np.percentile(a, 90)), "p99": float(np.percentile(a, 99))}  # fmt: skip
+        def col(xs: Iterable[float]) -> np.ndarray:
+            return np.fromiter(xs, dtype=float)
 
         out_tokens = sum(r.output_tokens for r in ok)
         return {
@@ -321,8 +303,8 @@ class RunResult:
             "output_len": self.output_len, "range_ratio": self.range_ratio,
             "num_requests": len(self.records), "failed": len(self.records) - len(ok),
             "warmup_requests": self.warmup, "wall_s": self.wall_s,
-            "ttft_s": stats(r.ttft_s for r in ok), "tpot_s": stats(r.tpot_s for r in ok),
-            "e2e_s": stats(r.e2e_s for r in ok),
+            "ttft_s": stats(col(r.ttft_s for r in ok)), "tpot_s": stats(col(r.tpot_s for r in ok)),
+            "e2e_s": stats(col(r.e2e_s for r in ok)),
             "mean_output_tokens": out_tokens / len(ok) if ok else math.nan,
             "requests_per_s": len(ok) / self.wall_s if self.wall_s > 0 else math.nan,
             "throughput_tokens_per_s": out_tokens / self.wall_s if self.wall_s > 0 else math.nan,

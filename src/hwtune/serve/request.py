@@ -70,9 +70,16 @@ class Request:
     @property
     def tpot(self) -> float:
         """(E2E − TTFT) / (output tokens − 1); NaN for one-token outputs."""
-        if self.output <= 1:
-            return math.nan
-        return (self.finish - self.first_token) / (self.output - 1)
+        return time_per_output_token(self.finish - self.first_token, self.output)
+
+
+def time_per_output_token(first_to_last_s: float, tokens: int) -> float:
+    """TPOT of one request: (E2E − TTFT) / (output tokens − 1), the seconds from its first to
+    its last token over the gaps between them (``vllm bench serve``'s and genai-perf's
+    definition, `hwtune.serve.metrics`); NaN for one output token."""
+    if tokens <= 1:
+        return math.nan
+    return first_to_last_s / (tokens - 1)
 
 
 @dataclass(frozen=True)

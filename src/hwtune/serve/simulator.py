@@ -354,9 +354,11 @@ def simulate(
             if isinstance(batch, tuple):  # a fast-forwarded decode stretch
                 run, durs, t0 = batch
                 k = len(durs)
+                # step ends summed in the order the stretch summed them (as step by step), so
+                # the last one is ``t``
+                ends = list(accumulate(durs, initial=t0))[1:]
                 if rep.frontend_s_per_token:
-                    # step ends summed in the order the stretch summed them (as step by step)
-                    seen = rep.deliver(list(accumulate(durs, initial=t0))[1:], len(run))
+                    seen = rep.deliver(ends, len(run))
                     gaps = list(np.diff(seen))
                 else:
                     seen = [t0 + durs[0], t]
@@ -367,8 +369,6 @@ def simulate(
                 first_end, t_seen = seen[0], seen[-1]
                 times = None
                 if record_tokens:
-                    # summed in the order the stretch summed them, so the last one is ``t``
-                    ends = list(accumulate(durs, initial=t0))[1:]
                     times = seen if rep.frontend_s_per_token else ends
                 for r in run:
                     r.busy = False
