@@ -1,7 +1,9 @@
 """What-if for published serving rows: the same simulation with the engine's concurrent
 sequences capped (``max_num_seqs``), beside the rows as recorded and the measurements. Written
 for InferenceX's vLLM gpt-oss-120b H100 rows at 512 clients, whose measured TTFT and TPOT fit
-about 100 requests in the engine at once (VALIDATION.md, "What is missing").
+about 100 requests in the engine at once, and used for the TensorRT-LLM 1.0.0rc3 Llama-3.1-8B
+sweep of aiconfigurator's harness, whose 8-32 client rows fit one slot fewer than clients
+(VALIDATION.md, "What is missing").
 
 The fitted slots follow from Little's law for a closed loop of C clients with S requests in the
 engine, each there for E seconds (about (output tokens - 1) x TPOT): the engine completes S / E
@@ -10,11 +12,15 @@ measured TTFT, S = C E / (TTFT + E), from the row's own measured TTFT and TPOT.
 
     python benchmarks/serve_slot_cap.py                       # those 9 rows, 100 slots
     python benchmarks/serve_slot_cap.py --backend sglang --model DeepSeek --min-clients 256
+    python benchmarks/serve_slot_cap.py --backend trtllm --model Llama-3.1-8B --min-clients 8 \\
+        --below-clients 1 --summary                           # C - 1 slots, errors by clients
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+from collections import defaultdict
 from dataclasses import replace
 
 from hwtune.serve.published import load_rows, predict
@@ -25,11 +31,25 @@ def main() -> None:
     ap.add_argument("--backend", default="vllm")
     ap.add_argument("--model", default="gpt-oss", help="a substring of the model name")
     ap.add_argument("--min-clients", type=int, default=512)
+    ap.add_argument("--max-clients", type=int, default=None)
     ap.add_argument("--slots", type=int, default=100, help="max_num_seqs of the what-if")
+    ap.add_argument(
+        "--below-clients",
+        type=int,
+        default=None,
+        help="instead of --slots: each row's clients minus this many slots",
+    )
     ap.add_argument("--requests-per-client", type=int, default=4)
+    ap.add_argument(
+        "--summary",
+        action="store_true",
+        help="print median TTFT errors by clients instead of one line per row",
+    )
     args = ap.parse_args()
     if args.slots < 1:
         ap.error(f"--slots: got {args.slots}; expected an integer >= 1")
+    if args.below_clients is not None and args.below_clients < 0:
+        ap.error(f"--below-clients: got {args.below_clients}; expected an integer >= 0")
     rows = [
         r
         for r in load_rows()
@@ -37,27 +57,45 @@ def main() -> None:
         and r.backend == args.backend
         and args.model in r.model
         and r.concurrency >= args.min_clients
+        and (args.max_clients is None or r.concurrency <= args.max_clients)
     ]
-    print(f"# {len(rows)} rows; TTFT s / TPOT ms")
-    print(
-        f"| ISL/OSL | clients | TP | measured | as recorded | {args.slots} slots | fitted slots |"
+    label = (
+        f"C - {args.below_clients} slots"
+        if args.below_clients is not None
+        else (f"{args.slots} slots")
     )
-    print("|---|---:|---:|---|---|---|---:|")
+    print(f"# {len(rows)} rows; TTFT s / TPOT ms")
+    if not args.summary:
+        print(f"| ISL/OSL | clients | TP | measured | as recorded | {label} | fitted slots |")
+        print("|---|---:|---:|---|---|---|---:|")
+    errors: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
     for r in rows:
         dep = r.deployment
+        slots = args.slots
+        if args.below_clients is not None:
+            slots = max(1, r.concurrency - args.below_clients)
         base = predict(r, args.requests_per_client)
-        capped = replace(
-            r, deployment=replace(dep, replica=dep.replica.with_(max_num_seqs=args.slots))
-        )
+        capped = replace(r, deployment=replace(dep, replica=dep.replica.with_(max_num_seqs=slots)))
         cap = predict(capped, args.requests_per_client)
         in_engine = (r.osl - 1) * r.tpot_s  # a request's decode time, measured
         fitted = r.concurrency * in_engine / (r.ttft_s + in_engine)
-        print(
-            f"| {r.isl}/{r.osl} | {r.concurrency} | {dep.replica.tp} "
-            f"| {r.ttft_s:.1f} / {1e3 * r.tpot_s:.2f} | {base[0]:.1f} / {1e3 * base[1]:.2f} "
-            f"| {cap[0]:.1f} / {1e3 * cap[1]:.2f} | {fitted:.0f} |",
-            flush=True,
+        errors[r.concurrency].append(
+            (abs(base[0] / r.ttft_s - 1), abs(cap[0] / r.ttft_s - 1), cap[0] / r.ttft_s)
         )
+        if not args.summary:
+            print(
+                f"| {r.isl}/{r.osl} | {r.concurrency} | {dep.replica.tp} "
+                f"| {r.ttft_s:.3g} / {1e3 * r.tpot_s:.2f} | {base[0]:.3g} / {1e3 * base[1]:.2f} "
+                f"| {cap[0]:.3g} / {1e3 * cap[1]:.2f} | {fitted:.0f} |",
+                flush=True,
+            )
+    if args.summary:
+        print(f"| clients | rows | TTFT error as recorded | {label} | pred/meas ({label}) |")
+        print("|---:|---:|---:|---:|---:|")
+        for c in sorted(errors):
+            e = errors[c]
+            med = [statistics.median(x[i] for x in e) for i in range(3)]
+            print(f"| {c} | {len(e)} | {med[0]:.1%} | {med[1]:.1%} | {med[2]:.2f} |")
 
 
 if __name__ == "__main__":
