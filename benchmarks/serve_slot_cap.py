@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--backend", default="vllm")
     ap.add_argument("--model", default="gpt-oss", help="a substring of the model name")
     ap.add_argument("--min-clients", type=int, default=512)
-    ap.add_argument("--max-clients", type=int, default=None)
+    ap.add_argument("--max-clients", type=int, default=None, help="default: no upper bound")
     ap.add_argument("--slots", type=int, default=100, help="max_num_seqs of the what-if")
     ap.add_argument(
         "--below-clients",
@@ -48,6 +48,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.slots < 1:
         ap.error(f"--slots: got {args.slots}; expected an integer >= 1")
+    if args.max_clients is not None and args.max_clients < args.min_clients:
+        ap.error(
+            f"--max-clients: got {args.max_clients}; expected >= --min-clients ({args.min_clients})"
+        )
     if args.below_clients is not None and args.below_clients < 0:
         ap.error(f"--below-clients: got {args.below_clients}; expected an integer >= 0")
     rows = [
@@ -59,11 +63,8 @@ def main() -> None:
         and r.concurrency >= args.min_clients
         and (args.max_clients is None or r.concurrency <= args.max_clients)
     ]
-    label = (
-        f"C - {args.below_clients} slots"
-        if args.below_clients is not None
-        else (f"{args.slots} slots")
-    )
+    below = args.below_clients is not None
+    label = f"C - {args.below_clients} slots" if below else f"{args.slots} slots"
     print(f"# {len(rows)} rows; TTFT s / TPOT ms")
     if not args.summary:
         print(f"| ISL/OSL | clients | TP | measured | as recorded | {label} | fitted slots |")
@@ -71,9 +72,7 @@ def main() -> None:
     errors: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
     for r in rows:
         dep = r.deployment
-        slots = args.slots
-        if args.below_clients is not None:
-            slots = max(1, r.concurrency - args.below_clients)
+        slots = max(1, r.concurrency - args.below_clients) if below else args.slots
         base = predict(r, args.requests_per_client)
         capped = replace(r, deployment=replace(dep, replica=dep.replica.with_(max_num_seqs=slots)))
         cap = predict(capped, args.requests_per_client)
