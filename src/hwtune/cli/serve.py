@@ -50,25 +50,39 @@ RangeRatio = Annotated[
         "vLLM<=0.8 benchmark_serving --random-range-ratio); 1 = fixed"
     ),
 ]
-Sched = Annotated[str, typer.Option(help="vllm|sarathi|orca|prefill-first|sglang|static")]
+Sched = Annotated[
+    str | None,
+    typer.Option(
+        help="vllm|sarathi|orca|prefill-first|sglang|static (default: vllm, or --engine's)"
+    ),
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="engine preset, vllm|sglang|trtllm[@VERSION]: its batch formation, eager prefill and "
+        "overlap scheduling as the published-run validation assumes them (explicit options win)",
+    ),
+]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
     str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
 ]
 EagerPrefill = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--eager-prefill/--no-eager-prefill",
         help="prefill steps without CUDA graphs: at least the host's kernel launches "
-        "(TensorRT-LLM PyTorch backend, SGLang)",
+        "(TensorRT-LLM PyTorch backend, SGLang; default: off, or --engine's)",
     ),
 ]
 OverlapSchedule = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--overlap-schedule/--no-overlap-schedule",
         help="the engine forms the next batch while a step runs (TensorRT-LLM's overlap "
-        "scheduler, SGLang's default, vLLM --async-scheduling): arrivals wait one step more",
+        "scheduler, SGLang's default, vLLM --async-scheduling): arrivals wait one step more "
+        "(default: off, or --engine's)",
     ),
 ]
 SpecTokens = Annotated[
@@ -99,6 +113,31 @@ Correction = Annotated[
         help="tier-3 correction from `hwtune serve calibrate` (printed beside the simulation)"
     ),
 ]
+
+
+def _behaviour(
+    engine: str | None,
+    scheduler: str | None,
+    eager_prefill: bool | None,
+    overlap_schedule: bool | None,
+) -> tuple[str, bool, bool, str | None]:
+    """(scheduler, eager prefill, overlap scheduling, engine label): each explicit option, else
+    the ``--engine`` preset's (`hwtune.serve.engines.engine_fields`), else the generic default."""
+    from hwtune.serve.engines import engine_fields, parse_engine
+
+    preset: dict[str, object] = {}
+    label = None
+    if engine is not None:
+        e = parse_engine(engine)
+        preset, label = engine_fields(e), str(e)
+    return (
+        scheduler if scheduler is not None else str(preset.get("scheduler", "vllm")),
+        eager_prefill if eager_prefill is not None else bool(preset.get("eager_prefill", False)),
+        overlap_schedule
+        if overlap_schedule is not None
+        else bool(preset.get("overlap_schedule", False)),
+        label,
+    )
 
 
 def _workload(
@@ -213,7 +252,8 @@ def serve(
     trace: Trace = None,
     prefix_len: Annotated[int, typer.Option(help="shared prompt prefix tokens")] = 0,
     prefix_groups: Annotated[int, typer.Option(help="distinct shared prefixes")] = 0,
-    scheduler: Sched = "vllm",
+    scheduler: Sched = None,
+    engine: EngineOpt = None,
     max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
     block_size: Annotated[int, typer.Option(help="KV block size, tokens")] = 16,
@@ -228,8 +268,8 @@ def serve(
     prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
-    eager_prefill: EagerPrefill = False,
-    overlap_schedule: OverlapSchedule = False,
+    eager_prefill: EagerPrefill = None,
+    overlap_schedule: OverlapSchedule = None,
     adp_balance_timeout_iters: Annotated[
         int,
         typer.Option(
@@ -274,6 +314,9 @@ def serve(
 
     try:
         corr = load_correction(correction) if correction is not None else None
+        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+            engine, scheduler, eager_prefill, overlap_schedule
+        )
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
@@ -295,7 +338,8 @@ def serve(
     doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
                dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
-               tier=2 if profile else 1, workload=wl.mode)  # fmt: skip
+               tier=2 if profile else 1, workload=wl.mode, engine=engine_label,
+               eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
@@ -321,8 +365,9 @@ def serve(
         return
     from hwtune.report.serve_view import render_summary
 
+    how = f"{engine_label}, {scheduler}" if engine_label else scheduler
     render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
-                        f"{len(wl)} requests, {scheduler})")  # fmt: skip
+                        f"{len(wl)} requests, {how})")  # fmt: skip
 
 
 @serve_app.command("plan")
@@ -344,7 +389,8 @@ def plan_cmd(
     rate: Rate = None,
     burstiness: Burst = 1.0,
     trace: Trace = None,
-    scheduler: Sched = "vllm",
+    scheduler: Sched = None,
+    engine: EngineOpt = None,
     objective: Annotated[str, typer.Option(help="gpus|cost")] = "gpus",
     disagg: Annotated[bool, typer.Option("--disagg/--no-disagg", help="also disaggregated")] = True,
     processes: Annotated[
@@ -353,8 +399,8 @@ def plan_cmd(
     top: Annotated[int, typer.Option(help="layouts to show")] = 5,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
-    eager_prefill: EagerPrefill = False,
-    overlap_schedule: OverlapSchedule = False,
+    eager_prefill: EagerPrefill = None,
+    overlap_schedule: OverlapSchedule = None,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -368,6 +414,9 @@ def plan_cmd(
 
     try:
         corr = load_correction(correction) if correction is not None else None
+        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+            engine, scheduler, eager_prefill, overlap_schedule
+        )
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
@@ -385,6 +434,7 @@ def plan_cmd(
     best = [r.to_dict() for r in res[:top] if r.meets]
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
+               "engine": engine_label,
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best,
                "correction": corr.model_dump() if corr is not None else None,
@@ -407,13 +457,14 @@ def calibrate_cmd(
     gpu: Gpu = "h100-sxm-80gb",
     precision: Precision = "bf16",
     kv_precision: KvPrecision = None,
-    scheduler: Sched = "vllm",
+    scheduler: Sched = None,
+    engine: EngineOpt = None,
     max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
-    eager_prefill: EagerPrefill = False,
-    overlap_schedule: OverlapSchedule = False,
+    eager_prefill: EagerPrefill = None,
+    overlap_schedule: OverlapSchedule = None,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -427,6 +478,9 @@ def calibrate_cmd(
 
     try:
         measured = load_runs(runs)
+        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+            engine, scheduler, eager_prefill, overlap_schedule
+        )
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
@@ -449,6 +503,7 @@ def calibrate_cmd(
             for r, s in zip(measured, sims, strict=True)]  # fmt: skip
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
+               "engine": engine_label,
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -619,13 +674,14 @@ def emulate_cmd(
     dp_attention: Annotated[int, typer.Option(help="attention data parallelism (MLA models)")] = 1,
     precision: Precision = "bf16",
     kv_precision: KvPrecision = None,
-    scheduler: Sched = "vllm",
+    scheduler: Sched = None,
+    engine: EngineOpt = None,
     max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
     max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
-    eager_prefill: EagerPrefill = False,
-    overlap_schedule: OverlapSchedule = False,
+    eager_prefill: EagerPrefill = None,
+    overlap_schedule: OverlapSchedule = None,
     frontend_tokens_per_s: FrontEnd = None,
     replicas: Annotated[int, typer.Option(help="replicas behind the router")] = 1,
     router: Annotated[str, typer.Option(help="round-robin|least-tokens")] = "round-robin",
@@ -645,15 +701,18 @@ def emulate_cmd(
     from hwtune.serve.mock_server import MockServer, serve_until_interrupted
 
     try:
+        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+            engine, scheduler, eager_prefill, overlap_schedule
+        )
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, 16, 0.9, True, profile,
                        weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        engine = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
+        emu = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
         name = served_model or cfg.model.name
         try:
-            srv = MockServer(timing=EmulatedTiming(engine), host=host, port=port, model=name)
+            srv = MockServer(timing=EmulatedTiming(emu), host=host, port=port, model=name)
         except OSError as e:
             raise HwtuneInputError("port", port, f"a free port on {host} ({e.strerror})") from None
     except HwtuneInputError as e:
@@ -662,11 +721,12 @@ def emulate_cmd(
     # hand the interpreter to the request threads often, so that a request is stamped when it
     # arrives and not when a simulation running in another thread lets go (5 ms by default)
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
-    sys.stderr.write(f"emulating {name} on {replicas} x {cfg.device.name} (tp {tp}) at "
+    as_engine = f" as {engine_label}" if engine_label else ""
+    sys.stderr.write(f"emulating {name}{as_engine} on {replicas} x {cfg.device.name} (tp {tp}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
     serve_until_interrupted(srv)
-    sys.stderr.write(f"{engine.requests} requests served, {engine.simulations} simulations in "
-                     f"{engine.simulation_s:.1f} s\n")  # fmt: skip
+    sys.stderr.write(f"{emu.requests} requests served, {emu.simulations} simulations in "
+                     f"{emu.simulation_s:.1f} s\n")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.engines import (
+    EAGER_PREFILL_ENGINES,
+    overlap_by_default,
+    version_tuple,
+)
 from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
 
 REQUESTS_PER_CLIENT = 10
@@ -67,20 +72,10 @@ DISAGG_DECODE_MIN_SEQS = 256
 """Decode-worker sequences per attention-DP rank at least (see the module docstring)."""
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("aiconfigurator", "defaults")
-EAGER_PREFILL_BACKENDS: tuple[str, ...] = ("trtllm", "sglang")
+EAGER_PREFILL_BACKENDS: tuple[str, ...] = EAGER_PREFILL_ENGINES
 """Engines whose prompt-carrying steps run without CUDA graphs in these rows
-(`ReplicaConfig.eager_prefill`): TensorRT-LLM's PyTorch backend captures CUDA graphs for
-generation-only batches (its ``cuda_graph_config``), SGLang for decode batches (prefill
-graphs only with ``--enable-piecewise-cuda-graph``, which none of the rows' launch scripts
-sets). vLLM V1 runs piecewise CUDA graphs with torch.compile, so its rows keep the GPU time."""
-
-VLLM_ASYNC_DEFAULT_SINCE = (0, 14)
-"""vLLM's first release that schedules asynchronously by default (``async_scheduling`` None ->
-True unless an option is incompatible): vLLM PR #27614, "[Core] Enable async scheduling by
-default", merged in the week to 2026-01-02, after v0.13.0. Checked in the wheels: v0.12.0's
-``SchedulerConfig.async_scheduling: bool = False`` ("we won't reach here until async scheduling
-is enabled by default"), v0.18.0's ``bool | None = None``, resolved to True in
-``VllmConfig``."""
+(`ReplicaConfig.eager_prefill`; `hwtune.serve.engines`): none of the rows' launch scripts sets
+SGLang's ``--enable-piecewise-cuda-graph``."""
 
 
 def overlap_schedule(row: dict, role: str = "agg") -> bool:
@@ -97,18 +92,19 @@ def overlap_schedule(row: dict, role: str = "agg") -> bool:
       aiconfigurator's templates pass ``--disable-overlap-schedule``.
     - vLLM: InferenceX's vLLM scripts for H100 and H200 write ``async-scheduling: true`` into
       their config (Llama-3.1-70B and gpt-oss-120b, 2025-10 to 2026-01; later images schedule
-      asynchronously by default); otherwise on from `VLLM_ASYNC_DEFAULT_SINCE`.
+      asynchronously by default); otherwise on from
+      `hwtune.serve.engines.VLLM_ASYNC_DEFAULT_SINCE`.
     """
     backend = row["backend"]
-    if backend == "trtllm":
-        return role != "prefill"
+    if backend == "trtllm":  # the engine's default, off for prefill workers by the configs
+        return role != "prefill" and overlap_by_default(backend)
     if backend == "sglang":
-        return True
+        return overlap_by_default(backend)
     if backend == "vllm":
         if is_inferencex(row):
             return True
-        parts = re.findall(r"\d+", row.get("backend_version") or "")
-        return len(parts) >= 2 and (int(parts[0]), int(parts[1])) >= VLLM_ASYNC_DEFAULT_SINCE
+        version = version_tuple(row.get("backend_version"))  # none recorded: off
+        return version is not None and overlap_by_default(backend, version)
     return False
 
 

@@ -1,0 +1,111 @@
+"""Engine presets: how vLLM, SGLang and TensorRT-LLM behave, as the simulator models them.
+
+Three fields of `hwtune.serve.config.ReplicaConfig` describe an engine's behaviour rather than
+its limits, and their defaults differ between the engines:
+
+- ``scheduler``: how a step's batch is formed (`hwtune.serve.scheduler`). TensorRT-LLM leaves
+  chunked prefill off by default (its LLM API ``enable_chunked_prefill: bool = False``), so a
+  prompt is prefilled whole within ``max_num_tokens``: ``orca``. vLLM V1 chunks prompts into
+  the running batch (``vllm``). SGLang is simulated with the same ``vllm`` policy: its own
+  prefill-first policy (``sglang``) was tried on the published SGLang rows and predicted them
+  worse (VALIDATION.md, "SGLang's own scheduling policy on the SGLang rows: tried, not adopted").
+- ``eager_prefill``: whether a step that carries prompt tokens runs without CUDA graphs, so that
+  it lasts at least the host's kernel launches. TensorRT-LLM's PyTorch backend captures CUDA
+  graphs for generation-only batches (its ``cuda_graph_config``) and SGLang for decode batches
+  (prefill graphs only with ``--enable-piecewise-cuda-graph``, off by default); vLLM V1 runs
+  piecewise CUDA graphs through torch.compile for every step.
+- ``overlap_schedule``: whether the host forms the next batch while a step runs. On by default
+  in TensorRT-LLM's PyTorch backend (``disable_overlap_scheduler: false``) and in SGLang since
+  v0.4 (the overlap scheduler); in vLLM from `VLLM_ASYNC_DEFAULT_SINCE` on (``--async-
+  scheduling``, opt-in before).
+
+These are the assumptions of the published-row validation (`hwtune.serve.published`), so
+``hwtune serve --engine E`` simulates E as the track record that ``hwtune serve`` prints was
+measured. Limits (``max_num_seqs``, ``max_num_batched_tokens``) are deployment choices and stay
+with their own options.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hwtune.errors import HwtuneInputError
+
+SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+"""The engines with a preset (`engine_fields`)."""
+
+VLLM_ASYNC_DEFAULT_SINCE = (0, 14)
+"""vLLM's first release that schedules asynchronously by default (``async_scheduling`` None ->
+True unless an option is incompatible): vLLM PR #27614, "[Core] Enable async scheduling by
+default", merged in the week to 2026-01-02, after v0.13.0. Checked in the wheels: v0.12.0's
+``SchedulerConfig.async_scheduling: bool = False`` ("we won't reach here until async scheduling
+is enabled by default"), v0.18.0's ``bool | None = None``, resolved to True in
+``VllmConfig``."""
+
+EAGER_PREFILL_ENGINES: tuple[str, ...] = ("trtllm", "sglang")
+"""Engines whose prompt-carrying steps run without CUDA graphs (see the module docstring)."""
+
+_SPEC = re.compile(r"^(?P<name>[a-z]+)(?:@(?P<version>\d+\.\d+\S*))?$")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine and, optionally, its release as (major, minor)."""
+
+    name: str
+    version: tuple[int, int] | None = None
+
+    def __str__(self) -> str:
+        return (
+            self.name if self.version is None else f"{self.name}@{'.'.join(map(str, self.version))}"
+        )
+
+
+def version_tuple(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a release string such as ``0.12.0`` or ``1.0.0rc3``; None when it has
+    no two leading numbers (``gpt-oss-dev``, empty)."""
+    parts = re.findall(r"\d+", version or "")
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 else None
+
+
+def parse_engine(spec: str) -> Engine:
+    """``vllm``, ``sglang`` or ``trtllm``, optionally ``@VERSION`` (``vllm@0.12``,
+    ``trtllm@1.0.0rc3``); a one-line `HwtuneInputError` naming ``engine`` otherwise."""
+    m = _SPEC.match(spec.strip().lower())
+    if m is None or m["name"] not in SERVING_ENGINES:
+        raise HwtuneInputError(
+            "engine", spec, f"one of {', '.join(SERVING_ENGINES)}, optionally @VERSION (vllm@0.12)"
+        )
+    return Engine(m["name"], version_tuple(m["version"]))
+
+
+def overlap_by_default(engine: str, version: tuple[int, int] | None = None) -> bool:
+    """Whether ``engine`` (at ``version``; None: the latest) forms the next batch while a step
+    runs unless told otherwise (see the module docstring)."""
+    if engine == "vllm":
+        return version is None or version >= VLLM_ASYNC_DEFAULT_SINCE
+    return engine in ("sglang", "trtllm")
+
+
+def engine_fields(engine: Engine | str) -> dict[str, object]:
+    """`ReplicaConfig` fields of an engine's default behaviour: ``scheduler``,
+    ``eager_prefill`` and ``overlap_schedule`` (see the module docstring)."""
+    e = parse_engine(engine) if isinstance(engine, str) else engine
+    return {
+        "scheduler": "orca" if e.name == "trtllm" else "vllm",
+        "eager_prefill": e.name in EAGER_PREFILL_ENGINES,
+        "overlap_schedule": overlap_by_default(e.name, e.version),
+    }
+
+
+__all__ = [
+    "EAGER_PREFILL_ENGINES",
+    "SERVING_ENGINES",
+    "VLLM_ASYNC_DEFAULT_SINCE",
+    "Engine",
+    "engine_fields",
+    "overlap_by_default",
+    "parse_engine",
+    "version_tuple",
+]
