@@ -152,17 +152,35 @@ def cell_table(out: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def mode_engine_table(out: list[dict]) -> str:
+    """Errors by mode and engine: the engine's record `hwtune serve --engine` shows."""
+    lines = ["| mode / engine | rows | TTFT median | TTFT p90 | TPOT median | TPOT p90 | "
+             "pred/meas TTFT (median) | pred/meas TPOT (median) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for k, n, t, p in _grouped(out, lambda o: f"{o['mode']}/{o['backend']}"):
+        lines.append(f"| {k} | {n} | {t['median_abs_error']:.1%} | {t['p90_abs_error']:.1%} | "
+                     f"{p['median_abs_error']:.1%} | {p['p90_abs_error']:.1%} | "
+                     f"{t['pred_over_meas']:.2f} | {p['pred_over_meas']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def write_accuracy(rows: list[dict]) -> None:
-    """The track record of `hwtune serve`, per mode and per (mode, model kind, band of clients)
-    cell, into the package (`serve/accuracy.json`)."""
+    """The track record of `hwtune serve`, per mode, per (mode, model kind, band of clients)
+    cell and per (mode, engine), into the package (`serve/accuracy.json`)."""
     modes = {m: record([o for o in rows if o["mode"] == m]) for m in ("agg", "disagg")}
     cells = collections.defaultdict(list)
+    engines: dict[str, dict[str, list[dict]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
     for o in rows:
         cells[cell_key(o["mode"], is_moe(o["model"]), o["concurrency"])].append(o)
+        engines[o["mode"]][o["backend"]].append(o)
     doc = {"source": f"benchmarks/serve_validation.py --write-accuracy, tier 1, "
                      f"{datetime.date.today().isoformat()}",
            "all": record(rows), "modes": {m: v for m, v in modes.items() if v["rows"]},
-           "cells": {k: record(v) for k, v in sorted(cells.items())}}  # fmt: skip
+           "cells": {k: record(v) for k, v in sorted(cells.items())},
+           "engines": {m: {b: record(v) for b, v in sorted(by.items())}
+                       for m, by in sorted(engines.items())}}  # fmt: skip
     ACCURACY_FILE.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {ACCURACY_FILE}")
 
@@ -267,6 +285,8 @@ def main() -> None:
     print("By backend and model:\n\n" + backend_model_table(out) + "\n")
     print("By mode, model kind and clients (the track record `hwtune serve` prints):\n\n"
           + cell_table(out) + "\n")  # fmt: skip
+    print("By mode and engine (the record `hwtune serve --engine` adds):\n\n"
+          + mode_engine_table(out) + "\n")  # fmt: skip
     reasons = collections.Counter(
         "repeat an earlier row's measurement (counted once)"
         if s["reason"].startswith("repeats")

@@ -184,3 +184,51 @@ def test_small_cells_are_not_shown(monkeypatch):
     assert "nearest" not in accuracy_for(False, False, 3)
     assert accuracy_for(False, False, 9)["nearest"]["rows"] == MIN_CELL_ROWS
     assert "nearest" not in accuracy_for(False, True, 9)
+
+
+def _validation_engine_rows() -> dict[str, list[str]]:
+    text = (ROOT / "VALIDATION.md").read_text()
+    sec = text[text.index("| mode / engine |") :]
+    rows = re.findall(r"^\| (agg|disagg)/(\w+) \| (\d+) \| ([\d.]+)% \| ([\d.]+)% \| ([\d.]+)% \| "
+                      r"([\d.]+)% \| ([\d.]+) \| ([\d.]+) \|$", sec[: sec.index("\n\n")], re.M)  # fmt: skip
+    return {f"{m}/{e}": rest for m, e, *rest in rows}
+
+
+def test_engine_records_are_the_ones_validation_reports():
+    """`hwtune serve --engine E` prints E's record of the mode: the same run's figures as
+    VALIDATION.md's table by mode and engine, and its rows add up to the mode's."""
+    doc = _validation_engine_rows()
+    shipped = {f"{m}/{e}": r for m, by in TABLE["engines"].items() for e, r in by.items()}
+    assert set(doc) == set(shipped) and shipped
+    for k, (n, t50, t90, p50, p90, rt, rp) in doc.items():
+        r = shipped[k]
+        assert r["rows"] == int(n)
+        assert r["ttft"]["median_abs_error"] == pytest.approx(float(t50) / 100, abs=6e-4)
+        assert r["ttft"]["p90_abs_error"] == pytest.approx(float(t90) / 100, abs=6e-4)
+        assert r["tpot"]["median_abs_error"] == pytest.approx(float(p50) / 100, abs=6e-4)
+        assert r["tpot"]["p90_abs_error"] == pytest.approx(float(p90) / 100, abs=6e-4)
+        assert r["ttft"]["pred_over_meas"] == pytest.approx(float(rt), abs=6e-3)
+        assert r["tpot"]["pred_over_meas"] == pytest.approx(float(rp), abs=6e-3)
+    for mode, by in TABLE["engines"].items():
+        assert sum(r["rows"] for r in by.values()) == TABLE["modes"][mode]["rows"]
+        assert set(by) == set(TABLE["modes"][mode]["backends"])
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINE_NAMES))
+def test_an_engine_adds_its_own_record_to_the_line(engine):
+    acc = accuracy_for(False, True, 4, engine)
+    assert acc is not None and acc["engine"]["name"] == engine
+    assert acc["engine"] == {"name": engine, **TABLE["engines"]["agg"][engine]}
+    assert f"on {ENGINE_NAMES[engine]}'s {acc['engine']['rows']}:" in accuracy_line(acc)
+    assert "engine" not in accuracy_for(False, True, 4)  # none asked, none shown
+    assert "engine" not in accuracy_for(True, engine="vllm")  # no disaggregated vLLM runs
+
+
+def test_cli_engine_shows_its_record():
+    r = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "--engine", "sglang@0.5.6",
+                        "--concurrency", "2", "--num-requests", "4", "--input-len", "128",
+                        "--output-len", "8", "--json"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    acc = json.loads(r.stdout)["accuracy"]
+    assert acc == accuracy_for(False, False, 2, "sglang")

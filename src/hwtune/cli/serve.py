@@ -347,7 +347,8 @@ def serve(
         doc["frontend_tokens_per_s"] = frontend_tokens_per_s
     # the nearest published cell: a closed loop's clients per replica (open loops: mode only)
     clients = -(-wl.concurrency // replicas) if wl.mode == "closed" else None
-    doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients)
+    name = engine_label.split("@")[0] if engine_label else None
+    doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients, name)
     if corr is not None:
         pr = per_request(res)
         doc["calibrated"] = corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
@@ -417,6 +418,7 @@ def plan_cmd(
         scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
+        name = engine_label.split("@")[0] if engine_label else None
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
@@ -438,7 +440,8 @@ def plan_cmd(
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best,
                "correction": corr.model_dump() if corr is not None else None,
-               "accuracy": {"agg": serve_accuracy(False), "disagg": serve_accuracy(True)}}  # fmt: skip
+               "accuracy": {"agg": serve_accuracy(False, engine=name),
+                            "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from hwtune.report.serve_view import render_plan
@@ -446,8 +449,8 @@ def plan_cmd(
     title = f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated"
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
-    render_plan(best, title,
-                accuracy=[serve_accuracy(False)] + ([serve_accuracy(True)] if disagg else []))  # fmt: skip
+    render_plan(best, title, accuracy=[serve_accuracy(False, engine=name)]
+                + ([serve_accuracy(True, engine=name)] if disagg else []))  # fmt: skip
 
 
 @serve_app.command("calibrate")

@@ -56,7 +56,10 @@ def _table() -> dict[str, Any]:
 
 
 def accuracy_for(
-    disaggregated: bool, moe: bool | None = None, clients: int | None = None
+    disaggregated: bool,
+    moe: bool | None = None,
+    clients: int | None = None,
+    engine: str | None = None,
 ) -> dict[str, Any] | None:
     """The measured error of the published rows of this mode: ``mode``, ``rows``, ``backends``
     and, for ``ttft`` and ``tpot``, ``median_abs_error``, ``p90_abs_error`` and
@@ -64,7 +67,9 @@ def accuracy_for(
     without such rows. With ``moe`` (the model is a mixture of experts) and ``clients`` (a closed
     loop's concurrency) it adds ``nearest``: the same fields over the published runs of the
     same mode, model kind and `concurrency_band`, with ``kind`` and ``band``, when that cell has
-    at least `MIN_CELL_ROWS` runs (open loops and traces have no band: mode only)."""
+    at least `MIN_CELL_ROWS` runs (open loops and traces have no band: mode only). With
+    ``engine`` ("vllm", "sglang" or "trtllm") it adds ``engine``: the same fields over that
+    engine's published runs of the mode, with ``name``, when there are any."""
     table = _table()
     mode = "disagg" if disaggregated else "agg"
     entry = table.get("modes", {}).get(mode)
@@ -76,6 +81,10 @@ def accuracy_for(
         if cell and cell["rows"] >= MIN_CELL_ROWS:
             out["nearest"] = {"kind": "moe" if moe else "dense",
                               "band": concurrency_band(clients), **cell}  # fmt: skip
+    if engine is not None:
+        rec = table.get("engines", {}).get(mode, {}).get(engine)
+        if rec and rec["rows"]:
+            out["engine"] = {"name": engine, **rec}
     return out
 
 
@@ -84,6 +93,14 @@ def accuracy_line(acc: dict[str, Any]) -> str:
     kind = "disaggregated" if acc["mode"] == "disagg" else "aggregated"
     t, p = acc["ttft"], acc["tpot"]
     engines = ", ".join(ENGINE_NAMES.get(b, b) for b in acc.get("backends", []))
+    own = acc.get("engine")
+    mine = ""
+    if own:
+        mine = (
+            f"; on {ENGINE_NAMES.get(own['name'], own['name'])}'s {own['rows']}: TTFT "
+            f"{own['ttft']['median_abs_error']:.0%} ({own['ttft']['pred_over_meas']:.2f}x), "
+            f"TPOT {own['tpot']['median_abs_error']:.0%}"
+        )
     near = acc.get("nearest")
     if near:
         nt, np_ = near["ttft"], near["tpot"]
@@ -94,13 +111,13 @@ def accuracy_line(acc: dict[str, Any]) -> str:
             f"{nt['median_abs_error']:.0%} (predicted {nt['pred_over_meas']:.2f}x measured), "
             f"TPOT {np_['median_abs_error']:.0%} ({np_['pred_over_meas']:.2f}x); over all "
             f"{acc['rows']} ({engines}): TTFT {t['median_abs_error']:.0%}, TPOT "
-            f"{p['median_abs_error']:.0%} (VALIDATION.md)"
+            f"{p['median_abs_error']:.0%}{mine} (VALIDATION.md)"
         )
     return (
         f"track record (tier 1): on {acc['rows']} published {kind} Hopper runs ({engines}), "
         f"TTFT median error {t['median_abs_error']:.0%} (predicted "
         f"{t['pred_over_meas']:.2f}x measured), TPOT {p['median_abs_error']:.0%} "
-        f"({p['pred_over_meas']:.2f}x) (VALIDATION.md)"
+        f"({p['pred_over_meas']:.2f}x){mine} (VALIDATION.md)"
     )
 
 
