@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
+
+if TYPE_CHECKING:
+    from hwtune.serve.engines import Engine
 
 serve_app = typer.Typer(
     name="serve",
@@ -120,23 +123,20 @@ def _behaviour(
     scheduler: str | None,
     eager_prefill: bool | None,
     overlap_schedule: bool | None,
-) -> tuple[str, bool, bool, str | None]:
-    """(scheduler, eager prefill, overlap scheduling, engine label): each explicit option, else
-    the ``--engine`` preset's (`hwtune.serve.engines.engine_fields`), else the generic default."""
+) -> tuple[str, bool, bool, Engine | None]:
+    """(scheduler, eager prefill, overlap scheduling, engine): each explicit option, else the
+    ``--engine`` preset's (`hwtune.serve.engines.engine_fields`), else the generic default."""
     from hwtune.serve.engines import engine_fields, parse_engine
 
-    preset: dict[str, object] = {}
-    label = None
-    if engine is not None:
-        e = parse_engine(engine)
-        preset, label = engine_fields(e), str(e)
+    e = parse_engine(engine) if engine is not None else None
+    preset = engine_fields(e) if e is not None else {}
     return (
         scheduler if scheduler is not None else str(preset.get("scheduler", "vllm")),
         eager_prefill if eager_prefill is not None else bool(preset.get("eager_prefill", False)),
         overlap_schedule
         if overlap_schedule is not None
         else bool(preset.get("overlap_schedule", False)),
-        label,
+        e,
     )
 
 
@@ -314,7 +314,7 @@ def serve(
 
     try:
         corr = load_correction(correction) if correction is not None else None
-        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+        scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
@@ -338,7 +338,7 @@ def serve(
     doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
                dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
-               tier=2 if profile else 1, workload=wl.mode, engine=engine_label,
+               tier=2 if profile else 1, workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
@@ -347,8 +347,8 @@ def serve(
         doc["frontend_tokens_per_s"] = frontend_tokens_per_s
     # the nearest published cell: a closed loop's clients per replica (open loops: mode only)
     clients = -(-wl.concurrency // replicas) if wl.mode == "closed" else None
-    name = engine_label.split("@")[0] if engine_label else None
-    doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients, name)
+    doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients,
+                                     eng and eng.name)  # fmt: skip
     if corr is not None:
         pr = per_request(res)
         doc["calibrated"] = corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
@@ -366,7 +366,7 @@ def serve(
         return
     from hwtune.report.serve_view import render_summary
 
-    how = f"{engine_label}, {scheduler}" if engine_label else scheduler
+    how = f"{eng}, {scheduler}" if eng else scheduler
     render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
                         f"{len(wl)} requests, {how})")  # fmt: skip
 
@@ -415,10 +415,10 @@ def plan_cmd(
 
     try:
         corr = load_correction(correction) if correction is not None else None
-        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+        scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
-        name = engine_label.split("@")[0] if engine_label else None
+        name = eng and eng.name
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
@@ -436,7 +436,7 @@ def plan_cmd(
     best = [r.to_dict() for r in res[:top] if r.meets]
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
-               "engine": engine_label,
+               "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best,
                "correction": corr.model_dump() if corr is not None else None,
@@ -481,7 +481,7 @@ def calibrate_cmd(
 
     try:
         measured = load_runs(runs)
-        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+        scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
@@ -506,7 +506,7 @@ def calibrate_cmd(
             for r, s in zip(measured, sims, strict=True)]  # fmt: skip
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
-               "engine": engine_label,
+               "engine": eng and str(eng),
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -704,7 +704,7 @@ def emulate_cmd(
     from hwtune.serve.mock_server import MockServer, serve_until_interrupted
 
     try:
-        scheduler, eager_prefill, overlap_schedule, engine_label = _behaviour(
+        scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
@@ -724,7 +724,7 @@ def emulate_cmd(
     # hand the interpreter to the request threads often, so that a request is stamped when it
     # arrives and not when a simulation running in another thread lets go (5 ms by default)
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
-    as_engine = f" as {engine_label}" if engine_label else ""
+    as_engine = f" as {eng}" if eng else ""
     sys.stderr.write(f"emulating {name}{as_engine} on {replicas} x {cfg.device.name} (tp {tp}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
     serve_until_interrupted(srv)
