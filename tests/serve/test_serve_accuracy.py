@@ -49,18 +49,22 @@ def _validation_all_row() -> list[str]:
     return list(m.groups())
 
 
+def _assert_record_is_row(rec: dict, row: list[str]) -> None:
+    """A shipped record equals a VALIDATION.md table row (rows, TTFT and TPOT median and p90 in
+    percent, TTFT and TPOT pred/meas), to the table's printed digits."""
+    n, t50, t90, p50, p90, rt, rp = row
+    assert rec["rows"] == int(n)
+    for m, med, p90_ in (("ttft", t50, t90), ("tpot", p50, p90)):
+        assert rec[m]["median_abs_error"] == pytest.approx(float(med) / 100, abs=6e-4)
+        assert rec[m]["p90_abs_error"] == pytest.approx(float(p90_) / 100, abs=6e-4)
+    assert rec["ttft"]["pred_over_meas"] == pytest.approx(float(rt), abs=6e-3)
+    assert rec["tpot"]["pred_over_meas"] == pytest.approx(float(rp), abs=6e-3)
+
+
 def test_shipped_table_is_the_one_validation_reports():
     """Both come from one run of `benchmarks/serve_validation.py --write-accuracy`: the
     numbers a user sees beside a simulation are the documented ones."""
-    n, t50, t90, p50, p90, rt, rp = _validation_all_row()
-    a = TABLE["all"]
-    assert a["rows"] == int(n)
-    assert a["ttft"]["median_abs_error"] == pytest.approx(float(t50) / 100, abs=6e-4)
-    assert a["ttft"]["p90_abs_error"] == pytest.approx(float(t90) / 100, abs=6e-4)
-    assert a["tpot"]["median_abs_error"] == pytest.approx(float(p50) / 100, abs=6e-4)
-    assert a["tpot"]["p90_abs_error"] == pytest.approx(float(p90) / 100, abs=6e-4)
-    assert a["ttft"]["pred_over_meas"] == pytest.approx(float(rt), abs=6e-3)
-    assert a["tpot"]["pred_over_meas"] == pytest.approx(float(rp), abs=6e-3)
+    _assert_record_is_row(TABLE["all"], _validation_all_row())
 
 
 @pytest.mark.parametrize("disagg", [False, True])
@@ -200,15 +204,8 @@ def test_engine_records_are_the_ones_validation_reports():
     doc = _validation_engine_rows()
     shipped = {f"{m}/{e}": r for m, by in TABLE["engines"].items() for e, r in by.items()}
     assert set(doc) == set(shipped) and shipped
-    for k, (n, t50, t90, p50, p90, rt, rp) in doc.items():
-        r = shipped[k]
-        assert r["rows"] == int(n)
-        assert r["ttft"]["median_abs_error"] == pytest.approx(float(t50) / 100, abs=6e-4)
-        assert r["ttft"]["p90_abs_error"] == pytest.approx(float(t90) / 100, abs=6e-4)
-        assert r["tpot"]["median_abs_error"] == pytest.approx(float(p50) / 100, abs=6e-4)
-        assert r["tpot"]["p90_abs_error"] == pytest.approx(float(p90) / 100, abs=6e-4)
-        assert r["ttft"]["pred_over_meas"] == pytest.approx(float(rt), abs=6e-3)
-        assert r["tpot"]["pred_over_meas"] == pytest.approx(float(rp), abs=6e-3)
+    for k, row in doc.items():
+        _assert_record_is_row(shipped[k], row)
     for mode, by in TABLE["engines"].items():
         assert sum(r["rows"] for r in by.values()) == TABLE["modes"][mode]["rows"]
         assert set(by) == set(TABLE["modes"][mode]["backends"])
