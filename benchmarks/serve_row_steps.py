@@ -16,8 +16,7 @@ import sys
 import numpy as np
 
 from hwtune.serve.metrics import per_request
-from hwtune.serve.published import REQUESTS_PER_CLIENT, load_rows
-from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
+from hwtune.serve.published import REQUESTS_PER_CLIENT, load_rows, row_workload
 from hwtune.serve.simulator import simulate
 
 
@@ -35,12 +34,7 @@ def main() -> None:
         sys.stderr.write(f"error: row: got {a.row!r}; expected a substring of an expressible id\n")
         raise SystemExit(2)
     r = rows[0]
-    n = a.requests_per_client * r.concurrency
-    if r.range_ratio < 1:
-        p, o = range_ratio_lengths(n, r.isl, r.osl, r.range_ratio)
-    else:
-        p, o = fixed_lengths(n, r.isl, r.osl)
-    res = simulate(r.deployment, closed_loop(r.concurrency, p, o), record_steps=True)
+    res = simulate(r.deployment, row_workload(r, a.requests_per_client), record_steps=True)
     pr = per_request(res)
     tpot = pr["tpot"][~np.isnan(pr["tpot"])]
     print(f"{r.id} ({len(rows)} match{'es' if len(rows) > 1 else ''}; the first)")

@@ -67,6 +67,14 @@ EngineOpt = Annotated[
         "overlap scheduling as the published-run validation assumes them (explicit options win)",
     ),
 ]
+Tp = Annotated[int, typer.Option(help="tensor-parallel degree per replica")]
+Pp = Annotated[int, typer.Option(help="pipeline stages per replica")]
+Ep = Annotated[int, typer.Option(help="expert-parallel degree (MoE)")]
+DpAttention = Annotated[int, typer.Option(help="attention data parallelism (MLA models)")]
+MaxSeqs = Annotated[int, typer.Option(help="running sequences per replica")]
+TokenBudget = Annotated[int, typer.Option(help="token budget per step")]
+Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
+Router = Annotated[str, typer.Option(help="round-robin|least-tokens")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
     str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
@@ -235,10 +243,10 @@ def serve(
     ctx: typer.Context,
     model: Model = "llama3.1-8b",
     gpu: Gpu = "h100-sxm-80gb",
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree per replica")] = 1,
-    pp: Annotated[int, typer.Option(help="pipeline stages per replica")] = 1,
-    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE)")] = 1,
-    dp_attention: Annotated[int, typer.Option(help="attention data parallelism (MLA models)")] = 1,
+    tp: Tp = 1,
+    pp: Pp = 1,
+    ep: Ep = 1,
+    dp_attention: DpAttention = 1,
     precision: Precision = "bf16",
     kv_precision: KvPrecision = None,
     concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
@@ -254,13 +262,13 @@ def serve(
     prefix_groups: Annotated[int, typer.Option(help="distinct shared prefixes")] = 0,
     scheduler: Sched = None,
     engine: EngineOpt = None,
-    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    max_num_seqs: MaxSeqs = 256,
+    max_num_batched_tokens: TokenBudget = 8192,
     block_size: Annotated[int, typer.Option(help="KV block size, tokens")] = 16,
     gpu_memory_utilization: Annotated[float, typer.Option(help="usable memory fraction")] = 0.9,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = True,
-    replicas: Annotated[int, typer.Option(help="replicas behind the router")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin|least-tokens")] = "round-robin",
+    replicas: Replicas = 1,
+    router: Router = "round-robin",
     disagg: Annotated[
         bool, typer.Option("--disagg/--no-disagg", help="separate prefill pool")
     ] = False,
@@ -462,8 +470,8 @@ def calibrate_cmd(
     kv_precision: KvPrecision = None,
     scheduler: Sched = None,
     engine: EngineOpt = None,
-    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    max_num_seqs: MaxSeqs = 256,
+    max_num_batched_tokens: TokenBudget = 8192,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
@@ -671,23 +679,23 @@ def measure_cmd(
 def emulate_cmd(
     model: Model = "llama3.1-8b",
     gpu: Gpu = "h100-sxm-80gb",
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree per replica")] = 1,
-    pp: Annotated[int, typer.Option(help="pipeline stages per replica")] = 1,
-    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE)")] = 1,
-    dp_attention: Annotated[int, typer.Option(help="attention data parallelism (MLA models)")] = 1,
+    tp: Tp = 1,
+    pp: Pp = 1,
+    ep: Ep = 1,
+    dp_attention: DpAttention = 1,
     precision: Precision = "bf16",
     kv_precision: KvPrecision = None,
     scheduler: Sched = None,
     engine: EngineOpt = None,
-    max_num_seqs: Annotated[int, typer.Option(help="running sequences per replica")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(help="token budget per step")] = 8192,
+    max_num_seqs: MaxSeqs = 256,
+    max_num_batched_tokens: TokenBudget = 8192,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     frontend_tokens_per_s: FrontEnd = None,
-    replicas: Annotated[int, typer.Option(help="replicas behind the router")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin|least-tokens")] = "round-robin",
+    replicas: Replicas = 1,
+    router: Router = "round-robin",
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     served_model: Annotated[

@@ -63,7 +63,7 @@ from hwtune.serve.engines import (
     overlap_by_default,
     version_tuple,
 )
-from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
+from hwtune.serve.request import Workload, closed_loop, fixed_lengths, range_ratio_lengths
 
 REQUESTS_PER_CLIENT = 10
 INFERENCEX_RANGE_RATIO = 0.8
@@ -72,10 +72,6 @@ DISAGG_DECODE_MIN_SEQS = 256
 """Decode-worker sequences per attention-DP rank at least (see the module docstring)."""
 SYSTEMS = {"h100_sxm": "h100-sxm-80gb", "h200_sxm": "h200-sxm-141gb"}
 ENGINES: tuple[str, ...] = ("aiconfigurator", "defaults")
-EAGER_PREFILL_BACKENDS: tuple[str, ...] = EAGER_PREFILL_ENGINES
-"""Engines whose prompt-carrying steps run without CUDA graphs in these rows
-(`ReplicaConfig.eager_prefill`; `hwtune.serve.engines`): none of the rows' launch scripts sets
-SGLang's ``--enable-piecewise-cuda-graph``."""
 
 
 def overlap_schedule(row: dict, role: str = "agg") -> bool:
@@ -395,7 +391,8 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
     return ReplicaConfig(
         spec, dev, tp=tp, pp=_i(row[f"{prefix}pp_size"]), ep=_i(row[f"{prefix}moe_ep_size"]),
         dp_attention=adp, weight_dtype=prec, kv_dtype=kv, max_num_seqs=max(1, seqs),
-        eager_prefill=row["backend"] in EAGER_PREFILL_BACKENDS,
+        # none of the rows' launch scripts sets SGLang's --enable-piecewise-cuda-graph
+        eager_prefill=row["backend"] in EAGER_PREFILL_ENGINES,
         overlap_schedule=overlap_schedule(row, prefix.rstrip("_") or "agg"),
     )  # fmt: skip
 
@@ -564,18 +561,24 @@ def with_profile(rows: list[Row], path: str | Path) -> list[Row]:
     return out
 
 
+def row_workload(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> Workload:
+    """The closed loop a row is simulated with: its concurrency, ``requests_per_client`` x that
+    many requests, fixed lengths or its client's sampled ones (`Row.range_ratio`)."""
+    n = max(1, requests_per_client) * row.concurrency
+    if row.range_ratio < 1:
+        p, o = range_ratio_lengths(n, row.isl, row.osl, row.range_ratio)
+    else:
+        p, o = fixed_lengths(n, row.isl, row.osl)
+    return closed_loop(row.concurrency, p, o)
+
+
 def predict(row: Row, requests_per_client: int = REQUESTS_PER_CLIENT) -> tuple[float, float]:
     """(mean TTFT, mean TPOT) seconds predicted for an expressible row."""
     from hwtune.serve.metrics import per_request
     from hwtune.serve.simulator import simulate
 
     assert row.deployment is not None
-    n = max(1, requests_per_client) * row.concurrency
-    if row.range_ratio < 1:
-        p, o = range_ratio_lengths(n, row.isl, row.osl, row.range_ratio)
-    else:
-        p, o = fixed_lengths(n, row.isl, row.osl)
-    res = simulate(row.deployment, closed_loop(row.concurrency, p, o))
+    res = simulate(row.deployment, row_workload(row, requests_per_client))
     pr = per_request(res)
     tpot = pr["tpot"][~(pr["tpot"] != pr["tpot"])]
     return float(pr["ttft"].mean()), float(tpot.mean()) if tpot.size else math.nan
