@@ -36,6 +36,21 @@ from hwtune.hardware.device import Device
 from hwtune.model.lowering import layer_classes
 from hwtune.model.spec import ModelSpec
 
+DECODE_ATTENTION_KERNELS = 3
+"""Kernels one layer's decode attention launches in a serving engine: the new token's K/V is
+written to the paged cache (with RoPE, TensorRT-LLM's QKV preprocessing, vLLM
+``reshape_and_cache``), the split-KV attention kernel runs over the context (FlashDecoding, Dao
+et al. 2023; FlashMLA, FlashInfer and FlashAttention-3 split long contexts across SMs), and a
+combine kernel reduces the splits. At small batches and contexts the op is these launches, not
+its bytes. Check: NVIDIA's per-op timings of the engines' own decode attention on an H200
+(ai-dynamo/aiconfigurator ``systems/data/h200_sxm/{attention,mla}/<engine>/<version>/
+generation_*_perf.parquet``) fit measured = c + roofline (the roofline below at the catalog's
+efficiencies, slope 1.0-1.1) with c = 12.5-14 us for GQA in TensorRT-LLM 1.2.0rc5, SGLang 0.5.9
+and vLLM 0.14 (bf16 KV; 3 x `KERNEL_OVERHEAD_S` = 12 us), 14-15 us for MLA in SGLang 0.5.9 and
+TensorRT-LLM 1.3.0rc20, and 29-32 us for MLA in TensorRT-LLM 1.2.0rc5 (VALIDATION.md, "Decode
+attention: three kernels"); one launch, as before 2026-12-01, left the op 65% short at the
+median of those timings."""
+
 LINEAR_STATE_BYTES = 4.0
 """Gated DeltaNet keeps its recurrent state in fp32 (fla-org/flash-linear-attention kernels)."""
 
@@ -163,8 +178,8 @@ def decode_attention_time(
     keys in all (each already capped at the window). The rows of a sequence share one read of
     its KV cache (multi-query decode kernels: FlashMLA, FlashInfer), so the bytes are those of
     one query and the FLOPs scale with the rows. Roofline at the device's attention efficiency
-    of the ``math_dtype`` peak (16-bit kernels; fp32 for full-precision serving), plus one
-    kernel launch."""
+    of the ``math_dtype`` peak (16-bit kernels; fp32 for full-precision serving), plus the
+    launches of its `DECODE_ATTENTION_KERNELS` kernels."""
     if n_seqs <= 0:
         return 0.0
     if shape.kind == "linear":
@@ -173,7 +188,7 @@ def decode_attention_time(
     nbytes = ctx_tokens * shape.kv_elems_per_token * dtype_bytes(kv_dtype)
     t_flops = flops / (device.peak_flops(math_dtype) * device.attention_fwd_efficiency)
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
-    return max(t_flops, t_mem) + KERNEL_OVERHEAD_S
+    return max(t_flops, t_mem) + DECODE_ATTENTION_KERNELS * KERNEL_OVERHEAD_S
 
 
 def linear_attention_time(
@@ -192,6 +207,7 @@ def linear_attention_time(
 
 
 __all__ = [
+    "DECODE_ATTENTION_KERNELS",
     "AttentionShape",
     "attention_shape",
     "decode_attention_time",
