@@ -42,14 +42,15 @@ written to the paged cache (with RoPE, TensorRT-LLM's QKV preprocessing, vLLM
 ``reshape_and_cache``), the split-KV attention kernel runs over the context (FlashDecoding, Dao
 et al. 2023; FlashMLA, FlashInfer and FlashAttention-3 split long contexts across SMs), and a
 combine kernel reduces the splits. At small batches and contexts the op is these launches, not
-its bytes. Check: NVIDIA's per-op timings of the engines' own decode attention on an H200
-(ai-dynamo/aiconfigurator ``systems/data/h200_sxm/{attention,mla}/<engine>/<version>/
-generation_*_perf.parquet``) fit measured = c + roofline (the roofline below at the catalog's
-efficiencies, slope 1.0-1.1) with c = 12.5-14 us for GQA in TensorRT-LLM 1.2.0rc5, SGLang 0.5.9
-and vLLM 0.14 (bf16 KV; 3 x `KERNEL_OVERHEAD_S` = 12 us), 14-15 us for MLA in SGLang 0.5.9 and
-TensorRT-LLM 1.3.0rc20, and 29-32 us for MLA in TensorRT-LLM 1.2.0rc5 (VALIDATION.md, "Decode
-attention: three kernels"); one launch, as before 2026-12-01, left the op 65% short at the
-median of those timings."""
+its bytes. Check: NVIDIA's per-op timings of the engines' own decode attention (ai-dynamo/
+aiconfigurator ``systems/data/<gpu>/{attention,mla}/<engine>/<version>/generation_*_perf.parquet``,
+kept in ``benchmarks/data/aiconfigurator_decode_attention.csv``) fit measured = c + k x roofline
+(the roofline below) with k = 0.99-1.09 and c = 13-17 us where the kernels read the cache at
+the roofline: GQA in SGLang 0.5.9 and vLLM 0.14 with a bf16 cache, MLA in SGLang 0.5.9 and
+TensorRT-LLM 1.3.0rc20 (`benchmarks/decode_attention_vs_published.py`; VALIDATION.md, "Decode
+attention: three kernels"). One launch, as before 2026-12-01, left those ops 47-57% short at the
+median. Not modelled: TensorRT-LLM 1.2.0rc5's MLA kernel (c = 31 us) and fp8-cache kernels that
+dequantize below the roofline."""
 
 LINEAR_STATE_BYTES = 4.0
 """Gated DeltaNet keeps its recurrent state in fp32 (fla-org/flash-linear-attention kernels)."""
