@@ -87,13 +87,18 @@ def load() -> list[dict]:
 
 
 def _shape(row: dict):  # noqa: ANN202
-    from hwtune.cost.kv_cache import AttentionShape, attention_shape
+    """The attention shape on one rank of the row: DeepSeek-V3's MLA over 128 / heads ranks, or
+    a GQA layer with the row's heads per rank at head size 128 (Llama-3.1-70B's layer resized)."""
+    from hwtune.cost.kv_cache import attention_shape
     from hwtune.model.catalog import get_model
 
     h, kvh = int(row["heads"]), int(row["kv_heads"])
-    if row["kind"] == "mla":  # DeepSeek-V3's 128 heads over tp ranks
+    if row["kind"] == "mla":
         return attention_shape(get_model("deepseek-v3"), "full", 128 // h)
-    return AttentionShape("mha", 2.0 * kvh * 128, 4.0 * h * 128, 4.0 * h * 128, None)
+    gqa = get_model("llama3.1-70b").model_copy(
+        update={"n_heads": h, "n_kv_heads": kvh, "head_dim": 128}
+    )
+    return attention_shape(gqa, "full", 1)
 
 
 def _median_error(pred, meas) -> float:  # noqa: ANN001 (numpy arrays)
