@@ -5,11 +5,13 @@ VALIDATION-serve.md.
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
         [--engine aiconfigurator|defaults] [--mode agg|disagg] [--inferencex]
-        [--merge-into full.json] [--tier3]
+        [--merge-into full.json] [--tier3] [--compare before.json]
 
 ``--engine`` (default ``aiconfigurator``): aiconfigurator's harness rows run the engine config
 its generator wrote (`hwtune.serve.published.aic_engine_limits`, `aic_attention_dp`);
-``--engine defaults`` gives them the engines' defaults instead (a what-if).
+``--engine defaults`` gives them the engines' defaults instead (a what-if). ``--compare
+before.json`` prints, by engine, model, client and mode, how this run moved against a saved one
+(TTFT median, rows within 15%, TPOT median), the before -> after tables of VALIDATION.md.
 """
 
 from __future__ import annotations
@@ -185,6 +187,43 @@ def write_accuracy(rows: list[dict]) -> None:
     print(f"wrote {ACCURACY_FILE}")
 
 
+def _group_of(o: dict) -> tuple[str, str, str, str]:
+    """(engine, model, client, mode): the groups VALIDATION.md's triage table uses."""
+    return (o["backend"], o["model"].split("/")[-1], o.get("client", "?").split(" ")[0], o["mode"])
+
+
+def compare_table(base: list[dict], new: list[dict], within: float = 0.15) -> str:
+    """Markdown: per group, TTFT median error, rows within ``within`` and TPOT median error of
+    a saved run ``base`` -> this one, over the row ids both expressed (the "before -> after"
+    tables of VALIDATION.md)."""
+    old = {o["id"]: o for o in base}
+    pairs = [(old[o["id"]], o) for o in new if o["id"] in old]
+    groups: dict[tuple, list] = collections.defaultdict(list)
+    for b, o in pairs:
+        groups[_group_of(o)].append((b, o))
+    lines = ["| engine | model | client | mode | rows | TTFT median | within "
+             f"{within:.0%} | TPOT median |",
+             "|---|---|---|---|---:|---|---|---|"]  # fmt: skip
+
+    def cells(v: list) -> str:
+        before, after = [b for b, _o in v], [o for _b, o in v]
+
+        def errs(side: list, m: str) -> list[float]:
+            return [rel(x[f"pred_{m}"], x[m]) for x in side]
+
+        t0, t1 = errs(before, "ttft_s"), errs(after, "ttft_s")
+        p0, p1 = errs(before, "tpot_s"), errs(after, "tpot_s")
+        n0, n1 = sum(e <= within for e in t0), sum(e <= within for e in t1)
+        return (f"{np.median(t0):.1%} -> {np.median(t1):.1%} | {n0} -> {n1} | "
+                f"{np.median(p0):.1%} -> {np.median(p1):.1%} |")  # fmt: skip
+
+    for g, v in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"| {' | '.join(g)} | {len(v)} | {cells(v)}")
+    if pairs:
+        lines.append(f"| all | | | | {len(pairs)} | {cells(pairs)}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="serve_validation.json")
@@ -218,6 +257,11 @@ def main() -> None:
         "--tier3",
         action="store_true",
         help="also cross-validate the tier-3 correction (fitted to k runs per engine/model/GPU)",
+    )
+    ap.add_argument(
+        "--compare",
+        default=None,
+        help="a saved results JSON: print this run's change against it, by group",
     )
     ap.add_argument(
         "--write-accuracy",
@@ -300,6 +344,12 @@ def main() -> None:
     if a.tier3:
         print("\nTier 3: corrected by k measured runs of the same engine, model, GPU and mode\n")
         print(tier3_tables(out))
+    if a.compare:
+        base = json.loads(Path(a.compare).read_text())["rows"]
+        for o in base:
+            o.setdefault("client", clients.get(o["id"], "?"))
+        print(f"\nAgainst {a.compare} (rows both expressed), before -> after:\n")
+        print(compare_table(base, out))
 
 
 if __name__ == "__main__":
