@@ -78,7 +78,9 @@ def backend_model_table(out: list[dict]) -> str:
 
 def record(rows: list[dict], digits: int | None = 4) -> dict:
     """Error summary of ``rows`` (the tables printed here and what `hwtune.serve.accuracy`
-    shows, rounded to ``digits``)."""
+    shows, rounded to ``digits``): per metric the median and 90th-percentile relative error,
+    the median predicted/measured ratio and ``measured_over_predicted_80``, the 10th and 90th
+    percentiles of measured/predicted (the band that held 80% of these runs)."""
 
     def rd(x: float) -> float:
         return round(float(x), digits) if digits is not None else float(x)
@@ -86,8 +88,10 @@ def record(rows: list[dict], digits: int | None = 4) -> dict:
     def one(pred: str, meas: str) -> dict:
         e = np.array([rel(o[pred], o[meas]) for o in rows])
         r = np.array([o[pred] / o[meas] for o in rows])
+        lo, hi = np.percentile(1.0 / r, [10, 90])
         return {"median_abs_error": rd(np.median(e)), "p90_abs_error": rd(np.percentile(e, 90)),
-                "pred_over_meas": rd(np.median(r))}  # fmt: skip
+                "pred_over_meas": rd(np.median(r)),
+                "measured_over_predicted_80": [rd(lo), rd(hi)]}  # fmt: skip
 
     return {"rows": len(rows), "backends": sorted({o["backend"] for o in rows}),
             "ttft": one("pred_ttft_s", "ttft_s"), "tpot": one("pred_tpot_s", "tpot_s")}  # fmt: skip

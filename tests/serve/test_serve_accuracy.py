@@ -24,6 +24,7 @@ from hwtune.serve.accuracy import (
     accuracy_line,
     cell_key,
     concurrency_band,
+    likely_range,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +82,11 @@ def test_cli_json_carries_the_record():
                         "--input-len", "256", "--output-len", "16", "--json"],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    acc = json.loads(r.stdout)["accuracy"]
+    doc = json.loads(r.stdout)
+    acc = doc["accuracy"]
+    likely = acc.pop("likely")
     assert acc == accuracy_for(False, False, 4)
+    assert likely == likely_range(acc, doc["ttft_s"]["mean"], doc["tpot_s"]["mean"])
     assert acc["nearest"]["kind"] == "dense" and acc["nearest"]["band"] == "1-8"
 
 
@@ -228,4 +232,5 @@ def test_cli_engine_shows_its_record():
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     acc = json.loads(r.stdout)["accuracy"]
+    assert acc.pop("likely")["basis"] == "agg runs of dense models at 1-8 clients"
     assert acc == accuracy_for(False, False, 2, "sglang")

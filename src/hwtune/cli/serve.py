@@ -15,6 +15,7 @@ import typer
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
+from hwtune.serve.accuracy import likely_range
 
 if TYPE_CHECKING:
     from hwtune.serve.engines import Engine
@@ -357,6 +358,10 @@ def serve(
     clients = -(-wl.concurrency // replicas) if wl.mode == "closed" else None
     doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients,
                                      eng and eng.name)  # fmt: skip
+    if doc["accuracy"]:
+        likely = likely_range(doc["accuracy"], doc["ttft_s"]["mean"], doc["tpot_s"]["mean"])
+        if likely:
+            doc["accuracy"]["likely"] = likely
     if corr is not None:
         pr = per_request(res)
         doc["calibrated"] = corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])

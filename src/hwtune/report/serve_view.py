@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from hwtune.serve.accuracy import accuracy_line
+from hwtune.serve.accuracy import accuracy_line, likely_line
 
 
 def _ms(s: float) -> str:
@@ -58,6 +58,8 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         con.print(f"note: {correction_line(cal['correction'])}")
     if doc.get("accuracy"):
         con.print(f"note: {accuracy_line(doc['accuracy'])}")
+        if doc["accuracy"].get("likely"):
+            con.print(f"note: {likely_line(doc['accuracy']['likely'])}")
 
 
 def correction_line(corr: dict) -> str:
@@ -91,3 +93,12 @@ def render_plan(
     for acc in accuracy or []:
         if acc:
             con.print(f"note: {accuracy_line(acc)}; leave the SLOs a margin for it")
+            band = (
+                acc["ttft"].get("measured_over_predicted_80"),
+                acc["tpot"].get("measured_over_predicted_80"),
+            )
+            if all(band):
+                con.print(
+                    f"note: 80% of those runs measured {band[0][0]:.2f}-{band[0][1]:.2f}x the "
+                    f"predicted TTFT and {band[1][0]:.2f}-{band[1][1]:.2f}x the TPOT"
+                )

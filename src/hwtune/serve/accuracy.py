@@ -88,6 +88,52 @@ def accuracy_for(
     return out
 
 
+LIKELY_COVERAGE = 0.8
+"""Share of the published runs that `likely_range`'s band held (its 10th to 90th percentile of
+measured/predicted)."""
+
+
+def likely_range(acc: dict[str, Any], ttft_s: float, tpot_s: float) -> dict[str, Any] | None:
+    """Where the measured mean TTFT and TPOT of a simulated run are likely to fall, from the track
+    record: the predicted means ``ttft_s`` and ``tpot_s`` times the band of measured/predicted
+    that held `LIKELY_COVERAGE` of the published runs (``measured_over_predicted_80``) of the
+    nearest cell (`accuracy_for`'s ``nearest``), else of the mode. An empirical band of past
+    errors, not a confidence interval of this simulation: ``ttft_mean_s`` and ``tpot_mean_s``
+    as [low, high] seconds, ``factors`` (the two bands), ``runs`` and ``basis`` (which
+    record). None when the record has no band (a table written before it had them)."""
+    rec, basis = acc, f"{acc['mode']} runs"
+    near = acc.get("nearest")
+    if near:
+        kind = "MoE" if near["kind"] == "moe" else "dense"
+        rec, basis = near, f"{acc['mode']} runs of {kind} models at {near['band']} clients"
+    bands = {m: rec[m].get("measured_over_predicted_80") for m in ("ttft", "tpot")}
+    if not all(bands.values()):
+        return None
+    return {
+        "coverage": LIKELY_COVERAGE,
+        "runs": rec["rows"],
+        "basis": basis,
+        "factors": bands,
+        "ttft_mean_s": [ttft_s * f for f in bands["ttft"]],
+        "tpot_mean_s": [tpot_s * f for f in bands["tpot"]],
+    }
+
+
+def likely_line(likely: dict[str, Any]) -> str:
+    """One readable line of `likely_range`'s result."""
+    t, p = likely["factors"]["ttft"], likely["factors"]["tpot"]
+
+    def ms(v: list[float]) -> str:
+        return f"{v[0] * 1e3:.3g}-{v[1] * 1e3:.3g} ms"
+
+    return (
+        f"likely measured: mean TTFT {ms(likely['ttft_mean_s'])}, mean TPOT "
+        f"{ms(likely['tpot_mean_s'])} ({likely['coverage']:.0%} of the {likely['runs']} published "
+        f"{likely['basis']} measured {t[0]:.2f}-{t[1]:.2f}x the predicted TTFT and "
+        f"{p[0]:.2f}-{p[1]:.2f}x the TPOT)"
+    )
+
+
 def accuracy_line(acc: dict[str, Any]) -> str:
     """One readable line of `accuracy_for`'s result."""
     kind = "disaggregated" if acc["mode"] == "disagg" else "aggregated"
@@ -126,7 +172,10 @@ __all__ = [
     "CONCURRENCY_BANDS",
     "MIN_CELL_ROWS",
     "accuracy_for",
+    "LIKELY_COVERAGE",
     "accuracy_line",
     "cell_key",
     "concurrency_band",
+    "likely_line",
+    "likely_range",
 ]

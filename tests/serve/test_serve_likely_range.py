@@ -1,0 +1,119 @@
+"""The likely band `hwtune serve` prints beside its means: the predicted mean TTFT and TPOT times
+the 10th-90th percentile band of measured/predicted over the published runs nearest the
+simulation (`hwtune.serve.accuracy.likely_range`, written by `benchmarks/serve_validation.py`'s
+`record`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwtune.serve import accuracy
+from hwtune.serve.accuracy import (
+    ACCURACY_FILE,
+    LIKELY_COVERAGE,
+    accuracy_for,
+    likely_line,
+    likely_range,
+)
+
+BAND = "measured_over_predicted_80"
+
+
+def _rows(ratios: list[float]) -> list[dict]:
+    """Rows whose measured TTFT and TPOT are ``ratio`` x the predicted (prediction 1 s)."""
+    return [{"backend": "vllm", "ttft_s": r, "pred_ttft_s": 1.0, "tpot_s": r, "pred_tpot_s": 1.0}
+            for r in ratios]  # fmt: skip
+
+
+def test_band_is_the_10th_to_90th_percentile_of_measured_over_predicted(benchmark_module):
+    """Measured 1..10 x the prediction: linear-interpolation percentiles at positions 0.9 and
+    8.1 of the sorted ten are 1.9 and 9.1 (worked by hand, not by the code under test)."""
+    sv = benchmark_module("serve_validation")
+    rec = sv.record(_rows([float(k) for k in range(10, 0, -1)]))
+    assert rec["ttft"][BAND] == pytest.approx([1.9, 9.1])
+    assert rec["tpot"][BAND] == pytest.approx([1.9, 9.1])
+    # the median ratio is the other way round, predicted over measured: (1/5 + 1/6) / 2
+    assert rec["ttft"]["pred_over_meas"] == pytest.approx((1 / 5 + 1 / 6) / 2, abs=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.05, 20.0), min_size=20, max_size=200))
+def test_band_holds_about_the_stated_share_of_runs(benchmark_module, ratios):
+    sv = benchmark_module("serve_validation")
+    lo, hi = sv.record(_rows(ratios), digits=None)["ttft"][BAND]
+    # (1 / (1 / r) can miss r by an ulp: the edges get a relative 1e-12)
+    inside = sum(lo * (1 - 1e-12) <= r <= hi * (1 + 1e-12) for r in ratios) / len(ratios)
+    # percentiles interpolate: at most one run at each end is lost to the band's edges
+    assert LIKELY_COVERAGE - 2 / len(ratios) - 1e-9 <= inside
+    assert inside <= LIKELY_COVERAGE + 2 / len(ratios) + 1e-9 or len(set(ratios)) < len(ratios)
+    assert lo <= 1 / sv.record(_rows(ratios), digits=None)["ttft"]["pred_over_meas"] <= hi
+
+
+def test_shipped_bands_bracket_the_median():
+    """In every shipped record the band is ordered and holds the median measured/predicted."""
+    table = json.loads(ACCURACY_FILE.read_text())
+    recs = [table["all"], *table["modes"].values(), *table["cells"].values()]
+    recs += [r for by in table["engines"].values() for r in by.values()]
+    for rec in recs:
+        for m in ("ttft", "tpot"):
+            lo, hi = rec[m][BAND]
+            assert 0 < lo <= 1 / rec[m]["pred_over_meas"] <= hi
+
+
+@given(st.floats(1e-3, 100.0), st.floats(1e-4, 1.0), st.sampled_from([1, 4, 16, 64, 300]),
+       st.booleans())  # fmt: skip
+def test_likely_range_scales_the_prediction_by_the_nearest_band(ttft, tpot, clients, moe):
+    acc = accuracy_for(False, moe, clients)
+    rec = acc.get("nearest") or acc
+    got = likely_range(acc, ttft, tpot)
+    assert got["runs"] == rec["rows"]
+    for key, pred, m in (("ttft_mean_s", ttft, "ttft"), ("tpot_mean_s", tpot, "tpot")):
+        lo, hi = rec[m][BAND]
+        assert got[key] == pytest.approx([pred * lo, pred * hi])
+        assert got[key][0] <= pred * (1 / rec[m]["pred_over_meas"]) <= got[key][1]
+
+
+def test_open_loop_uses_the_mode_band():
+    acc = accuracy_for(False)
+    got = likely_range(acc, 1.0, 0.01)
+    assert got["runs"] == acc["rows"] and got["basis"] == "agg runs"
+    assert got["ttft_mean_s"] == pytest.approx(acc["ttft"][BAND])
+
+
+def test_a_table_without_bands_gives_no_range(monkeypatch):
+    rec = {"median_abs_error": 0.1, "p90_abs_error": 0.2, "pred_over_meas": 1.0}
+    old = {"source": "t", "modes": {"agg": {"rows": 50, "backends": ["vllm"], "ttft": rec,
+                                            "tpot": rec}}}  # fmt: skip
+    monkeypatch.setattr(accuracy, "_table", lambda: old)
+    assert likely_range(accuracy_for(False), 1.0, 0.01) is None
+
+
+def test_line_names_the_range_and_its_basis():
+    acc = accuracy_for(False, False, 16)
+    likely = likely_range(acc, 0.2, 0.008)
+    line = likely_line(likely)
+    lo = likely["ttft_mean_s"][0] * 1e3
+    assert f"{lo:.3g}" in line and "80% of the" in line
+    assert f"{likely['runs']} published agg runs of dense models at 9-32 clients" in line
+
+
+def test_validation_band_table_is_the_shipped_one():
+    """VALIDATION.md's band table and the shipped record come from the same run."""
+    table = json.loads(ACCURACY_FILE.read_text())
+    text = (Path(__file__).resolve().parents[2] / "VALIDATION.md").read_text()
+    sec = text[text.index("| record | runs | measured/predicted TTFT") :]
+    sec = sec[: sec.index("\n\n")]
+    rows = re.findall(r"^\| ([\w/<>\-]+) \| (\d+) \| ([\d.]+)-([\d.]+)x \| ([\d.]+)-([\d.]+)x \|$",
+                      sec, re.M)  # fmt: skip
+    assert len(rows) >= 10
+    for key, n, t0, t1, p0, p1 in rows:
+        rec = table["modes"][key] if key in table["modes"] else table["cells"][key]
+        assert rec["rows"] == int(n)
+        assert rec["ttft"][BAND] == pytest.approx([float(t0), float(t1)], abs=6e-3)
+        assert rec["tpot"][BAND] == pytest.approx([float(p0), float(p1)], abs=6e-3)
