@@ -170,6 +170,40 @@ def mode_engine_table(out: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def band_coverage(rows: list[dict], min_rows: int = 10) -> dict[str, dict[str, float]]:
+    """How well the likely band (`record`'s ``measured_over_predicted_80``) carries to a
+    deployment outside the record: per metric, the share of runs inside the band of their own
+    cell (``in_sample``, ~0.8 by construction) and inside the band of their cell computed
+    without their engine and model (``held_out``: leave one engine and model out; cells or
+    remainders under ``min_rows`` runs are skipped), with ``runs`` the held-out count."""
+    cells: dict[str, list[dict]] = collections.defaultdict(list)
+    for o in rows:
+        cells[cell_key(o["mode"], is_moe(o["model"]), o["concurrency"])].append(o)
+
+    def ratios(side: list[dict], m: str) -> np.ndarray:
+        return np.array([o[f"{m}_s"] / o[f"pred_{m}_s"] for o in side])
+
+    out: dict[str, dict[str, float]] = {}
+    for m in ("ttft", "tpot"):
+        n_in = hit_in = n_out = hit_out = 0
+        for cell in cells.values():
+            if len(cell) < min_rows:
+                continue
+            r = ratios(cell, m)
+            lo, hi = np.percentile(r, [10, 90])
+            n_in, hit_in = n_in + len(r), hit_in + int(((r >= lo) & (r <= hi)).sum())
+            for g in {(o["backend"], o["model"]) for o in cell}:
+                rest = [o for o in cell if (o["backend"], o["model"]) != g]
+                if len(rest) < min_rows:
+                    continue
+                lo, hi = np.percentile(ratios(rest, m), [10, 90])
+                h = ratios([o for o in cell if (o["backend"], o["model"]) == g], m)
+                n_out, hit_out = n_out + len(h), hit_out + int(((h >= lo) & (h <= hi)).sum())
+        out[m] = {"in_sample": hit_in / max(n_in, 1), "held_out": hit_out / max(n_out, 1),
+                  "runs": n_out}  # fmt: skip
+    return out
+
+
 def write_accuracy(rows: list[dict]) -> None:
     """The track record of `hwtune serve`, per mode, per (mode, model kind, band of clients)
     cell and per (mode, engine), into the package (`serve/accuracy.json`)."""
@@ -263,6 +297,12 @@ def main() -> None:
         help="also cross-validate the tier-3 correction (fitted to k runs per engine/model/GPU)",
     )
     ap.add_argument(
+        "--band-coverage",
+        action="store_true",
+        help="also report how often the likely band holds runs of an engine and model it "
+        "was not computed from (leave one engine and model out per cell)",
+    )
+    ap.add_argument(
         "--compare",
         default=None,
         help="a saved results JSON: print this run's change against it, by group",
@@ -348,6 +388,13 @@ def main() -> None:
     if a.tier3:
         print("\nTier 3: corrected by k measured runs of the same engine, model, GPU and mode\n")
         print(tier3_tables(out))
+    if a.band_coverage:
+        print("\nLikely band (10th-90th percentile of measured/predicted per cell): share of "
+              "runs inside it\n")  # fmt: skip
+        print("| metric | in its own cell's band | band without its engine and model | runs |")
+        print("|---|---:|---:|---:|")
+        for m, v in band_coverage(out).items():
+            print(f"| {m.upper()} | {v['in_sample']:.1%} | {v['held_out']:.1%} | {v['runs']} |")
     if a.compare:
         base = json.loads(Path(a.compare).read_text())["rows"]
         for o in base:

@@ -117,3 +117,28 @@ def test_validation_band_table_is_the_shipped_one():
         assert rec["rows"] == int(n)
         assert rec["ttft"][BAND] == pytest.approx([float(t0), float(t1)], abs=6e-3)
         assert rec["tpot"][BAND] == pytest.approx([float(p0), float(p1)], abs=6e-3)
+
+
+def _cell_rows(backend: str, model: str, ratios: list[float]) -> list[dict]:
+    return [{"backend": backend, "model": model, "mode": "agg", "concurrency": 16,
+             "ttft_s": r, "pred_ttft_s": 1.0, "tpot_s": 1.0, "pred_tpot_s": 1.0}
+            for r in ratios]  # fmt: skip
+
+
+def test_band_coverage_held_out_sees_a_shifted_deployment(benchmark_module):
+    """Two engines in one cell (dense, 9-32 clients), 20 runs each. Alike: each one's runs fall
+    in the other's band as often as in their own. Ten times slower: none do."""
+    sv = benchmark_module("serve_validation")
+    spread = [1.0 + 0.05 * i for i in range(20)]
+    model = "meta-llama/Llama-3.1-70B"
+    alike = sv.band_coverage(
+        _cell_rows("vllm", model, spread) + _cell_rows("sglang", model, spread)
+    )
+    # the band of 1.00..1.95 is [1.095, 1.855]: 16 of the 20 runs (1.10..1.85) lie inside
+    assert alike["ttft"]["held_out"] == pytest.approx(16 / 20)
+    assert alike["ttft"]["in_sample"] == pytest.approx(32 / 40)
+    assert alike["tpot"]["held_out"] == 1.0  # every TPOT exact: a zero-width band holds them all
+    far = sv.band_coverage(
+        _cell_rows("vllm", model, spread) + _cell_rows("sglang", model, [10 * r for r in spread])
+    )
+    assert far["ttft"]["held_out"] == 0.0 and far["ttft"]["runs"] == 40
