@@ -88,7 +88,7 @@ def record(rows: list[dict], digits: int | None = 4) -> dict:
     def one(pred: str, meas: str) -> dict:
         e = np.array([rel(o[pred], o[meas]) for o in rows])
         r = np.array([o[pred] / o[meas] for o in rows])
-        lo, hi = np.percentile(1.0 / r, [10, 90])
+        lo, hi = np.percentile([o[meas] / o[pred] for o in rows], [10, 90])
         return {"median_abs_error": rd(np.median(e)), "p90_abs_error": rd(np.percentile(e, 90)),
                 "pred_over_meas": rd(np.median(r)),
                 "measured_over_predicted_80": [rd(lo), rd(hi)]}  # fmt: skip
@@ -180,8 +180,10 @@ def band_coverage(rows: list[dict], min_rows: int = 10) -> dict[str, dict[str, f
     for o in rows:
         cells[cell_key(o["mode"], is_moe(o["model"]), o["concurrency"])].append(o)
 
-    def ratios(side: list[dict], m: str) -> np.ndarray:
-        return np.array([o[f"{m}_s"] / o[f"pred_{m}_s"] for o in side])
+    def inside(side: list[dict], band_of: list[dict], m: str) -> int:
+        lo, hi = record(band_of, digits=None)[m]["measured_over_predicted_80"]
+        r = np.array([o[f"{m}_s"] / o[f"pred_{m}_s"] for o in side])
+        return int(((r >= lo) & (r <= hi)).sum())
 
     out: dict[str, dict[str, float]] = {}
     for m in ("ttft", "tpot"):
@@ -189,16 +191,13 @@ def band_coverage(rows: list[dict], min_rows: int = 10) -> dict[str, dict[str, f
         for cell in cells.values():
             if len(cell) < min_rows:
                 continue
-            r = ratios(cell, m)
-            lo, hi = np.percentile(r, [10, 90])
-            n_in, hit_in = n_in + len(r), hit_in + int(((r >= lo) & (r <= hi)).sum())
+            n_in, hit_in = n_in + len(cell), hit_in + inside(cell, cell, m)
             for g in {(o["backend"], o["model"]) for o in cell}:
                 rest = [o for o in cell if (o["backend"], o["model"]) != g]
                 if len(rest) < min_rows:
                     continue
-                lo, hi = np.percentile(ratios(rest, m), [10, 90])
-                h = ratios([o for o in cell if (o["backend"], o["model"]) == g], m)
-                n_out, hit_out = n_out + len(h), hit_out + int(((h >= lo) & (h <= hi)).sum())
+                held = [o for o in cell if (o["backend"], o["model"]) == g]
+                n_out, hit_out = n_out + len(held), hit_out + inside(held, rest, m)
         out[m] = {"in_sample": hit_in / max(n_in, 1), "held_out": hit_out / max(n_out, 1),
                   "runs": n_out}  # fmt: skip
     return out
