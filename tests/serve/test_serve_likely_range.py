@@ -141,3 +141,12 @@ def test_band_coverage_held_out_sees_a_shifted_deployment(benchmark_module):
         _cell_rows("vllm", model, spread) + _cell_rows("sglang", model, [10 * r for r in spread])
     )
     assert far["ttft"]["held_out"] == 0.0 and far["ttft"]["runs"] == 40
+
+
+def test_line_switches_to_seconds_for_long_ttfts():
+    """A 20 s prediction in a cell whose band reaches 3x: 'ms' with an exponent would read
+    badly, so the range is in seconds."""
+    acc = accuracy_for(False)
+    lo, hi = acc["ttft"][BAND]
+    line = likely_line(likely_range(acc, 20.0, 0.05))
+    assert f"mean TTFT {20 * lo:.3g}-{20 * hi:.3g} s" in line and "e+" not in line

@@ -124,6 +124,8 @@ def likely_line(likely: dict[str, Any]) -> str:
     t, p = likely["factors"]["ttft"], likely["factors"]["tpot"]
 
     def ms(v: list[float]) -> str:
+        if v[1] >= 10.0:  # seconds past 10 s: "2.5e+04 ms" reads badly
+            return f"{v[0]:.3g}-{v[1]:.3g} s"
         return f"{v[0] * 1e3:.3g}-{v[1] * 1e3:.3g} ms"
 
     return (
