@@ -26,7 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.model.catalog import get_model
-from hwtune.serve.accuracy import ACCURACY_FILE, CONCURRENCY_BANDS, cell_key, concurrency_band
+from hwtune.serve.accuracy import (
+    ACCURACY_FILE,
+    CONCURRENCY_BANDS,
+    LIKELY_COVERAGE,
+    cell_key,
+    concurrency_band,
+)
 from hwtune.serve.published import (
     ENGINES,
     REQUESTS_PER_CLIENT,
@@ -88,7 +94,8 @@ def record(rows: list[dict], digits: int | None = 4) -> dict:
     def one(pred: str, meas: str) -> dict:
         e = np.array([rel(o[pred], o[meas]) for o in rows])
         r = np.array([o[pred] / o[meas] for o in rows])
-        lo, hi = np.percentile([o[meas] / o[pred] for o in rows], [10, 90])
+        tail = 50.0 * (1.0 - LIKELY_COVERAGE)  # 10 and 90 for the 80% band
+        lo, hi = np.percentile([o[meas] / o[pred] for o in rows], [tail, 100.0 - tail])
         return {"median_abs_error": rd(np.median(e)), "p90_abs_error": rd(np.percentile(e, 90)),
                 "pred_over_meas": rd(np.median(r)),
                 "measured_over_predicted_80": [rd(lo), rd(hi)]}  # fmt: skip

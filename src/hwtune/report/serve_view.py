@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from hwtune.serve.accuracy import accuracy_line, likely_line
+from hwtune.serve.accuracy import LIKELY_COVERAGE, accuracy_line, likely_line
 
 
 def _ms(s: float) -> str:
@@ -99,6 +99,6 @@ def render_plan(
             )
             if all(band):
                 con.print(
-                    f"note: 80% of those runs measured {band[0][0]:.2f}-{band[0][1]:.2f}x the "
+                    f"note: {LIKELY_COVERAGE:.0%} of those runs measured {band[0][0]:.2f}-{band[0][1]:.2f}x the "
                     f"predicted TTFT and {band[1][0]:.2f}-{band[1][1]:.2f}x the TPOT"
                 )

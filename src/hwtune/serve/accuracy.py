@@ -90,7 +90,8 @@ def accuracy_for(
 
 LIKELY_COVERAGE = 0.8
 """Share of the published runs that `likely_range`'s band held (its 10th to 90th percentile of
-measured/predicted)."""
+measured/predicted; `benchmarks/serve_validation.py`'s ``record`` takes its percentiles from
+this, and ``measured_over_predicted_80`` names the band so written)."""
 
 
 def likely_range(acc: dict[str, Any], ttft_s: float, tpot_s: float) -> dict[str, Any] | None:
@@ -173,8 +174,8 @@ __all__ = [
     "ACCURACY_FILE",
     "CONCURRENCY_BANDS",
     "MIN_CELL_ROWS",
-    "accuracy_for",
     "LIKELY_COVERAGE",
+    "accuracy_for",
     "accuracy_line",
     "cell_key",
     "concurrency_band",
