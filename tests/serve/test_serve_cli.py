@@ -8,6 +8,10 @@ import sys
 
 import pytest
 
+from hwtune.serve.accuracy import ACCURACY_FILE
+
+BAND = "measured_over_predicted_80"
+
 KEYS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "requests_per_s",
         "kv_utilization", "prefix_hit_rate")  # fmt: skip
 
@@ -88,6 +92,14 @@ def test_plan_finds_a_layout_and_impossible_slos_say_the_best():
     doc = json.loads(r.stdout)
     assert doc["best"] and doc["best"][0]["gpus"] == 1  # one H100 serves 2 req/s of 8B easily
     assert doc["best"][0]["ttft_p90_s"] <= 1.0
+    r = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "plan", *common,
+                        "--ttft-p90", "1.0", "--tpot-p90", "0.05"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    band = json.loads(ACCURACY_FILE.read_text())["modes"]["agg"]["ttft"][BAND]
+    text = " ".join(r.stdout.split())  # rich wraps the notes
+    assert f"likely measured {band[0]:.2f}-{band[1]:.2f}x the predicted TTFT" in text
+    assert "held 80% of the runs of engines and models left out of it" in text
     r = subprocess.run([sys.executable, "-m", "hwtune.cli.serve", "plan", *common,
                         "--tpot-p90", "0.0005"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2

@@ -99,6 +99,7 @@ def render_plan(
             )
             if all(band):
                 con.print(
-                    f"note: {LIKELY_COVERAGE:.0%} of those runs measured {band[0][0]:.2f}-{band[0][1]:.2f}x the "
-                    f"predicted TTFT and {band[1][0]:.2f}-{band[1][1]:.2f}x the TPOT"
+                    f"note: likely measured {band[0][0]:.2f}-{band[0][1]:.2f}x the predicted TTFT "
+                    f"and {band[1][0]:.2f}-{band[1][1]:.2f}x the TPOT (a band that held "
+                    f"{LIKELY_COVERAGE:.0%} of the runs of engines and models left out of it)"
                 )

@@ -89,17 +89,21 @@ def accuracy_for(
 
 
 LIKELY_COVERAGE = 0.8
-"""Share of the published runs that `likely_range`'s band held (its 10th to 90th percentile of
-measured/predicted; `benchmarks/serve_validation.py`'s ``record`` takes its percentiles from
-this, and ``measured_over_predicted_80`` names the band so written)."""
+"""Share of the published runs of a deployment outside the record that `likely_range`'s band is
+meant to hold. ``measured_over_predicted_80`` is a cell's 10th-90th percentile of
+measured/predicted (80% of its own runs), both ends moved out by ``likely_widening`` (one factor
+per metric in `ACCURACY_FILE`), the factor that makes the band hold this share of the runs of
+an engine and model left out of it (`benchmarks/serve_validation.py`'s ``band_widening``,
+measured by its ``--band-coverage``)."""
 
 
 def likely_range(acc: dict[str, Any], ttft_s: float, tpot_s: float) -> dict[str, Any] | None:
     """Where the measured mean TTFT and TPOT of a simulated run are likely to fall, from the track
     record: the predicted means ``ttft_s`` and ``tpot_s`` times the band of measured/predicted
-    that held `LIKELY_COVERAGE` of the published runs (``measured_over_predicted_80``) of the
-    nearest cell (`accuracy_for`'s ``nearest``), else of the mode. An empirical band of past
-    errors, not a confidence interval of this simulation: ``ttft_mean_s`` and ``tpot_mean_s``
+    of the nearest cell (`accuracy_for`'s ``nearest``), else of the mode
+    (``measured_over_predicted_80``: its runs' 10th-90th percentile, widened until it held
+    `LIKELY_COVERAGE` of the runs of engines and models left out of it). An empirical band of
+    past errors, not a confidence interval of this simulation: ``ttft_mean_s`` and ``tpot_mean_s``
     as [low, high] seconds, ``factors`` (the two bands), ``runs`` and ``basis`` (which
     record). None when the record has no band (a table written before it had them)."""
     rec, basis = acc, f"{acc['mode']} runs"
@@ -131,9 +135,10 @@ def likely_line(likely: dict[str, Any]) -> str:
 
     return (
         f"likely measured: mean TTFT {ms(likely['ttft_mean_s'])}, mean TPOT "
-        f"{ms(likely['tpot_mean_s'])} ({likely['coverage']:.0%} of the {likely['runs']} published "
-        f"{likely['basis']} measured {t[0]:.2f}-{t[1]:.2f}x the predicted TTFT and "
-        f"{p[0]:.2f}-{p[1]:.2f}x the TPOT)"
+        f"{ms(likely['tpot_mean_s'])} ({t[0]:.2f}-{t[1]:.2f}x the predicted TTFT and "
+        f"{p[0]:.2f}-{p[1]:.2f}x the TPOT, from the {likely['runs']} published {likely['basis']}; "
+        f"such a band held {likely['coverage']:.0%} of the runs of engines and models left out "
+        f"of it)"
     )
 
 
