@@ -419,6 +419,13 @@ def plan_cmd(
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
     correction: Correction = None,
+    margin: Annotated[
+        str,
+        typer.Option(
+            help="none|likely: check the SLOs on the simulated latencies, or on them times the "
+            "upper end of each layout's likely band (the published record's error)"
+        ),
+    ] = "none",
     seed: Seed = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
@@ -427,6 +434,8 @@ def plan_cmd(
     from hwtune.serve.plan import SLO, plan
 
     try:
+        if margin not in ("none", "likely"):
+            raise HwtuneInputError("margin", margin, "none or likely")
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -442,7 +451,7 @@ def plan_cmd(
         wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
                        concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
         res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
-                   processes, correction=corr)  # fmt: skip
+                   processes, correction=corr, margin=margin == "likely")  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -451,7 +460,7 @@ def plan_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
-               "candidates": len(res), "best": best,
+               "candidates": len(res), "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": serve_accuracy(False, engine=name),
                             "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
@@ -462,6 +471,8 @@ def plan_cmd(
     title = f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated"
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
+    if margin == "likely":
+        title += " (latencies times the upper end of each layout's likely band)"
     render_plan(best, title, accuracy=[serve_accuracy(False, engine=name)]
                 + ([serve_accuracy(True, engine=name)] if disagg else []))  # fmt: skip
 

@@ -85,11 +85,16 @@ def render_plan(
     t = Table(title="layouts that meet the SLOs, best first", title_justify="left")
     for c in ("layout", "GPUs", "$/h", "p90 TTFT", "p90 TPOT", "tok/s"):
         t.add_column(c)
+    margins = {(r["margin"]["ttft_factor"], r["margin"]["tpot_factor"], r["margin"]["basis"])
+               for r in best if r.get("margin")}  # fmt: skip
     for r in best:
         cost = "-" if r["cost_per_hour"] is None else f"{r['cost_per_hour']:.2f}"
         t.add_row(r["layout"], str(r["gpus"]), cost, _ms(r["ttft_p90_s"]), _ms(r["tpot_p90_s"]),
                   f"{r['throughput_tokens_per_s']:,.0f}")  # fmt: skip
     con.print(t)
+    for ft, fp, basis in sorted(margins):
+        con.print(f"note: p90s above are simulated x{ft:.2f} (TTFT) and x{fp:.2f} (TPOT), the "
+                  f"upper end of the likely band of the published {basis}")  # fmt: skip
     for acc in accuracy or []:
         if acc:
             con.print(f"note: {accuracy_line(acc)}; leave the SLOs a margin for it")

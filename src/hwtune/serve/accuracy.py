@@ -124,6 +124,24 @@ def likely_range(acc: dict[str, Any], ttft_s: float, tpot_s: float) -> dict[str,
     }
 
 
+def likely_margin(
+    disaggregated: bool, moe: bool | None = None, clients: int | None = None
+) -> dict[str, Any] | None:
+    """The upper ends of `likely_range`'s band for a deployment (mode, model kind, clients per
+    replica as `accuracy_for` takes them): ``ttft`` and ``tpot``, the factors by which measured
+    means have exceeded the prediction in all but the top tenth of published runs (widened to
+    hold `LIKELY_COVERAGE` of deployments left out), with ``runs`` and ``basis``. What `hwtune
+    serve plan --margin likely` multiplies the simulated latencies by before checking the SLOs.
+    None without a record (or one without bands)."""
+    acc = accuracy_for(disaggregated, moe, clients)
+    likely = likely_range(acc, 1.0, 1.0) if acc else None
+    if likely is None:
+        return None
+    f = likely["factors"]
+    return {"ttft": f["ttft"][1], "tpot": f["tpot"][1], "runs": likely["runs"],
+            "basis": likely["basis"]}  # fmt: skip
+
+
 def likely_line(likely: dict[str, Any]) -> str:
     """One readable line of `likely_range`'s result."""
     t, p = likely["factors"]["ttft"], likely["factors"]["tpot"]
@@ -185,5 +203,6 @@ __all__ = [
     "cell_key",
     "concurrency_band",
     "likely_line",
+    "likely_margin",
     "likely_range",
 ]

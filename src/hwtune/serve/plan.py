@@ -49,6 +49,7 @@ class PlanResult:
     throughput_tokens_per_s: float
     meets: bool
     error: str = ""
+    margin: dict | None = None
 
     def describe(self) -> str:
         d = self.deployment
@@ -72,6 +73,8 @@ class PlanResult:
         if d.prefill is not None:
             out.update(prefill_replicas=d.prefill_replicas, prefill_tp=d.prefill.tp,
                        prefill_ep=d.prefill.ep)  # fmt: skip
+        if self.margin is not None:
+            out["margin"] = self.margin
         return out
 
 
@@ -121,12 +124,37 @@ def candidates(base: ReplicaConfig, max_gpus: int, disagg: bool = True) -> list[
     return out
 
 
-def _evaluate(args: tuple[Deployment, Workload, SLO, ServeCorrection | None]) -> PlanResult:
+def margin_correction(dep: Deployment, wl: Workload) -> tuple[ServeCorrection, dict] | None:
+    """``--margin likely``: the simulated latencies of ``dep`` scaled by the upper ends of the
+    likely band of its published cell (`hwtune.serve.accuracy.likely_margin`: mode, model kind,
+    a closed loop's clients per replica), as a tier-3-shaped map (scale only), and what to
+    report of it. The band describes mean latencies; it is applied to every request, so to the
+    percentiles as well. None without a track record."""
+    from hwtune.serve.accuracy import likely_margin
+    from hwtune.serve.correction import AffineMap
+
+    clients = -(-wl.concurrency // dep.replicas) if wl.mode == "closed" else None
+    m = likely_margin(dep.prefill is not None, dep.replica.model.moe is not None, clients)
+    if m is None:
+        return None
+    corr = ServeCorrection(ttft=AffineMap(scale=m["ttft"]), tpot=AffineMap(scale=m["tpot"]),
+                           runs=m["runs"], source=f"likely band of {m['basis']}")  # fmt: skip
+    return corr, {"ttft_factor": m["ttft"], "tpot_factor": m["tpot"], "basis": m["basis"]}
+
+
+def _evaluate(
+    args: tuple[Deployment, Workload, SLO, ServeCorrection | None, bool],
+) -> PlanResult:
     from hwtune.serve.correction import corrected_stats
     from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
-    dep, wl, slo, corr = args
+    dep, wl, slo, corr, margin = args
+    info = None
+    if margin:
+        got = margin_correction(dep, wl)
+        if got is not None:
+            corr, info = got
     price = dep.replica.device.price_per_hour_usd
     cost = price * dep.gpus if price is not None else None
     try:
@@ -135,7 +163,10 @@ def _evaluate(args: tuple[Deployment, Workload, SLO, ServeCorrection | None]) ->
         nan = math.nan
         return PlanResult(dep, dep.gpus, cost, nan, nan, nan, 0.0, False, str(e))
     s = summarize(res)
-    if corr is not None:  # tier 3: the SLOs are checked on the corrected latencies
+    if info is not None:
+        info |= {"simulated_ttft_p90_s": s["ttft_s"]["p90"],
+                 "simulated_tpot_p90_s": s["tpot_s"]["p90"]}  # fmt: skip
+    if corr is not None:  # tier 3 or the margin: SLOs checked on the corrected latencies
         pr = per_request(res)
         s |= corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
     t, p, e = s["ttft_s"]["p90"], s["tpot_s"]["p90"], s["e2e_s"]["p90"]
@@ -144,7 +175,8 @@ def _evaluate(args: tuple[Deployment, Workload, SLO, ServeCorrection | None]) ->
         and (slo.tpot_p90_s is None or (p != p) or p <= slo.tpot_p90_s)
         and (slo.e2e_p90_s is None or e <= slo.e2e_p90_s)
     )
-    return PlanResult(dep, dep.gpus, cost, t, p, e, s["throughput_tokens_per_s"]["total"], ok)
+    return PlanResult(dep, dep.gpus, cost, t, p, e, s["throughput_tokens_per_s"]["total"], ok,
+                      margin=info)  # fmt: skip
 
 
 def plan(
@@ -157,13 +189,20 @@ def plan(
     processes: int | None = None,
     limit: int = 400,
     correction: ServeCorrection | None = None,
+    margin: bool = False,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
     best achievable percentiles when no layout meets the SLO. With ``correction`` (tier 3,
-    `hwtune.serve.correction`) the percentiles and the SLO checks are the corrected ones."""
+    `hwtune.serve.correction`) the percentiles and the SLO checks are the corrected ones; with
+    ``margin`` they are the simulated ones times the upper ends of each layout's likely band
+    (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
+    record's worst tenth."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
+    if margin and correction is not None:
+        raise HwtuneInputError("margin", "likely", "no tier-3 correction beside it (the "
+                               "correction already maps to measured latencies)")  # fmt: skip
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
     cands = candidates(base, max_gpus, disagg)[:limit]
@@ -171,7 +210,7 @@ def plan(
         raise HwtuneInputError(
             "max_gpus", max_gpus, f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
         )
-    jobs = [(d, workload, slo, correction) for d in cands]
+    jobs = [(d, workload, slo, correction, margin) for d in cands]
     if processes == 1 or len(jobs) == 1:
         results = [_evaluate(j) for j in jobs]
     else:
@@ -193,7 +232,9 @@ def plan(
         raise HwtuneInputError(
             "slo",
             {k: v for k, v in vars(slo).items() if v is not None},
-            f"targets some layout on {max_gpus} GPUs can meet; best achievable p90 TTFT "
+            f"targets some layout on {max_gpus} GPUs can meet"
+            + (" with the likely band's margin" if margin else "")
+            + f"; best achievable p90 TTFT "
             f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
             f"({bp.describe()})",
         )
