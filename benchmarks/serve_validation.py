@@ -240,10 +240,11 @@ def band_coverage(rows: list[dict], min_rows: int = 10) -> dict[str, dict[str, f
     """How well the likely band carries to a deployment outside the record, per metric, leaving
     one engine and model out per cell (cells or remainders under ``min_rows`` runs skipped):
     ``in_sample``, the share of runs inside their own cell's 10th-90th percentile band (~0.8 by
-    construction); ``shipped_in_sample``, inside that band widened (as shipped); ``held_out``, inside that band computed without their engine and model;
-    ``calibrated``, inside the band as shipped (widened by `band_widening`) with both the band
-    and its widening computed without their engine and model; ``runs``, the held-out count;
-    ``widening``, the factor from all runs."""
+    construction); ``shipped_in_sample``, inside that band widened (as shipped); ``held_out``,
+    inside the 10th-90th band computed without their engine and model; ``calibrated``, inside
+    the band as shipped (widened by `band_widening`) with both the band and its widening
+    computed without their engine and model; ``runs``, the held-out count; ``widening``, the
+    factor from all runs."""
     groups = {_deployment(o) for o in rows}
     wide_without = {g: band_widening([o for o in rows if _deployment(o) != g], min_rows)
                     for g in groups}  # fmt: skip
