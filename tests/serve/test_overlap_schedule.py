@@ -104,3 +104,35 @@ def test_serve_plan_carries_the_overlap_flag():
     assert a["layout"] == b["layout"]
     assert b["ttft_p90_s"] > a["ttft_p90_s"]
     assert b["tpot_p90_s"] == pytest.approx(a["tpot_p90_s"], rel=0.02)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_finished_requests_slot_frees_for_the_batch_after_next(cfg, fast):
+    """Two slots, three clients: the third client's request waits for a slot. With overlap the
+    batch that follows a request's last step was formed while that step ran, when the request
+    still held its slot, so the waiting request can first join the step after (it starts later
+    than the finish); without overlap it joins the step that starts at the finish."""
+    from hwtune.serve.request import fixed_lengths
+
+    wl = closed_loop(3, *fixed_lengths(3, 500, 4))
+    for overlap in (False, True):
+        c = cfg.with_(max_num_seqs=2, overlap_schedule=overlap)
+        reqs = sorted(simulate(c, wl, fast=fast).requests, key=lambda r: r.rid)
+        first_free = min(r.finish for r in reqs[:2])
+        third = reqs[2]
+        if overlap:
+            assert third.first_scheduled > first_free
+        else:
+            assert third.first_scheduled == first_free
+        assert all(r.finish == r.finish for r in reqs)  # every request completes
+
+
+def test_an_idle_engine_takes_the_freed_slot_at_once(cfg):
+    """One slot, two clients, one request each: after the first finishes nothing runs, so the
+    engine's next loop admits the second at the first's finish even under overlap."""
+    from hwtune.serve.request import fixed_lengths
+
+    c = cfg.with_(max_num_seqs=1, overlap_schedule=True)
+    wl = closed_loop(2, *fixed_lengths(2, 256, 4))
+    a, b = sorted(simulate(c, wl).requests, key=lambda r: r.rid)
+    assert b.first_scheduled == a.finish

@@ -6,7 +6,7 @@ deterministic subset runs inside the test budget: the expressible aggregated row
 concurrency x output length is at most 16,384 (the cost of a run), one in four by a hash of the
 row id: 117 rows, 42 of them measured by InferenceX (its client's sampled lengths).
 
-Full run (901 expressed rows, VALIDATION.md): median TTFT error 25.9% (p90 74.1%), median TPOT
+Full run (901 expressed rows, VALIDATION.md): median TTFT error 25.7% (p90 70.1%), median TPOT
 error 9.6% (p90 36.0%). This subset: TTFT 24.5%, TPOT 7.5%.
 """
 
@@ -36,7 +36,7 @@ TPOT_TARGET = 0.12  # issue 4: median relative TPOT error
 GUARD_TTFT = 0.255  # reached: 0.245 on this subset
 GUARD_TPOT = 0.08  # reached: 0.075 on this subset
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 25.9% (target 15%) over all 901 expressed "
+    "issue-4 TTFT target not met: median TTFT error 25.7% (target 15%) over all 901 expressed "
     "rows (TPOT 9.6%, target 12%, is met); 24.5% on this 117-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
@@ -274,7 +274,7 @@ def test_inferencex_vllm_gptoss_moe_kernel_follows_the_image(measured, kernel):
 def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_predictions):
     """Tier 3 (`hwtune.serve.correction`): per engine, model and GPU, maps fitted to five runs
     predict that group's other runs of the subset. Full run (VALIDATION.md, "Tier 3"): TTFT
-    16.6%, TPOT 6.1% median held-out error with five fitting runs; tier 1 25.9% / 9.6%. On
+    16.3%, TPOT 6.1% median held-out error with five fitting runs; tier 1 25.7% / 9.6%. On
     this subset's groups of more than five rows: TTFT 26.2% (tier 1) -> 18.6% (tier 3), TPOT
     4.9%."""
     import collections

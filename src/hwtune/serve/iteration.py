@@ -80,6 +80,9 @@ class StepShape:
     attention window (sliding/chunked layers), equal to the uncapped sums for models without;
     ``draft_rows``: sequences that sample a token this step (decodes and prompts whose last
     chunk runs), the rows the draft module extends under speculative decoding.
+    ``pf_max_q``, ``pf_max_pairs(_w)``, ``pf_max_kv(_w)``: the largest prefill chunk's new
+    tokens, pairs and keys. Under attention data parallelism a chunk runs whole on one rank,
+    so the busiest rank holds at least it (`IterationModel.rank_tokens`).
     """
 
     tokens: int = 0
@@ -94,6 +97,11 @@ class StepShape:
     dec_ctx: float = 0.0
     dec_ctx_w: float = 0.0
     draft_rows: int = 0
+    pf_max_q: int = 0
+    pf_max_pairs: float = 0.0
+    pf_max_pairs_w: float = 0.0
+    pf_max_kv: float = 0.0
+    pf_max_kv_w: float = 0.0
 
 
 BREAKDOWN_KEYS = ("gemm", "memory", "communication", "attention_prefill", "attention_decode",
@@ -159,10 +167,12 @@ class IterationModel:
         return total
 
     # --- token-wise part -----------------------------------------------------------------
-    def _linear_exact(self, t: int) -> tuple[float, float, float]:
-        """(GEMM, memory-op, collective) seconds of all layers for a step of ``t`` tokens."""
+    def _linear_exact(self, t: int, ta: int | None = None) -> tuple[float, float, float]:
+        """(GEMM, memory-op, collective) seconds of all layers for a step of ``t`` tokens, of
+        which the busiest attention-DP rank holds ``ta`` (default: an even share)."""
         cfg, spec, dev = self.cfg, self.spec, self.dev
-        ta = max(1, -(-t // cfg.dp_attention))
+        if ta is None:
+            ta = max(1, -(-t // cfg.dp_attention))
         sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=self.act,
                    fused=elementwise_fused(cfg.profile))  # fmt: skip
         g_tot = m_tot = c_tot = 0.0
@@ -235,8 +245,27 @@ class IterationModel:
             c += serving_all_reduce_time(ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster)
         return g, m, c
 
-    def linear(self, t: int) -> tuple[float, float, float]:
-        """Token-wise seconds for ``t`` tokens, from the grid (interpolated between points)."""
+    def rank_tokens(self, s: StepShape) -> int:
+        """Tokens on the busiest attention-DP rank: an even share of the step's tokens, or the
+        largest prefill chunk when it is bigger (a prompt is not split across ranks: TensorRT-LLM
+        and SGLang assign each request to one attention-DP rank, vLLM to one data-parallel
+        engine). The lower bound on the busiest rank of any assignment; equal to the even share
+        without attention DP."""
+        even = max(1, -(-s.tokens // self.cfg.dp_attention))
+        return max(even, s.pf_max_q)
+
+    def linear(self, t: int, ta: int | None = None) -> tuple[float, float, float]:
+        """Token-wise seconds for ``t`` tokens, from the grid (interpolated between points);
+        ``ta`` the busiest attention-DP rank's tokens when above an even share (then both are
+        rounded up to their grid points, no interpolation)."""
+        d = self.cfg.dp_attention
+        if ta is not None and d > 1 and ta > -(-t // d):
+            tk, ak = _grid_points(t)[1], _grid_points(ta)[1]
+            key = -(tk * 1_000_003 + ak)  # negative: apart from the even-share grid
+            v = self._lin.get(key)
+            if v is None:
+                v = self._lin[key] = self._linear_exact(tk, min(ak, tk))
+            return v
         lo, hi = _grid_points(t)
         a = self._lin.get(lo)
         if a is None:
@@ -249,15 +278,18 @@ class IterationModel:
         f = (t - lo) / (hi - lo)
         return (a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1]), a[2] + f * (b[2] - a[2]))
 
-    def head(self, rows: int, tokens: int) -> float:
+    def head(self, rows: int, tokens: int, ta: int | None = None) -> float:
         """Embedding of ``tokens`` tokens plus LM head and sampling of ``rows`` rows (the LM head
-        runs only on the rows that sample; vocabulary-parallel over tp, 16-bit)."""
-        key = rows * 1_000_003 + tokens
+        runs only on the rows that sample; vocabulary-parallel over tp, 16-bit); ``ta`` the
+        busiest attention-DP rank's tokens (default: an even share)."""
+        cfg = self.cfg
+        if ta is None:
+            ta = max(1, -(-tokens // cfg.dp_attention))
+        key = (rows * 1_000_003 + tokens) * 1_000_003 + ta
         v = self._head.get(key)
         if v is None:
-            cfg, spec, dev = self.cfg, self.spec, self.dev
+            spec, dev = self.spec, self.dev
             r = max(1, -(-rows // cfg.dp_attention)) if rows else 0
-            ta = max(1, -(-tokens // cfg.dp_attention))
             vocab = -(-spec.vocab // cfg.tp)
             v = memory_time(2 * self.act * ta * spec.d_model, dev)
             if r:
@@ -271,7 +303,7 @@ class IterationModel:
     def step_time(self, s: StepShape) -> float:
         """Seconds of one step (the latency of its batch through all pipeline stages). A step
         with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``."""
-        g, m, c = self.linear(s.tokens)
+        g, m, c = self.linear(s.tokens, self.rank_tokens(s))
         layers = g + m + c + self._attention(s)[0]
         t = layers + self._rest(s) + self._draft(s, layers)
         return t + self._launch_wait(s, t)
@@ -307,9 +339,9 @@ class IterationModel:
 
     def _rest(self, s: StepShape) -> float:
         cfg = self.cfg
-        t = self.head(s.sampled, s.tokens)
+        ta = self.rank_tokens(s)
+        t = self.head(s.sampled, s.tokens, ta)
         if cfg.pp > 1:
-            ta = max(1, -(-s.tokens // cfg.dp_attention))
             cross = cfg.stage_gpus >= self.cluster.domain
             t += (cfg.pp - 1) * send_recv_time(self.act * ta * self.spec.d_model, cross,
                                                self.cluster)  # fmt: skip
@@ -325,15 +357,19 @@ class IterationModel:
         for _lt, _moe, n, shape in self.classes:
             win = shape.window is not None
             if s.pf_tokens:
-                pairs = (s.pf_pairs_w if win else s.pf_pairs) / d
-                kv = (s.pf_kv_w if win else s.pf_kv) / d
+                # the busiest rank: an even share, or at least the largest chunk (one rank's)
+                pairs = max((s.pf_pairs_w if win else s.pf_pairs) / d,
+                            s.pf_max_pairs_w if win else s.pf_max_pairs)  # fmt: skip
+                kv = max((s.pf_kv_w if win else s.pf_kv) / d,
+                         s.pf_max_kv_w if win else s.pf_max_kv)  # fmt: skip
+                new = max(s.pf_tokens / d, s.pf_max_q)
                 if self.dtype and shape.kind != "linear":
-                    pf += n * self._prefill_attention(shape, pairs, kv, s.pf_tokens / d)
+                    pf += n * self._prefill_attention(shape, pairs, kv, new)
                 else:
-                    pf += n * prefill_attention_time(shape, pairs, kv, s.pf_tokens / d, dev, kvd)
+                    pf += n * prefill_attention_time(shape, pairs, kv, new, dev, kvd)
             if s.dec_n:
                 ctx = (s.dec_ctx_w if win else s.dec_ctx) / d
-                dc += n * decode_attention_time(shape, max(1, s.dec_n // d), ctx, dev, kvd, q,
+                dc += n * decode_attention_time(shape, -(-s.dec_n // d), ctx, dev, kvd, q,
                                                 self.math)  # fmt: skip
         return pf + dc, pf, dc
 
@@ -349,9 +385,10 @@ class IterationModel:
 
     def breakdown(self, s: StepShape) -> dict[str, float]:
         """The step's seconds by kind (for traces); sums to `step_time`."""
-        g, m, c = self.linear(s.tokens)
+        ta = self.rank_tokens(s)
+        g, m, c = self.linear(s.tokens, ta)
         _, pf, dc = self._attention(s)
-        head = self.head(s.sampled, s.tokens)
+        head = self.head(s.sampled, s.tokens, ta)
         host = self.host + self.host_seq * s.seqs
         pipe = self._rest(s) - head - host
         draft = self._draft(s, g + m + c + pf + dc)

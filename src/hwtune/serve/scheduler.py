@@ -87,7 +87,12 @@ class Replica:
         self.stage_free = 0.0
         self.outstanding = 0
         self.window = model.window
-        self.budget = cfg.token_budget()
+        self.rank_budget = cfg.token_budget()
+        """Tokens one attention-DP rank may process in a step: the engines apply their token
+        budget per rank (TensorRT-LLM's ``max_num_tokens`` under attention DP, SGLang's
+        per-DP-worker ``chunked_prefill_size``, vLLM's ``max_num_batched_tokens`` per
+        data-parallel engine), so a chunk holds at most this many."""
+        self.budget = self.rank_budget * cfg.dp_attention
         self.policy = cfg.scheduler
         self.preemptions = 0
         self.last_duration = 0.0
@@ -95,6 +100,10 @@ class Replica:
         """When the last step launched began (the instant an overlap scheduler formed the next
         batch, `hwtune.serve.simulator`)."""
         self.receiving: list[Request] = []
+        self.held = 0
+        """Sequence slots still held by requests that finished in the step that just ended, while
+        an overlap scheduler forms the next batch (it was formed when that step began, so their
+        slots and KV blocks free up only for the batch after; `hwtune.serve.simulator`)."""
         self.adp_wait = 0
         self.batch_wait = 0
         self.cutoff = math.inf
@@ -208,12 +217,12 @@ class Replica:
             pairs = q * (c + q / 2.0)
             s.pf_pairs += pairs
             s.pf_kv += c + q
-            if w:
-                s.pf_pairs_w += q * min(c + q / 2.0, w)
-                s.pf_kv_w += min(c, w) + q
-            else:
-                s.pf_pairs_w += pairs
-                s.pf_kv_w += c + q
+            pairs_w, kv_w = (q * min(c + q / 2.0, w), min(c, w) + q) if w else (pairs, c + q)
+            s.pf_pairs_w += pairs_w
+            s.pf_kv_w += kv_w
+            if q > s.pf_max_q:  # the largest chunk: one attention-DP rank runs it whole
+                s.pf_max_q, s.pf_max_pairs, s.pf_max_kv = q, pairs, c + q
+                s.pf_max_pairs_w, s.pf_max_kv_w = pairs_w, kv_w
             if c + q >= r.target:
                 s.sampled += 1
                 s.draft_rows += 1
@@ -282,7 +291,7 @@ class Replica:
         gen = sum(q for r, q in batch if r.computed >= r.target)
         if not gen:
             return False
-        ctx, room, left = 0, cfg.max_num_seqs - len(self.running), budget
+        ctx, room, left = 0, cfg.max_num_seqs - len(self.running) - self.held, budget
         for r in self.waiting:  # what `_admit` would take, without taking it
             if r.handoff is not None or room <= 0 or left <= 0 or not self._seen(r):
                 break
@@ -357,7 +366,7 @@ class Replica:
                 if decode_only:
                     continue
                 rem = r.target - r.computed
-                q = min(rem, budget)
+                q = min(rem, budget, self.rank_budget)
                 if not chunk and q < rem:
                     continue
             else:
@@ -394,7 +403,7 @@ class Replica:
         allocates its blocks and starts the receive (``_prepare_disagg_gen_init``,
         ``request_and_receive_async``); the context server keeps the blocks until the transfer
         completes (``DISAGG_CONTEXT_TRANS_IN_PROGRESS``)."""
-        limit = self.cfg.max_num_seqs
+        limit = self.cfg.max_num_seqs - self.held
         while self.waiting and len(self.running) < limit:
             r = self.waiting[0]
             if r.handoff is None or not self._seen(r) or not self._grow(r, 1):
@@ -412,14 +421,14 @@ class Replica:
     def _admit(
         self, now: float, budget: int, batch: Batch, s: StepShape, chunk: bool, first: bool = False
     ) -> tuple[Batch, StepShape]:
-        limit = self.cfg.max_num_seqs
+        limit = self.cfg.max_num_seqs - self.held
         while self.waiting and budget > 0 and len(self.running) < limit:
             r = self.waiting[0]
             if r.handoff is not None or not self._seen(r):
                 break  # a hand-off joins only through `_admit_handoffs`; unseen ones later
             self._prefix_lookup(r)
             rem = r.target - r.computed
-            q = 1 if rem <= 0 else min(rem, budget)
+            q = 1 if rem <= 0 else min(rem, budget, self.rank_budget)
             if q < rem and not chunk and not (not batch and budget == self.budget):
                 self._unlookup(r)
                 break  # whole prompts only; an over-budget prompt runs alone
@@ -446,7 +455,7 @@ class Replica:
             return self._running(1 << 30, decode_only=False)
         s = StepShape()
         batch: Batch = []
-        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+        while self.waiting and len(self.running) + self.held < self.cfg.max_num_seqs:
             r = self.waiting[0]
             if r.handoff is not None:
                 break

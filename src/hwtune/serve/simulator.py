@@ -244,6 +244,12 @@ def simulate(
         n = len(run)
         if cfg_r.pp > 1 or rep.role == "prefill" or n > rep.budget or cfg_r.spec_tokens:
             return False
+        if rep.held:  # slots and blocks of just-finished requests free up after this step
+            return False
+        if rep.waiting and (cfg_r.adp_balance_timeout_iters > 0
+                            or cfg_r.batch_wait_timeout_iters > 0
+                            or cfg_r.batch_wait_max_tokens_ratio > 0):  # fmt: skip
+            return False  # their hold counters advance every step the queue is looked at
         if rep.waiting and rep.policy != "static" and n < cfg_r.max_num_seqs:
             # the head of the queue may still be blocked for the whole stretch: free blocks only
             # shrink while decodes grow, so a head that does not fit now will not fit later
@@ -322,6 +328,22 @@ def simulate(
         push(start, STEP_DONE, rep, (list(run), durs, t))
         return True
 
+    def relaunch(rep: Replica, t: float, pending: list[list[int]]) -> None:
+        """After a step: form the next one. ``pending``: the KV blocks of requests that finished
+        in it, held (with their sequence slots) while an overlap scheduler forms that batch,
+        since it did so when the step began (TensorRT-LLM's ``_executor_loop_overlap`` frees a
+        finished request's resources after scheduling the next batch; vLLM's async scheduling
+        and SGLang's overlap loop the same); then freed for the batch after. An engine left idle
+        schedules again at once with them."""
+        rep.held = len(pending)
+        launch(rep, t, rep.last_start)
+        if pending:
+            rep.held = 0
+            for blocks in pending:
+                rep.blocks.release(blocks)
+            if not rep.inflight:
+                launch(rep, t)
+
     def finish(r: Request, rep: Replica, t: float) -> None:
         nonlocal next_idx
         r.finish = t
@@ -367,6 +389,8 @@ def simulate(
                     itl.extend(gaps)
                     itl_w.extend([len(run)] * (k - 1))
                 first_end, t_seen = seen[0], seen[-1]
+                hold = rep.cfg.overlap_schedule and rep.cfg.pp == 1
+                pending: list[list[int]] = []
                 times = None
                 if record_tokens:
                     times = seen if rep.frontend_s_per_token else ends
@@ -383,19 +407,21 @@ def simulate(
                     if rep.blocks.enable_prefix:
                         rep.register_blocks(r)
                     if r.generated >= r.output:
-                        rep.blocks.release(r.blocks)
+                        (pending.append if hold else rep.blocks.release)(r.blocks)
                         r.blocks = []
                         done = True
                         finish(r, rep, t_seen)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
-                launch(rep, t, rep.last_start)
+                relaunch(rep, t, pending)
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
             spec = rep.cfg.spec_tokens > 0
             per_step = rep.cfg.tokens_per_step if spec else 1.0
             t_seen = t  # when the client sees this step's tokens (after the front end)
+            hold = rep.cfg.overlap_schedule and rep.cfg.pp == 1
+            pending = []
             if rep.frontend_s_per_token and rep.role != "prefill":
                 rows = sum(1 for r, q in batch if r.computed + q >= r.target)  # type: ignore[union-attr]
                 t_seen = rep.deliver([t], round(rows * per_step))[0]
@@ -438,13 +464,13 @@ def simulate(
                 if r.token_times is not None:
                     r.token_times.extend([t_seen] * gain)
                 if r.generated >= r.output:
-                    rep.blocks.release(r.blocks)
+                    (pending.append if hold else rep.blocks.release)(r.blocks)
                     r.blocks = []
                     done = True
                     finish(r, rep, t_seen)
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
-            launch(rep, t, rep.last_start)
+            relaunch(rep, t, pending)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
