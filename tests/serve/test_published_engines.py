@@ -36,7 +36,8 @@ def test_aiconfigurator_budget_is_batch_plus_isl_plus_1500():
     assert trt == {"max_num_seqs": 8, "max_num_batched_tokens": 2532, "scheduler": "orca"}
     vllm = aic_engine_limits("vllm", 8192, 64)
     assert vllm == {"max_num_seqs": 64, "max_num_batched_tokens": 9756}
-    assert "scheduler" not in aic_engine_limits("sglang", 1000, 16)
+    sgl = aic_engine_limits("sglang", 1000, 16)  # max_prefill_tokens = isl + 1500
+    assert sgl == {"max_num_seqs": 16, "max_num_batched_tokens": 2500}
 
 
 def test_harness_rows_run_the_generated_config_by_default():

@@ -278,7 +278,19 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     fields["ffn_hidden"] = ffn
 
     fields["mtp_layers"] = _mtp(r)
+    fields["quantized_weights"] = _quantized_weights(top)
     return fields
+
+
+def _quantized_weights(top: Mapping[str, Any]) -> str:
+    """ "experts" when the checkpoint's ``quantization_config.modules_to_not_convert`` keeps the
+    attention in 16 bits (gpt-oss: ``model.layers.*.self_attn``, the router, embeddings and LM
+    head stay bf16; only the MoE experts are MXFP4), else "all"."""
+    q = top.get("quantization_config")
+    keep = q.get("modules_to_not_convert") if isinstance(q, Mapping) else None
+    if isinstance(keep, list) and any("self_attn" in str(m) for m in keep):
+        return "experts"
+    return "all"
 
 
 def _norm_kind(r: _Reader, plain: bool) -> str:

@@ -135,6 +135,11 @@ class ModelSpec(FrozenModel):
     mtp_layers: int = Field(
         default=0, ge=0, description="multi-token-prediction modules (not in the main count)"
     )
+    quantized_weights: Literal["all", "experts"] = Field(
+        default="all",
+        description="which linear weights a quantized checkpoint stores in its format: all, or "
+        "the routed experts only (gpt-oss MXFP4: attention, router, embeddings in bf16)",
+    )
     n_params_published: float | None = Field(default=None, gt=0)
     n_active_params_published: float | None = Field(default=None, gt=0)
     source: str = ""

@@ -117,6 +117,26 @@ def _grid_points(t: int) -> tuple[int, int]:
     return lo, lo + step
 
 
+def expert_load(tokens: int, experts: int, top_k: int, ep: int) -> tuple[int, int]:
+    """(experts per EP rank, rows per expert) for ``tokens`` tokens routed uniformly: they hit
+    E (1 - (1 - k/E)^t) distinct experts in expectation (each expert is missed by a token with
+    probability 1 - k/E), spread over ``ep`` ranks, with t k / hit rows each. Rounded up with a
+    1e-9 tolerance: at large t the expected hits fall short of E by rounding alone, and one row
+    more would cost a whole GEMM tile."""
+    hit = experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    local = max(1, math.ceil(hit / ep - 1e-9))
+    rows = max(1, math.ceil(tokens * top_k / hit - 1e-9))
+    return local, rows
+
+
+def permute_bytes(tokens: int, top_k: int, d_model: int, act_bytes: float, ep: int) -> float:
+    """Bytes one GPU moves permuting tokens to its experts and back (read and write of each of
+    its (token, expert) slots, twice): all ``tokens`` x ``top_k`` slots under tensor-parallel
+    experts (``ep`` 1, every rank runs a slice of every expert), a 1/``ep`` share under expert
+    parallelism."""
+    return 4.0 * act_bytes * tokens * top_k * d_model / ep
+
+
 class IterationModel:
     """Step times of one replica (tier 1: catalog device; tier 2: with a calibration profile)."""
 
@@ -196,10 +216,14 @@ class IterationModel:
             c_tot += n * c
         return g_tot, m_tot, c_tot
 
-    def _gemm(self, m: int, n: int, k: int, batch: int = 1) -> float:
-        """A weight GEMM: in ``dtype`` when set, else with weights in ``cfg.weight_dtype``."""
+    def _gemm(self, m: int, n: int, k: int, batch: int = 1, expert: bool = False) -> float:
+        """A weight GEMM: in ``dtype`` when set, else with weights in ``cfg.weight_dtype``; a
+        non-``expert`` GEMM of a checkpoint that quantizes only its experts
+        (`ModelSpec.quantized_weights`) runs in bf16."""
         if self.dtype:
             return gemm_time(m, n, k, self.dev, self.dtype, batch)
+        if not expert and self.spec.quantized_weights == "experts":
+            return gemm_time(m, n, k, self.dev, "bf16", batch)
         return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch,
                                  self.cfg.weight_only_kernel)  # fmt: skip
 
@@ -210,16 +234,16 @@ class IterationModel:
         assert moe is not None
         E, k, h, fe = moe.n_routed_experts, moe.top_k, spec.d_model, moe.expert_ffn_hidden
         up = 2 if spec.gated else 1
-        hit = E * (1.0 - (1.0 - k / E) ** t)
-        local = max(1, math.ceil(hit / cfg.ep))
-        rows = max(1, math.ceil(t * k / hit))
+        local, rows = expert_load(t, E, k, cfg.ep)
         width = max(1, fe // cfg.moe_tp)
         e = self.act
         g = gemm_time(ta, E, h, dev, self.math)  # router
-        g += self._gemm(rows, up * width, h, local)
-        g += self._gemm(rows, h, width, local)
+        g += self._gemm(rows, up * width, h, local, expert=True)
+        g += self._gemm(rows, h, width, local, expert=True)
         m = memory_time(e * rows * local * width * (up + 1), dev)  # activation
-        m += memory_time(4 * e * ta * k * h / cfg.tp, dev, kernels=2)  # permute/unpermute
+        # permute/unpermute: read and write every (token, expert) slot of the rank's experts, all
+        # t k of them under tensor-parallel experts (ep 1), a 1/ep share under expert parallelism
+        m += memory_time(permute_bytes(t, k, h, e, cfg.ep), dev, kernels=2)
         if moe.shared_width:
             sw = max(1, moe.shared_width // cfg.tp)
             g += self._gemm(ta, up * sw, h)

@@ -49,10 +49,12 @@ def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
     spec = cfg.model
     wb = dtype_bytes(cfg.weight_dtype)
+    # a checkpoint that quantizes only its experts keeps the rest in bf16 (gpt-oss MXFP4)
+    wo = max(wb, 2.0) if spec.quantized_weights == "experts" else wb
     emb = embedding_params(spec)
     routed = sum(routed_expert_params(spec, i) for i in range(spec.n_layers))
     other = total_params(spec) - emb - routed
-    per_layer = (other * wb / cfg.tp + routed * wb / cfg.stage_gpus) / spec.n_layers
+    per_layer = (other * wo / cfg.tp + routed * wb / cfg.stage_gpus) / spec.n_layers
     layers = per_layer * -(-spec.n_layers // cfg.pp)
     if cfg.spec_tokens:  # the draft module: one more layer of the model's shape (last stage)
         layers += per_layer

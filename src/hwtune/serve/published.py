@@ -111,19 +111,23 @@ AIC_EXTRA_TOKENS = 1500
 commit, 2025-08, and ``src/aiconfigurator/generator/backends/trtllm.py``, 2025-10, for
 TensorRT-LLM, whose template also leaves ``enable_chunked_prefill`` at false;
 ``generator/rule_plugin/vllm.rule`` (2025-12, passed as ``--max-num-batched-tokens`` since
-2026-01) for vLLM; ``generator/rule_plugin/sglang.rule``: ``max_prefill_tokens = isl + 1500``
-with ``enable_mixed_chunk`` for SGLang)."""
+2026-01) for vLLM; ``generator/rule_plugin/sglang.rule`` (95ddf241a, 2025-12-04):
+``max_prefill_tokens = isl + 1500``, with ``enable_mixed_chunk`` since fa895ffb1, 2026-01-19,
+for SGLang)."""
 
 
 def aic_engine_limits(backend: str, isl: int, batch: int) -> dict[str, object]:
     """`ReplicaConfig` fields of aiconfigurator's generated aggregated-worker config (see
-    `AIC_EXTRA_TOKENS`): ``max_num_seqs`` = batch size, the token budget ``batch + isl + 1500``,
-    and for TensorRT-LLM whole prompts only (chunked prefill off: the ``orca`` policy)."""
+    `AIC_EXTRA_TOKENS`): ``max_num_seqs`` = batch size, the token budget ``batch + isl + 1500``
+    (SGLang: ``isl + 1500``, its ``max_prefill_tokens``; with ``--enable-mixed-chunk`` the
+    running decodes take their tokens out of it, as this budget counts them), and for
+    TensorRT-LLM whole prompts only (chunked prefill off: the ``orca`` policy)."""
     if batch < 1 or isl < 1:
         raise HwtuneInputError("batch_size", batch, "a positive batch size and input length")
+    extra = 0 if backend == "sglang" else batch
     kw: dict[str, object] = {
         "max_num_seqs": batch,
-        "max_num_batched_tokens": batch + isl + AIC_EXTRA_TOKENS,
+        "max_num_batched_tokens": extra + isl + AIC_EXTRA_TOKENS,
     }
     if backend == "trtllm":
         kw["scheduler"] = "orca"
@@ -337,6 +341,12 @@ def inferencex_layout(row: dict) -> tuple[int, int, str]:
     return new_tp, new_adp, note
 
 
+INFERENCEX_TRT_GPTOSS_EP_TP = ("2025-09-28", "2025-11-03")
+"""Dates (from, before) when InferenceX's TensorRT-LLM gpt-oss-120b H200 script launched with
+``--ep_size=$TP`` (SemiAnalysisAI/InferenceX ffe0b55a7, 2025-09-28, to 17d5e204f, 2025-11-03,
+``benchmarks/gptoss_fp4_h200_trt_slurm.sh``; before, ``--ep_size 1``; after, the config's
+``EP_SIZE``): its runs of 2025-11-02, recorded with EP 1, ran their experts expert-parallel."""
+
 INFERENCEX_TRT_DSR1_EP_SINCE = "2025-09-18"
 """Since this date InferenceX's TensorRT-LLM DeepSeek-R1 scripts launch with ``EP_SIZE="$TP"``
 and ``--ep_size=$EP_SIZE`` (SemiAnalysisAI/InferenceX commit ec90f3fe7, "Update DSR1 TRT-LLM FP4
@@ -347,14 +357,20 @@ where the record says ``moe_ep_size`` 1 (its config of 2025-11-02, id 83, gave n
 
 def inferencex_expert_parallel(row: dict, stage_gpus: int) -> tuple[int, str]:
     """(EP, note) of an aggregated row: `INFERENCEX_TRT_DSR1_EP_SINCE` applied to InferenceX's
-    TensorRT-LLM DeepSeek runs recorded with EP 1; the recorded EP otherwise."""
+    TensorRT-LLM DeepSeek runs recorded with EP 1, `INFERENCEX_TRT_GPTOSS_EP_TP` to its
+    gpt-oss ones; the recorded EP otherwise."""
     ep = _i(row["moe_ep_size"])
     day = measured_date(row)
-    if (is_inferencex(row) and row["backend"] == "trtllm" and "deepseek" in row["model_path"].lower()
-            and ep == 1 and stage_gpus > 1 and day is not None
-            and day >= INFERENCEX_TRT_DSR1_EP_SINCE):  # fmt: skip
-        return stage_gpus, (f"EP 1 -> {stage_gpus}: InferenceX's TensorRT-LLM DeepSeek script "
-                            "launches with --ep_size equal to TP")  # fmt: skip
+    if not (is_inferencex(row) and row["backend"] == "trtllm" and ep == 1 and stage_gpus > 1
+            and day is not None):  # fmt: skip
+        return ep, ""
+    model = row["model_path"].lower()
+    lo, hi = INFERENCEX_TRT_GPTOSS_EP_TP
+    if ("deepseek" in model and day >= INFERENCEX_TRT_DSR1_EP_SINCE) or (
+        "gpt-oss" in model and lo <= day < hi
+    ):
+        return stage_gpus, (f"EP 1 -> {stage_gpus}: InferenceX's TensorRT-LLM script of the "
+                            "run's date launches with --ep_size equal to TP")  # fmt: skip
     return ep, ""
 
 
