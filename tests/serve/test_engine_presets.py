@@ -34,11 +34,14 @@ def test_presets_follow_the_engines_sources():
     graphs, overlap scheduler on since v0.4. vLLM V1: piecewise CUDA graphs for every step,
     asynchronous scheduling by default from v0.14 (PR #27614, after v0.13.0)."""
     assert engine_fields("trtllm") == {
-        "scheduler": "orca", "eager_prefill": True, "overlap_schedule": True}  # fmt: skip
+        "scheduler": "orca", "eager_prefill": True, "overlap_schedule": True,
+        "kv_memory_rule": "free", "reserve_to_completion": True}  # fmt: skip
     assert engine_fields("sglang") == {
-        "scheduler": "vllm", "eager_prefill": True, "overlap_schedule": True}  # fmt: skip
+        "scheduler": "vllm", "eager_prefill": True, "overlap_schedule": True,
+        "kv_memory_rule": "total", "reserve_to_completion": False}  # fmt: skip
     assert engine_fields("vllm@0.13") == {
-        "scheduler": "vllm", "eager_prefill": False, "overlap_schedule": False}  # fmt: skip
+        "scheduler": "vllm", "eager_prefill": False, "overlap_schedule": False,
+        "kv_memory_rule": "total", "reserve_to_completion": False}  # fmt: skip
     assert engine_fields("vllm@0.14.1")["overlap_schedule"] is True
     assert engine_fields("vllm")["overlap_schedule"] is True  # no version: the latest
     assert VLLM_ASYNC_DEFAULT_SINCE == (0, 14)

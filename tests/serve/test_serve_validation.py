@@ -6,8 +6,8 @@ deterministic subset runs inside the test budget: the expressible aggregated row
 concurrency x output length is at most 16,384 (the cost of a run), one in four by a hash of the
 row id: 117 rows, 42 of them measured by InferenceX (its client's sampled lengths).
 
-Full run (901 expressed rows, VALIDATION.md): median TTFT error 24.5% (p90 69.4%), median TPOT
-error 9.8% (p90 34.3%). This subset: TTFT 22.8%, TPOT 7.4%.
+Full run (901 expressed rows, VALIDATION.md): median TTFT error 24.4% (p90 68.3%), median TPOT
+error 9.6% (p90 34.1%). This subset: TTFT 22.8%, TPOT 7.4%.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ TPOT_TARGET = 0.12  # issue 4: median relative TPOT error
 GUARD_TTFT = 0.24  # reached: 0.228 on this subset
 GUARD_TPOT = 0.08  # reached: 0.074 on this subset
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 24.5% (target 15%) over all 901 expressed "
-    "rows (TPOT 9.8%, target 12%, is met); 22.8% on this 117-row subset. TTFT "
+    "issue-4 TTFT target not met: median TTFT error 24.4% (target 15%) over all 901 expressed "
+    "rows (TPOT 9.6%, target 12%, is met); 22.8% on this 117-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
 )
@@ -275,7 +275,7 @@ def test_inferencex_vllm_gptoss_moe_kernel_follows_the_image(measured, kernel):
 def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_predictions):
     """Tier 3 (`hwtune.serve.correction`): per engine, model and GPU, maps fitted to five runs
     predict that group's other runs of the subset. Full run (VALIDATION.md, "Tier 3"): TTFT
-    16.0%, TPOT 6.0% median held-out error with five fitting runs; tier 1 24.5% / 9.8%. On
+    15.9%, TPOT 6.0% median held-out error with five fitting runs; tier 1 24.4% / 9.6%. On
     this subset's groups of more than five rows: TTFT 24.5% (tier 1) -> 18.4% (tier 3), TPOT
     4.9%."""
     import collections

@@ -149,6 +149,17 @@ def _behaviour(
     )
 
 
+def _engine_memory(e: Engine | None) -> dict[str, object]:
+    """The ``--engine`` preset's KV-cache sizing and admission (`ReplicaConfig.kv_memory_rule`,
+    ``reserve_to_completion``); none without a preset."""
+    from hwtune.serve.engines import engine_fields
+
+    if e is None:
+        return {}
+    f = engine_fields(e)
+    return {k: f[k] for k in ("kv_memory_rule", "reserve_to_completion")}
+
+
 def _workload(
     concurrency: int | None,
     input_len: int | None,
@@ -329,7 +340,7 @@ def serve(
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
-        cfg = cfg.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+        cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         adp_balance_timeout_iters=adp_balance_timeout_iters,
                         batch_wait_timeout_iters=batch_wait_timeout_iters,
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
@@ -443,7 +454,7 @@ def plan_cmd(
         name = eng and eng.name
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
                         16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+        base = base.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
@@ -510,7 +521,7 @@ def calibrate_cmd(
         )
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
-        base = base.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+        base = base.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
@@ -734,7 +745,7 @@ def emulate_cmd(
         cfg = _replica(model, gpu, tp, pp, ep, dp_attention, precision, kv_precision, scheduler,
                        max_num_seqs, max_num_batched_tokens, 16, 0.9, True, profile,
                        weight_only_kernel)  # fmt: skip
-        cfg = cfg.with_(eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+        cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         emu = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
         name = served_model or cfg.model.name

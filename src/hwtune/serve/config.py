@@ -73,6 +73,15 @@ class ReplicaConfig:
     decoding, the prompts a step would take are held back until their tokens plus the decode
     tokens reach ratio x ``max_num_batched_tokens`` or the engine has held them N steps;
     0 turns it off (`hwtune.serve.scheduler.Replica`);
+    ``kv_memory_rule``: how ``gpu_memory_utilization`` sizes the KV cache: "total", a fraction
+    of the device's memory, from which weights, activations and workspace are taken (vLLM's
+    ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``), or "free", a fraction of what
+    is left after them (TensorRT-LLM's ``free_gpu_memory_fraction``, `KvCacheCreator
+    ._cal_max_memory`); ``reserve_to_completion``: admission reserves KV blocks for a request's
+    prompt and all its output tokens, so nothing is ever preempted (TensorRT-LLM's default
+    capacity policy, GUARANTEED_NO_EVICT: ``capacityScheduler.cpp``'s no-evict scheduler with
+    ``getRemainingBlocksToCompletion``); off, blocks grow on demand and a full cache preempts
+    (vLLM, SGLang);
     ``overlap_schedule``: the engine forms step k+1's batch while step k runs on the GPU
     (TensorRT-LLM's PyTorch executor unless ``disable_overlap_scheduler``, SGLang's default
     overlap scheduler, vLLM with ``--async-scheduling``), so a request that arrives during a step
@@ -113,6 +122,8 @@ class ReplicaConfig:
     spec_tokens: int = 0
     spec_acceptance: float = 0.0
     frontend_tokens_per_s: float | None = None
+    kv_memory_rule: str = "total"
+    reserve_to_completion: bool = False
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -133,6 +144,8 @@ class ReplicaConfig:
             raise HwtuneInputError(
                 "gpu_memory_utilization", self.gpu_memory_utilization, "a fraction in (0, 1]"
             )
+        if self.kv_memory_rule not in ("total", "free"):
+            raise HwtuneInputError("kv_memory_rule", self.kv_memory_rule, "total or free")
         heads, kv = self.model.n_heads, self.model.kv_heads
         if heads % self.tp or (kv % self.tp and self.tp % kv):
             raise HwtuneInputError(

@@ -90,12 +90,18 @@ def overlap_by_default(engine: str, version: tuple[int, int] | None = None) -> b
 
 def engine_fields(engine: Engine | str) -> dict[str, object]:
     """`ReplicaConfig` fields of an engine's default behaviour: ``scheduler``,
-    ``eager_prefill`` and ``overlap_schedule`` (see the module docstring)."""
+    ``eager_prefill``, ``overlap_schedule``, ``kv_memory_rule`` and ``reserve_to_completion``
+    (see the module docstring and `ReplicaConfig`)."""
     e = parse_engine(engine) if isinstance(engine, str) else engine
+    trt = e.name == "trtllm"
     return {
-        "scheduler": "orca" if e.name == "trtllm" else "vllm",
+        "scheduler": "orca" if trt else "vllm",
         "eager_prefill": e.name in EAGER_PREFILL_ENGINES,
         "overlap_schedule": overlap_by_default(e.name, e.version),
+        # TensorRT-LLM sizes its KV cache from the memory left after the model (its default
+        # free_gpu_memory_fraction is 0.9) and admits with GUARANTEED_NO_EVICT
+        "kv_memory_rule": "free" if trt else "total",
+        "reserve_to_completion": trt,
     }
 
 

@@ -83,9 +83,13 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
 
     Raises `HwtuneInputError` naming how much is missing when the model does not fit."""
     dev = cfg.effective_device
-    usable = dev.memory_bytes * cfg.gpu_memory_utilization
     w = weight_bytes_per_gpu(cfg)
     a = activation_bytes_per_gpu(cfg)
+    if cfg.kv_memory_rule == "free":  # TensorRT-LLM: a fraction of what weights etc. leave
+        rest = dev.memory_bytes - w - a - WORKSPACE_FIXED_BYTES
+        usable = w + a + WORKSPACE_FIXED_BYTES + max(rest, 0.0) * cfg.gpu_memory_utilization
+    else:
+        usable = dev.memory_bytes * cfg.gpu_memory_utilization
     per_tok = kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, cfg.pp)
     if cfg.spec_tokens:  # the draft layer caches keys of its own
         per_tok += kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, 1) / cfg.model.n_layers

@@ -397,6 +397,31 @@ def row_layout(row: dict) -> tuple[int, int, str]:
     return tp, adp, note
 
 
+TRT_FREE_GPU_MEMORY_FRACTION = {"default": 0.9, "harness": 0.7, "gpt-oss": 0.85,
+                                "deepseek": 0.75}  # fmt: skip
+"""TensorRT-LLM's ``free_gpu_memory_fraction`` (of the memory left after the model) by who ran
+the row: the engine's default 0.9 (``KvCacheConfig``; InferenceX's Llama-3.1-70B script sets
+none, ``70b_fp8_h200_trt_slurm.sh``; the disaggregated recipes are not in the data);
+aiconfigurator's harness 0.7 (``tools/automation/launch_eval.sh``: ``FREE_GPU_MEM_FRAC``,
+passed as ``--free_gpu_memory_fraction``, 961028348); InferenceX's gpt-oss-120b 0.85
+(``gptoss_fp4_h200_trt_slurm.sh``) and DeepSeek-R1 0.75 (``dsr1_fp8_h200_trt_slurm.sh``)."""
+
+
+def trt_memory_fraction(row: dict, prefix: str = "") -> float:
+    """`TRT_FREE_GPU_MEMORY_FRACTION` for a TensorRT-LLM row (aggregated workers only; the
+    disaggregated pools keep the engine's default)."""
+    f = TRT_FREE_GPU_MEMORY_FRACTION
+    if prefix or row["mode"] != "agg":
+        return f["default"]
+    if not is_inferencex(row):
+        return f["harness"]
+    model = row["model_path"].lower()
+    for key in ("gpt-oss", "deepseek"):
+        if key in model:
+            return f[key]
+    return f["default"]
+
+
 def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaConfig:
     """The replica of one role (``prefix`` "", "prefill_" or "decode_") of a row."""
     spec = get_model(row["model_path"])
@@ -410,6 +435,9 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
         # none of the rows' launch scripts sets SGLang's --enable-piecewise-cuda-graph
         eager_prefill=row["backend"] in EAGER_PREFILL_ENGINES,
         overlap_schedule=overlap_schedule(row, prefix.rstrip("_") or "agg"),
+        **({"kv_memory_rule": "free", "reserve_to_completion": True,
+            "gpu_memory_utilization": trt_memory_fraction(row, prefix)}
+           if row["backend"] == "trtllm" else {}),
     )  # fmt: skip
 
 

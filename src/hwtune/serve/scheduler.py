@@ -129,6 +129,13 @@ class Replica:
         return out
 
     # --- helpers ----------------------------------------------------------------------------
+    def _reserve(self, r: Request, q: int) -> int:
+        """Tokens to allocate blocks for when admitting ``r`` with ``q`` tokens this step: ``q``,
+        or every token it will hold by its end under `ReplicaConfig.reserve_to_completion`."""
+        if self.cfg.reserve_to_completion:
+            return max(q, r.prompt + r.output - r.computed)
+        return q
+
     def _grow(self, r: Request, q: int) -> bool:
         need = -(-(r.computed + q) // self.cfg.block_size) - len(r.blocks)
         if need <= 0:
@@ -406,7 +413,7 @@ class Replica:
         limit = self.cfg.max_num_seqs - self.held
         while self.waiting and len(self.running) < limit:
             r = self.waiting[0]
-            if r.handoff is None or not self._seen(r) or not self._grow(r, 1):
+            if r.handoff is None or not self._seen(r) or not self._grow(r, self._reserve(r, 1)):
                 break
             self.waiting.popleft()
             self.running.append(r)
@@ -434,7 +441,7 @@ class Replica:
                 break  # whole prompts only; an over-budget prompt runs alone
             if q < rem and not chunk:
                 q = rem
-            if not self._grow(r, q):
+            if not self._grow(r, self._reserve(r, q)):
                 self._unlookup(r)
                 break
             self._start(r, q, s, batch, now)
@@ -461,7 +468,7 @@ class Replica:
                 break
             self._prefix_lookup(r)
             q = max(1, r.target - r.computed)
-            if not self._grow(r, q):
+            if not self._grow(r, self._reserve(r, q)):
                 self._unlookup(r)
                 break
             self._start(r, q, s, batch, now)
