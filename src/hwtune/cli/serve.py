@@ -15,7 +15,7 @@ import typer
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
-from hwtune.serve.accuracy import likely_range
+from hwtune.serve.accuracy import clients_per_replica, likely_range
 
 if TYPE_CHECKING:
     from hwtune.serve.engines import Engine
@@ -366,7 +366,7 @@ def serve(
     if frontend_tokens_per_s:
         doc["frontend_tokens_per_s"] = frontend_tokens_per_s
     # the nearest published cell: a closed loop's clients per replica (open loops: mode only)
-    clients = -(-wl.concurrency // replicas) if wl.mode == "closed" else None
+    clients = clients_per_replica(wl.mode, wl.concurrency, replicas)
     doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients,
                                      eng and eng.name)  # fmt: skip
     if doc["accuracy"]:

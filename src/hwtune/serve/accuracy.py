@@ -42,6 +42,12 @@ def concurrency_band(clients: int) -> str:
     raise AssertionError("the last band is open-ended")
 
 
+def clients_per_replica(mode: str, concurrency: int, replicas: int) -> int | None:
+    """A closed loop's clients per replica, which picks the nearest published cell (open loops
+    and traces: None, the mode's record)."""
+    return -(-concurrency // replicas) if mode == "closed" else None
+
+
 def cell_key(mode: str, moe: bool, clients: int) -> str:
     """Key of a cell of ``accuracy.json``'s ``cells``: ``mode/kind/band``."""
     return f"{mode}/{'moe' if moe else 'dense'}/{concurrency_band(clients)}"
@@ -201,6 +207,7 @@ __all__ = [
     "accuracy_for",
     "accuracy_line",
     "cell_key",
+    "clients_per_replica",
     "concurrency_band",
     "likely_line",
     "likely_margin",

@@ -130,10 +130,10 @@ def margin_correction(dep: Deployment, wl: Workload) -> tuple[ServeCorrection, d
     a closed loop's clients per replica), as a tier-3-shaped map (scale only), and what to
     report of it. The band describes mean latencies; it is applied to every request, so to the
     percentiles as well. None without a track record."""
-    from hwtune.serve.accuracy import likely_margin
+    from hwtune.serve.accuracy import clients_per_replica, likely_margin
     from hwtune.serve.correction import AffineMap
 
-    clients = -(-wl.concurrency // dep.replicas) if wl.mode == "closed" else None
+    clients = clients_per_replica(wl.mode, wl.concurrency, dep.replicas)
     m = likely_margin(dep.prefill is not None, dep.replica.model.moe is not None, clients)
     if m is None:
         return None
