@@ -29,11 +29,14 @@ def test_deepseek_prefill_of_1024_tokens_has_32_rows_per_expert():
 @given(st.integers(1, 20000), st.sampled_from([(256, 8), (128, 4), (128, 8), (32, 4)]),
        st.sampled_from([1, 2, 4, 8]))  # fmt: skip
 def test_expert_rows_cover_every_slot(t, ek, ep):
-    """However many tokens: the experts on all ranks times their rows hold every slot."""
+    """However many tokens: the experts on all ranks times their rows hold every slot, and once
+    every expert is hit each holds exactly ceil(t k / E) rows (no row added by rounding)."""
     E, k = ek
     local, rows = expert_load(t, E, k, ep)
-    assert local * ep * rows >= t * k * (1 - 1e-9) or local * ep >= E
+    assert local * ep * rows >= t * k * (1 - 1e-9)
     assert 1 <= local <= -(-E // ep) and rows >= 1
+    if (1 - k / E) ** t < 1e-12:
+        assert rows == -(-t * k // E) and local == -(-E // ep)
 
 
 def test_permutation_under_tensor_parallel_experts_is_all_slots():
