@@ -97,6 +97,16 @@ OverlapSchedule = Annotated[
         "(default: off, or --engine's)",
     ),
 ]
+HostTimeline = Annotated[
+    bool,
+    typer.Option(
+        "--host-timeline/--no-host-timeline",
+        help="with --overlap-schedule: the host launches the next step while one runs and "
+        "sends a step's tokens after that launch (eager prefill steps after a decode end "
+        "earlier; tokens before an eager step go out one launch later); off in the published "
+        "-run validation, whose launch floor was fitted without it",
+    ),
+]
 SpecTokens = Annotated[
     int,
     typer.Option(
@@ -290,6 +300,7 @@ def serve(
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
+    host_timeline: HostTimeline = False,
     adp_balance_timeout_iters: Annotated[
         int,
         typer.Option(
@@ -341,6 +352,7 @@ def serve(
                        max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
                        prefix_caching, profile, weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+                        host_timeline=host_timeline,
                         adp_balance_timeout_iters=adp_balance_timeout_iters,
                         batch_wait_timeout_iters=batch_wait_timeout_iters,
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,

@@ -86,6 +86,10 @@ class ReplicaConfig:
     (TensorRT-LLM's PyTorch executor unless ``disable_overlap_scheduler``, SGLang's default
     overlap scheduler, vLLM with ``--async-scheduling``), so a request that arrives during a step
     joins the step after next; an idle engine takes it at once (`hwtune.serve.scheduler.Replica`);
+    ``host_timeline`` (with ``overlap_schedule``, ``pp`` = 1): the host as its own timeline
+    beside the GPU's (`hwtune.serve.simulator`, "Host timeline"): it launches step k+1 while
+    step k runs and sends step k's tokens only after that launch, so an eager prefill step
+    after a decode ends earlier and a step followed by an eager one delivers later;
     ``spec_tokens`` > 0: speculative decoding with that many draft tokens per step, each accepted
     with probability ``spec_acceptance`` given the ones before it (`hwtune.serve.speculative`);
     the draft module is one decoder layer of the model's own shape (DeepSeek MTP, EAGLE);
@@ -119,6 +123,7 @@ class ReplicaConfig:
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     overlap_schedule: bool = False
+    host_timeline: bool = False
     spec_tokens: int = 0
     spec_acceptance: float = 0.0
     frontend_tokens_per_s: float | None = None
@@ -173,6 +178,12 @@ class ReplicaConfig:
                                    "a non-negative integer (0: no balancing)")  # fmt: skip
         if not isinstance(self.overlap_schedule, bool):
             raise HwtuneInputError("overlap_schedule", self.overlap_schedule, "true or false")
+        if not isinstance(self.host_timeline, bool):
+            raise HwtuneInputError("host_timeline", self.host_timeline, "true or false")
+        if self.host_timeline and not (self.overlap_schedule and self.pp == 1):
+            raise HwtuneInputError("host_timeline", self.host_timeline,
+                                   "false unless overlap_schedule is on and pp = 1 (the host "
+                                   "runs ahead of the GPU only under an overlap scheduler)")  # fmt: skip
         w = self.batch_wait_timeout_iters
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise HwtuneInputError("batch_wait_timeout_iters", w,

@@ -324,13 +324,20 @@ class IterationModel:
         return v
 
     # --- one step ----------------------------------------------------------------------------
-    def step_time(self, s: StepShape) -> float:
+    def step_time(self, s: StepShape, lead: float = 0.0) -> float:
         """Seconds of one step (the latency of its batch through all pipeline stages). A step
-        with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``."""
+        with prompt tokens on an eager-prefill engine lasts at least ``launch_floor``, less
+        ``lead``: how long before the GPU reached the step the host began launching it (an
+        overlap scheduler launches step k+1 while step k runs; `hwtune.serve.simulator`)."""
         g, m, c = self.linear(s.tokens, self.rank_tokens(s))
         layers = g + m + c + self._attention(s)[0]
         t = layers + self._rest(s) + self._draft(s, layers)
-        return t + self._launch_wait(s, t)
+        return t + self._launch_wait(s, t, lead)
+
+    def launch_time(self, s: StepShape) -> float:
+        """Host seconds to launch the step's kernels: ``launch_floor`` for a step with prompt
+        tokens on an eager-prefill engine, 0 for one replayed from a CUDA graph."""
+        return self.launch_floor if s.pf_tokens else 0.0
 
     def _draft(self, s: StepShape, layers: float) -> float:
         """Seconds of the draft module in a step under speculative decoding (0 without): one
@@ -355,11 +362,12 @@ class IterationModel:
             t += k * self.head(rows, rows)
         return t
 
-    def _launch_wait(self, s: StepShape, t: float) -> float:
-        """Seconds the GPU waits on the host's kernel launches (eager prefill steps only)."""
+    def _launch_wait(self, s: StepShape, t: float, lead: float = 0.0) -> float:
+        """Seconds the GPU waits on the host's kernel launches (eager prefill steps only), the
+        launches having begun ``lead`` seconds before the GPU reached the step."""
         if not s.pf_tokens or not self.launch_floor:
             return 0.0
-        return max(0.0, self.launch_floor - (t - self.host - self.host_seq * s.seqs))
+        return max(0.0, self.launch_floor - lead - (t - self.host - self.host_seq * s.seqs))
 
     def _rest(self, s: StepShape) -> float:
         cfg = self.cfg

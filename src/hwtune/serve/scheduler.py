@@ -99,6 +99,10 @@ class Replica:
         self.last_start = 0.0
         """When the last step launched began (the instant an overlap scheduler formed the next
         batch, `hwtune.serve.simulator`)."""
+        self.host_end = 0.0
+        """When the host finished launching the last step (its start plus
+        `IterationModel.launch_time`; host timeline of an overlap scheduler,
+        `hwtune.serve.simulator`)."""
         self.receiving: list[Request] = []
         self.held = 0
         """Sequence slots still held by requests that finished in the step that just ended, while

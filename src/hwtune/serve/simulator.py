@@ -28,6 +28,22 @@ front end, the engine keeps generating and the backlog grows, so a new request's
 queues behind it (TTFT rises with the backlog, TPOT settles at concurrency / rate). Prefill
 workers of a disaggregated deployment stream nothing; the first token a decode worker takes over
 is shown at the start of its first decode step, as without a limit.
+
+Host timeline (`ReplicaConfig.host_timeline`, off by default; needs ``overlap_schedule`` and
+``pp`` = 1). TensorRT-LLM's ``PyExecutor._executor_loop_overlap`` fetches, schedules and
+launches step k+1, then waits for step k and sends its tokens (SGLang's ``event_loop_overlap``
+runs the same order). With H_k the instant the host begins step k, L_k = H_k + its launch time
+(`IterationModel.launch_time`: the launch floor for an eager prefill step, 0 for a CUDA-graph
+replay) and G_k the end of step k on the GPU:
+
+  H_{k+1} = max(L_k, G_{k-1})       (the host has launched step k and processed step k-1)
+  G_{k+1} = max(G_k + GPU time, L_{k+1})
+  step k's tokens go out at max(G_k, L_{k+1}), and batch k+1 is formed at H_{k+1}.
+
+So an eager step after a decode ends earlier than a whole floor after that decode (its launches
+began while the decode ran), and a step followed by an eager step delivers its tokens one launch
+later. With cheap launches both reduce to the default (tokens at the step's end, the batch
+formed when the step before began).
 """
 
 from __future__ import annotations
@@ -200,8 +216,13 @@ def simulate(
         if rep.inflight >= rep.cfg.pp or rep.stage_free > t:
             return
         if fast and rep.running and fast_forward(rep, t):
+            rep.host_end = t
             return
-        cutoff = prev_start if rep.cfg.overlap_schedule and rep.cfg.pp == 1 else float("inf")
+        host_start = t
+        cutoff = prev_start if rep.cfg.overlap_schedule and rep.cfg.pp == 1 else math.inf
+        if prev_start != math.inf and host_timeline(rep):
+            # the host launched the step that just ended, then waited for the one before
+            host_start = cutoff = max(rep.host_end, prev_start)
         batch, shape = rep.schedule(t, cutoff)
         if rep.receiving:
             for r in rep.receiving:  # admitted hand-offs pull their KV from the prefill replica
@@ -215,7 +236,8 @@ def simulate(
             for r, _q in batch:
                 if r.first_token != r.first_token:  # the prefill's token, sent before this step
                     r.first_token = r.last_token = t
-        dur = rep.model.step_time(shape)
+        dur = rep.model.step_time(shape, t - host_start)
+        rep.host_end = host_start + rep.model.launch_time(shape)
         rep.last_duration = dur
         rep.last_start = t
         for r, _q in batch:
@@ -263,7 +285,7 @@ def simulate(
                 first = min(max(1, head.target - head.computed), room)
                 if -(-(head.computed + first) // cfg_r.block_size) <= rep.blocks.free_blocks:
                     return False
-        horizon = heap[0][0] if heap else float("inf")
+        horizon = min(heap[0][0] if heap else math.inf, due)
         if horizon - t < 2.0 * rep.last_duration:
             return False  # the next event comes before a second step could start
         kmax = 1 << 62
@@ -328,21 +350,39 @@ def simulate(
         push(start, STEP_DONE, rep, (list(run), durs, t))
         return True
 
-    def relaunch(rep: Replica, t: float, pending: list[list[int]]) -> None:
+    due = math.inf
+    """An event not yet in the heap: a closed-loop client's next request, sent once the step
+    that just ended has its tokens out (after the next step is launched)."""
+
+    def host_timeline(rep: Replica) -> bool:
+        return rep.cfg.host_timeline
+
+    def relaunch(rep: Replica, t: float, pending: list[list[int]], ended: bool) -> float:
         """After a step: form the next one. ``pending``: the KV blocks of requests that finished
         in it, held (with their sequence slots) while an overlap scheduler forms that batch,
         since it did so when the step began (TensorRT-LLM's ``_executor_loop_overlap`` frees a
         finished request's resources after scheduling the next batch; vLLM's async scheduling
         and SGLang's overlap loop the same); then freed for the batch after. An engine left idle
-        schedules again at once with them."""
+        schedules again at once with them. ``ended``: whether requests finished in it (a
+        closed loop's clients then send new ones, which a decode stretch must not run past).
+
+        Returns when the step's tokens go out: under an overlap scheduler, after the host has
+        launched the next step (its outputs are processed after that launch), so an eager
+        prefill step launched next delays them by its launch time."""
+        nonlocal due
         rep.held = len(pending)
+        if ended and closed and next_idx < len(reqs):
+            due = t
         launch(rep, t, rep.last_start)
+        emit = max(t, rep.host_end) if host_timeline(rep) else t
         if pending:
             rep.held = 0
             for blocks in pending:
                 rep.blocks.release(blocks)
             if not rep.inflight:
                 launch(rep, t)
+        due = math.inf
+        return emit
 
     def finish(r: Request, rep: Replica, t: float) -> None:
         nonlocal next_idx
@@ -376,55 +416,61 @@ def simulate(
             if isinstance(batch, tuple):  # a fast-forwarded decode stretch
                 run, durs, t0 = batch
                 k = len(durs)
-                # step ends summed in the order the stretch summed them (as step by step), so
-                # the last one is ``t``
-                ends = list(accumulate(durs, initial=t0))[1:]
-                if rep.frontend_s_per_token:
-                    seen = rep.deliver(ends, len(run))
-                    gaps = list(np.diff(seen))
-                else:
-                    seen = [t0 + durs[0], t]
-                    gaps = durs[1:]
-                if k > 1:
-                    itl.extend(gaps)
-                    itl_w.extend([len(run)] * (k - 1))
-                first_end, t_seen = seen[0], seen[-1]
                 hold = rep.cfg.overlap_schedule and rep.cfg.pp == 1
                 pending: list[list[int]] = []
-                times = None
-                if record_tokens:
-                    times = seen if rep.frontend_s_per_token else ends
+                ended: list[Request] = []
                 for r in run:
                     r.busy = False
-                    if times is not None and r.token_times is not None:
-                        r.token_times.extend(times)
                     r.computed += k
                     r.target = r.computed
                     r.generated += k
-                    itl.append(first_end - r.last_token)
-                    itl_w.append(1)
-                    r.last_token = t_seen
                     if rep.blocks.enable_prefix:
                         rep.register_blocks(r)
                     if r.generated >= r.output:
                         (pending.append if hold else rep.blocks.release)(r.blocks)
                         r.blocks = []
                         done = True
-                        finish(r, rep, t_seen)
+                        ended.append(r)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
-                relaunch(rep, t, pending)
+                emit = relaunch(rep, t, pending, bool(ended))
+                # step ends summed in the order the stretch summed them (as step by step), so
+                # the last one is ``t``; its tokens go out at ``emit``
+                ends = list(accumulate(durs, initial=t0))[1:]
+                ends[-1] = emit
+                if rep.frontend_s_per_token:
+                    seen = rep.deliver(ends, len(run))
+                    gaps = list(np.diff(seen))
+                else:
+                    seen = [t0 + durs[0], emit]
+                    gaps = durs[1:]
+                    gaps[-1] += emit - t
+                if k > 1:
+                    itl.extend(gaps)
+                    itl_w.extend([len(run)] * (k - 1))
+                first_end, t_seen = seen[0], seen[-1]
+                times = None
+                if record_tokens:
+                    times = seen if rep.frontend_s_per_token else ends
+                for r in run:
+                    if times is not None and r.token_times is not None:
+                        r.token_times.extend(times)
+                    itl.append(first_end - r.last_token)
+                    itl_w.append(1)
+                    r.last_token = t_seen
+                for r in ended:
+                    finish(r, rep, t_seen)
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
             spec = rep.cfg.spec_tokens > 0
             per_step = rep.cfg.tokens_per_step if spec else 1.0
-            t_seen = t  # when the client sees this step's tokens (after the front end)
             hold = rep.cfg.overlap_schedule and rep.cfg.pp == 1
             pending = []
+            rows = -1
             if rep.frontend_s_per_token and rep.role != "prefill":
                 rows = sum(1 for r, q in batch if r.computed + q >= r.target)  # type: ignore[union-attr]
-                t_seen = rep.deliver([t], round(rows * per_step))[0]
+            out: list[tuple[Request, int]] = []  # requests with tokens from this step
             for r, q in batch:  # type: ignore[union-attr]
                 r.busy = False
                 gain = 1
@@ -453,6 +499,19 @@ def simulate(
                     launch(dst, t)
                     continue
                 if r.generated == 1:
+                    r.first_token = t  # until the token goes out (below)
+                out.append((r, gain))
+                if r.generated >= r.output:
+                    (pending.append if hold else rep.blocks.release)(r.blocks)
+                    r.blocks = []
+                    done = True
+            if done:
+                rep.running = [r for r in rep.running if r.generated < r.output]
+            emit = relaunch(rep, t, pending, done)
+            # when the client sees this step's tokens (after the front end)
+            t_seen = emit if rows < 0 else rep.deliver([emit], round(rows * per_step))[0]
+            for r, gain in out:
+                if r.generated == 1:
                     r.first_token = t_seen
                 else:
                     itl.append(t_seen - r.last_token)
@@ -464,13 +523,7 @@ def simulate(
                 if r.token_times is not None:
                     r.token_times.extend([t_seen] * gain)
                 if r.generated >= r.output:
-                    (pending.append if hold else rep.blocks.release)(r.blocks)
-                    r.blocks = []
-                    done = True
                     finish(r, rep, t_seen)
-            if done:
-                rep.running = [r for r in rep.running if r.generated < r.output]
-            relaunch(rep, t, pending)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
