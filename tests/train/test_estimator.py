@@ -384,9 +384,11 @@ def test_random_valid_strategies_give_finite_positive_estimates(
     assert sum(e.breakdown.values()) <= e.step_time_s * (1 + 1e-9)
     # the busiest rank cannot be faster than its share of the model's FLOPs at peak
     assert e.step_time_s >= e.model_flops_per_step / (n * e.peak_flops_used)
-    # slower kernels (FlashAttention-2, eager elementwise ops) never make a step faster
+    # slower kernels (FlashAttention-2, eager elementwise ops) never make a step faster (to
+    # rounding: where communication hides the kernels both sum to the same time in another order)
     slow = strategy.model_copy(update={"attention_kernel": "fa2", "fused_elementwise": False})
-    assert estimate(spec, None, slow, gpu="h100-sxm-80gb", gpus=n).step_time_s >= e.step_time_s
+    t_slow = estimate(spec, None, slow, gpu="h100-sxm-80gb", gpus=n).step_time_s
+    assert t_slow >= e.step_time_s * (1 - 1e-12)
 
 
 def test_fsdp_pays_collective_latency_once_per_layer():
