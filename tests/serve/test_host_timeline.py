@@ -135,3 +135,27 @@ def test_cli_flag_delays_first_tokens_before_eager_steps():
                                    "--num-requests", "4", "--host-timeline"])  # fmt: skip
     assert bad.exit_code == 2
     assert "host_timeline" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_request_taken_only_because_nothing_else_could_run_is_launched_on_arrival(eager):
+    """B arrives during A's last decode step, after the host began forming the next batch, which
+    finds nothing to run: the host sends A's last token when its step ends, then forms a batch
+    with B and launches it. So B's eager step takes the whole floor from there (its launches
+    cannot have begun before B arrived) and A's last token is not held back by them."""
+    from hwtune.serve.request import Workload
+
+    cfg = eager.with_(host_timeline=True)
+    model = IterationModel(cfg)
+
+    def run(arrive_b: float):
+        wl = Workload((256, 256), (4, 2), "open", 0, (0.0, arrive_b))
+        return simulate(cfg, wl, record_steps=True, record_tokens=True)
+
+    alone = run(1.0)  # B long after A: A's steps on their own
+    last = [s for s in alone.steps if s.start < 0.5][-1]
+    res = run(last.start + 0.5 * last.duration)
+    a, _b = sorted(res.requests, key=lambda r: r.rid)
+    assert a.finish == pytest.approx(last.start + last.duration)
+    b_step = next(s for s in res.steps if s.start > last.start and s.prefills)
+    assert b_step.start == pytest.approx(a.finish)
+    assert b_step.duration == pytest.approx(model.step_time(b_step.shape))

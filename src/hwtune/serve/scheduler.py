@@ -103,6 +103,9 @@ class Replica:
         """When the host finished launching the last step (its start plus
         `IterationModel.launch_time`; host timeline of an overlap scheduler,
         `hwtune.serve.simulator`)."""
+        self.fell_back = False
+        """Whether the last step launched took requests that arrived after its batch was due to
+        be formed (nothing else could run), so the host formed and launched it only then."""
         self.receiving: list[Request] = []
         self.held = 0
         """Sequence slots still held by requests that finished in the step that just ended, while

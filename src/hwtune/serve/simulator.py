@@ -43,7 +43,10 @@ replay) and G_k the end of step k on the GPU:
 So an eager step after a decode ends earlier than a whole floor after that decode (its launches
 began while the decode ran), and a step followed by an eager step delivers its tokens one launch
 later. With cheap launches both reduce to the default (tokens at the step's end, the batch
-formed when the step before began).
+formed when the step before began). A batch that finds nothing to run at H_{k+1} and takes
+requests that arrived since (the engine would otherwise idle) is formed and launched when it
+is launched, after step k's tokens went out. A prefill worker of a disaggregated deployment
+hands a finished prompt over at its step's GPU end (not delayed by the next launch).
 """
 
 from __future__ import annotations
@@ -232,6 +235,11 @@ def simulate(
             rep.receiving.clear()
         if not batch:
             return
+        rep.fell_back = host_start < t and any(r.queued > cutoff for r, _q in batch)
+        if rep.fell_back:
+            # nothing was schedulable at the cutoff: the host sent the last step's tokens and
+            # formed this batch from requests that arrived since, at ``t``
+            host_start = t
         if rep.role == "decode":
             for r, _q in batch:
                 if r.first_token != r.first_token:  # the prefill's token, sent before this step
@@ -354,27 +362,36 @@ def simulate(
     """An event not yet in the heap: a closed-loop client's next request, sent once the step
     that just ended has its tokens out (after the next step is launched)."""
 
+    def preview(rep: Replica, ends: list[float], tokens: int) -> float:
+        """When the front end would deliver the last of ``ends`` (without taking it)."""
+        free, cost = rep.frontend_free, tokens * rep.frontend_s_per_token
+        for e in ends:
+            free = (free if free > e else e) + cost
+        return free
+
     def host_timeline(rep: Replica) -> bool:
         return rep.cfg.host_timeline
 
-    def relaunch(rep: Replica, t: float, pending: list[list[int]], ended: bool) -> float:
+    def relaunch(rep: Replica, t: float, pending: list[list[int]], seen: float) -> float:
         """After a step: form the next one. ``pending``: the KV blocks of requests that finished
         in it, held (with their sequence slots) while an overlap scheduler forms that batch,
         since it did so when the step began (TensorRT-LLM's ``_executor_loop_overlap`` frees a
         finished request's resources after scheduling the next batch; vLLM's async scheduling
         and SGLang's overlap loop the same); then freed for the batch after. An engine left idle
-        schedules again at once with them. ``ended``: whether requests finished in it (a
-        closed loop's clients then send new ones, which a decode stretch must not run past).
+        schedules again at once with them. ``seen``: the earliest a client of a request that
+        finished in it can have its last token (NaN if none finished): a closed loop's clients
+        then send new ones, which a decode stretch must not run past.
 
         Returns when the step's tokens go out: under an overlap scheduler, after the host has
         launched the next step (its outputs are processed after that launch), so an eager
         prefill step launched next delays them by its launch time."""
         nonlocal due
         rep.held = len(pending)
-        if ended and closed and next_idx < len(reqs):
-            due = t
+        if seen == seen and closed and next_idx < len(reqs):
+            due = math.nextafter(seen, math.inf)  # no earlier than the successors' arrival
+        rep.fell_back = False
         launch(rep, t, rep.last_start)
-        emit = max(t, rep.host_end) if host_timeline(rep) else t
+        emit = max(t, rep.host_end) if host_timeline(rep) and not rep.fell_back else t
         if pending:
             rep.held = 0
             for blocks in pending:
@@ -433,10 +450,13 @@ def simulate(
                         ended.append(r)
                 if done:
                     rep.running = [r for r in rep.running if r.generated < r.output]
-                emit = relaunch(rep, t, pending, bool(ended))
                 # step ends summed in the order the stretch summed them (as step by step), so
                 # the last one is ``t``; its tokens go out at ``emit``
                 ends = list(accumulate(durs, initial=t0))[1:]
+                lb = math.nan  # the earliest the clients of finished requests can send again
+                if ended:
+                    lb = preview(rep, ends, len(run)) if rep.frontend_s_per_token else t
+                emit = relaunch(rep, t, pending, lb)
                 ends[-1] = emit
                 if rep.frontend_s_per_token:
                     seen = rep.deliver(ends, len(run))
@@ -507,7 +527,10 @@ def simulate(
                     done = True
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
-            emit = relaunch(rep, t, pending, done)
+            lb = math.nan
+            if done:
+                lb = t if rows < 0 else preview(rep, [t], round(rows * per_step))
+            emit = relaunch(rep, t, pending, lb)
             # when the client sees this step's tokens (after the front end)
             t_seen = emit if rows < 0 else rep.deliver([emit], round(rows * per_step))[0]
             for r, gain in out:
