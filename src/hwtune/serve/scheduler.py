@@ -429,6 +429,20 @@ class Replica:
                 r.first_scheduled = now
             self.receiving.append(r)
 
+    def _prompt_room(self, r: Request) -> bool:
+        """Whether the free KV blocks hold all of ``r``'s remaining prompt besides what the
+        prompts already being chunked still need. SGLang admits a prompt only when its whole
+        input fits in the free tokens (``PrefillAdder.add_one_req``: ``NO_TOKEN`` when the
+        input plus its clipped output estimate exceed ``rem_total_tokens``; the output estimate
+        and the running requests' reservation are not modelled), so a chunked prompt never
+        runs out of room halfway; admitting on the first chunk's room alone lets a chunk
+        preempt itself step after step when the cache barely holds a request."""
+        bs = self.cfg.block_size
+        owed = sum(max(0, -(-x.target // bs) - len(x.blocks))
+                   for x in self.running if x.computed < x.target)  # fmt: skip
+        need = max(0, -(-r.target // bs) - len(r.blocks))
+        return need + owed <= self.blocks.free_blocks
+
     def _fits(self, r: Request, q: int) -> bool:
         return len(r.blocks) * self.cfg.block_size >= r.computed + q
 
@@ -448,6 +462,9 @@ class Replica:
                 break  # whole prompts only; an over-budget prompt runs alone
             if q < rem and not chunk:
                 q = rem
+            if self.policy == "sglang" and not self._prompt_room(r):
+                self._unlookup(r)
+                break
             if not self._grow(r, self._reserve(r, q)):
                 self._unlookup(r)
                 break
