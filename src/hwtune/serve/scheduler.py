@@ -120,10 +120,11 @@ class Replica:
         fe = cfg.frontend_tokens_per_s
         self.frontend_s_per_token = 1.0 / fe if fe else 0.0
 
-    def deliver(self, ends: list[float], tokens: int) -> list[float]:
+    def deliver(self, ends: list[float], tokens: int, take: bool = True) -> list[float]:
         """When the client sees the tokens of steps that ended at ``ends`` (``tokens`` each):
         the front end takes each step's tokens after the previous step's, first in, first out,
-        at `ReplicaConfig.frontend_tokens_per_s` (at once without a limit)."""
+        at `ReplicaConfig.frontend_tokens_per_s` (at once without a limit). ``take`` False:
+        only say when, leaving the front end as it was."""
         if not self.frontend_s_per_token:
             return list(ends)
         cost = tokens * self.frontend_s_per_token
@@ -132,7 +133,8 @@ class Replica:
         for e in ends:
             free = (free if free > e else e) + cost
             out.append(free)
-        self.frontend_free = free
+        if take:
+            self.frontend_free = free
         return out
 
     # --- helpers ----------------------------------------------------------------------------

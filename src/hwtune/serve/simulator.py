@@ -223,7 +223,7 @@ def simulate(
             return
         host_start = t
         cutoff = prev_start if rep.cfg.overlap_schedule and rep.cfg.pp == 1 else math.inf
-        if prev_start != math.inf and host_timeline(rep):
+        if prev_start != math.inf and rep.cfg.host_timeline:
             # the host launched the step that just ended, then waited for the one before
             host_start = cutoff = max(rep.host_end, prev_start)
         batch, shape = rep.schedule(t, cutoff)
@@ -362,16 +362,6 @@ def simulate(
     """An event not yet in the heap: a closed-loop client's next request, sent once the step
     that just ended has its tokens out (after the next step is launched)."""
 
-    def preview(rep: Replica, ends: list[float], tokens: int) -> float:
-        """When the front end would deliver the last of ``ends`` (without taking it)."""
-        free, cost = rep.frontend_free, tokens * rep.frontend_s_per_token
-        for e in ends:
-            free = (free if free > e else e) + cost
-        return free
-
-    def host_timeline(rep: Replica) -> bool:
-        return rep.cfg.host_timeline
-
     def relaunch(rep: Replica, t: float, pending: list[list[int]], seen: float) -> float:
         """After a step: form the next one. ``pending``: the KV blocks of requests that finished
         in it, held (with their sequence slots) while an overlap scheduler forms that batch,
@@ -391,7 +381,7 @@ def simulate(
             due = math.nextafter(seen, math.inf)  # no earlier than the successors' arrival
         rep.fell_back = False
         launch(rep, t, rep.last_start)
-        emit = max(t, rep.host_end) if host_timeline(rep) and not rep.fell_back else t
+        emit = max(t, rep.host_end) if rep.cfg.host_timeline and not rep.fell_back else t
         if pending:
             rep.held = 0
             for blocks in pending:
@@ -455,7 +445,7 @@ def simulate(
                 ends = list(accumulate(durs, initial=t0))[1:]
                 lb = math.nan  # the earliest the clients of finished requests can send again
                 if ended:
-                    lb = preview(rep, ends, len(run)) if rep.frontend_s_per_token else t
+                    lb = rep.deliver(ends, len(run), take=False)[-1]
                 emit = relaunch(rep, t, pending, lb)
                 ends[-1] = emit
                 if rep.frontend_s_per_token:
@@ -529,7 +519,7 @@ def simulate(
                 rep.running = [r for r in rep.running if r.generated < r.output]
             lb = math.nan
             if done:
-                lb = t if rows < 0 else preview(rep, [t], round(rows * per_step))
+                lb = t if rows < 0 else rep.deliver([t], round(rows * per_step), take=False)[0]
             emit = relaunch(rep, t, pending, lb)
             # when the client sees this step's tokens (after the front end)
             t_seen = emit if rows < 0 else rep.deliver([emit], round(rows * per_step))[0]
