@@ -84,7 +84,8 @@ def test_an_eager_step_after_a_decode_starts_its_launches_early(eager):
 )
 def test_steps_stay_between_gpu_time_and_the_launch_floor(cfg8b, clients, prompt, output):
     """Whatever the load, a step lasts at least its GPU time and at most what it lasts when the
-    host starts its launches with the GPU; every token leaves after the step that made it."""
+    host starts its launches with the GPU; each request gets all its tokens, in order, none
+    before the first step has ended."""
     cfg = cfg8b.with_(eager_prefill=True, overlap_schedule=True, host_timeline=True)
     model = IterationModel(cfg)
     n = clients * 3
