@@ -162,12 +162,9 @@ def _behaviour(
 def _engine_memory(e: Engine | None) -> dict[str, object]:
     """The ``--engine`` preset's KV-cache sizing and admission (`ReplicaConfig.kv_memory_rule`,
     ``reserve_to_completion``); none without a preset."""
-    from hwtune.serve.engines import engine_fields
+    from hwtune.serve.engines import memory_fields
 
-    if e is None:
-        return {}
-    f = engine_fields(e)
-    return {k: f[k] for k in ("kv_memory_rule", "reserve_to_completion")}
+    return memory_fields(e) if e is not None else {}
 
 
 def _workload(

@@ -88,6 +88,16 @@ def overlap_by_default(engine: str, version: tuple[int, int] | None = None) -> b
     return engine in ("sglang", "trtllm")
 
 
+MEMORY_FIELDS: tuple[str, ...] = ("kv_memory_rule", "reserve_to_completion")
+"""The `engine_fields` that size the KV cache and admit requests into it."""
+
+
+def memory_fields(engine: Engine | str) -> dict[str, object]:
+    """The engine's KV-cache sizing and admission (`MEMORY_FIELDS` of `engine_fields`)."""
+    f = engine_fields(engine)
+    return {k: f[k] for k in MEMORY_FIELDS}
+
+
 def engine_fields(engine: Engine | str) -> dict[str, object]:
     """`ReplicaConfig` fields of an engine's default behaviour: ``scheduler``,
     ``eager_prefill``, ``overlap_schedule``, ``kv_memory_rule`` and ``reserve_to_completion``
@@ -112,6 +122,8 @@ __all__ = [
     "Engine",
     "engine_fields",
     "overlap_by_default",
+    "memory_fields",
+    "MEMORY_FIELDS",
     "parse_engine",
     "version_tuple",
 ]

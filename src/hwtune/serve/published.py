@@ -60,6 +60,7 @@ from hwtune.model.catalog import get_model
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.engines import (
     EAGER_PREFILL_ENGINES,
+    memory_fields,
     overlap_by_default,
     version_tuple,
 )
@@ -435,8 +436,8 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
         # none of the rows' launch scripts sets SGLang's --enable-piecewise-cuda-graph
         eager_prefill=row["backend"] in EAGER_PREFILL_ENGINES,
         overlap_schedule=overlap_schedule(row, prefix.rstrip("_") or "agg"),
-        **({"kv_memory_rule": "free", "reserve_to_completion": True,
-            "gpu_memory_utilization": trt_memory_fraction(row, prefix)}
+        **memory_fields(row["backend"]),
+        **({"gpu_memory_utilization": trt_memory_fraction(row, prefix)}
            if row["backend"] == "trtllm" else {}),
     )  # fmt: skip
 
