@@ -192,7 +192,7 @@ class IterationModel:
         which the busiest attention-DP rank holds ``ta`` (default: an even share)."""
         cfg, spec, dev = self.cfg, self.spec, self.dev
         if ta is None:
-            ta = max(1, -(-t // cfg.dp_attention))
+            ta = self.even_share(t)
         sh = Shard(tokens=ta, seq=ta, tp=cfg.tp, act_bytes=self.act,
                    fused=elementwise_fused(cfg.profile))  # fmt: skip
         g_tot = m_tot = c_tot = 0.0
@@ -269,13 +269,17 @@ class IterationModel:
             c += serving_all_reduce_time(ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster)
         return g, m, c
 
+    def even_share(self, t: int) -> int:
+        """One attention-DP rank's share of ``t`` tokens spread evenly (at least 1)."""
+        return max(1, -(-t // self.cfg.dp_attention))
+
     def rank_tokens(self, s: StepShape) -> int:
         """Tokens on the busiest attention-DP rank: an even share of the step's tokens, or the
         largest prefill chunk when it is bigger (a prompt is not split across ranks: TensorRT-LLM
         and SGLang assign each request to one attention-DP rank, vLLM to one data-parallel
         engine). The lower bound on the busiest rank of any assignment; equal to the even share
         without attention DP."""
-        even = max(1, -(-s.tokens // self.cfg.dp_attention))
+        even = self.even_share(s.tokens)
         return max(even, s.pf_max_q)
 
     def linear(self, t: int, ta: int | None = None) -> tuple[float, float, float]:
@@ -308,12 +312,12 @@ class IterationModel:
         busiest attention-DP rank's tokens (default: an even share)."""
         cfg = self.cfg
         if ta is None:
-            ta = max(1, -(-tokens // cfg.dp_attention))
+            ta = self.even_share(tokens)
         key = (rows * 1_000_003 + tokens) * 1_000_003 + ta
         v = self._head.get(key)
         if v is None:
             spec, dev = self.spec, self.dev
-            r = max(1, -(-rows // cfg.dp_attention)) if rows else 0
+            r = self.even_share(rows) if rows else 0
             vocab = -(-spec.vocab // cfg.tp)
             v = memory_time(2 * self.act * ta * spec.d_model, dev)
             if r:
