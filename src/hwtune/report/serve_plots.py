@@ -31,10 +31,10 @@ def plot_serving(res: SimResult, path: str | Path, title: str = "") -> Path:
     ax[0].legend()
     ax[0].grid(alpha=0.3)
     if res.kv_time.size:
-        ax[1].plot(res.kv_time, 100 * res.kv_util, lw=0.8)
+        ax[1].step(res.kv_time, 100 * res.kv_util, where="post", lw=0.8)
     ax[1].set_xlabel("simulated time (s)")
     ax[1].set_ylabel("KV cache used (%)")
-    ax[1].set_title("KV utilization")
+    ax[1].set_title("KV utilization (all replicas)")
     ax[1].grid(alpha=0.3)
     fin = np.sort(np.array([r.finish for r in res.requests]))
     ax[2].plot(fin, np.arange(1, fin.size + 1), lw=1)

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from hwtune.serve.kv_usage import time_weighted_mean
 from hwtune.serve.simulator import SimResult
 
 PERCENTILES = (50, 90, 99)
@@ -82,8 +83,8 @@ def summarize(res: SimResult) -> dict:
         },  # fmt: skip
         "requests_per_s": n / span,
         "kv_utilization": {
-            "mean": float(res.kv_util.mean()) if res.kv_util.size else 0.0,
-            "max": float(res.kv_util.max()) if res.kv_util.size else 0.0,
+            "mean": time_weighted_mean(res.kv_time, res.kv_util, start, res.duration_s),
+            "max": res.kv_peak,
         },
         "prefix_hit_rate": hit,
         "preemptions": res.preemptions,

@@ -107,6 +107,9 @@ class Replica:
         """Whether the last step launched took requests that arrived after its batch was due to
         be formed (nothing else could run), so the host formed and launched it only then."""
         self.receiving: list[Request] = []
+        self.kv_times: list[float] = []
+        self.kv_used: list[int] = []
+        """Used KV blocks whenever they change, and when (`hwtune.serve.kv_usage`)."""
         self.held = 0
         """Sequence slots still held by requests that finished in the step that just ended, while
         an overlap scheduler forms the next batch (it was formed when that step began, so their
@@ -144,6 +147,13 @@ class Replica:
         if self.cfg.reserve_to_completion:
             return max(q, r.prompt + r.output - r.computed)
         return q
+
+    def note_kv(self, t: float) -> None:
+        """Log the used KV blocks at ``t`` if they changed since the last entry."""
+        used = self.blocks.used_blocks
+        if not self.kv_used or self.kv_used[-1] != used:
+            self.kv_times.append(t)
+            self.kv_used.append(used)
 
     def _grow(self, r: Request, q: int) -> bool:
         need = -(-(r.computed + q) // self.cfg.block_size) - len(r.blocks)

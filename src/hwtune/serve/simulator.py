@@ -63,6 +63,7 @@ from hwtune.cost.collectives import send_recv_time
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.iteration import IterationModel, StepShape
+from hwtune.serve.kv_usage import merge_usage, stretch_blocks
 from hwtune.serve.memory import ReplicaMemory, replica_memory
 from hwtune.serve.request import Request, Workload
 from hwtune.serve.scheduler import Replica
@@ -95,6 +96,10 @@ class SimResult:
     steps: list[StepRecord]
     kv_time: np.ndarray
     kv_util: np.ndarray
+    """The deployment's used fraction of all its KV blocks, from each instant in ``kv_time`` on
+    (`hwtune.serve.kv_usage.merge_usage`)."""
+    kv_peak: float
+    """The largest used fraction of any one replica's KV blocks."""
     prefix_hit_tokens: int
     prefix_query_tokens: int
     preemptions: int
@@ -201,8 +206,6 @@ def simulate(
     itl: list[float] = []
     itl_w: list[int] = []
     steps: list[StepRecord] = []
-    kv_t: list[float] = []
-    kv_u: list[float] = []
     n_steps = 0
 
     def route(pool: list[Replica], which: int) -> Replica:
@@ -227,6 +230,7 @@ def simulate(
             # the host launched the step that just ended, then waited for the one before
             host_start = cutoff = max(rep.host_end, prev_start)
         batch, shape = rep.schedule(t, cutoff)
+        rep.note_kv(t)
         if rep.receiving:
             for r in rep.receiving:  # admitted hand-offs pull their KV from the prefill replica
                 nbytes = r.computed * transfer_per_token
@@ -256,10 +260,8 @@ def simulate(
         push(t + dur, STEP_DONE, rep, batch)
         if rep.cfg.pp > 1:
             push(rep.stage_free, TRY, rep)
-        used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
-        kv_t.append(t)
-        kv_u.append(used)
         if record_steps:
+            used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
             pf = sum(1 for r, q in batch if q > 1 or r.computed < r.target)
             steps.append(StepRecord(rep.idx, rep.role, t, dur, shape, pf, len(batch) - pf, used))
 
@@ -323,11 +325,13 @@ def simulate(
         ctx0 = float(c.sum()) + n
         durs: list[float] = []
         shapes: list[StepShape] = []
+        starts: list[float] = []
         start = last = t
         for i in range(k):
             if i and start >= horizon:
                 break
             last = start
+            starts.append(start)
             ctx = ctx0 + i * n
             ctx_w = float(np.minimum(c + 1 + i, w).sum()) if w else ctx
             sh = StepShape(tokens=n, seqs=n, sampled=n, dec_n=n, dec_ctx=ctx, dec_ctx_w=ctx_w)
@@ -339,6 +343,9 @@ def simulate(
         k = len(durs)
         if k < 2:
             return False
+        # the blocks each step of the stretch holds, as step-by-step launches would log them
+        held = np.fromiter((len(r.blocks) for r in run), dtype=np.int64, count=n)
+        used = rep.blocks.used_blocks - have + stretch_blocks(c, held, bs, k)
         for r in run:
             if not rep._grow(r, k):  # cannot fail: checked above
                 raise AssertionError("fast-forward block allocation")
@@ -347,14 +354,15 @@ def simulate(
         rep.stage_free = start
         rep.last_start = last
         n_steps += k
-        used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
-        kv_t.append(t)
-        kv_u.append(used)
+        new = np.empty(k, dtype=bool)  # log the steps whose usage differs from the one before
+        new[0] = not rep.kv_used or rep.kv_used[-1] != used[0]
+        np.not_equal(used[1:], used[:-1], out=new[1:])
+        rep.kv_times.extend(np.asarray(starts)[new].tolist())
+        rep.kv_used.extend(used[new].tolist())
         if record_steps:
-            st = t
-            for d, sh in zip(durs, shapes, strict=True):
-                steps.append(StepRecord(rep.idx, rep.role, st, d, sh, 0, n, used))
-                st += d
+            frac = used / max(1, rep.blocks.num_blocks)
+            for st, d, sh, f in zip(starts, durs, shapes, frac.tolist(), strict=True):
+                steps.append(StepRecord(rep.idx, rep.role, st, d, sh, 0, n, f))
         push(start, STEP_DONE, rep, (list(run), durs, t))
         return True
 
@@ -470,6 +478,7 @@ def simulate(
                     r.last_token = t_seen
                 for r in ended:
                     finish(r, rep, t_seen)
+                rep.note_kv(t)
                 continue
             prefix_on = rep.blocks.enable_prefix
             bs = rep.cfg.block_size
@@ -537,6 +546,7 @@ def simulate(
                     r.token_times.extend([t_seen] * gain)
                 if r.generated >= r.output:
                     finish(r, rep, t_seen)
+            rep.note_kv(t)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
@@ -556,6 +566,8 @@ def simulate(
                 finish(r, dst, t)
             launch(dst, t)
             launch(src, t)
+            dst.note_kv(t)
+            src.note_kv(t)
 
     unfinished = [r for r in reqs if r.finish != r.finish]
     if unfinished and max_sim_time is None:
@@ -568,13 +580,17 @@ def simulate(
     done_reqs = [r for r in reqs if r.finish == r.finish]
     end = max((r.finish for r in done_reqs), default=0.0)
     allreps = reps + preps
+    kv_time, kv_util, kv_peak = merge_usage(
+        [(x.kv_times, x.kv_used, x.blocks.num_blocks) for x in allreps]
+    )
     return SimResult(
         requests=done_reqs,
         itl=np.asarray(itl, dtype=float),
         itl_weights=np.asarray(itl_w, dtype=float),
         steps=steps,
-        kv_time=np.asarray(kv_t),
-        kv_util=np.asarray(kv_u),
+        kv_time=kv_time,
+        kv_util=kv_util,
+        kv_peak=kv_peak,
         prefix_hit_tokens=sum(x.blocks.hit_tokens for x in allreps),
         prefix_query_tokens=sum(x.blocks.query_tokens for x in allreps),
         preemptions=sum(x.preemptions for x in allreps),
