@@ -160,3 +160,28 @@ def test_a_request_taken_only_because_nothing_else_could_run_is_launched_on_arri
     b_step = next(s for s in res.steps if s.start > last.start and s.prefills)
     assert b_step.start == pytest.approx(a.finish)
     assert b_step.duration == pytest.approx(model.step_time(b_step.shape))
+
+
+def test_a_prefill_worker_hands_a_prompt_over_once_the_next_step_is_launched(eager, cfg8b):
+    """Disaggregated: two prompts at once on one prefill worker that takes one per eager step.
+    The worker hands A over when it would send A's token, after launching B's step (at 2F, the
+    first test above), not when A's step ends (about F); B, with nothing launched after it, at
+    its step's end (to within the host overhead). A's decode worker is idle, so its first
+    token moves by as much."""
+    from hwtune.serve.config import Deployment
+
+    def run(pre):
+        dep = Deployment(cfg8b, prefill=pre)
+        res = simulate(dep, closed_loop(2, np.full(2, 256), np.full(2, 8)), record_steps=True)
+        return sorted(res.requests, key=lambda r: r.rid), res.steps
+
+    floor = IterationModel(eager).launch_floor
+    (a0, b0), steps0 = run(eager)
+    (a1, b1), _ = run(eager.with_(host_timeline=True))
+    first, second = (s for s in steps0 if s.prefills)
+    assert first.duration < 1.5 * floor  # about F
+    assert a0.queued == pytest.approx(first.duration)
+    assert a1.queued == pytest.approx(2 * floor)
+    assert a1.first_token - a0.first_token == pytest.approx(a1.queued - a0.queued, rel=1e-9)
+    assert b0.queued == pytest.approx(second.start + second.duration)
+    assert b1.queued == pytest.approx(b0.queued, abs=1e-3)

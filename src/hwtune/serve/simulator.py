@@ -46,7 +46,7 @@ later. With cheap launches both reduce to the default (tokens at the step's end,
 formed when the step before began). A batch that finds nothing to run at H_{k+1} and takes
 requests that arrived since (the engine would otherwise idle) is formed and launched when it
 is launched, after step k's tokens went out. A prefill worker of a disaggregated deployment
-hands a finished prompt over at its step's GPU end (not delayed by the next launch).
+hands its finished prompts over when it would send their tokens, max(G_k, L_{k+1}).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from hwtune.serve.request import Request, Workload
 from hwtune.serve.scheduler import Replica
 from hwtune.serve.speculative import accepted
 
-ARRIVAL, STEP_DONE, TRY, KV_ARRIVE = 0, 1, 2, 3
+ARRIVAL, STEP_DONE, TRY, KV_ARRIVE, HANDOFF = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -399,6 +399,16 @@ def simulate(
         due = math.inf
         return emit
 
+    def hand_over(handed: list[Request], t: float) -> None:
+        """Queue prompts a prefill replica has finished at decode replicas (routed one by one)."""
+        for r in handed:
+            dst = route(reps, 1)
+            r.replica = dst.idx
+            r.queued = t
+            dst.outstanding += r.prompt + r.output
+            dst.waiting.append(r)
+            launch(dst, t)
+
     def finish(r: Request, rep: Replica, t: float) -> None:
         nonlocal next_idx
         r.finish = t
@@ -490,6 +500,7 @@ def simulate(
             if rep.frontend_s_per_token and rep.role != "prefill":
                 rows = sum(1 for r, q in batch if r.computed + q >= r.target)  # type: ignore[union-attr]
             out: list[tuple[Request, int]] = []  # requests with tokens from this step
+            handed: list[Request] = []  # prompts a prefill replica finished in this step
             for r, q in batch:  # type: ignore[union-attr]
                 r.busy = False
                 gain = 1
@@ -504,18 +515,13 @@ def simulate(
                 r.target = r.computed
                 r.generated += gain
                 if rep.role == "prefill":
-                    # queue at a decode replica; the KV stays here until that replica admits it
-                    dst = route(reps, 1)
+                    # to a decode replica's queue; the KV stays here until that replica admits it
                     rep.running.remove(r)
                     r.handoff = (rep, r.blocks)
                     r.blocks = []
                     r.hashed = 0
                     r.last_hash = 0
-                    r.replica = dst.idx
-                    r.queued = t
-                    dst.outstanding += r.prompt + r.output
-                    dst.waiting.append(r)
-                    launch(dst, t)
+                    handed.append(r)
                     continue
                 if r.generated == 1:
                     r.first_token = t  # until the token goes out (below)
@@ -526,10 +532,14 @@ def simulate(
                     done = True
             if done:
                 rep.running = [r for r in rep.running if r.generated < r.output]
+            if handed and not rep.cfg.host_timeline:
+                hand_over(handed, t)
             lb = math.nan
             if done:
                 lb = t if rows < 0 else rep.deliver([t], round(rows * per_step), take=False)[0]
             emit = relaunch(rep, t, pending, lb)
+            if handed and rep.cfg.host_timeline:  # once the host has launched the next step
+                push(emit, HANDOFF, rep, handed)
             # when the client sees this step's tokens (after the front end)
             t_seen = emit if rows < 0 else rep.deliver([emit], round(rows * per_step))[0]
             for r, gain in out:
@@ -549,6 +559,8 @@ def simulate(
             rep.note_kv(t)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
+        elif kind == HANDOFF:
+            hand_over(b, t)  # type: ignore[arg-type]
         else:  # KV_ARRIVE: the cache of an admitted hand-off has landed on its decode replica
             dst = a  # type: ignore[assignment]
             r = b  # type: ignore[assignment]
