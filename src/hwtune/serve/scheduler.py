@@ -189,7 +189,6 @@ class Replica:
             return
         bs = self.cfg.block_size
         n = (r.target - 1) // bs
-        bm.query_tokens += r.target
         if n <= 0:
             return
         hashes = []
@@ -206,14 +205,11 @@ class Replica:
             r.computed = len(hits) * bs
             r.last_hash = hashes[len(hits) - 1]
             r.cached_tokens += r.computed
-            bm.hit_tokens += r.computed
 
     def _unlookup(self, r: Request) -> None:
         """A waiting request that cannot start gives back the cached blocks it found, so
         waiting requests never hold KV memory (vLLM frees them the same way)."""
         if r.blocks:
-            self.blocks.hit_tokens -= r.computed
-            self.blocks.query_tokens -= r.target
             r.cached_tokens -= r.computed
             self.blocks.release(r.blocks)
             r.blocks = []
@@ -408,6 +404,11 @@ class Replica:
                 v = self._victim()
                 if v is None:
                     break
+                if v is r and any(x.busy for x in self.running):
+                    # with pp > 1 the others are in flight: wait for them rather than give up
+                    # its own cache (preempting itself while they run, two requests that do
+                    # not fit together would take turns forever)
+                    break
                 self._preempt(v)
                 gone.add(v.rid)
                 preempted = True
@@ -488,6 +489,9 @@ class Replica:
         """Move the head of the queue, ``r``, into the running set with ``q`` tokens this step."""
         self.waiting.popleft()
         self.running.append(r)
+        if self.blocks.enable_prefix:  # one lookup per admission, however long it waited
+            self.blocks.query_tokens += r.target
+            self.blocks.hit_tokens += r.computed
         if math.isnan(r.first_scheduled):
             r.first_scheduled = now
         self._take(r, q, s)

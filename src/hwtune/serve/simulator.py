@@ -127,10 +127,12 @@ def iteration_model(cfg: ReplicaConfig) -> IterationModel:
 
 def _check_lengths(reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str) -> None:
     cap = mem.kv_tokens * cfg.dp_attention
+    drafts = cfg.decode_queries - 1  # a verification step holds its drafts' KV too
+    field = "input-len + output-len" + (" + spec-tokens" if drafts else "")
     for r in reqs:
-        if r.prompt + r.output > cap:
+        if r.prompt + r.output + drafts > cap:
             raise HwtuneInputError(
-                "input-len + output-len", r.prompt + r.output,
+                field, r.prompt + r.output + drafts,
                 f"at most {cap} tokens, the {what} KV cache of {mem.kv_blocks} blocks of "
                 f"{cfg.block_size} tokens (request {r.rid})",
             )  # fmt: skip
@@ -262,7 +264,7 @@ def simulate(
             push(rep.stage_free, TRY, rep)
         if record_steps:
             used = rep.blocks.used_blocks / max(1, rep.blocks.num_blocks)
-            pf = sum(1 for r, q in batch if q > 1 or r.computed < r.target)
+            pf = sum(1 for r, _q in batch if r.computed < r.target)
             steps.append(StepRecord(rep.idx, rep.role, t, dur, shape, pf, len(batch) - pf, used))
 
     def fast_forward(rep: Replica, t: float) -> bool:
@@ -282,17 +284,20 @@ def simulate(
                             or cfg_r.batch_wait_timeout_iters > 0
                             or cfg_r.batch_wait_max_tokens_ratio > 0):  # fmt: skip
             return False  # their hold counters advance every step the queue is looked at
+        if rep.waiting and rep.role == "decode" and n < cfg_r.max_num_seqs:
+            return False  # a hand-off joins on a free slot and blocks, whatever the policy
         if rep.waiting and rep.policy != "static" and n < cfg_r.max_num_seqs:
             # the head of the queue may still be blocked for the whole stretch: free blocks only
             # shrink while decodes grow, so a head that does not fit now will not fit later
             head = rep.waiting[0]
-            room = rep.budget - n
+            # these two run prompts in a step of their own, with the whole token budget
+            room = rep.budget if rep.policy in ("prefill-first", "sglang") else rep.budget - n
             if room <= 0:
                 pass
             elif rep.blocks.enable_prefix or head.blocks:
                 return False
             else:
-                first = min(max(1, head.target - head.computed), room)
+                first = min(max(1, head.target - head.computed), room, rep.rank_budget)
                 if -(-(head.computed + first) // cfg_r.block_size) <= rep.blocks.free_blocks:
                     return False
         horizon = min(heap[0][0] if heap else math.inf, due)
