@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +32,15 @@ serve_app = typer.Typer(
 def _fail(e: Exception) -> None:
     sys.stderr.write(f"error: {e}\n")
     raise typer.Exit(2)
+
+
+def _write(write: Callable[[], object], field: str, path: Path) -> None:
+    """Run ``write``; an OS error (the disk filled, the directory went away) is a one-line
+    error naming ``field`` (the path was checked up front with `output_path`)."""
+    try:
+        write()
+    except OSError as e:
+        _fail(HwtuneInputError(field, str(path), f"a writable file ({e.strerror or e})"))
 
 
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
@@ -335,12 +345,17 @@ def serve(
         return
     from dataclasses import replace
 
+    from hwtune.cli.parsing import output_path, plot_suffixes
     from hwtune.serve.config import Deployment
     from hwtune.serve.correction import corrected_stats, load_correction
     from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
     try:
+        if trace_out is not None:  # a path that cannot be written fails now, not after the run
+            output_path(trace_out, "trace-out")
+        if plot is not None:
+            output_path(plot, "plot", plot_suffixes())
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -389,11 +404,12 @@ def serve(
     if trace_out is not None:
         from hwtune.report.serve_trace import write_chrome_trace
 
-        write_chrome_trace(res, trace_out)
+        _write(lambda: write_chrome_trace(res, trace_out), "trace-out", trace_out)
     if plot is not None:
         from hwtune.report.serve_plots import plot_serving
 
-        plot_serving(res, plot, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}")
+        title = f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}"
+        _write(lambda: plot_serving(res, plot, title), "plot", plot)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
@@ -456,6 +472,8 @@ def plan_cmd(
     try:
         if margin not in ("none", "likely"):
             raise HwtuneInputError("margin", margin, "none or likely")
+        if processes is not None and processes < 1:
+            raise HwtuneInputError("processes", processes, "a positive number of processes")
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -520,10 +538,13 @@ def calibrate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Fit a tier-3 correction (TTFT, TPOT) to your own measured runs of one engine and model."""
+    from hwtune.cli.parsing import output_path
     from hwtune.serve.correction import fit_correction, save_correction
     from hwtune.serve.measured_runs import load_runs, simulate_run
 
     try:
+        if out is not None:  # a path that cannot be written fails now, not after the fit
+            output_path(out, "out")
         measured = load_runs(runs)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -542,7 +563,7 @@ def calibrate_cmd(
         _fail(e)
         return
     if out is not None:
-        save_correction(corr, out)
+        _write(lambda: save_correction(corr, out), "out", out)
     rows = [{"concurrency": r.concurrency, "input_len": r.input_len, "output_len": r.output_len,
              "tp": r.tp, "measured_ttft_s": r.ttft_s, "simulated_ttft_s": s[0],
              "corrected_ttft_s": float(corr.ttft(s[0])), "measured_tpot_s": r.tpot_s,
@@ -748,6 +769,8 @@ def emulate_cmd(
     from hwtune.serve.mock_server import MockServer, serve_until_interrupted
 
     try:
+        if not 0 <= port <= 65535:
+            raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
