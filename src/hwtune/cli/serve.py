@@ -7,6 +7,7 @@ as ``python -m hwtune.cli.serve``. Parse, call the library, render: no formulas 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,23 @@ serve_app = typer.Typer(
 def _fail(e: Exception) -> None:
     sys.stderr.write(f"error: {e}\n")
     raise typer.Exit(2)
+
+
+def _json_safe(x: object) -> object:
+    """``x`` with every non-finite number (NaN: a statistic of no request, such as the TPOT of
+    one-token outputs; inf) as null, so that strict JSON parsers read it."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _print_json(doc: object) -> None:
+    """Print ``doc`` as one strict JSON document (non-finite numbers as null)."""
+    sys.stdout.write(json.dumps(_json_safe(doc), indent=2, allow_nan=False) + "\n")
 
 
 def _write(write: Callable[[], object], field: str, path: Path) -> None:
@@ -411,7 +429,7 @@ def serve(
         title = f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}"
         _write(lambda: plot_serving(res, plot, title), "plot", plot)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from hwtune.report.serve_view import render_summary
 
@@ -502,7 +520,7 @@ def plan_cmd(
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": serve_accuracy(False, engine=name),
                             "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from hwtune.report.serve_view import render_plan
 
@@ -573,7 +591,7 @@ def calibrate_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
                "engine": eng and str(eng),
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from rich.console import Console
     from rich.table import Table
@@ -593,17 +611,6 @@ def calibrate_cmd(
     con.print(f"correction: {correction_line(corr.model_dump())}")
     if out is not None:
         con.print(f"written to {out}; use it with `hwtune serve --correction {out}`")
-
-
-def _json_safe(x: object) -> object:
-    """``x`` with NaN (a statistic of no request) as null, so that strict JSON parsers read it."""
-    if isinstance(x, float):
-        return x if x == x else None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
 
 
 @serve_app.command("measure")
@@ -703,7 +710,7 @@ def measure_cmd(
         doc = {"url": url, "served_model": target.model,
                "runs": [r.summary() for r in results],
                "written_to": str(out) if out is not None and rows else None}  # fmt: skip
-        sys.stdout.write(json.dumps(_json_safe(doc), indent=2) + "\n")
+        _print_json(doc)
     else:
         from rich.table import Table
 
