@@ -67,7 +67,10 @@ Precision = Annotated[str, typer.Option(help="weight format: bf16|fp16|fp8|fp4")
 KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
 InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
 OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
-Dataset = Annotated[str, typer.Option(help="length mix when no fixed lengths: sharegpt|fixed")]
+Dataset = Annotated[
+    str | None,
+    typer.Option(help="length mix without --input-len/--output-len: sharegpt (default)|fixed"),
+]
 NumReq = Annotated[int | None, typer.Option(help="requests (default 10 x concurrency, or 1000)")]
 Rate = Annotated[float | None, typer.Option(help="open loop: requests/s (Poisson)")]
 Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (gamma; 1 = Poisson)")]
@@ -199,7 +202,7 @@ def _workload(
     concurrency: int | None,
     input_len: int | None,
     output_len: int | None,
-    dataset: str,
+    dataset: str | None,
     num_requests: int | None,
     rate: float | None,
     burstiness: float,
@@ -209,6 +212,8 @@ def _workload(
     prefix_groups: int,
     range_ratio: float = 1.0,
 ):  # noqa: ANN202
+    """The workload the options describe; options that contradict one another or would be
+    ignored (``--rate`` with ``--concurrency``, lengths with ``--trace``, ...) are errors."""
     from hwtune.serve.request import (
         closed_loop,
         fixed_lengths,
@@ -218,22 +223,46 @@ def _workload(
         sharegpt_like_lengths,  # fmt: skip
     )
 
+    if dataset is not None and dataset not in ("sharegpt", "fixed"):
+        raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
     if not 0 < range_ratio <= 1:
         raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise HwtuneInputError(
+            "burstiness", burstiness, "a positive finite coefficient of variation"
+        )
+    if trace is not None:  # the trace gives arrivals and lengths: anything else would be ignored
+        given = {"rate": rate, "concurrency": concurrency, "input-len": input_len,
+                 "output-len": output_len, "num-requests": num_requests, "dataset": dataset,
+                 "prefix-len": prefix_len or None, "prefix-groups": prefix_groups or None,
+                 "range-ratio": None if range_ratio == 1 else range_ratio,
+                 "burstiness": None if burstiness == 1 else burstiness}  # fmt: skip
+        for name, v in given.items():
+            if v is not None:
+                raise HwtuneInputError(name, v, "no such option with --trace (the trace gives "
+                                       "the arrivals and lengths)")  # fmt: skip
+        return load_trace(trace)
+    if rate is not None and concurrency is not None:
+        raise HwtuneInputError("concurrency", concurrency, "either --concurrency (a closed loop) "
+                               "or --rate (an open loop), not both")  # fmt: skip
+    if rate is None and burstiness != 1:
+        raise HwtuneInputError("burstiness", burstiness, "--rate beside it (it shapes the gaps "
+                               "between open-loop arrivals)")  # fmt: skip
     if range_ratio < 1 and input_len is None and output_len is None:
         raise HwtuneInputError(
             "range-ratio", range_ratio, "--input-len and/or --output-len to sample around"
         )
-
-    if trace is not None:
-        return load_trace(trace)
+    lengths = input_len is not None or output_len is not None
+    if dataset == "sharegpt" and lengths:
+        raise HwtuneInputError("dataset", dataset, "fixed (or no --dataset) with --input-len or "
+                               "--output-len")  # fmt: skip
     c = concurrency if concurrency is not None else 16
     if c < 1:
         raise HwtuneInputError("concurrency", c, "a positive integer")
     n = num_requests if num_requests is not None else (1000 if rate else 10 * c)
     if n < 1:
         raise HwtuneInputError("num-requests", n, "a positive integer")
-    if input_len is not None or output_len is not None or dataset == "fixed":
+    if lengths or dataset == "fixed":
         i = 1024 if input_len is None else input_len
         o = 256 if output_len is None else output_len
         for name, v in (("input-len", i), ("output-len", o)):
@@ -243,10 +272,8 @@ def _workload(
             p, q = range_ratio_lengths(n, i, o, range_ratio, seed)
         else:
             p, q = fixed_lengths(n, i, o)
-    elif dataset == "sharegpt":
-        p, q = sharegpt_like_lengths(n, seed)
     else:
-        raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
+        p, q = sharegpt_like_lengths(n, seed)
     if rate is not None:
         return open_loop(rate, p, q, seed, burstiness, prefix_len, prefix_groups)
     return closed_loop(c, p, q, prefix_len, prefix_groups, seed)
@@ -300,7 +327,7 @@ def serve(
     input_len: InLen = None,
     output_len: OutLen = None,
     range_ratio: RangeRatio = 1.0,
-    dataset: Dataset = "sharegpt",
+    dataset: Dataset = None,
     num_requests: NumReq = None,
     rate: Rate = None,
     burstiness: Burst = 1.0,
@@ -320,7 +347,9 @@ def serve(
         bool, typer.Option("--disagg/--no-disagg", help="separate prefill pool")
     ] = False,
     prefill_tp: Annotated[int | None, typer.Option(help="prefill replica tp (disagg)")] = None,
-    prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
+    prefill_replicas: Annotated[
+        int | None, typer.Option(help="prefill replicas (disagg; default 1)")
+    ] = None,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
@@ -388,8 +417,13 @@ def serve(
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
-        dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
+        for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
+            if v is not None and not disagg:  # would be ignored
+                raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
+        pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
+        dep = Deployment(
+            cfg, replicas, router, pre, 1 if prefill_replicas is None else prefill_replicas
+        )
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
         res = simulate(dep, wl, record_steps=trace_out is not None)
@@ -452,7 +486,7 @@ def plan_cmd(
     input_len: InLen = None,
     output_len: OutLen = None,
     range_ratio: RangeRatio = 1.0,
-    dataset: Dataset = "sharegpt",
+    dataset: Dataset = None,
     num_requests: NumReq = None,
     rate: Rate = None,
     burstiness: Burst = 1.0,
@@ -503,9 +537,12 @@ def plan_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        n = num_requests if num_requests is not None else (400 if concurrency is None else None)
-        wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
-                       concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
+        # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
+        open_ = concurrency is None and trace is None
+        default_open = open_ and rate is None
+        n = 400 if num_requests is None and open_ else num_requests
+        wl = _workload(concurrency, input_len, output_len, dataset, n, 4.0 if default_open else
+                       rate, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
         res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                    processes, correction=corr, margin=margin == "likely")  # fmt: skip
     except HwtuneInputError as e:
