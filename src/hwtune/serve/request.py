@@ -95,6 +95,14 @@ class Workload:
     prefix_groups: tuple[int, ...] = ()
     prefix_lens: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        if len(self.outputs) != len(self.prompts):
+            raise HwtuneInputError("outputs", len(self.outputs), f"{len(self.prompts)} output "
+                                   "lengths, one per prompt")  # fmt: skip
+        for name, lengths in (("prompt", self.prompts), ("output", self.outputs)):
+            if lengths and min(lengths) < 1:  # an output of 0 would still generate one token
+                raise HwtuneInputError(f"{name} length", min(lengths), "at least 1 token")
+
     def __len__(self) -> int:
         return len(self.prompts)
 
@@ -202,9 +210,13 @@ def _prefixes(
         raise HwtuneInputError(name, v, "a positive value when the other prefix option is set")
     if prefix_len == 0:
         return (), ()
+    shortest = int(min(prompts)) if len(prompts) else prefix_len + 1
+    if prefix_len >= shortest:  # it was cut to each shorter prompt less one token
+        raise HwtuneInputError("prefix_len", prefix_len, f"fewer tokens than the shortest prompt "
+                               f"({shortest} tokens; the last prompt token is always computed)")  # fmt: skip
     rng = np.random.default_rng(seed + 7919)
     g = rng.integers(0, groups, size=n)
-    return tuple(int(x) for x in g), tuple(int(min(prefix_len, p - 1)) for p in prompts)
+    return tuple(int(x) for x in g), (prefix_len,) * n
 
 
 # --- traces ------------------------------------------------------------------------------------
