@@ -524,6 +524,8 @@ def plan_cmd(
     try:
         if margin not in ("none", "likely"):
             raise HwtuneInputError("margin", margin, "none or likely")
+        if top < 1:
+            raise HwtuneInputError("top", top, "a positive number of layouts to show")
         if processes is not None and processes < 1:
             raise HwtuneInputError("processes", processes, "a positive number of processes")
         corr = load_correction(correction) if correction is not None else None
