@@ -12,7 +12,7 @@ from hwtune.errors import HwtuneInputError
 def positive_ints(text: str, field: str) -> list[int]:
     """``"8,16,32"`` -> ``[8, 16, 32]``; anything else names ``field`` in the error."""
     try:
-        out = [int(x) for x in text.split(",") if x.strip()]
+        out = [int(x) for x in text.split(",")]  # an empty item ("8,,32") is an error too
     except ValueError:
         out = []
     if not out or any(x <= 0 for x in out):

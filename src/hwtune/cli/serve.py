@@ -700,6 +700,11 @@ def measure_cmd(
         cs = positive_ints(concurrency, "concurrency")
         ins = positive_ints(input_len, "input-len")
         outs = positive_ints(output_len, "output-len")
+        for o in outs:  # TPOT, which calibrate fits, needs two output tokens or more
+            if o < 2 or int(o * range_ratio) < 2:
+                raise HwtuneInputError("output-len", output_len, "2 tokens or more (with "
+                                       "--range-ratio, at the low end too): TPOT is the time "
+                                       "between output tokens")  # fmt: skip
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
             if v < 1:
                 raise HwtuneInputError(name, v, "a positive integer")
@@ -719,6 +724,15 @@ def measure_cmd(
             target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout, extra)
         if out is not None:  # an unwritable path fails now, not after the sweep
             exists = append and out.exists() and out.stat().st_size > 0
+            if exists:  # rows appended under another header would be read as wrong columns
+                from hwtune.serve.request import read_text
+
+                lines = read_text(out, "out").splitlines()
+                header = next(csv.reader(lines[:1]), [])
+                if header != list(eb.CSV_COLUMNS):
+                    raise HwtuneInputError("out", str(out), "a runs CSV written by `serve "
+                                           f"measure` to append to (its header is "
+                                           f"{','.join(header)[:80]!r})")  # fmt: skip
             try:
                 with out.open("a" if exists else "w", newline="") as f:
                     if not exists:
