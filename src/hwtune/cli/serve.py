@@ -95,7 +95,7 @@ EngineOpt = Annotated[
     str | None,
     typer.Option(
         "--engine",
-        help="engine preset, vllm|sglang|trtllm[@VERSION]: its batch formation, eager prefill and "
+        help="engine preset, vllm|sglang|trtllm\\[@VERSION]: its batch formation, eager prefill and "
         "overlap scheduling as the published-run validation assumes them (explicit options win)",
     ),
 ]
@@ -163,7 +163,16 @@ FrontEnd = Annotated[
 Correction = Annotated[
     Path | None,
     typer.Option(
-        help="tier-3 correction from `hwtune serve calibrate` (printed beside the simulation)"
+        help="tier-3 correction from `hwtune serve calibrate` (the corrected latencies printed "
+        "beside the simulated ones)"
+    ),
+]
+PlanCorrection = Annotated[
+    Path | None,
+    typer.Option(
+        "--correction",
+        help="tier-3 correction from `hwtune serve calibrate`: the SLOs are checked on the "
+        "corrected percentiles",
     ),
 ]
 
@@ -506,7 +515,7 @@ def plan_cmd(
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
-    correction: Correction = None,
+    correction: PlanCorrection = None,
     margin: Annotated[
         str,
         typer.Option(
