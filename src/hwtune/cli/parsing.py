@@ -2,15 +2,43 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
 from hwtune.errors import HwtuneInputError
 
 
 def positive_ints(text: str, field: str) -> list[int]:
     """``"8,16,32"`` -> ``[8, 16, 32]``; anything else names ``field`` in the error."""
     try:
-        out = [int(x) for x in text.split(",") if x.strip()]
+        out = [int(x) for x in text.split(",")]  # an empty item ("8,,32") is an error too
     except ValueError:
         out = []
     if not out or any(x <= 0 for x in out):
         raise HwtuneInputError(field, text, "positive integers separated by commas, e.g. 8,16,32")
     return out
+
+
+def output_path(path: Path, field: str, suffixes: Iterable[str] = ()) -> Path:
+    """``path`` if a file can be written there: not a directory, its parent an existing writable
+    directory, and (with ``suffixes``, lower-case without the dot) its suffix one of them.
+    Checked before any work, so that a bad path fails at once instead of after a simulation."""
+    allowed = sorted(suffixes)
+    if allowed and path.suffix.lower().lstrip(".") not in allowed:
+        raise HwtuneInputError(field, str(path), f"a file name ending in .{', .'.join(allowed)}")
+    if path.is_dir():
+        raise HwtuneInputError(field, str(path), "a file path, not a directory")
+    parent = path.parent
+    if not parent.is_dir():
+        raise HwtuneInputError(field, str(path), f"a path in an existing directory ({parent})")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise HwtuneInputError(field, str(path), "a writable file (permission denied)")
+    return path
+
+
+def plot_suffixes() -> frozenset[str]:
+    """The file suffixes matplotlib can save a figure as (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return frozenset(FigureCanvasBase.get_supported_filetypes())

@@ -7,7 +7,9 @@ as ``python -m hwtune.cli.serve``. Parse, call the library, render: no formulas 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,13 +35,42 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _json_safe(x: object) -> object:
+    """``x`` with every non-finite number (NaN: a statistic of no request, such as the TPOT of
+    one-token outputs; inf) as null, so that strict JSON parsers read it."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _print_json(doc: object) -> None:
+    """Print ``doc`` as one strict JSON document (non-finite numbers as null)."""
+    sys.stdout.write(json.dumps(_json_safe(doc), indent=2, allow_nan=False) + "\n")
+
+
+def _write(write: Callable[[], object], field: str, path: Path) -> None:
+    """Run ``write``; an OS error (the disk filled, the directory went away) is a one-line
+    error naming ``field`` (the path was checked up front with `output_path`)."""
+    try:
+        write()
+    except OSError as e:
+        _fail(HwtuneInputError(field, str(path), f"a writable file ({e.strerror or e})"))
+
+
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
 Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
 Precision = Annotated[str, typer.Option(help="weight format: bf16|fp16|fp8|fp4")]
 KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
 InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
 OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
-Dataset = Annotated[str, typer.Option(help="length mix when no fixed lengths: sharegpt|fixed")]
+Dataset = Annotated[
+    str | None,
+    typer.Option(help="length mix without --input-len/--output-len: sharegpt (default)|fixed"),
+]
 NumReq = Annotated[int | None, typer.Option(help="requests (default 10 x concurrency, or 1000)")]
 Rate = Annotated[float | None, typer.Option(help="open loop: requests/s (Poisson)")]
 Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (gamma; 1 = Poisson)")]
@@ -64,7 +95,7 @@ EngineOpt = Annotated[
     str | None,
     typer.Option(
         "--engine",
-        help="engine preset, vllm|sglang|trtllm[@VERSION]: its batch formation, eager prefill and "
+        help="engine preset, vllm|sglang|trtllm\\[@VERSION]: its batch formation, eager prefill and "
         "overlap scheduling as the published-run validation assumes them (explicit options win)",
     ),
 ]
@@ -132,7 +163,16 @@ FrontEnd = Annotated[
 Correction = Annotated[
     Path | None,
     typer.Option(
-        help="tier-3 correction from `hwtune serve calibrate` (printed beside the simulation)"
+        help="tier-3 correction from `hwtune serve calibrate` (the corrected latencies printed "
+        "beside the simulated ones)"
+    ),
+]
+PlanCorrection = Annotated[
+    Path | None,
+    typer.Option(
+        "--correction",
+        help="tier-3 correction from `hwtune serve calibrate`: the SLOs are checked on the "
+        "corrected percentiles",
     ),
 ]
 
@@ -171,7 +211,7 @@ def _workload(
     concurrency: int | None,
     input_len: int | None,
     output_len: int | None,
-    dataset: str,
+    dataset: str | None,
     num_requests: int | None,
     rate: float | None,
     burstiness: float,
@@ -181,6 +221,8 @@ def _workload(
     prefix_groups: int,
     range_ratio: float = 1.0,
 ):  # noqa: ANN202
+    """The workload the options describe; options that contradict one another or would be
+    ignored (``--rate`` with ``--concurrency``, lengths with ``--trace``, ...) are errors."""
     from hwtune.serve.request import (
         closed_loop,
         fixed_lengths,
@@ -190,22 +232,46 @@ def _workload(
         sharegpt_like_lengths,  # fmt: skip
     )
 
+    if dataset is not None and dataset not in ("sharegpt", "fixed"):
+        raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
     if not 0 < range_ratio <= 1:
         raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise HwtuneInputError(
+            "burstiness", burstiness, "a positive finite coefficient of variation"
+        )
+    if trace is not None:  # the trace gives arrivals and lengths: anything else would be ignored
+        given = {"rate": rate, "concurrency": concurrency, "input-len": input_len,
+                 "output-len": output_len, "num-requests": num_requests, "dataset": dataset,
+                 "prefix-len": prefix_len or None, "prefix-groups": prefix_groups or None,
+                 "range-ratio": None if range_ratio == 1 else range_ratio,
+                 "burstiness": None if burstiness == 1 else burstiness}  # fmt: skip
+        for name, v in given.items():
+            if v is not None:
+                raise HwtuneInputError(name, v, "no such option with --trace (the trace gives "
+                                       "the arrivals and lengths)")  # fmt: skip
+        return load_trace(trace)
+    if rate is not None and concurrency is not None:
+        raise HwtuneInputError("concurrency", concurrency, "either --concurrency (a closed loop) "
+                               "or --rate (an open loop), not both")  # fmt: skip
+    if rate is None and burstiness != 1:
+        raise HwtuneInputError("burstiness", burstiness, "--rate beside it (it shapes the gaps "
+                               "between open-loop arrivals)")  # fmt: skip
     if range_ratio < 1 and input_len is None and output_len is None:
         raise HwtuneInputError(
             "range-ratio", range_ratio, "--input-len and/or --output-len to sample around"
         )
-
-    if trace is not None:
-        return load_trace(trace)
+    lengths = input_len is not None or output_len is not None
+    if dataset == "sharegpt" and lengths:
+        raise HwtuneInputError("dataset", dataset, "fixed (or no --dataset) with --input-len or "
+                               "--output-len")  # fmt: skip
     c = concurrency if concurrency is not None else 16
     if c < 1:
         raise HwtuneInputError("concurrency", c, "a positive integer")
     n = num_requests if num_requests is not None else (1000 if rate else 10 * c)
     if n < 1:
         raise HwtuneInputError("num-requests", n, "a positive integer")
-    if input_len is not None or output_len is not None or dataset == "fixed":
+    if lengths or dataset == "fixed":
         i = 1024 if input_len is None else input_len
         o = 256 if output_len is None else output_len
         for name, v in (("input-len", i), ("output-len", o)):
@@ -215,10 +281,8 @@ def _workload(
             p, q = range_ratio_lengths(n, i, o, range_ratio, seed)
         else:
             p, q = fixed_lengths(n, i, o)
-    elif dataset == "sharegpt":
-        p, q = sharegpt_like_lengths(n, seed)
     else:
-        raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
+        p, q = sharegpt_like_lengths(n, seed)
     if rate is not None:
         return open_loop(rate, p, q, seed, burstiness, prefix_len, prefix_groups)
     return closed_loop(c, p, q, prefix_len, prefix_groups, seed)
@@ -272,7 +336,7 @@ def serve(
     input_len: InLen = None,
     output_len: OutLen = None,
     range_ratio: RangeRatio = 1.0,
-    dataset: Dataset = "sharegpt",
+    dataset: Dataset = None,
     num_requests: NumReq = None,
     rate: Rate = None,
     burstiness: Burst = 1.0,
@@ -292,7 +356,9 @@ def serve(
         bool, typer.Option("--disagg/--no-disagg", help="separate prefill pool")
     ] = False,
     prefill_tp: Annotated[int | None, typer.Option(help="prefill replica tp (disagg)")] = None,
-    prefill_replicas: Annotated[int, typer.Option(help="prefill replicas (disagg)")] = 1,
+    prefill_replicas: Annotated[
+        int | None, typer.Option(help="prefill replicas (disagg; default 1)")
+    ] = None,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
@@ -335,12 +401,17 @@ def serve(
         return
     from dataclasses import replace
 
+    from hwtune.cli.parsing import output_path, plot_suffixes
     from hwtune.serve.config import Deployment
     from hwtune.serve.correction import corrected_stats, load_correction
     from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
     try:
+        if trace_out is not None:  # a path that cannot be written fails now, not after the run
+            output_path(trace_out, "trace-out")
+        if plot is not None:
+            output_path(plot, "plot", plot_suffixes())
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -355,8 +426,13 @@ def serve(
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        pre = replace(cfg, tp=prefill_tp or tp) if disagg else None
-        dep = Deployment(cfg, replicas, router, pre, prefill_replicas)
+        for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
+            if v is not None and not disagg:  # would be ignored
+                raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
+        pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
+        dep = Deployment(
+            cfg, replicas, router, pre, 1 if prefill_replicas is None else prefill_replicas
+        )
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
         res = simulate(dep, wl, record_steps=trace_out is not None)
@@ -389,13 +465,14 @@ def serve(
     if trace_out is not None:
         from hwtune.report.serve_trace import write_chrome_trace
 
-        write_chrome_trace(res, trace_out)
+        _write(lambda: write_chrome_trace(res, trace_out), "trace-out", trace_out)
     if plot is not None:
         from hwtune.report.serve_plots import plot_serving
 
-        plot_serving(res, plot, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}")
+        title = f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}"
+        _write(lambda: plot_serving(res, plot, title), "plot", plot)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from hwtune.report.serve_view import render_summary
 
@@ -418,7 +495,7 @@ def plan_cmd(
     input_len: InLen = None,
     output_len: OutLen = None,
     range_ratio: RangeRatio = 1.0,
-    dataset: Dataset = "sharegpt",
+    dataset: Dataset = None,
     num_requests: NumReq = None,
     rate: Rate = None,
     burstiness: Burst = 1.0,
@@ -438,7 +515,7 @@ def plan_cmd(
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
-    correction: Correction = None,
+    correction: PlanCorrection = None,
     margin: Annotated[
         str,
         typer.Option(
@@ -456,6 +533,10 @@ def plan_cmd(
     try:
         if margin not in ("none", "likely"):
             raise HwtuneInputError("margin", margin, "none or likely")
+        if top < 1:
+            raise HwtuneInputError("top", top, "a positive number of layouts to show")
+        if processes is not None and processes < 1:
+            raise HwtuneInputError("processes", processes, "a positive number of processes")
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -467,9 +548,12 @@ def plan_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        n = num_requests if num_requests is not None else (400 if concurrency is None else None)
-        wl = _workload(concurrency, input_len, output_len, dataset, n, rate if rate or
-                       concurrency else 4.0, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
+        # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
+        open_ = concurrency is None and trace is None
+        default_open = open_ and rate is None
+        n = 400 if num_requests is None and open_ else num_requests
+        wl = _workload(concurrency, input_len, output_len, dataset, n, 4.0 if default_open else
+                       rate, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
         res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                    processes, correction=corr, margin=margin == "likely")  # fmt: skip
     except HwtuneInputError as e:
@@ -484,7 +568,7 @@ def plan_cmd(
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": serve_accuracy(False, engine=name),
                             "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from hwtune.report.serve_view import render_plan
 
@@ -520,10 +604,13 @@ def calibrate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Fit a tier-3 correction (TTFT, TPOT) to your own measured runs of one engine and model."""
+    from hwtune.cli.parsing import output_path
     from hwtune.serve.correction import fit_correction, save_correction
     from hwtune.serve.measured_runs import load_runs, simulate_run
 
     try:
+        if out is not None:  # a path that cannot be written fails now, not after the fit
+            output_path(out, "out")
         measured = load_runs(runs)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -542,7 +629,7 @@ def calibrate_cmd(
         _fail(e)
         return
     if out is not None:
-        save_correction(corr, out)
+        _write(lambda: save_correction(corr, out), "out", out)
     rows = [{"concurrency": r.concurrency, "input_len": r.input_len, "output_len": r.output_len,
              "tp": r.tp, "measured_ttft_s": r.ttft_s, "simulated_ttft_s": s[0],
              "corrected_ttft_s": float(corr.ttft(s[0])), "measured_tpot_s": r.tpot_s,
@@ -552,7 +639,7 @@ def calibrate_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
                "engine": eng and str(eng),
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _print_json(doc)
         return
     from rich.console import Console
     from rich.table import Table
@@ -572,17 +659,6 @@ def calibrate_cmd(
     con.print(f"correction: {correction_line(corr.model_dump())}")
     if out is not None:
         con.print(f"written to {out}; use it with `hwtune serve --correction {out}`")
-
-
-def _json_safe(x: object) -> object:
-    """``x`` with NaN (a statistic of no request) as null, so that strict JSON parsers read it."""
-    if isinstance(x, float):
-        return x if x == x else None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
 
 
 @serve_app.command("measure")
@@ -633,6 +709,11 @@ def measure_cmd(
         cs = positive_ints(concurrency, "concurrency")
         ins = positive_ints(input_len, "input-len")
         outs = positive_ints(output_len, "output-len")
+        for o in outs:  # TPOT, which calibrate fits, needs two output tokens or more
+            if o < 2 or int(o * range_ratio) < 2:
+                raise HwtuneInputError("output-len", output_len, "2 tokens or more (with "
+                                       "--range-ratio, at the low end too): TPOT is the time "
+                                       "between output tokens")  # fmt: skip
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
             if v < 1:
                 raise HwtuneInputError(name, v, "a positive integer")
@@ -652,6 +733,15 @@ def measure_cmd(
             target = eb.Endpoint(url, eb.discover_model(target), endpoint, timeout, extra)
         if out is not None:  # an unwritable path fails now, not after the sweep
             exists = append and out.exists() and out.stat().st_size > 0
+            if exists:  # rows appended under another header would be read as wrong columns
+                from hwtune.serve.request import read_text
+
+                lines = read_text(out, "out").splitlines()
+                header = next(csv.reader(lines[:1]), [])
+                if header != list(eb.CSV_COLUMNS):
+                    raise HwtuneInputError("out", str(out), "a runs CSV written by `serve "
+                                           f"measure` to append to (its header is "
+                                           f"{','.join(header)[:80]!r})")  # fmt: skip
             try:
                 with out.open("a" if exists else "w", newline="") as f:
                     if not exists:
@@ -682,7 +772,7 @@ def measure_cmd(
         doc = {"url": url, "served_model": target.model,
                "runs": [r.summary() for r in results],
                "written_to": str(out) if out is not None and rows else None}  # fmt: skip
-        sys.stdout.write(json.dumps(_json_safe(doc), indent=2) + "\n")
+        _print_json(doc)
     else:
         from rich.table import Table
 
@@ -748,6 +838,8 @@ def emulate_cmd(
     from hwtune.serve.mock_server import MockServer, serve_until_interrupted
 
     try:
+        if not 0 <= port <= 65535:
+            raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )

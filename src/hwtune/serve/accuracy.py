@@ -16,6 +16,7 @@ full tier-1 run; nothing here is fitted or applied to a simulation.
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,9 @@ def likely_line(likely: dict[str, Any]) -> str:
     t, p = likely["factors"]["ttft"], likely["factors"]["tpot"]
 
     def ms(v: list[float]) -> str:
-        if v[1] >= 10.0:  # seconds past 10 s: "2.5e+04 ms" reads badly
+        if not all(math.isfinite(x) for x in v):  # TPOT of one-token outputs: undefined
+            return "n/a"
+        if v[1] >= 1.0:  # seconds from 1 s: "305-2.27e+03 ms" reads badly
             return f"{v[0]:.3g}-{v[1]:.3g} s"
         return f"{v[0] * 1e3:.3g}-{v[1] * 1e3:.3g} ms"
 

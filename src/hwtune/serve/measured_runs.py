@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.request import read_text
 
 REQUIRED = ("concurrency", "input_len", "output_len", "ttft_ms", "tpot_ms")
 OPTIONAL_INT = ("tp", "pp", "ep", "dp_attention", "num_requests")
@@ -59,10 +60,7 @@ def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
 def load_runs(path: str | Path) -> list[MeasuredRun]:
     """Read a runs CSV (see the module docstring); a bad cell names its line and column."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise HwtuneInputError("runs", str(path), f"a readable CSV file ({e.strerror})") from None
+    text = read_text(p, "runs")
     reader = csv.DictReader(text.splitlines())
     cols = [c.strip() for c in reader.fieldnames or []]
     missing = [c for c in REQUIRED if c not in cols]

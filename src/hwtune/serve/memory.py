@@ -17,6 +17,11 @@ from hwtune.model.params import embedding_params, routed_expert_params, total_pa
 from hwtune.serve.config import WORKSPACE_FIXED_BYTES, ReplicaConfig
 
 GIB = 2**30
+MIN_KV_BLOCKS = 16
+"""KV blocks a replica needs at the least (a replica without room for them does not fit)."""
+DEFAULT_BLOCK_SIZE = 16
+"""vLLM's default KV block size, tokens: a replica that would fit with it but not with the
+configured ``block_size`` is told that the block size is what does not fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +100,20 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
         per_tok += kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, 1) / cfg.model.n_layers
     per_seq = state_bytes_per_sequence(cfg.model, cfg.tp, cfg.pp)
     free = usable - w - a - WORKSPACE_FIXED_BYTES
-    block = cfg.block_size * per_tok
+    block = cfg.block_size * per_tok  # bytes of one KV block (block_size tokens)
     # fixed per-sequence state (linear attention) is reserved for max_num_seqs sequences
     free_kv = free - per_seq * cfg.max_num_seqs
-    need = block * cfg.block_size  # at least a few blocks
-    if free_kv < need:
-        short = (need - free_kv) / GIB
+    need = block * MIN_KV_BLOCKS
+    if free_kv < need and free_kv >= MIN_KV_BLOCKS * DEFAULT_BLOCK_SIZE * per_tok:
+        fits = int(free_kv // (MIN_KV_BLOCKS * per_tok))  # tokens per block that would fit
+        raise HwtuneInputError(
+            "block_size",
+            cfg.block_size,
+            f"at most {fits} tokens per block: {MIN_KV_BLOCKS} blocks of {cfg.block_size} tokens "
+            f"need {need / GIB:.1f} GiB of KV cache per GPU and {free_kv / GIB:.1f} GiB is left",
+        )
+    if free_kv < need:  # short of even the default block size's blocks (or of the smaller ones)
+        short = (MIN_KV_BLOCKS * min(cfg.block_size, DEFAULT_BLOCK_SIZE) * per_tok - free_kv) / GIB
         raise HwtuneInputError(
             "model",
             cfg.model.name,

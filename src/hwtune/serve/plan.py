@@ -203,6 +203,9 @@ def plan(
     if margin and correction is not None:
         raise HwtuneInputError("margin", "likely", "no tier-3 correction beside it (the "
                                "correction already maps to measured latencies)")  # fmt: skip
+    if slo.tpot_p90_s is not None and workload.outputs and max(workload.outputs) <= 1:
+        raise HwtuneInputError("tpot_p90", slo.tpot_p90_s, "no TPOT SLO for one-token outputs "
+                               "(TPOT is the time between output tokens: undefined)")  # fmt: skip
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
     cands = candidates(base, max_gpus, disagg)[:limit]
@@ -229,6 +232,7 @@ def plan(
             raise HwtuneInputError("workload", "every layout failed", results[0].error)
         bt = min(valid, key=lambda r: r.ttft_p90_s)
         bp = min(valid, key=lambda r: r.tpot_p90_s if r.tpot_p90_s == r.tpot_p90_s else math.inf)
+        be = min(valid, key=lambda r: r.e2e_p90_s)
         raise HwtuneInputError(
             "slo",
             {k: v for k, v in vars(slo).items() if v is not None},
@@ -236,7 +240,7 @@ def plan(
             + (" with the likely band's margin" if margin else "")
             + f"; best achievable p90 TTFT "
             f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
-            f"({bp.describe()})",
+            f"({bp.describe()}), best p90 E2E {be.e2e_p90_s:.3f} s ({be.describe()})",
         )
     rest = sorted((r for r in results if not r.meets), key=key)
     return ok + rest

@@ -95,6 +95,14 @@ class Workload:
     prefix_groups: tuple[int, ...] = ()
     prefix_lens: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        if len(self.outputs) != len(self.prompts):
+            raise HwtuneInputError("outputs", len(self.outputs), f"{len(self.prompts)} output "
+                                   "lengths, one per prompt")  # fmt: skip
+        for name, lengths in (("prompt", self.prompts), ("output", self.outputs)):
+            if lengths and min(lengths) < 1:  # an output of 0 would still generate one token
+                raise HwtuneInputError(f"{name} length", min(lengths), "at least 1 token")
+
     def __len__(self) -> int:
         return len(self.prompts)
 
@@ -202,9 +210,13 @@ def _prefixes(
         raise HwtuneInputError(name, v, "a positive value when the other prefix option is set")
     if prefix_len == 0:
         return (), ()
+    shortest = int(min(prompts)) if len(prompts) else prefix_len + 1
+    if prefix_len >= shortest:  # it was cut to each shorter prompt less one token
+        raise HwtuneInputError("prefix_len", prefix_len, f"fewer tokens than the shortest prompt "
+                               f"({shortest} tokens; the last prompt token is always computed)")  # fmt: skip
     rng = np.random.default_rng(seed + 7919)
     g = rng.integers(0, groups, size=n)
-    return tuple(int(x) for x in g), tuple(int(min(prefix_len, p - 1)) for p in prompts)
+    return tuple(int(x) for x in g), (prefix_len,) * n
 
 
 # --- traces ------------------------------------------------------------------------------------
@@ -243,14 +255,56 @@ def _parse_time(v: object) -> float:
     return datetime.fromisoformat(s).timestamp()
 
 
-def _group_id(g: object) -> int:
-    """A prefix group id: the integer itself, or a stable CRC-32 of a string id."""
+def _group_id(g: object, where: str) -> int:
+    """A prefix group id: a non-negative integer as itself, any other string a stable CRC-32 of
+    it; a number that is not a non-negative integer (1.5, inf, -3, true) names ``where``."""
     if g is None:
         return -1
+    if isinstance(g, str):
+        s = g.strip()
+        try:
+            v: float = float(s)
+        except ValueError:
+            return zlib.crc32(s.encode())
+    elif isinstance(g, int | float) and not isinstance(g, bool):
+        v = g
+    else:
+        raise HwtuneInputError(f"{where}: prefix_group", g, "an integer or a string id")
+    if not (math.isfinite(v) and v == int(v) and v >= 0):
+        raise HwtuneInputError(f"{where}: prefix_group", g, "a non-negative integer or a string id")
+    return int(v)
+
+
+def _count(v: object, where: str, col: str) -> int:
+    """A token count cell: an integer (``"100"``, ``100``, ``100.0``); a fraction, a non-finite
+    number, a boolean or text names ``where`` and ``col`` (nothing is truncated)."""
+    x: float
+    if isinstance(v, bool):
+        x = math.nan
+    elif isinstance(v, int | float):
+        x = v
+    else:
+        try:
+            x = float(str(v).strip())
+        except ValueError:
+            x = math.nan
+    if not (math.isfinite(x) and x == int(x)):
+        raise HwtuneInputError(f"{where}: {col}", v, "a whole number of tokens")
+    return int(x)
+
+
+def read_text(path: Path, field: str) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark, as Excel writes, is dropped); an
+    unreadable or non-UTF-8 file is a one-line error naming ``field``."""
     try:
-        return int(float(g))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return zlib.crc32(str(g).encode())
+        data = path.read_bytes()
+    except OSError as e:
+        raise HwtuneInputError(field, str(path), f"a readable file ({e.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise HwtuneInputError(field, str(path), f"a UTF-8 text file (byte {e.start} is not UTF-8; "
+                               "save it as UTF-8)") from None  # fmt: skip
 
 
 def load_trace(path: str | Path) -> Workload:
@@ -260,10 +314,7 @@ def load_trace(path: str | Path) -> Workload:
     prefix group id and shared prefix length. Arrivals are shifted to start at 0 and sorted.
     A malformed row raises an error naming its line."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise HwtuneInputError("trace", str(path), f"a readable file ({e.strerror})") from None
+    text = read_text(p, "trace")
     rows: list[tuple[int, dict]] = []
     if p.suffix in (".jsonl", ".json", ".ndjson"):
         for ln, line in enumerate(text.splitlines(), 1):
@@ -296,16 +347,26 @@ def load_trace(path: str | Path) -> Workload:
                                    f"{_OUTPUT_KEYS[0]})")  # fmt: skip
         try:
             t = _parse_time(a)
-            ip, io = int(float(pr)), int(float(out))
-            g = _pick(row, _GROUP_KEYS)
-            gid = _group_id(g)
-            pl = _pick(row, _PLEN_KEYS)
-            plen = int(float(pl)) if pl is not None else 0
-        except (ValueError, TypeError) as e:
-            raise HwtuneInputError(where, row, f"numbers for time and token counts ({e})") from None
-        if ip < 1 or io < 1 or not math.isfinite(t):
-            raise HwtuneInputError(where, row, "prompt and output tokens >= 1 and a finite time")
-        recs.append((t, ip, io, gid, min(plen, ip - 1) if gid >= 0 else 0))
+        except (ValueError, TypeError, OverflowError) as e:
+            raise HwtuneInputError(
+                f"{where}: arrival", a, f"seconds or an ISO time ({e})"
+            ) from None
+        if not math.isfinite(t):
+            raise HwtuneInputError(f"{where}: arrival", a, "a finite time")
+        ip = _count(pr, where, "prompt tokens")
+        io = _count(out, where, "output tokens")
+        if ip < 1 or io < 1:
+            raise HwtuneInputError(where, row, "prompt and output tokens >= 1")
+        g, pl = _pick(row, _GROUP_KEYS), _pick(row, _PLEN_KEYS)
+        if pl is not None and g is None:  # a length without a group would be ignored
+            raise HwtuneInputError(f"{where}: prefix_group", None, f"a prefix_group beside "
+                                   f"prefix_len {pl!r} (a length without a group shares nothing)")  # fmt: skip
+        gid = _group_id(g, where)
+        plen = _count(pl, where, "prefix_len") if pl is not None else 0
+        if not 0 <= plen < ip:
+            raise HwtuneInputError(f"{where}: prefix_len", pl, f"0 to {ip - 1} (below the prompt's "
+                                   f"{ip} tokens: its last token is always computed)")  # fmt: skip
+        recs.append((t, ip, io, gid, plen))
     recs.sort(key=lambda r: r[0])
     t0 = recs[0][0]
     return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,
