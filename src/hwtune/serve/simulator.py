@@ -404,15 +404,18 @@ def simulate(
         due = math.inf
         return emit
 
+    def enqueue(r: Request, rep: Replica, t: float) -> None:
+        """Queue ``r`` at ``rep`` at ``t`` (an arrival, or a prefill replica's hand-off)."""
+        r.replica = rep.idx
+        r.queued = t
+        rep.outstanding += r.prompt + r.output
+        rep.waiting.append(r)
+        launch(rep, t)
+
     def hand_over(handed: list[Request], t: float) -> None:
         """Queue prompts a prefill replica has finished at decode replicas (routed one by one)."""
         for r in handed:
-            dst = route(reps, 1)
-            r.replica = dst.idx
-            r.queued = t
-            dst.outstanding += r.prompt + r.output
-            dst.waiting.append(r)
-            launch(dst, t)
+            enqueue(r, route(reps, 1), t)
 
     def finish(r: Request, rep: Replica, t: float) -> None:
         nonlocal next_idx
@@ -431,13 +434,7 @@ def simulate(
         if max_sim_time is not None and t > max_sim_time:
             break
         if kind == ARRIVAL:
-            r = a  # type: ignore[assignment]
-            rep = route(entry, 0)
-            r.replica = rep.idx
-            r.queued = t
-            rep.outstanding += r.prompt + r.output
-            rep.waiting.append(r)
-            launch(rep, t)
+            enqueue(a, route(entry, 0), t)  # type: ignore[arg-type]
         elif kind == STEP_DONE:
             rep = a  # type: ignore[assignment]
             batch = b  # type: ignore[assignment]
