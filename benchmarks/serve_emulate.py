@@ -26,7 +26,14 @@ from hwtune.serve.endpoint_bench import Endpoint, run_closed_loop
 from hwtune.serve.measured_runs import MeasuredRun, simulate_run
 from hwtune.serve.mock_server import MockServer
 
-CASES = [(8, 512, 64, (1.0, 4.0, 16.0)), (32, 1024, 128, (1.0, 4.0))]
+CASES = [
+    (8, 512, 64, (1.0, 4.0, 16.0), None),
+    (32, 1024, 128, (1.0, 4.0), None),
+    (1, 256, 8, (1.0,), 1000),
+]
+"""(clients, prompt, output, time scales, measured requests or None for 10 C). The last case
+is long: one client idles the deployment between requests, so each simulation holds only the
+newcomer, and the 1,000th request is served as the first was."""
 
 
 def main() -> None:
@@ -36,7 +43,7 @@ def main() -> None:
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
     cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
     rows = []
-    for c, i, o, scales in CASES:
+    for c, i, o, scales, n in CASES:
         sim_ttft, sim_tpot = simulate_run(cfg, MeasuredRun(c, i, o, 1.0, 1.0))
         for scale in scales:
             eng = EmulatedEngine(cfg, time_scale=scale)
@@ -44,19 +51,24 @@ def main() -> None:
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             t = time.perf_counter()
             try:
-                s = run_closed_loop(Endpoint(srv.url, "llama"), c, i, o).summary()
+                res = run_closed_loop(Endpoint(srv.url, "llama"), c, i, o, num_requests=n)
+                s = res.summary()
+                last = res.records[-100:]  # the end of a long run, where a growing history shows
             finally:
                 srv.shutdown()
                 srv.server_close()
             row = {"clients": c, "input": i, "output": o, "time_scale": scale,
                    "ttft_ratio": s["ttft_s"]["mean"] / scale / sim_ttft,  # type: ignore[index]
                    "tpot_ratio": s["tpot_s"]["mean"] / scale / sim_tpot,  # type: ignore[index]
+                   "ttft_ratio_last_100": sum(r.ttft_s for r in last) / len(last) / scale
+                   / sim_ttft,
                    "requests": eng.requests, "simulations": eng.simulations,
                    "ms_per_resimulation": eng.simulation_s / eng.simulations * 1e3,
                    "wall_s": time.perf_counter() - t}  # fmt: skip
             rows.append(row)
             print(f"C={c:3d} {i}/{o} scale {scale:4.0f}: TTFT x{row['ttft_ratio']:.3f}, TPOT "
-                  f"x{row['tpot_ratio']:.3f}; {row['requests']} requests, "
+                  f"x{row['tpot_ratio']:.3f} (last 100 TTFT x{row['ttft_ratio_last_100']:.3f}); "
+                  f"{row['requests']} requests, "
                   f"{row['ms_per_resimulation']:.1f} ms per re-simulation, "
                   f"{row['wall_s']:.1f} s", flush=True)  # fmt: skip
     if a.json:

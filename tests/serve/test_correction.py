@@ -150,6 +150,46 @@ def test_cli_calibrate_then_serve_with_the_correction(tmp_path):
     assert r.exit_code == 2 and "line 2: ttft_ms" in r.output
 
 
+def test_a_correction_is_refused_for_another_deployment(tmp_path):
+    """A correction fitted to Llama-3.1-8B on an H100 in bf16 at tier 1 is refused, with a
+    one-line error naming each difference, by `serve` and `serve plan` on another GPU, model,
+    precision or engine; the same deployment at another TP takes it; a file written before
+    corrections recorded their deployment is taken as it is."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n"
+                    "2,512,32,40,8\n4,512,32,55,9\n8,512,32,90,11\n")  # fmt: skip
+    out = tmp_path / "corr.yaml"
+    cli = CliRunner()
+    r = cli.invoke(serve_app, ["calibrate", "--runs", str(runs), "--model", "llama3.1-8b",
+                               "--gpu", "h100-sxm-80gb", "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    fitted = load_correction(out).fitted_to
+    assert fitted is not None and (fitted.precision, fitted.engine, fitted.tier) == (
+        "bf16",
+        None,
+        1,
+    )
+    base = ["--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--concurrency", "2",
+            "--input-len", "256", "--output-len", "8", "--correction", str(out)]  # fmt: skip
+    for args, named in (
+        (["--gpu", "h200-sxm-141gb"], "gpu"),
+        (["--model", "qwen3-8b"], "model"),
+        (["--precision", "fp8"], "precision"),
+        (["--engine", "vllm"], "engine"),
+    ):
+        r = cli.invoke(serve_app, [*base, *args])
+        assert r.exit_code == 2, r.output
+        assert r.output.count("\n") == 1 and r.output.startswith("error: correction: ")
+        assert f"fitted to {named} " in r.output and "Traceback" not in r.output
+    assert cli.invoke(serve_app, [*base, "--tp", "2"]).exit_code == 0
+    r = cli.invoke(serve_app, ["plan", "--model", "llama3.1-8b", "--gpu", "h200-sxm-141gb",
+                               "--correction", str(out)])  # fmt: skip
+    assert r.exit_code == 2 and "gpu 'h100-sxm-80gb', not 'h200-sxm-141gb'" in r.output
+    old = tmp_path / "old.yaml"
+    old.write_text("ttft: {scale: 1.5}\ntpot: {scale: 1.1}\nruns: 3\n")
+    assert cli.invoke(serve_app, [*base[:-1], str(old), "--gpu", "h200-sxm-141gb"]).exit_code == 0
+
+
 def test_plan_checks_the_slos_on_the_corrected_latencies():
     """A correction that adds 0.5 s to every TTFT turns a met TTFT SLO into an unmet one, and the
     reported p90 is the corrected one (scale 1: simulated + 0.5 s)."""

@@ -85,6 +85,37 @@ def test_the_simulator_is_causal(cfg, variant, n, seed, late):
                 assert r.token_times[: len(kept)] == kept
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(2, 12), seed=st.integers(0, 10_000))
+def test_dropping_idle_history_keeps_every_token(cfg, variant, n, seed):
+    """The emulator simulates only the requests since the deployment was last idle. Requests
+    sent on a driven clock, some after gaps longer than any request, some into a busy engine:
+    every token is due when one simulation of the whole trace has it, and the simulations after
+    a gap start afresh (none covers a request that finished before the gap)."""
+    import numpy as np
+
+    dep = cfg.with_(**VARIANTS[variant])
+    rng = np.random.default_rng(seed)
+    gaps = np.where(rng.random(n) < 0.5, rng.uniform(2.0, 4.0, n), rng.uniform(0, 0.05, n))
+    arr = list(np.cumsum(gaps) - gaps[0])
+    p = [int(x) for x in rng.integers(16, 1500, n)]
+    o = [int(x) for x in rng.integers(1, 30, n)]
+    now = [100.0]
+    eng = EmulatedEngine(dep, clock=lambda: now[0])
+    sizes = []
+    for a, pi, oi in zip(arr, p, o, strict=True):
+        now[0] = 100.0 + a
+        eng.submit(pi, oi)
+        sizes.append(eng.requests - eng._base)
+    whole = simulate(dep, trace(arr, p, o), record_tokens=True)
+    for r in whole.requests:
+        due = [eng.due(r.rid, k) - 100.0 for k in range(r.output)]
+        assert due == pytest.approx(r.token_times, rel=1e-9, abs=1e-9)
+    idle = [i for i in range(1, n) if max(whole.requests[j].finish for j in range(i)) < arr[i]]
+    assert [sizes[i] for i in idle] == [1] * len(idle)  # a gap: only the newcomer
+
+
 def test_record_tokens_is_aggregated_only(cfg):
     dis = Deployment(cfg, prefill=cfg)
     p, o = fixed_lengths(2, 64, 4)

@@ -53,6 +53,9 @@ def test_range_ratio_lengths_are_inferencex_uniform():
     for bad in (0.0, 1.5):
         with pytest.raises(HwtuneInputError, match="range_ratio"):
             range_ratio_lengths(5, 100, 10, bad)
+    # int(2 * 0.3) = 0: the script would send 0-token outputs; an error, not a silent 1
+    with pytest.raises(HwtuneInputError, match="range_ratio.*output length"):
+        range_ratio_lengths(5, 100, 2, 0.3)
 
 
 def test_closed_loop_rejects_zero_clients():
@@ -63,12 +66,21 @@ def test_closed_loop_rejects_zero_clients():
 
 def test_csv_trace(tmp_path):
     f = tmp_path / "t.csv"
-    f.write_text("arrival_time,prompt_tokens,output_tokens,prefix_group\n"
-                 "1.5,100,20,a\n0.5,50,10,\n2.0,70,5,a\n")  # fmt: skip
+    f.write_text("arrival_time,prompt_tokens,output_tokens,prefix_group,prefix_len\n"
+                 "1.5,100,20,a,32\n0.5,50,10,,\n2.0,70,5,a,32\n")  # fmt: skip
     wl = load_trace(f)
     assert wl.arrivals == (0.0, 1.0, 1.5)  # sorted, shifted to start at 0
     assert wl.prompts == (50, 100, 70)
     assert wl.prefix_groups[0] == -1 and wl.prefix_groups[1] == wl.prefix_groups[2] >= 0
+    assert wl.prefix_lens == (0, 32, 32)
+
+
+def test_trace_group_without_length_is_an_error(tmp_path):
+    """A prefix group with no prefix_len would share nothing (the length is per row)."""
+    f = tmp_path / "g.csv"
+    f.write_text("arrival_time,prompt_tokens,output_tokens,prefix_group\n0,100,20,a\n")
+    with pytest.raises(HwtuneInputError, match="g.csv line 2: prefix_len"):
+        load_trace(f)
 
 
 def test_azure_trace_columns_as_they_are(tmp_path):

@@ -20,6 +20,8 @@ from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range
 
 if TYPE_CHECKING:
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.correction import FittedTo
     from hwtune.serve.engines import Engine
 
 serve_app = typer.Typer(
@@ -205,6 +207,16 @@ def _engine_memory(e: Engine | None) -> dict[str, object]:
     from hwtune.serve.engines import memory_fields
 
     return memory_fields(e) if e is not None else {}
+
+
+def _fitted_to(
+    cfg: ReplicaConfig, precision: str, e: Engine | None, profile: Path | None
+) -> FittedTo:
+    """What a tier-3 correction fitted or applied here belongs to (`hwtune.serve.correction`)."""
+    from hwtune.serve.correction import FittedTo
+
+    return FittedTo(model=cfg.model.name, gpu=cfg.device.name, precision=precision,
+                    engine=str(e) if e is not None else None, tier=2 if profile else 1)  # fmt: skip
 
 
 def _workload(
@@ -403,7 +415,7 @@ def serve(
 
     from hwtune.cli.parsing import output_path, plot_suffixes
     from hwtune.serve.config import Deployment
-    from hwtune.serve.correction import corrected_stats, load_correction
+    from hwtune.serve.correction import check_applies, corrected_stats, load_correction
     from hwtune.serve.metrics import per_request, summarize
     from hwtune.serve.simulator import simulate
 
@@ -426,6 +438,8 @@ def serve(
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+        if corr is not None:
+            check_applies(corr, _fitted_to(cfg, precision, eng, profile))
         for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
             if v is not None and not disagg:  # would be ignored
                 raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
@@ -527,7 +541,7 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
-    from hwtune.serve.correction import load_correction
+    from hwtune.serve.correction import check_applies, load_correction
     from hwtune.serve.plan import SLO, plan
 
     try:
@@ -548,6 +562,8 @@ def plan_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+        if corr is not None:
+            check_applies(corr, _fitted_to(base, precision, eng, profile))
         # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
         open_ = concurrency is None and trace is None
         default_open = open_ and rate is None
@@ -624,7 +640,8 @@ def calibrate_cmd(
         sims = [simulate_run(base, r, seed) for r in measured]
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],
-                              source=f"{runs.name}: {base.model.name} on {base.device.name}")  # fmt: skip
+                              source=f"{runs.name}: {base.model.name} on {base.device.name}",
+                              fitted_to=_fitted_to(base, precision, eng, profile))  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return

@@ -16,7 +16,10 @@ or per output token (TPOT) and is never negative; ``scale`` absorbs a rate ratio
 efficiency, queueing that grows with the prefill time). Nothing here is physics: it is a
 statistical correction, cross-validated on the published rows (`benchmarks/serve_validation.py
 --tier3`, VALIDATION.md "Tier 3"), and ``hwtune serve --correction`` prints it beside the
-simulation, never in place of it.
+simulation, never in place of it. A correction records what it was fitted to (model, GPU,
+precision, engine, tier: `FittedTo`) and is refused for any other deployment
+(`check_applies`): a scale fitted to one engine's overheads on one model says nothing of
+another's.
 """
 
 from __future__ import annotations
@@ -45,8 +48,23 @@ class AffineMap(BaseModel):
         return self.scale * x + self.offset_s
 
 
+class FittedTo(BaseModel):
+    """The deployment a correction's runs were simulated as: the parts that change what the
+    simulation leaves out (the engine's overheads, the kernels' efficiency on that model and
+    GPU) or what it prices (tier 1 spec sheets or a tier 2 profile). TP, lengths and clients
+    vary within the runs and may vary when it is applied."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: str
+    gpu: str
+    precision: str
+    engine: str | None = None
+    tier: int = Field(ge=1, le=2)
+
+
 class ServeCorrection(BaseModel):
-    """Per-metric maps fitted to ``runs`` measured runs, with their leave-one-out errors."""
+    """Per-metric maps fitted to ``runs`` measured runs, with their leave-one-out errors.
+    ``fitted_to`` is None only in files written before it was recorded (never checked)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     ttft: AffineMap
@@ -55,6 +73,25 @@ class ServeCorrection(BaseModel):
     loo_ttft_error: float | None = Field(default=None, ge=0)
     loo_tpot_error: float | None = Field(default=None, ge=0)
     source: str = ""
+    fitted_to: FittedTo | None = None
+
+
+def check_applies(corr: ServeCorrection, target: FittedTo) -> None:
+    """Raise `HwtuneInputError` naming every part of ``target`` that differs from what ``corr``
+    was fitted to (nothing for a correction that does not record it)."""
+    have = corr.fitted_to
+    if have is None:
+        return
+
+    def show(v: object) -> str:
+        return "none" if v is None else repr(v)
+
+    diff = [f"{k} {show(getattr(have, k))}, not {show(getattr(target, k))}"
+            for k in FittedTo.model_fields if getattr(have, k) != getattr(target, k)]  # fmt: skip
+    if diff:
+        raise HwtuneInputError("correction", "fitted to " + "; ".join(diff),
+                               "a correction fitted to runs of the deployment simulated (fit one "
+                               "with `hwtune serve calibrate` on its measured runs)")  # fmt: skip
 
 
 def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineMap:
@@ -137,6 +174,7 @@ def fit_correction(
     sim_tpot: Sequence[float],
     meas_tpot: Sequence[float],
     source: str = "",
+    fitted_to: FittedTo | None = None,
 ) -> ServeCorrection:
     """Both maps from paired simulated and measured mean TTFT and TPOT (seconds)."""
     return ServeCorrection(
@@ -146,6 +184,7 @@ def fit_correction(
         loo_ttft_error=loo_error(sim_ttft, meas_ttft),
         loo_tpot_error=loo_error(sim_tpot, meas_tpot),
         source=source,
+        fitted_to=fitted_to,
     )
 
 
@@ -180,7 +219,9 @@ def save_correction(corr: ServeCorrection, path: str | Path) -> None:
 
 __all__ = [
     "AffineMap",
+    "FittedTo",
     "ServeCorrection",
+    "check_applies",
     "corrected_stats",
     "fit_affine",
     "fit_correction",

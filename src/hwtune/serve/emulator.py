@@ -1,13 +1,17 @@
 """A simulated deployment served in real time: requests arrive over HTTP
 (`hwtune.serve.mock_server`), tokens leave when the simulator says they would.
 
-On every arrival the whole history (every request so far, at the wall-clock times they arrived)
-is simulated again as a trace (`hwtune.serve.simulator.simulate` with ``record_tokens``), and
-every open stream continues on the new token times. That is exact because the simulator is
-causal: a request arriving at t changes only what happens after t, so
-the tokens already sent keep their times. The cost is one simulation per arrival over all
-requests so far (BENCHMARKS.md, "serve emulate"), which suits tests of clients, routers and
-SLO monitors at hundreds to a few thousand requests, not days of traffic.
+On every arrival the history since the deployment was last idle (every request since then, at
+the wall-clock times they arrived) is simulated again as a trace
+(`hwtune.serve.simulator.simulate` with ``record_tokens``), and every open stream continues on
+the new token times. That is exact because the simulator is causal: a request arriving at t
+changes only what happens after t, so the tokens already sent keep their times. A request that
+arrives after every earlier one has sent its last token finds the deployment as a fresh one
+(its requests carry no shared prefixes), so the history before it is dropped and the
+simulation starts again at its arrival. The cost is one simulation per arrival over the
+requests since the last idle moment (BENCHMARKS.md, "serve emulate"): a deployment that idles
+now and then can be served for as long as one likes; one that is never idle grows its history
+as before, which suits hundreds to a few thousand requests.
 
 A request's arrival is stamped when it is received. Simulations run one at a time, each over
 everything that has arrived when it starts, while the open streams keep sending the tokens due
@@ -67,6 +71,8 @@ class EmulatedEngine:
         self._t0_lock = threading.Lock()
         self._sim_lock = threading.Lock()
         self._published = 0
+        self._base = 0  # first request since the deployment was last idle
+        self._offset = 0.0  # its arrival: the simulated clock's zero for the current history
         self._pending: float | None = None  # earliest arrival no published schedule has
         self.simulations = 0
         self.simulation_s = 0.0
@@ -107,8 +113,14 @@ class EmulatedEngine:
             with self._cond:
                 if self._published > rid:
                     return rid  # a simulation started after this arrival has published it
-                wl = Workload(tuple(self._prompts), tuple(self._outputs), mode="trace",
-                              arrivals=tuple(self._arrivals))  # fmt: skip
+                n, done = len(self._prompts), self._published
+                first_new = min(self._arrivals[done:n])
+                if all(self._times[i][-1] < first_new for i in range(self._base, done)):
+                    self._base, self._offset = done, first_new  # idle: the past is settled
+                base, offset = self._base, self._offset
+                wl = Workload(tuple(self._prompts[base:n]), tuple(self._outputs[base:n]),
+                              mode="trace",
+                              arrivals=tuple(a - offset for a in self._arrivals[base:n]))  # fmt: skip
             t = time.perf_counter()
             # outside the condition: the open streams keep their tokens on the last schedule
             try:
@@ -121,9 +133,9 @@ class EmulatedEngine:
             with self._cond:
                 self.simulations += 1
                 self.simulation_s += time.perf_counter() - t
-                times = {r.rid: r.token_times or [] for r in res.requests}
-                self._times = [times[i] for i in range(len(wl))]
-                self._published = len(wl)
+                times = {r.rid: [t + offset for t in r.token_times or []] for r in res.requests}
+                self._times = self._times[:base] + [times[i] for i in range(len(wl))]
+                self._published = n
                 later = self._arrivals[self._published :]
                 self._pending = min(later) if later else None
                 self._cond.notify_all()

@@ -153,10 +153,15 @@ def range_ratio_lengths(
         raise HwtuneInputError("range_ratio", ratio, "a fraction in (0, 1]")
     if prompt < 1 or output < 1:
         raise HwtuneInputError("lengths", (prompt, output), "positive input and output lengths")
+    for name, length in (("input", prompt), ("output", output)):
+        if int(length * ratio) < 1:  # the script would draw 0-token requests; none is raised to 1
+            raise HwtuneInputError("range_ratio", ratio, f"at least 1/{length} so that no "
+                                   f"{name} length drawn from [int({length} * ratio), {length}] "
+                                   "is 0")  # fmt: skip
     rng = np.random.default_rng(seed)
     p = rng.integers(int(prompt * ratio), prompt + 1, size=n)
     o = rng.integers(int(output * ratio), output + 1, size=n)
-    return np.maximum(p, 1).astype(int), np.maximum(o, 1).astype(int)
+    return p.astype(int), o.astype(int)
 
 
 def _check_pos(name: str, v: float) -> None:
@@ -362,6 +367,10 @@ def load_trace(path: str | Path) -> Workload:
             raise HwtuneInputError(f"{where}: prefix_group", None, f"a prefix_group beside "
                                    f"prefix_len {pl!r} (a length without a group shares nothing)")  # fmt: skip
         gid = _group_id(g, where)
+        if g is not None and pl is None:  # a group without a length would share nothing
+            raise HwtuneInputError(f"{where}: prefix_len", None, f"a prefix_len beside "
+                                   f"prefix_group {g!r} (how many leading tokens the group "
+                                   "shares)")  # fmt: skip
         plen = _count(pl, where, "prefix_len") if pl is not None else 0
         if not 0 <= plen < ip:
             raise HwtuneInputError(f"{where}: prefix_len", pl, f"0 to {ip - 1} (below the prompt's "
