@@ -13,10 +13,12 @@ requests since the last idle moment (BENCHMARKS.md, "serve emulate"): a deployme
 now and then can be served for as long as one likes; one that is never idle grows its history
 as before, which suits hundreds to a few thousand requests.
 
-A request's arrival is stamped when it is received. Simulations run one at a time, each over
-everything that has arrived when it starts, while the open streams keep sending the tokens due
-before the earliest arrival not yet simulated (final, by causality); a token due after it waits
-for the schedule that has it. So tokens are never early, and late only when the simulations
+A request's arrival is stamped when it is received, and it is in flight until its thread adds
+it to the history (threads stamp and add in either order; a real run of 8 clients had the first
+of a wave added second). Simulations run one at a time, each over everything added when it
+starts, while the open streams keep sending the tokens due before the earliest arrival not yet
+simulated, in flight or added (final, by causality); a token due after it waits for the
+schedule that has it, and the history is never cut after it. So tokens are never early, and late only when the simulations
 fall behind the wall clock (one costs 6-8 ms at 100 requests and 20-40 ms at 400 on a 2-core
 machine; `time_scale` gives them room).
 
@@ -74,6 +76,7 @@ class EmulatedEngine:
         self._base = 0  # first request since the deployment was last idle
         self._offset = 0.0  # its arrival: the simulated clock's zero for the current history
         self._pending: float | None = None  # earliest arrival no published schedule has
+        self._inflight: list[float] = []  # stamped on receipt, not yet in the history
         self.simulations = 0
         self.simulation_s = 0.0
 
@@ -96,25 +99,49 @@ class EmulatedEngine:
             raise HwtuneInputError(
                 "request", (prompt, output), "positive prompt and output lengths"
             )
+        return self._admit(self._receive(), prompt, output)
+
+    def _receive(self) -> float:
+        """Stamp an arrival on receipt (not after the simulations queued before it) and hold it
+        as in flight until `_admit` adds it to the history: until then no token due after it is
+        sent, and the history is not cut at a later moment (threads stamp and admit in either
+        order)."""
         with self._t0_lock:
             if self._t0 is None:
                 self._t0 = self._clock()
-        arrival = self.now()  # stamped on receipt, not after the simulations queued before it
-        # a request the deployment cannot hold fails alone, before it joins the history
-        simulate(self.deployment, Workload((prompt,), (output,), mode="trace", arrivals=(0.0,)))
         with self._cond:
+            arrival = self.now()
+            self._inflight.append(arrival)
+            self._pending = arrival if self._pending is None else min(self._pending, arrival)
+        return arrival
+
+    def _unpublished(self) -> list[float]:
+        """Arrivals no published schedule has: in flight, or admitted after the last simulation
+        began (call under the condition)."""
+        return self._arrivals[self._published :] + self._inflight
+
+    def _admit(self, arrival: float, prompt: int, output: int) -> int:
+        """Add a received request to the history and simulate (see `submit`)."""
+        try:  # a request the deployment cannot hold fails alone, before it joins the history
+            simulate(self.deployment, Workload((prompt,), (output,), mode="trace", arrivals=(0.0,)))
+        except Exception:
+            with self._cond:
+                self._inflight.remove(arrival)
+                self._pending = min(self._unpublished(), default=None)
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._inflight.remove(arrival)
             self._arrivals.append(arrival)
             self._prompts.append(prompt)
             self._outputs.append(output)
             rid = len(self._prompts) - 1
-            if self._pending is None:
-                self._pending = arrival
         with self._sim_lock:  # one simulation at a time, of everything that has arrived
             with self._cond:
                 if self._published > rid:
                     return rid  # a simulation started after this arrival has published it
                 n, done = len(self._prompts), self._published
-                first_new = min(self._arrivals[done:n])
+                first_new = min(self._unpublished())
                 if all(self._times[i][-1] < first_new for i in range(self._base, done)):
                     self._base, self._offset = done, first_new  # idle: the past is settled
                 base, offset = self._base, self._offset
@@ -136,8 +163,7 @@ class EmulatedEngine:
                 times = {r.rid: [t + offset for t in r.token_times or []] for r in res.requests}
                 self._times = self._times[:base] + [times[i] for i in range(len(wl))]
                 self._published = n
-                later = self._arrivals[self._published :]
-                self._pending = min(later) if later else None
+                self._pending = min(self._unpublished(), default=None)
                 self._cond.notify_all()
         return rid
 
