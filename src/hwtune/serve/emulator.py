@@ -18,9 +18,9 @@ it to the history (threads stamp and add in either order; a real run of 8 client
 of a wave added second). Simulations run one at a time, each over everything added when it
 starts, while the open streams keep sending the tokens due before the earliest arrival not yet
 simulated, in flight or added (final, by causality); a token due after it waits for the
-schedule that has it, and the history is never cut after it. So tokens are never early, and late only when the simulations
-fall behind the wall clock (one costs 6-8 ms at 100 requests and 20-40 ms at 400 on a 2-core
-machine; `time_scale` gives them room).
+schedule that has it, and the history is never cut after it. So tokens are never early, and
+late only when the simulations fall behind the wall clock (one costs 8-10 ms at 100 requests and
+30-40 ms at 400 on a 2-core machine; `time_scale` gives them room).
 
 ``time_scale`` > 1 stretches the simulated clock (every latency lasts that many times longer on
 the wall), which makes the host's own overheads (HTTP, Python, the re-simulation) relatively
