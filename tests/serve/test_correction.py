@@ -121,6 +121,14 @@ def test_runs_csv_bad_cells_name_line_and_column(tmp_path):
     bad.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n")
     with pytest.raises(HwtuneInputError, match="at least one run"):
         load_runs(bad)
+    # TPOT needs two output tokens in every request, at a sampled range's low end too
+    bad.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n8,1024,1,62,7\n")
+    with pytest.raises(HwtuneInputError, match="line 2: output_len"):
+        load_runs(bad)
+    bad.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms,range_ratio\n"
+                   "8,1024,512,62,7,0.8\n8,1024,4,62,7,0.3\n")  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="line 3: range_ratio"):
+        load_runs(bad)
 
 
 def test_cli_calibrate_then_serve_with_the_correction(tmp_path):

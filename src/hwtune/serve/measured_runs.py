@@ -89,6 +89,13 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
                 raise HwtuneInputError(f"{p.name}: line {line}: range_ratio", row["range_ratio"],
                                        "a fraction in (0, 1]")  # fmt: skip
             kw["range_ratio"] = rr
+        out, ratio = int(str(kw["output_len"])), float(str(kw.get("range_ratio", 1.0)))
+        if int(out * ratio) < 2:  # TPOT, which calibrate fits, needs two output tokens in each
+            col = "output_len" if out < 2 else "range_ratio"
+            raise HwtuneInputError(f"{p.name}: line {line}: {col}", row[col], "2 output tokens "
+                                   "or more in every request (with range_ratio, at the low end "
+                                   "int(output_len * range_ratio) too): TPOT is the time between "
+                                   "output tokens")  # fmt: skip
         runs.append(MeasuredRun(**kw))  # type: ignore[arg-type]
     if not runs:
         raise HwtuneInputError("runs", str(path), "at least one run below the header")
