@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,14 +132,18 @@ def test_runs_csv_bad_cells_name_line_and_column(tmp_path):
         load_runs(bad)
 
 
-def test_cli_calibrate_then_serve_with_the_correction(tmp_path):
-    """`serve calibrate` simulates each run, fits, writes the YAML; `serve --correction` prints
-    the corrected latencies beside the simulation (mean TTFT = scale x simulated + offset)."""
+def three_runs(tmp_path: Path) -> Path:
+    """A runs CSV of three closed loops (2, 4, 8 clients; 512 in, 32 out)."""
     runs = tmp_path / "runs.csv"
     runs.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n"
                     "2,512,32,40,8\n4,512,32,55,9\n8,512,32,90,11\n")  # fmt: skip
-    out = tmp_path / "corr.yaml"
-    cli = CliRunner()
+    return runs
+
+
+def test_cli_calibrate_then_serve_with_the_correction(tmp_path):
+    """`serve calibrate` simulates each run, fits, writes the YAML; `serve --correction` prints
+    the corrected latencies beside the simulation (mean TTFT = scale x simulated + offset)."""
+    runs, out, cli = three_runs(tmp_path), tmp_path / "corr.yaml", CliRunner()
     r = cli.invoke(serve_app, ["calibrate", "--runs", str(runs), "--model", "llama3.1-8b",
                                "--gpu", "h100-sxm-80gb", "--out", str(out), "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -163,11 +168,7 @@ def test_a_correction_is_refused_for_another_deployment(tmp_path):
     one-line error naming each difference, by `serve` and `serve plan` on another GPU, model,
     precision or engine; the same deployment at another TP takes it; a file written before
     corrections recorded their deployment is taken as it is."""
-    runs = tmp_path / "runs.csv"
-    runs.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n"
-                    "2,512,32,40,8\n4,512,32,55,9\n8,512,32,90,11\n")  # fmt: skip
-    out = tmp_path / "corr.yaml"
-    cli = CliRunner()
+    runs, out, cli = three_runs(tmp_path), tmp_path / "corr.yaml", CliRunner()
     r = cli.invoke(serve_app, ["calibrate", "--runs", str(runs), "--model", "llama3.1-8b",
                                "--gpu", "h100-sxm-80gb", "--out", str(out)])  # fmt: skip
     assert r.exit_code == 0, r.output

@@ -85,6 +85,20 @@ def test_the_simulator_is_causal(cfg, variant, n, seed, late):
                 assert r.token_times[: len(kept)] == kept
 
 
+def gapped_trace(
+    n: int, seed: int, gap_share: float, gap: tuple[float, float], burst: float, max_output: int
+) -> tuple[list[float], list[int], list[int]]:
+    """Seeded arrivals (a share of them after idle gaps, the rest in bursts), prompts, outputs."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    gaps = np.where(rng.random(n) < gap_share, rng.uniform(*gap, n), rng.uniform(0, burst, n))
+    arr = list(np.cumsum(gaps) - gaps[0])
+    p = [int(x) for x in rng.integers(16, 1500, n)]
+    o = [int(x) for x in rng.integers(1, max_output, n)]
+    return arr, p, o
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @settings(max_examples=8, deadline=None)
 @given(n=st.integers(2, 12), seed=st.integers(0, 10_000))
@@ -93,14 +107,8 @@ def test_dropping_idle_history_keeps_every_token(cfg, variant, n, seed):
     sent on a driven clock, some after gaps longer than any request, some into a busy engine:
     every token is due when one simulation of the whole trace has it, and the simulations after
     a gap start afresh (none covers a request that finished before the gap)."""
-    import numpy as np
-
     dep = cfg.with_(**VARIANTS[variant])
-    rng = np.random.default_rng(seed)
-    gaps = np.where(rng.random(n) < 0.5, rng.uniform(2.0, 4.0, n), rng.uniform(0, 0.05, n))
-    arr = list(np.cumsum(gaps) - gaps[0])
-    p = [int(x) for x in rng.integers(16, 1500, n)]
-    o = [int(x) for x in rng.integers(1, 30, n)]
+    arr, p, o = gapped_trace(n, seed, 0.5, (2.0, 4.0), 0.05, 30)
     now = [100.0]
     eng = EmulatedEngine(dep, clock=lambda: now[0])
     sizes = []
@@ -126,11 +134,8 @@ def test_stamped_and_admitted_in_either_order(cfg, n, seed):
     whatever the order, including after idle gaps (where the history is cut)."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    gaps = np.where(rng.random(n) < 0.3, rng.uniform(1.0, 2.0, n), rng.uniform(0, 0.01, n))
-    arr = list(np.cumsum(gaps) - gaps[0])
-    p = [int(x) for x in rng.integers(16, 1500, n)]
-    o = [int(x) for x in rng.integers(1, 20, n)]
+    arr, p, o = gapped_trace(n, seed, 0.3, (1.0, 2.0), 0.01, 20)
+    rng = np.random.default_rng(seed + 1)  # the order of stamps and admissions
     now = [50.0]
     eng = EmulatedEngine(cfg, clock=lambda: now[0])
     held: list[tuple[int, float]] = []
