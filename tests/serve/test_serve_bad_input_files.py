@@ -14,14 +14,6 @@ from hwtune.serve.request import load_trace
 SMALL = ["--concurrency", "1", "--input-len", "64", "--output-len", "4", "--num-requests", "1"]
 
 
-def bad(args: list[str], field: str) -> None:
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert field in r.output
-    assert "Traceback" not in r.output
-    assert r.output.count("\n") == 1, r.output
-
-
 @pytest.mark.parametrize(
     ("opt", "name", "field"),
     [
@@ -32,8 +24,8 @@ def bad(args: list[str], field: str) -> None:
         ("--plot", "cdf", "plot"),
     ],
 )
-def test_serve_output_paths_are_checked_first(tmp_path, opt, name, field):
-    bad(["serve", *SMALL, opt, str(tmp_path / name) if name else str(tmp_path)], field)
+def test_serve_output_paths_are_checked_first(tmp_path, opt, name, field, rejects):
+    rejects(["serve", *SMALL, opt, str(tmp_path / name) if name else str(tmp_path)], field)
 
 
 def test_serve_writes_to_good_paths(tmp_path):
@@ -43,10 +35,10 @@ def test_serve_writes_to_good_paths(tmp_path):
     assert (tmp_path / "t.json").stat().st_size and (tmp_path / "p.svg").stat().st_size
 
 
-def test_calibrate_out_is_checked_before_the_fit(tmp_path):
+def test_calibrate_out_is_checked_before_the_fit(tmp_path, rejects):
     runs = tmp_path / "runs.csv"
     runs.write_text("concurrency,input_len,output_len,ttft_ms,tpot_ms\n1,64,4,20,5\n")
-    bad(["serve", "calibrate", "--runs", str(runs), "--out", str(tmp_path / "no" / "c.yaml")],
+    rejects(["serve", "calibrate", "--runs", str(runs), "--out", str(tmp_path / "no" / "c.yaml")],
         "out")  # fmt: skip
 
 
@@ -59,8 +51,8 @@ def test_calibrate_out_is_checked_before_the_fit(tmp_path):
         (["serve", "emulate", "--port", "-1"], "port"),
     ],
 )
-def test_process_count_and_port_are_checked(args, field):
-    bad(args, field)
+def test_process_count_and_port_are_checked(args, field, rejects):
+    rejects(args, field)
 
 
 HEAD = "arrival_time,prompt_tokens,output_tokens"
@@ -82,18 +74,18 @@ HEAD = "arrival_time,prompt_tokens,output_tokens"
         (f"{HEAD}\ninf,100,10\n", "t.csv line 2: arrival"),
     ],
 )
-def test_trace_cells_are_not_clamped_or_truncated(tmp_path, rows, field):
+def test_trace_cells_are_not_clamped_or_truncated(tmp_path, rows, field, rejects):
     f = tmp_path / "t.csv"
     f.write_text(rows)
     with pytest.raises(HwtuneInputError, match=field):
         load_trace(f)
-    bad(["serve", "--trace", str(f)], field)
+    rejects(["serve", "--trace", str(f)], field)
 
 
-def test_jsonl_booleans_are_not_token_counts(tmp_path):
+def test_jsonl_booleans_are_not_token_counts(tmp_path, rejects):
     f = tmp_path / "t.jsonl"
     f.write_text('{"arrival_time": 0, "prompt_tokens": true, "output_tokens": 10}\n')
-    bad(["serve", "--trace", str(f)], "t.jsonl line 1: prompt tokens")
+    rejects(["serve", "--trace", str(f)], "t.jsonl line 1: prompt tokens")
 
 
 def test_trace_prefix_length_is_kept(tmp_path):
@@ -103,13 +95,13 @@ def test_trace_prefix_length_is_kept(tmp_path):
     assert wl.prefix_lens == (99, 40)
 
 
-def test_non_utf8_files_are_one_line_errors(tmp_path):
+def test_non_utf8_files_are_one_line_errors(tmp_path, rejects):
     f = tmp_path / "t.csv"
     f.write_bytes(HEAD.encode("utf-16") + b"\n")
-    bad(["serve", "--trace", str(f)], "trace")
+    rejects(["serve", "--trace", str(f)], "trace")
     g = tmp_path / "runs.csv"
     g.write_bytes(b"concurrency,input_len\xff\n")
-    bad(["serve", "calibrate", "--runs", str(g)], "runs")
+    rejects(["serve", "calibrate", "--runs", str(g)], "runs")
 
 
 def test_a_byte_order_mark_is_read(tmp_path):
