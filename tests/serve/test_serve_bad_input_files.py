@@ -47,6 +47,8 @@ def test_calibrate_out_is_checked_before_the_fit(tmp_path, rejects):
     [
         (["serve", "plan", "--processes", "0"], "processes"),
         (["serve", "plan", "--processes", "-1"], "processes"),
+        (["serve", "plan", "--processes", "2", "--ray", "local"], "processes"),  # not ignored
+        (["serve", "plan", "--ray", " "], "--ray"),
         (["serve", "emulate", "--port", "70000"], "port"),
         (["serve", "emulate", "--port", "-1"], "port"),
     ],

@@ -521,6 +521,10 @@ def plan_cmd(
     processes: Annotated[
         int | None, typer.Option(help="worker processes (default: all cores)")
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="Ray cluster address, or 'local' for a local Ray instance"),
+    ] = None,
     top: Annotated[int, typer.Option(help="layouts to show")] = 5,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
@@ -541,16 +545,17 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
+    from hwtune.cli.plan import progress_bar
     from hwtune.serve.correction import check_applies, load_correction
     from hwtune.serve.plan import SLO, plan
+    from hwtune.workers import check_workers
 
     try:
         if margin not in ("none", "likely"):
             raise HwtuneInputError("margin", margin, "none or likely")
         if top < 1:
             raise HwtuneInputError("top", top, "a positive number of layouts to show")
-        if processes is not None and processes < 1:
-            raise HwtuneInputError("processes", processes, "a positive number of processes")
+        check_workers(processes, ray, "processes")
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -570,8 +575,10 @@ def plan_cmd(
         n = 400 if num_requests is None and open_ else num_requests
         wl = _workload(concurrency, input_len, output_len, dataset, n, 4.0 if default_open else
                        rate, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
-        res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
-                   processes, correction=corr, margin=margin == "likely")  # fmt: skip
+        with progress_bar("layouts", not as_json) as cb:
+            res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
+                       processes, correction=corr, margin=margin == "likely", ray_address=ray,
+                       progress=cb)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return

@@ -5,13 +5,13 @@ Candidates: tensor parallelism over powers of two up to the scale-up domain, pip
 {1, 2}, expert parallelism {1, tp} for MoE models, replicas up to the GPU budget, batch limits
 ``max_num_seqs`` in {64, 256}, aggregated or disaggregated (prefill and decode pools with their
 own tensor parallelism). Layouts whose weights do not fit are dropped before simulating; the rest
-run in parallel local processes (``multiprocessing``, spawn context), cheapest first.
+run in parallel on local processes (spawn context) or a Ray cluster (`hwtune.workers`).
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hwtune.errors import HwtuneInputError
@@ -19,6 +19,7 @@ from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.correction import ServeCorrection
 from hwtune.serve.memory import replica_memory
 from hwtune.serve.request import Workload
+from hwtune.workers import check_workers, run_all
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,8 @@ def plan(
     limit: int = 400,
     correction: ServeCorrection | None = None,
     margin: bool = False,
+    ray_address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -197,7 +200,8 @@ def plan(
     `hwtune.serve.correction`) the percentiles and the SLO checks are the corrected ones; with
     ``margin`` they are the simulated ones times the upper ends of each layout's likely band
     (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
-    record's worst tenth."""
+    record's worst tenth. ``processes`` local processes (default: all cores) or ``ray_address``
+    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -208,17 +212,18 @@ def plan(
                                "(TPOT is the time between output tokens: undefined)")  # fmt: skip
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
+    check_workers(processes, ray_address, "processes")
     cands = candidates(base, max_gpus, disagg)[:limit]
     if not cands:
         raise HwtuneInputError(
             "max_gpus", max_gpus, f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
         )
     jobs = [(d, workload, slo, correction, margin) for d in cands]
-    if processes == 1 or len(jobs) == 1:
-        results = [_evaluate(j) for j in jobs]
-    else:
-        with mp.get_context("spawn").Pool(processes) as pool:
-            results = pool.map(_evaluate, jobs, chunksize=1)
+    results: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
+    for done, (i, r) in enumerate(run_all(_evaluate, jobs, processes, ray_address, "spawn"), 1):
+        results[i] = r
+        if progress:
+            progress(done, len(jobs))
 
     def key(r: PlanResult) -> tuple:
         money = r.cost_per_hour if r.cost_per_hour is not None else r.gpus

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import csv
 import itertools
-import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
+from hwtune.workers import check_workers, run_all
 
 COLUMNS = (
     "model", "gpu", "topology", "n_gpus", "global_batch", "seq", "precision",
@@ -180,6 +179,7 @@ def run_study(
 ) -> Path:
     """Run the grid, appending rows to ``out_dir/study.csv`` as they finish (so an interrupted
     study resumes where it stopped), then write ``study.parquet`` and summary plots."""
+    check_workers(workers, ray_address)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "study.csv"
@@ -195,7 +195,7 @@ def run_study(
     with csv_path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         total = len(todo)
-        for i, row in enumerate(_execute(todo, workers, ray_address)):
+        for i, (_, row) in enumerate(run_all(run_point, todo, workers, ray_address)):
             w.writerow(row)
             f.flush()
             if progress:
@@ -203,37 +203,6 @@ def run_study(
     _write_parquet(csv_path, out / "study.parquet")
     _plot(csv_path, out)
     return csv_path
-
-
-def _execute(
-    todo: list[StudyPoint], workers: int | None, ray_address: str | None
-) -> Iterable[dict]:
-    if not todo:
-        return
-    if ray_address:
-        try:
-            import ray
-        except ImportError:
-            raise HwtuneInputError(
-                "--ray", ray_address, "the optional 'ray' extra: pip install 'hwtune[ray]'"
-            ) from None
-        ray.init(address=None if ray_address == "local" else ray_address, ignore_reinit_error=True,
-                 include_dashboard=False, log_to_driver=False)  # fmt: skip
-        remote = ray.remote(run_point)
-        pending = [remote.remote(p) for p in todo]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
-        return
-    n = workers if workers is not None else (os.cpu_count() or 1)
-    if n <= 1:
-        for p in todo:
-            yield run_point(p)
-        return
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        futs = [pool.submit(run_point, p) for p in todo]
-        for fut in as_completed(futs):
-            yield fut.result()
 
 
 def _write_parquet(csv_path: Path, pq_path: Path) -> None:
