@@ -6,12 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hwtune.serve.metrics import per_request
+from hwtune.serve.metrics import over_time, per_request
 from hwtune.serve.simulator import SimResult
 
 
 def plot_serving(res: SimResult, path: str | Path, title: str = "") -> Path:
-    """Three panels: CDFs of TTFT, TPOT and E2E; KV-cache utilization over time; finished
+    """Three panels: CDFs of TTFT, TPOT and E2E; KV-cache utilization (and, with prefix caching
+    queried, the hit rate in 50 windows: `hwtune.serve.metrics.over_time`) over time; finished
     requests over time."""
     import matplotlib
 
@@ -36,6 +37,14 @@ def plot_serving(res: SimResult, path: str | Path, title: str = "") -> Path:
     ax[1].set_ylabel("KV cache used (%)")
     ax[1].set_title("KV utilization (all replicas)")
     ax[1].grid(alpha=0.3)
+    if res.prefix_query_tokens:
+        ot = over_time(res, 50)
+        hit = np.array([np.nan if h is None else 100 * h for h in ot["prefix_hit_rate"]])
+        twin = ax[1].twinx()
+        twin.plot(ot["t_s"], hit, "o-", color="tab:orange", ms=2.5, lw=0.8)
+        twin.set_ylabel("prefix-cache hits (% of prompt tokens)", color="tab:orange")
+        twin.set_ylim(0, 100)
+        ax[1].set_title("KV utilization and prefix hits (all replicas)")
     fin = np.sort(np.array([r.finish for r in res.requests]))
     ax[2].plot(fin, np.arange(1, fin.size + 1), lw=1)
     ax[2].set_xlabel("simulated time (s)")

@@ -17,7 +17,7 @@ class BlockManager:
     """Block allocation, reference counts, the prefix-hash table and its LRU of free blocks."""
 
     __slots__ = ("block_size", "num_blocks", "_free", "_ref", "_hash_of", "_table", "_lru",
-                 "hit_tokens", "query_tokens", "enable_prefix")  # fmt: skip
+                 "enable_prefix")  # fmt: skip
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix: bool = True) -> None:
         self.block_size = block_size
@@ -27,8 +27,6 @@ class BlockManager:
         self._hash_of: list[int | None] = [None] * num_blocks
         self._table: dict[int, int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()
-        self.hit_tokens = 0
-        self.query_tokens = 0
         self.enable_prefix = enable_prefix
 
     # --- capacity ---------------------------------------------------------------------------

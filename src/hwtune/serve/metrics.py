@@ -1,4 +1,5 @@
-"""Summaries of a run: latency percentiles, throughput, KV utilization and prefix hits.
+"""Summaries of a run: latency percentiles, throughput, KV utilization and prefix hits (in all
+and over time).
 
 Definitions (as ``vllm bench serve`` and genai-perf report them): TTFT = first token − arrival;
 TPOT = (E2E − TTFT)/(output tokens − 1) per request, over requests with more than one output
@@ -60,6 +61,32 @@ def per_request(res: SimResult) -> dict[str, np.ndarray]:
     }
 
 
+WINDOWS = 20
+"""How many equal stretches of the run `over_time` reports."""
+
+
+def over_time(res: SimResult, windows: int = WINDOWS) -> dict[str, list]:
+    """KV utilization and prefix-cache hit rate in ``windows`` equal stretches from the first
+    arrival to the last finish: ``t_s`` each stretch's end; ``kv_utilization`` the time-weighted
+    used share of all KV blocks in it; ``prefix_hit_rate`` the cached share of the prompt tokens
+    of the admissions in it (None where nothing was admitted or prefix caching is off)."""
+    if windows < 1:
+        raise ValueError(f"windows: got {windows}; expected a positive integer")
+    start = min((r.arrival for r in res.requests), default=0.0)
+    end = max(res.duration_s, start)
+    edges = np.linspace(start, end, windows + 1)
+    kv = [time_weighted_mean(res.kv_time, res.kv_util, a, b)
+          for a, b in zip(edges[:-1], edges[1:], strict=True)]  # fmt: skip
+    log = res.prefix_log
+    cut = np.searchsorted(log[:, 0], edges[1:-1], side="left")
+    bounds = np.concatenate(([0], cut, [len(log)]))
+    hit: list[float | None] = []
+    for i in range(windows):
+        q = log[bounds[i] : bounds[i + 1], 1].sum()
+        hit.append(float(log[bounds[i] : bounds[i + 1], 2].sum() / q) if q else None)
+    return {"t_s": edges[1:].tolist(), "kv_utilization": kv, "prefix_hit_rate": hit}
+
+
 def summarize(res: SimResult) -> dict:
     """The JSON summary of ``hwtune serve``."""
     pr = per_request(res)
@@ -87,6 +114,7 @@ def summarize(res: SimResult) -> dict:
             "max": res.kv_peak,
         },
         "prefix_hit_rate": hit,
+        "over_time": over_time(res),
         "preemptions": res.preemptions,
         "kv_cache_blocks": res.memory.kv_blocks * dep.replica.dp_attention,
         "kv_cache_tokens": res.memory.kv_tokens * dep.replica.dp_attention,

@@ -110,6 +110,9 @@ class Replica:
         self.kv_times: list[float] = []
         self.kv_used: list[int] = []
         """Used KV blocks whenever they change, and when (`hwtune.serve.kv_usage`)."""
+        self.prefix_log: list[tuple[float, int, int]] = []
+        """One prefix-cache lookup per admission with prefix caching on: when, the tokens the
+        request asked for, and those found cached (`hwtune.serve.metrics.over_time`)."""
         self.held = 0
         """Sequence slots still held by requests that finished in the step that just ended, while
         an overlap scheduler forms the next batch (it was formed when that step began, so their
@@ -490,8 +493,7 @@ class Replica:
         self.waiting.popleft()
         self.running.append(r)
         if self.blocks.enable_prefix:  # one lookup per admission, however long it waited
-            self.blocks.query_tokens += r.target
-            self.blocks.hit_tokens += r.computed
+            self.prefix_log.append((now, r.target, r.computed))
         if math.isnan(r.first_scheduled):
             r.first_scheduled = now
         self._take(r, q, s)

@@ -100,8 +100,9 @@ class SimResult:
     (`hwtune.serve.kv_usage.merge_usage`)."""
     kv_peak: float
     """The largest used fraction of any one replica's KV blocks."""
-    prefix_hit_tokens: int
-    prefix_query_tokens: int
+    prefix_log: np.ndarray
+    """Every prefix-cache lookup of all replicas in time order, one row each: the admission's
+    time, tokens asked for, tokens found cached (`Replica.prefix_log`)."""
     preemptions: int
     duration_s: float
     wall_s: float
@@ -110,6 +111,14 @@ class SimResult:
     prefill_memory: ReplicaMemory | None
     deployment: Deployment
     models: dict[str, IterationModel] = field(default_factory=dict)
+
+    @property
+    def prefix_query_tokens(self) -> int:
+        return int(self.prefix_log[:, 1].sum())
+
+    @property
+    def prefix_hit_tokens(self) -> int:
+        return int(self.prefix_log[:, 2].sum())
 
 
 _MODEL_CACHE: dict[ReplicaConfig, IterationModel] = {}
@@ -136,6 +145,12 @@ def _check_lengths(reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, 
                 f"at most {cap} tokens, the {what} KV cache of {mem.kv_blocks} blocks of "
                 f"{cfg.block_size} tokens (request {r.rid})",
             )  # fmt: skip
+
+
+def _merged_prefix_log(reps: list[Replica]) -> np.ndarray:
+    rows = [e for x in reps for e in x.prefix_log]
+    log = np.array(rows, dtype=float).reshape(-1, 3)
+    return log[np.argsort(log[:, 0], kind="stable")]
 
 
 def simulate(
@@ -605,8 +620,7 @@ def simulate(
         kv_time=kv_time,
         kv_util=kv_util,
         kv_peak=kv_peak,
-        prefix_hit_tokens=sum(x.blocks.hit_tokens for x in allreps),
-        prefix_query_tokens=sum(x.blocks.query_tokens for x in allreps),
+        prefix_log=_merged_prefix_log(allreps),
         preemptions=sum(x.preemptions for x in allreps),
         duration_s=end,
         wall_s=time.perf_counter() - t_wall,
