@@ -406,6 +406,10 @@ def serve(
         Path | None, typer.Option(help="write a Perfetto/Chrome trace JSON")
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="write a latency CDF / timeline PNG")] = None,
+    requests_out: Annotated[
+        Path | None,
+        typer.Option(help="write each request's latencies (.csv; .jsonl adds its token times)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Simulate serving a model: TTFT, TPOT, E2E percentiles, throughput, KV use, prefix hits."""
@@ -414,6 +418,7 @@ def serve(
     from dataclasses import replace
 
     from hwtune.cli.parsing import output_path, plot_suffixes
+    from hwtune.report.serve_requests import SUFFIXES, write_requests
     from hwtune.serve.config import Deployment
     from hwtune.serve.correction import check_applies, corrected_stats, load_correction
     from hwtune.serve.metrics import per_request, summarize
@@ -424,6 +429,8 @@ def serve(
             output_path(trace_out, "trace-out")
         if plot is not None:
             output_path(plot, "plot", plot_suffixes())
+        if requests_out is not None:
+            output_path(requests_out, "requests-out", SUFFIXES)
         corr = load_correction(correction) if correction is not None else None
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
@@ -449,7 +456,8 @@ def serve(
         )
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
-        res = simulate(dep, wl, record_steps=trace_out is not None)
+        res = simulate(dep, wl, record_steps=trace_out is not None,
+                       record_tokens=requests_out is not None)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -485,6 +493,8 @@ def serve(
 
         title = f"{cfg.model.name} on {dep.gpus} x {cfg.device.name}"
         _write(lambda: plot_serving(res, plot, title), "plot", plot)
+    if requests_out is not None:
+        _write(lambda: write_requests(res, requests_out), "requests-out", requests_out)
     if as_json:
         _print_json(doc)
         return
