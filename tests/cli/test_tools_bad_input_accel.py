@@ -99,3 +99,10 @@ def test_malformed_graph_document(tmp_path: Path, text: str, word: str):
     f = tmp_path / "g.yaml"
     f.write_text(text)
     rejects(["accel", "graph", "-w", str(f)], word)
+
+
+def test_search_workers_beyond_the_cpus():
+    import os
+
+    n = str(100 * (os.cpu_count() or 1))
+    rejects([*SEARCH, "--workers", n], "workers", n)

@@ -106,3 +106,10 @@ def test_model_level_error_shows_only_the_fields_it_names():
         M(a=3)
     e = from_validation_error(info.value, where="m")
     assert e.value == {"a": 3} and len(str(e)) < 80
+
+
+@pytest.mark.parametrize("cmd", [["compile"], ["energy", "optimize"]])
+def test_non_utf8_model_config(tmp_path: Path, cmd: list[str]):
+    f = tmp_path / "config.json"
+    f.write_bytes(b"\xff\xfe\x00bad")
+    rejects([*cmd, "--model", str(f)], "model", "UTF-8")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,8 +166,9 @@ def search(
         raise HwtuneInputError("pop-size", pop_size, "a population of at least 4")
     if evaluations < pop_size:
         raise HwtuneInputError("evaluations", evaluations, f"at least the population ({pop_size})")
-    if workers < 1:
-        raise HwtuneInputError("workers", workers, "a positive integer")
+    cpus = os.cpu_count() or 1
+    if not 1 <= workers <= cpus:  # more would only wait for a CPU (and fork that many)
+        raise HwtuneInputError("workers", workers, f"a number of processes in [1, {cpus}]")
     budget = budget or Budget()
     seen: list[list[float]] = []
     pool = (
