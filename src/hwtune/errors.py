@@ -8,10 +8,11 @@ and exits with code 2.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class HwtuneInputError(ValueError):
@@ -49,4 +50,13 @@ def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputE
     msg = first.get("msg", "invalid value")
     if first.get("type") == "missing":
         return HwtuneInputError(field, None, "a value (the field is required)")
-    return HwtuneInputError(field, first.get("input"), msg.removeprefix("Value error, "))
+    raised = (first.get("ctx") or {}).get("error")
+    if isinstance(raised, HwtuneInputError):  # a validator named the field and the value
+        return HwtuneInputError(f"{field}.{raised.field}", raised.value, raised.expected)
+    value = first.get("input")
+    if not loc and isinstance(value, dict | BaseModel):
+        # a check of the whole model: show the fields its message names, not every field
+        fields = value if isinstance(value, dict) else dict(value)
+        value = {k: v for k, v in fields.items() if re.search(rf"\b{re.escape(str(k))}\b", msg)}
+        value = value or type(first.get("input")).__name__
+    return HwtuneInputError(field, value, msg.removeprefix("Value error, "))

@@ -23,6 +23,9 @@ def read_structured(path: str | Path, field: str) -> object:
         text = p.read_text()
     except OSError as e:
         raise HwtuneInputError(field, str(path), f"a readable file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise HwtuneInputError(field, str(path), f"a UTF-8 text file ({e.reason} at byte "
+                               f"{e.start})") from None  # fmt: skip
     try:
         return json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:

@@ -16,7 +16,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error, unknown_name
@@ -186,12 +185,6 @@ def load_accelerator(name_or_path: str | Path) -> Accelerator:
         if not cat.exists():
             raise unknown_name("accelerator", str(name_or_path), catalog_names())
         p = cat
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError(
-            "accelerator", str(p), f"a readable YAML file ({e.strerror})"
-        ) from None
-    except yaml.YAMLError as e:
-        raise HwtuneInputError("accelerator", str(p), f"valid YAML ({type(e).__name__})") from None
-    return parse_accelerator(data, where=p.stem)
+    from hwtune.structured_file import read_structured
+
+    return parse_accelerator(read_structured(p, "accelerator"), where=p.stem)

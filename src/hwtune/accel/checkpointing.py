@@ -20,6 +20,7 @@ per-tensor heuristic, keeping the better feasible plan.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hwtune.accel.training import saved_roots
@@ -194,8 +195,8 @@ def plan_checkpointing(
     """Keep/recompute plan for ``g``'s saved activations under ``limit_bytes`` of activation
     memory. ``layer_cost``: forward time (or any cost) per layer name; default MACs/vector ops.
     ``method``: auto | chain (exact DP; chain graphs, or stages of a graph) | greedy."""
-    if limit_bytes <= 0:
-        raise HwtuneInputError("memory_limit", limit_bytes, "a positive number of bytes")
+    if not (limit_bytes > 0 and math.isfinite(limit_bytes)):
+        raise HwtuneInputError("memory_limit", limit_bytes, "a positive finite number of bytes")
     if method not in ("auto", "chain", "greedy"):
         raise HwtuneInputError("method", method, "auto, chain or greedy")
     u = _Units(g, layer_cost or {})

@@ -28,16 +28,25 @@ _VEC = {"relu", "gelu", "batchnorm", "layernorm", "softmax", "maxpool", "avgpool
 def graph_from_yaml(path: str | Path) -> Graph:
     try:
         doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise HwtuneInputError(
-            "workload", str(path), f"a readable YAML graph ({type(e).__name__})"
+            "workload", str(path), f"a readable UTF-8 YAML graph ({type(e).__name__})"
         ) from None
     if not isinstance(doc, dict) or "input" not in doc or "layers" not in doc:
         raise HwtuneInputError("workload", str(path), "a mapping with input and layers")
-    eb = int(doc.get("elem_bytes", 2))
+    if not isinstance(doc["layers"], list) or not doc["layers"]:
+        raise HwtuneInputError(f"{Path(path).name}.layers", doc["layers"], "a non-empty list")
+    eb = doc.get("elem_bytes", 2)
+    if not isinstance(eb, int) or isinstance(eb, bool) or eb < 1:
+        raise HwtuneInputError(f"{Path(path).name}.elem_bytes", eb, "a positive integer")
     g = Graph(str(doc.get("name", Path(path).stem)))
     inp = doc["input"]
-    g.tensor(inp["name"], tuple(inp["shape"]), "input", eb)
+    try:
+        g.tensor(inp["name"], tuple(inp["shape"]), "input", eb)
+    except (KeyError, TypeError):
+        raise HwtuneInputError(
+            f"{Path(path).name}.input", inp, "a mapping with name and shape"
+        ) from None
     for i, ly in enumerate(doc["layers"]):
         where = f"layers[{i}]"
         try:
@@ -46,28 +55,49 @@ def graph_from_yaml(path: str | Path) -> Graph:
         except (KeyError, TypeError):
             raise HwtuneInputError(where, ly, "name, op and input") from None
         for t in ins:
-            if t not in g.tensors:
+            if not isinstance(t, str) or t not in g.tensors:
                 raise HwtuneInputError(f"{where}.input", t, "a tensor defined above")
-        if op == "conv":
-            conv2d(g, name, ins[0], int(ly["out_channels"]), int(ly["kernel"]), int(ly.get("stride", 1)),
-                   int(ly.get("padding", 0)), int(ly.get("groups", 1)), bool(ly.get("bias", False)))  # fmt: skip
-        elif op == "linear":
-            linear(g, name, ins[0], int(ly["out_features"]), bool(ly.get("bias", True)))
-        elif op == "matmul":
-            bmm(g, name, ins[0], ins[1])
-        elif op == "view":
-            view(g, name, ins[0], tuple(ly["shape"]))
-        elif op in _VEC:
-            n_aff = 0
-            if op in ("batchnorm", "layernorm") and ly.get("affine", True):
-                n_aff = 2 * int(g.tensors[ins[0]].shape[1 if op == "batchnorm" else -1])
-            vector(g, name, op, tuple(ins), tuple(ly["shape"]) if "shape" in ly else None, n_aff)
-        else:
+        try:
+            _layer(g, ly, name, op, ins, where)
+        except HwtuneInputError:
+            raise
+        except KeyError as e:  # a field the op needs
             raise HwtuneInputError(
-                f"{where}.op", op, "one of conv, linear, matmul, view, " + ", ".join(sorted(_VEC))
-            )
+                f"{where}.{e.args[0]}", None, f"a value (required by {op})"
+            ) from None
+        except (TypeError, ValueError, IndexError) as e:  # a size that is not an integer, ...
+            raise HwtuneInputError(where, ly, f"integer sizes and list shapes ({e})") from None
     vector(g, "loss", "loss", (g.layers[-1].output,), (1,))
     return g
+
+
+def _layer(g: Graph, ly: dict, name: str, op: object, ins: list[str], where: str) -> None:
+    """Add layer ``ly`` (a mapping from the YAML) to ``g``."""
+
+    def num(key: str, default: int | None = None) -> int:
+        v = ly[key] if default is None else ly.get(key, default)
+        if not isinstance(v, int) or isinstance(v, bool):  # 3.7 would be cut to 3
+            raise HwtuneInputError(f"{where}.{key}", v, "an integer")
+        return v
+
+    if op == "conv":
+        conv2d(g, name, ins[0], num("out_channels"), num("kernel"), num("stride", 1),
+               num("padding", 0), num("groups", 1), bool(ly.get("bias", False)))  # fmt: skip
+    elif op == "linear":
+        linear(g, name, ins[0], num("out_features"), bool(ly.get("bias", True)))
+    elif op == "matmul":
+        bmm(g, name, ins[0], ins[1])
+    elif op == "view":
+        view(g, name, ins[0], tuple(ly["shape"]))
+    elif op in _VEC:
+        n_aff = 0
+        if op in ("batchnorm", "layernorm") and ly.get("affine", True):
+            n_aff = 2 * int(g.tensors[ins[0]].shape[1 if op == "batchnorm" else -1])
+        vector(g, name, op, tuple(ins), tuple(ly["shape"]) if "shape" in ly else None, n_aff)
+    else:
+        raise HwtuneInputError(
+            f"{where}.op", op, "one of conv, linear, matmul, view, " + ", ".join(sorted(_VEC))
+        )
 
 
 def load_workload(spec: str, batch: int = 1, image: int = 224, seq: int = 1024) -> Graph:

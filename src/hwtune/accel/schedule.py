@@ -26,6 +26,8 @@ from hwtune.accel.architecture import Accelerator, CoreType
 from hwtune.accel.mapper import Mapping, _NoFit, map_mac_op, no_fit_error, vector_cycles
 from hwtune.accel.training import Op, TrainingGraph
 
+MAX_FUSION_DEPTH = 6
+"""The deepest fused group a schedule takes (the architecture search's fusion gene, 1..6)."""
 STAGE = {"fwd": 0, "recompute": 1, "bwd": 1, "bwd_x": 1, "bwd_w": 1, "opt": 2}
 ENERGY_PARTS = ("mac", "vector", "local", "shared", "dram", "interconnect")
 

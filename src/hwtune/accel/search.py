@@ -11,14 +11,16 @@ Energies, clock, link and area constants come from a template accelerator.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from hwtune.accel.architecture import Accelerator, CoreType
 from hwtune.accel.mapper import map_mac_op
-from hwtune.accel.schedule import schedule
+from hwtune.accel.schedule import MAX_FUSION_DEPTH, schedule
 from hwtune.accel.training import TrainingGraph
 from hwtune.errors import HwtuneInputError
 
@@ -32,7 +34,8 @@ DATAFLOWS = {
 DATAFLOW_NAMES = tuple(DATAFLOWS)
 #        cores rows cols buf  shared dram flow fuse
 XL = np.array([1, 2, 2, 4, 0, 0, 0, 1])
-XU = np.array([8, 7, 7, 12, len(SHARED_MIB) - 1, len(DRAM_GBPS) - 1, len(DATAFLOWS) - 1, 6])
+XU = np.array([8, 7, 7, 12, len(SHARED_MIB) - 1, len(DRAM_GBPS) - 1, len(DATAFLOWS) - 1,
+               MAX_FUSION_DEPTH])  # fmt: skip
 GENES = (
     "cores",
     "log2_pe_rows",
@@ -75,6 +78,11 @@ def decode(x: np.ndarray | list[int], template: Accelerator) -> tuple[Accelerato
 class Budget:
     area_mm2: float | None = None
     power_w: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, v in (("area-budget-mm2", self.area_mm2), ("power-budget-w", self.power_w)):
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise HwtuneInputError(name, v, "a positive finite budget")
 
 
 _STATE: dict = {}
@@ -154,12 +162,13 @@ def search(
 
     if third not in ("area", "memory"):
         raise HwtuneInputError("objective", third, "area or memory")
-    if evaluations < pop_size or pop_size < 4:
-        raise HwtuneInputError(
-            "evaluations", evaluations, f"at least the population ({pop_size}, >= 4)"
-        )
-    if workers < 1:
-        raise HwtuneInputError("workers", workers, "a positive integer")
+    if pop_size < 4:
+        raise HwtuneInputError("pop-size", pop_size, "a population of at least 4")
+    if evaluations < pop_size:
+        raise HwtuneInputError("evaluations", evaluations, f"at least the population ({pop_size})")
+    cpus = os.cpu_count() or 1
+    if not 1 <= workers <= cpus:  # more would only wait for a CPU (and fork that many)
+        raise HwtuneInputError("workers", workers, f"a number of processes in [1, {cpus}]")
     budget = budget or Budget()
     seen: list[list[float]] = []
     pool = (

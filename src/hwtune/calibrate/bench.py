@@ -10,6 +10,7 @@ format version 1) that every command accepts as ``--gpu PROFILE``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,16 @@ class BenchConfig:
         for d in self.dtypes or ():
             if d not in known:
                 raise HwtuneInputError("dtypes", d, "a list of " + ", ".join(known))
+        if self.budget_s is not None and not (self.budget_s > 0 and math.isfinite(self.budget_s)):
+            raise HwtuneInputError("budget", self.budget_s, "a positive finite time in seconds")
+        if self.collectives_from is not None:
+            # the file replaces the collectives section: without it, or with --ranks, it is unused
+            if "collectives" not in self.sections:
+                raise HwtuneInputError("collectives-from", self.collectives_from,
+                                       "collectives among the sections")  # fmt: skip
+            if self.ranks is not None:
+                raise HwtuneInputError("ranks", self.ranks, "no --ranks with --collectives-from "
+                                       "(the file's points give their ranks)")  # fmt: skip
 
 
 @dataclass
@@ -120,14 +131,16 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     cfg.validate()
     say = progress or (lambda _: None)
     t_start = time.perf_counter()
+    skips: list[Skip] = []
     try:
         backend = detect_backend(cfg.device, cfg.threads, cfg.clock)
     except RuntimeError as e:
         raise HwtuneInputError("device", cfg.device, str(e)) from None
     except ValueError as e:
         raise HwtuneInputError("clock", cfg.clock, str(e)) from None
+    # read before the minutes of measuring: a bad file fails at once
+    collectives = _read_collectives(cfg.collectives_from, skips) if cfg.collectives_from else None
     total = Budget(cfg.budget_s or MODES[cfg.mode])
-    skips: list[Skip] = []
     dtypes = list(cfg.dtypes or default_dtypes(backend.kind, skips))
     ranks = cfg.ranks or (max(2, _gpu_count()) if backend.is_gpu else 2)
     doc: dict = {"profile_version": PROFILE_VERSION}
@@ -156,8 +169,8 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
         elif section == "attention":
             doc["attention"] = bench_attention(backend, dtypes, cfg.mode, b, skips, say)
         elif section == "collectives":
-            if cfg.collectives_from:
-                doc["collectives"] = _read_collectives(cfg.collectives_from, skips)
+            if collectives is not None:
+                doc["collectives"] = collectives
             else:
                 doc["collectives"] = bench_collectives(backend, ranks, cfg.mode, b, skips, say)
         timings[section] = round(time.perf_counter() - t0, 2)
@@ -196,10 +209,19 @@ def _read_collectives(path: str, skips: list[Skip]) -> list[dict]:
     """Points written by ``torchrun -m hwtune.calibrate.collectives`` (across nodes)."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise HwtuneInputError("collectives_from", path, f"a JSON file of points ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HwtuneInputError("collectives-from", path, f"a JSON file of points ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("collectives"), list):
         raise HwtuneInputError(f"{path}.collectives", None, "a list of collective points")
+    for i, p in enumerate(data["collectives"]):
+        ok = isinstance(p, dict) and isinstance(p.get("op"), str)
+        for k in ("ranks", "bytes", "seconds"):
+            v = p.get(k) if isinstance(p, dict) else None
+            ok = ok and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            ok = ok and math.isfinite(v)
+        if not ok:
+            raise HwtuneInputError(f"{path}.collectives[{i}]", p,
+                                   "op, and positive finite ranks, bytes and seconds")  # fmt: skip
     for s in data.get("skipped", []):
         skips.append(
             Skip(s.get("section", "collectives"), s.get("what", "?"), s.get("reason", "?"))

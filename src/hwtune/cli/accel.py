@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -27,9 +29,9 @@ Workload = Annotated[
     str, typer.Option("--workload", "-w", help="resnet18 | gpt2 | a .yaml/.onnx graph")
 ]
 Arch = Annotated[str, typer.Option("--arch", "-a", help="catalog accelerator or a YAML file")]
-Batch = Annotated[int, typer.Option(help="samples per step")]
-Seq = Annotated[int, typer.Option(help="tokens per sample (gpt2)")]
-Image = Annotated[int, typer.Option(help="image size in pixels (resnet18)")]
+Batch = Annotated[int | None, typer.Option(help="samples per step (built-in workloads; default 1)")]
+Seq = Annotated[int | None, typer.Option(help="tokens per sample (gpt2; default 1024)")]
+Image = Annotated[int | None, typer.Option(help="image size in pixels (resnet18; default 224)")]
 
 
 def _fail(e: Exception) -> None:
@@ -39,6 +41,25 @@ def _fail(e: Exception) -> None:
 
 def _emit(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _workload(workload: str, batch: int | None, seq: int | None, image: int | None):  # noqa: ANN202
+    """The workload graph; a size option the workload does not take would be ignored: an error."""
+    from hwtune.accel.graph_yaml import load_workload
+
+    takes = {"resnet18": ("batch", "image"), "gpt2": ("batch", "seq")}.get(workload, ())
+    for name, v in (("batch", batch), ("seq", seq), ("image", image)):
+        if v is not None and name not in takes:
+            raise HwtuneInputError(name, v, "a workload that takes it (resnet18: --batch, "
+                                   "--image; gpt2: --batch, --seq; a graph file has its shapes)")  # fmt: skip
+    return load_workload(workload, batch=1 if batch is None else batch,
+                         image=224 if image is None else image, seq=1024 if seq is None else seq)  # fmt: skip
+
+
+def _limit_bytes(mib: float, field: str) -> float:
+    if not (mib > 0 and math.isfinite(mib)):
+        raise HwtuneInputError(field, mib, "a positive finite size in MiB")
+    return mib * 2**20
 
 
 def _mib(b: float) -> str:
@@ -72,10 +93,12 @@ def list_cmd(as_json: JsonOpt = False) -> None:
 def evaluate_cmd(
     workload: Workload = "resnet18",
     arch: Arch = "tpu-like-quad",
-    batch: Batch = 1,
-    seq: Seq = 1024,
-    image: Image = 224,
-    fusion: Annotated[int, typer.Option(help="ops per fused group (1 = layer by layer)")] = 1,
+    batch: Batch = None,
+    seq: Seq = None,
+    image: Image = None,
+    fusion: Annotated[
+        int, typer.Option(help="most ops per fused group, 1-6 (1 = layer by layer)")
+    ] = 1,
     optimizer: Annotated[str, typer.Option(help="adam | sgd")] = "adam",
     activation_limit_mib: Annotated[
         float | None, typer.Option(help="plan checkpointing to fit this")
@@ -86,14 +109,18 @@ def evaluate_cmd(
     """Latency, energy by component and peak memory per level of one training step."""
     from hwtune.accel.architecture import load_accelerator
     from hwtune.accel.evaluate import evaluate
-    from hwtune.accel.graph_yaml import load_workload
+    from hwtune.accel.schedule import MAX_FUSION_DEPTH
 
     try:
-        if fusion < 1:
-            raise HwtuneInputError("fusion", fusion, "an integer >= 1")
-        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        if not 1 <= fusion <= MAX_FUSION_DEPTH:
+            raise HwtuneInputError("fusion", fusion, f"an integer in [1, {MAX_FUSION_DEPTH}]")
+        g = _workload(workload, batch, seq, image)
         acc = load_accelerator(arch)
-        limit = activation_limit_mib * 2**20 if activation_limit_mib is not None else None
+        limit = (
+            None
+            if activation_limit_mib is None
+            else _limit_bytes(activation_limit_mib, "activation-limit-mib")
+        )
         ev = evaluate(
             g, acc, fusion_depth=fusion, optimizer=optimizer, activation_limit_bytes=limit
         )
@@ -136,21 +163,21 @@ def checkpoint_cmd(
     limit_mib: Annotated[float, typer.Option(help="activation memory limit, MiB")],
     workload: Workload = "resnet18",
     arch: Arch = "tpu-like-quad",
-    batch: Batch = 1,
-    seq: Seq = 1024,
-    image: Image = 224,
+    batch: Batch = None,
+    seq: Seq = None,
+    image: Image = None,
     method: Annotated[str, typer.Option(help="auto | chain | greedy")] = "auto",
     as_json: JsonOpt = False,
 ) -> None:
     """Which activations to keep and which to recompute under a memory limit."""
     from hwtune.accel.architecture import load_accelerator
     from hwtune.accel.evaluate import evaluate
-    from hwtune.accel.graph_yaml import load_workload
 
     try:
-        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        g = _workload(workload, batch, seq, image)
         acc = load_accelerator(arch)
-        ev = evaluate(g, acc, activation_limit_bytes=limit_mib * 2**20, checkpoint_method=method)
+        limit = _limit_bytes(limit_mib, "limit-mib")
+        ev = evaluate(g, acc, activation_limit_bytes=limit, checkpoint_method=method)
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -174,9 +201,9 @@ def search_cmd(
     template: Annotated[
         str, typer.Option(help="accelerator whose energies/clock/area model are used")
     ] = "edge-hetero",
-    batch: Batch = 1,
-    seq: Seq = 1024,
-    image: Image = 224,
+    batch: Batch = None,
+    seq: Seq = None,
+    image: Image = None,
     evaluations: Annotated[
         int, typer.Option(help="total evaluations (population x generations)")
     ] = 5000,
@@ -192,12 +219,15 @@ def search_cmd(
 ) -> None:
     """NSGA-II architecture search: latency, energy and area (or memory) under budgets."""
     from hwtune.accel.architecture import load_accelerator
-    from hwtune.accel.graph_yaml import load_workload
     from hwtune.accel.search import Budget, search
     from hwtune.accel.training import lower_training
 
     try:
-        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        if plot is not None:  # a path that cannot be written fails now, not after the search
+            output_path(plot, "plot", plot_suffixes())
+        if table is not None:
+            output_path(table, "table")
+        g = _workload(workload, batch, seq, image)
         t = load_accelerator(template)
         res = search(lower_training(g), t, evaluations, pop_size, workers, seed, objective,
                      Budget(area_budget_mm2, power_budget_w))  # fmt: skip
@@ -205,6 +235,10 @@ def search_cmd(
         _fail(e)
         return
     rows = res.rows(t)
+    for name, path in (("plot", plot), ("table", table)):
+        if path is not None and not rows:  # nothing to write: say so rather than skip the file
+            _fail(HwtuneInputError(name, str(path), "Pareto points to write (no candidate of "
+                                   f"the {res.evaluations} evaluations met the budgets)"))  # fmt: skip
     if plot is not None and len(res.F):
         from hwtune.report.accel_plots import pareto_plot
 
@@ -241,16 +275,15 @@ def search_cmd(
 @app.command("graph")
 def graph_cmd(
     workload: Workload = "resnet18",
-    batch: Batch = 1,
-    seq: Seq = 1024,
-    image: Image = 224,
+    batch: Batch = None,
+    seq: Seq = None,
+    image: Image = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Layers of a workload with their exact MACs, weight and activation bytes."""
-    from hwtune.accel.graph_yaml import load_workload
 
     try:
-        g = load_workload(workload, batch=batch, image=image, seq=seq)
+        g = _workload(workload, batch, seq, image)
     except HwtuneInputError as e:
         _fail(e)
         return

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import output_path
 from hwtune.errors import HwtuneInputError
 
 
@@ -21,9 +22,9 @@ def _fail(e: Exception) -> None:
 def _split(text: str | None, field: str) -> tuple[str, ...] | None:
     if text is None:
         return None
-    out = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not out:
-        raise HwtuneInputError(field, text, "a comma-separated list")
+    out = tuple(x.strip() for x in text.split(","))
+    if not all(out):  # an empty item ("fp32,,bf16") is an error, not dropped
+        raise HwtuneInputError(field, text, "a comma-separated list without empty items")
     return out
 
 
@@ -84,8 +85,7 @@ def bench_cmd(
 
     err = Console(stderr=True)
     try:
-        if output.suffix.lower() not in (".yaml", ".yml", ".json"):
-            raise HwtuneInputError("output", str(output), "a path ending in .yaml, .yml or .json")
+        output_path(output, "output", ("yaml", "yml", "json"))  # checked before the run
         cfg = BenchConfig(
             mode="quick" if quick else "thorough",
             dtypes=_split(dtypes, "dtypes"),

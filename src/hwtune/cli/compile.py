@@ -11,7 +11,10 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
+
+GPU_DEFAULT = "h100-sxm-80gb"
 
 
 def _fail(e: Exception) -> None:
@@ -26,7 +29,7 @@ def compile_cmd(
     strategy: Annotated[
         Path | None, typer.Option(help="strategy YAML (annotations, schedule)")
     ] = None,
-    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = "h100-sxm-80gb",
+    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = GPU_DEFAULT,
     gpus: Annotated[int | None, typer.Option(help="GPUs (default: dp*tp*pp*cp)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
@@ -53,10 +56,11 @@ def compile_cmd(
     run: Annotated[
         bool, typer.Option("--run", help="train the tiny runtime model (CPU/gloo by default)")
     ] = False,
-    steps: Annotated[int, typer.Option(help="training steps with --run")] = 3,
+    steps: Annotated[int | None, typer.Option(help="training steps with --run (default 3)")] = None,
     device: Annotated[
-        str, typer.Option(help="with --run: cpu (gloo) or cuda (NCCL, one GPU per process)")
-    ] = "cpu",
+        str | None,
+        typer.Option(help="with --run: cpu (gloo, default) or cuda (NCCL, one GPU per process)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Compile a strategy into per-rank device plans and simulate the step as a DAG."""
@@ -71,6 +75,25 @@ def compile_cmd(
     flags = dict(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, micro_batch=micro_batch,
                  global_batch=global_batch, seq=seq, recompute=recompute)  # fmt: skip
     try:
+        if trace is not None:  # a path that cannot be written fails now, not after the work
+            output_path(trace, "trace")
+        if gantt is not None:
+            output_path(gantt, "gantt", plot_suffixes())
+        if zero is not None and zero < 0:  # -1 is the spec's "default" sentinel, not a stage
+            raise HwtuneInputError("zero", zero, "a ZeRO stage 0-3")
+        if cluster is not None:  # the file gives the GPUs and network: flags would be ignored
+            for name, v in (("gpu", None if gpu == GPU_DEFAULT else gpu), ("gpus", gpus),
+                            ("gpus-per-node", gpus_per_node), ("nic-gbps", nic_gbps)):  # fmt: skip
+                if v is not None:
+                    raise HwtuneInputError(
+                        name, v, "no such option with --cluster (the file gives the cluster)"
+                    )
+        if not run:
+            for name, v in (("steps", steps), ("device", device)):
+                if v is not None:
+                    raise HwtuneInputError(name, v, "--run beside it (it sets the training run)")
+        elif steps is not None and steps < 1:
+            raise HwtuneInputError("steps", steps, "a positive number of training steps")
         spec_model = get_model(model)
         base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
         if schedule is not None or vpp is not None:
@@ -101,7 +124,7 @@ def compile_cmd(
         if run:
             from hwtune.parallel.runtime.launch import run_spec
 
-            run_doc = run_spec(spec, steps=steps, device=device)
+            run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
     except HwtuneInputError as e:
         _fail(e)
         return

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import positive_ints
+from hwtune.cli.parsing import output_path, plot_suffixes, positive_ints
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -63,9 +64,12 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
     from hwtune.energy.step_model import StepPoint
 
     try:
-        rows = list(csv.DictReader(path.open(newline="")))
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
     except OSError as e:
         raise HwtuneInputError("points", str(path), f"a readable CSV file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise HwtuneInputError("points", str(path), f"a UTF-8 CSV file ({e.reason})") from None
     need = ("batch", "frequency_hz", "step_time_s", "power_w")
     if not rows or any(c not in rows[0] for c in need):
         raise HwtuneInputError("points", str(path), "a CSV with columns " + ", ".join(need))
@@ -75,8 +79,12 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
             u = float(r["utilization"]) if r.get("utilization") else None
             um = float(r["mem_utilization"]) if r.get("mem_utilization") else None
             b, f, t, w = (float(r[c]) for c in need)
-        except ValueError:
+        except (TypeError, ValueError):  # TypeError: a short row (a missing column is None)
             raise HwtuneInputError(f"{path.name} line {n}", r, "numbers") from None
+        if not all(math.isfinite(x) for x in (b, f, t, w, u or 0.0, um or 0.0)):
+            raise HwtuneInputError(f"{path.name} line {n}", r, "finite numbers")
+        if b != int(b) or b < 1:
+            raise HwtuneInputError(f"{path.name} line {n} batch", r["batch"], "a positive integer")
         sp.append(StepPoint(b, f, t, u, um))
         pp.append((f, w, u, um))
     return sp, pp
@@ -93,14 +101,28 @@ def optimize_cmd(
     b_noise: Annotated[float, typer.Option(help="gradient noise scale B_noise (samples)")] = 32.0,
     s_min: Annotated[float, typer.Option(help="steps to target at unbounded batch (S_min)")] = 1.0,
     model: Annotated[
-        str, typer.Option(help="'gpt2-124m', a catalog name or config.json")
-    ] = "gpt2-124m",
-    seq: Annotated[int, typer.Option(help="sequence length")] = 256,
-    host_ms: Annotated[float, typer.Option(help="CPU time per step the GPU waits on, ms")] = 30.0,
-    host_ms_per_sample: Annotated[float, typer.Option(help="... per sample, ms")] = 0.5,
-    points: Annotated[Path | None, typer.Option(help="measured points CSV: fit the models")] = None,
+        str | None,
+        typer.Option(
+            help="'gpt2-124m' (default), a catalog name or config.json (not with --points)"
+        ),
+    ] = None,
+    seq: Annotated[int | None, typer.Option(help="sequence length (default 256)")] = None,
+    host_ms: Annotated[
+        float | None, typer.Option(help="CPU time per step the GPU waits on, ms (default 30)")
+    ] = None,
+    host_ms_per_sample: Annotated[
+        float | None, typer.Option(help="... per sample, ms (default 0.5)")
+    ] = None,
+    points: Annotated[
+        Path | None,
+        typer.Option(
+            help="measured points CSV: fit the models (instead of --model, --seq, --host-ms...)"
+        ),
+    ] = None,
     objective: Annotated[str, typer.Option(help="time|energy|mix")] = "time",
-    eta: Annotated[float, typer.Option(help="energy weight of 'mix' (Zeus eta)")] = 0.5,
+    eta: Annotated[
+        float | None, typer.Option(help="energy weight of 'mix' (Zeus eta, default 0.5)")
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="write the Pareto plot (PNG)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -113,6 +135,20 @@ def optimize_cmd(
     from hwtune.energy.workloads import GPT2_SMALL, edge_step_model
 
     try:
+        if plot is not None:  # a path that cannot be written fails now, not after the search
+            output_path(plot, "plot", plot_suffixes())
+        if eta is not None and objective != "mix":  # would be ignored
+            raise HwtuneInputError("eta", eta, "--objective mix beside it (it weighs energy there)")
+        estimator = {"model": model, "seq": seq, "host-ms": host_ms,
+                     "host-ms-per-sample": host_ms_per_sample}  # fmt: skip
+        if points is not None:  # the fitted models replace the estimator's: its inputs are unused
+            for name, v in estimator.items():
+                if v is not None:
+                    raise HwtuneInputError(name, v, "no such option with --points (the measured "
+                                           "points give the step and power models)")  # fmt: skip
+        for name, v in (("host-ms", host_ms), ("host-ms-per-sample", host_ms_per_sample)):
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise HwtuneInputError(name, v, "a non-negative finite time in ms")
         prof = get_profile(profile)
         cands = positive_ints(batches, "batches")
         if points is not None:
@@ -125,12 +161,17 @@ def optimize_cmd(
                                      um if um is not None else parts.mem_utilization))  # fmt: skip
             power = fit_power_model(pp, prof.f_max_hz)
         else:
-            spec = GPT2_SMALL if model == "gpt2-124m" else model
-            host = (host_ms / 1e3, host_ms_per_sample / 1e3)
-            step = edge_step_model(prof, spec, seq, host)
+            spec = GPT2_SMALL if model in (None, "gpt2-124m") else model
+            host = (
+                30.0 if host_ms is None else host_ms,
+                0.5 if host_ms_per_sample is None else host_ms_per_sample,
+            )
+            step = edge_step_model(
+                prof, spec, 256 if seq is None else seq, (host[0] / 1e3, host[1] / 1e3)
+            )
             power = prof.default_power_model()
         res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
-                          cap, user_batch=batch, objective=objective, eta=eta)  # type: ignore[arg-type]  # fmt: skip
+                          cap, user_batch=batch, objective=objective, eta=0.5 if eta is None else eta)  # type: ignore[arg-type]  # fmt: skip
         if plot is not None:
             from hwtune.report.energy_plot import plot_frontier
 
@@ -191,6 +232,8 @@ def tune_cmd(
     try:
         if steps <= 0:
             raise HwtuneInputError("steps", steps, "a positive number of steps")
+        if seed < 0:
+            raise HwtuneInputError("seed", seed, "a non-negative integer")
         prof = get_profile(profile)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
@@ -231,11 +274,20 @@ def measure_cmd(
     """Measure energy and average power over a window on a real meter."""
     import time
 
-    from hwtune.energy.meters import EnergyMonitor, open_device
+    from hwtune.energy.meters import BACKENDS, EnergyMonitor, open_device
 
     try:
-        if not seconds > 0:
-            raise HwtuneInputError("seconds", seconds, "a positive window length")
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise HwtuneInputError("seconds", seconds, "a positive finite window length")
+        # each option belongs to some backends; with another it would be ignored
+        used = {"index": ("nvml", "amdsmi"), "root": ("jetson", "rapl"), "trace": ("replay",)}
+        for name, v in (("index", index or None), ("root", root), ("trace", trace)):
+            if v is not None and backend in BACKENDS and backend not in used[name]:
+                raise HwtuneInputError(
+                    name, str(v), f"--backend {' or '.join(used[name])} beside it"
+                )
+        if index < 0:
+            raise HwtuneInputError("index", index, "a non-negative GPU index")
         dev = open_device(backend, index=index, root=root, trace=trace)
         mon = EnergyMonitor(dev)
         mon.begin("window")
@@ -321,11 +373,13 @@ def pipeline_cmd(
                 f, b = (float(x) / 1e3 for x in part.split(":"))
             except ValueError:
                 raise HwtuneInputError("stage-ms", part, "fwd:bwd in ms, e.g. 10:20") from None
-            if f <= 0 or b <= 0:
-                raise HwtuneInputError("stage-ms", part, "positive times")
+            if not (f > 0 and b > 0 and math.isfinite(f) and math.isfinite(b)):
+                raise HwtuneInputError("stage-ms", part, "positive finite times")
             stages.append(StageWork(f, b, memory_share))
         if not 0 <= memory_share < 1:
             raise HwtuneInputError("memory-share", memory_share, "a fraction in [0, 1)")
+        if microbatches < 1:
+            raise HwtuneInputError("microbatches", microbatches, "a positive integer")
         prof = get_profile(profile)
         plan = plan_stage_frequencies(stages, microbatches, prof.frequencies_hz,
                                       prof.default_power_model(), tolerance)  # fmt: skip

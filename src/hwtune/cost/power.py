@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 
+from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device, PeakTflops
 
 STATIC_FRACTION = 0.12
@@ -29,7 +30,8 @@ def clock_fraction(device: Device, power_cap_w: float) -> float:
     if power_cap_w >= static + dynamic:
         return 1.0
     if power_cap_w <= static:
-        raise ValueError(f"power cap {power_cap_w} W is below the static power {static:.0f} W")
+        raise HwtuneInputError("power cap", power_cap_w,
+                               f"a power above the static power of {device.name} ({static:g} W)")  # fmt: skip
     frac = frequency_ratio_for_power(static, dynamic, power_cap_w)  # v_floor 0: the cube law
     floor = (device.min_clock_mhz or 0.0) / device.boost_clock_mhz
     return max(frac, floor)

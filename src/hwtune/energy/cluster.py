@@ -19,6 +19,7 @@ saved on large-model training (REFERENCES.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -157,8 +158,8 @@ def plan_stage_frequencies(
         raise HwtuneInputError(
             "pipeline", (len(stages), microbatches), "stages >= 1, micro-batches >= 1"
         )
-    if tolerance < 0:
-        raise HwtuneInputError("tolerance", tolerance, "a non-negative fraction")
+    if not (tolerance >= 0 and math.isfinite(tolerance)):
+        raise HwtuneInputError("tolerance", tolerance, "a non-negative finite fraction")
     table = sorted(set(float(f) for f in frequencies_hz))
     if abs(table[-1] - power.f_ref_hz) > 1e3:
         raise HwtuneInputError(

@@ -18,6 +18,7 @@ the clock at the user's batch (frequency-only, what DVFS-based capping does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -147,8 +148,8 @@ def _check_inputs(
         raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
     if not frequencies_hz or any(f <= 0 for f in frequencies_hz):
         raise HwtuneInputError("frequencies", list(frequencies_hz), "positive clocks in Hz")
-    if not cap_w > 0:
-        raise HwtuneInputError("power cap", cap_w, "a positive power in W")
+    if not (cap_w > 0 and math.isfinite(cap_w)):
+        raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
 
 
 def co_optimize(
@@ -169,6 +170,8 @@ def co_optimize(
     _check_inputs(batch_sizes, frequencies_hz, cap_w)
     if objective not in ("time", "energy", "mix"):
         raise HwtuneInputError("objective", objective, "time, energy or mix")
+    if not 0 <= eta <= 1:
+        raise HwtuneInputError("eta", eta, "an energy weight in [0, 1]")
     freqs = sorted(set(float(f) for f in frequencies_hz))
     batches = sorted(set(int(b) for b in batch_sizes))
     ub = int(user_batch) if user_batch is not None else batches[-1]

@@ -170,15 +170,16 @@ def get_profile(name: str | EdgeProfile) -> EdgeProfile:
 
 def load_profile_file(path: str | Path) -> EdgeProfile:
     """A user's edge profile (one mapping with the same keys as the built-in ones)."""
+    from hwtune.structured_file import read_structured
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError(
-            "profile", str(path), f"a readable YAML file ({e.strerror})"
-        ) from None
+    data = read_structured(p, "profile")
     if isinstance(data, dict) and "profiles" in data:
-        data = (data["profiles"] or [None])[0]
+        listed = data["profiles"]
+        if not isinstance(listed, list) or len(listed) != 1:  # more would be ignored
+            n = len(listed) if isinstance(listed, list) else type(listed).__name__
+            raise HwtuneInputError(f"{p.name}.profiles", n, "a list of exactly one profile")
+        data = listed[0]
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of profile fields")
     try:

@@ -121,12 +121,14 @@ class OnlineTuner:
         recommit_ratio: float = 1.5,
         refinements: int = 2,
     ) -> None:
-        if not cap_w > 0:
-            raise HwtuneInputError("power cap", cap_w, "a positive power in W")
+        if not (cap_w > 0 and math.isfinite(cap_w)):
+            raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
         if not batch_sizes or any(b <= 0 for b in batch_sizes):
             raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
-        if not control_interval_s > 0:
-            raise HwtuneInputError("control interval", control_interval_s, "a positive time in s")
+        if not (control_interval_s > 0 and math.isfinite(control_interval_s)):
+            raise HwtuneInputError(
+                "control interval", control_interval_s, "a positive finite time in s"
+            )
         if profile_steps < 1 or warmup_steps < 0:
             raise HwtuneInputError("profile steps", (warmup_steps, profile_steps), ">= 0 and >= 1")
         self.device = device
@@ -199,8 +201,8 @@ class OnlineTuner:
 
     def set_cap(self, cap_w: float) -> None:
         """A new cap, effective now (re-chooses when the models are fitted)."""
-        if not cap_w > 0:
-            raise HwtuneInputError("power cap", cap_w, "a positive power in W")
+        if not (cap_w > 0 and math.isfinite(cap_w)):
+            raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
         now = self.device.now_s()
         if self._iv_steps:
             self._close_interval(now)

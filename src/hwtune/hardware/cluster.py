@@ -9,6 +9,7 @@ or fat-tree topology with an oversubscription ratio. Ranks are laid out in Megat
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -76,14 +77,25 @@ class Cluster(FrozenModel):
     @model_validator(mode="after")
     def _check(self) -> Cluster:
         if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
-            raise ValueError(
-                f"gpus={self.n_gpus} must be a multiple of gpus_per_node={self.gpus_per_node}"
+            raise HwtuneInputError(
+                "n_gpus", self.n_gpus, f"a multiple of gpus_per_node={self.gpus_per_node}"
             )
         dom = self.domain
         if dom % self.gpus_per_node and self.gpus_per_node % dom:
-            raise ValueError(
-                f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest"
+            raise HwtuneInputError(
+                "scaleup_domain",
+                dom,
+                f"a divisor or multiple of gpus_per_node={self.gpus_per_node}",
             )
+        if self.power_cap_w is not None:
+            from hwtune.cost.power import device_power_figures
+
+            static = device_power_figures(self.device)[0]
+            if not (self.power_cap_w > static and math.isfinite(self.power_cap_w)):
+                raise HwtuneInputError(
+                    "power_cap_w", self.power_cap_w,
+                    f"a finite power above the static power of {self.device.name} ({static:g} W)",
+                )  # fmt: skip
         return self
 
     @property
@@ -153,9 +165,11 @@ def make_cluster(
     fields = {
         "device": dev,
         "n_gpus": gpus,
-        "gpus_per_node": gpus_per_node or preset.get("gpus_per_node", 8),
-        "nic_gbps_per_gpu": nic_gbps or preset.get("nic_gbps_per_gpu", 400),
-        "scaleup_domain": scaleup_domain or preset.get("scaleup_domain"),
+        "gpus_per_node": preset.get("gpus_per_node", 8) if gpus_per_node is None else gpus_per_node,
+        "nic_gbps_per_gpu": preset.get("nic_gbps_per_gpu", 400) if nic_gbps is None else nic_gbps,
+        "scaleup_domain": preset.get("scaleup_domain")
+        if scaleup_domain is None
+        else scaleup_domain,
         "topology": preset.get("topology", "rail-optimized"),
         "oversubscription": preset.get("oversubscription", 1.0),
         **kw,
@@ -173,17 +187,10 @@ def make_cluster(
 def load_cluster_file(path: str | Path) -> Cluster:
     """A cluster from YAML: either ``system: <preset>`` plus overrides, or the Cluster fields with
     ``device`` as a catalog name or device-file path."""
+    from hwtune.structured_file import read_structured
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError(
-            "cluster", str(path), f"a readable YAML file ({e.strerror})"
-        ) from None
-    except yaml.YAMLError as e:
-        raise HwtuneInputError(
-            "cluster", str(path), f"valid YAML ({str(e).splitlines()[0]})"
-        ) from None
+    data = read_structured(p, "cluster")
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of cluster fields")
     if "system" in data:

@@ -172,6 +172,10 @@ def _read_json(path: Path) -> Any:
         raise HwtuneInputError(
             "model", str(path), f"a readable config.json file ({e.strerror})"
         ) from None
+    except UnicodeDecodeError as e:
+        raise HwtuneInputError(
+            "model", str(path), f"a UTF-8 config.json file ({e.reason})"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
@@ -101,6 +101,12 @@ class ScheduleDirective(BaseModel):
     stage_map: Literal["loop", "v"] | None = Field(
         default=None, description="stage -> rank for explicit actions (default: loop)"
     )
+
+    @model_validator(mode="after")
+    def _vpp_interleaved(self) -> ScheduleDirective:
+        if self.vpp > 1 and self.name != "interleaved" and self.actions is None:
+            raise HwtuneInputError("vpp", self.vpp, "1 unless the schedule is interleaved")
+        return self
 
 
 class ParallelSpec(BaseModel):
@@ -216,16 +222,9 @@ def make_spec(data: dict | None = None, **fields: object) -> ParallelSpec:
 
 def load_spec(path: str | Path) -> ParallelSpec:
     """A spec from a YAML file."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError(
-            "strategy", str(path), f"a readable YAML file ({e.strerror})"
-        ) from None
-    except yaml.YAMLError as e:
-        first = str(e).splitlines()[0]
-        raise HwtuneInputError("strategy", str(path), f"valid YAML ({first})") from None
+    from hwtune.structured_file import read_structured
+
+    data = read_structured(path, "strategy")
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of strategy fields")
     return make_spec(data)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -126,6 +127,8 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
                 raw = list(csv.DictReader(fh))
         except OSError as e:
             raise MeterError("trace", str(trace), f"a readable CSV file ({e.strerror})") from None
+        except UnicodeDecodeError as e:
+            raise MeterError("trace", str(trace), f"a UTF-8 CSV file ({e.reason})") from None
     else:
         raw = [dict(r) for r in trace]  # type: ignore[arg-type]
     if len(raw) < 2:
@@ -139,6 +142,9 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
             row = {k: float(v) for k, v in r.items() if v not in (None, "")}
         except (TypeError, ValueError):
             raise MeterError(f"{where} line {n}", r, "numbers in every column") from None
+        bad = next((k for k, v in row.items() if not math.isfinite(v)), None)
+        if bad is not None:
+            raise MeterError(f"{where} line {n}", row[bad], f"a finite number in {bad}")
         if rows and row["time_s"] <= rows[-1]["time_s"]:
             raise MeterError(f"{where} line {n}", row["time_s"], "strictly increasing time_s")
         if row["power_w"] < 0:
