@@ -19,13 +19,21 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 
+MAX_PER_CPU = 4
+"""More local processes than this per CPU only wait for one (and a typo of 100000 would fork
+that many), so a larger count is refused rather than lowered."""
+
+
 def check_workers(workers: int | None, ray_address: str | None, flag: str = "workers") -> None:
-    """Reject a worker count below 1, and one given beside a Ray address (Ray places the work,
+    """Reject a worker count below 1 or above `MAX_PER_CPU` per CPU, and one given beside a Ray address (Ray places the work,
     so the count would be silently ignored)."""
     if ray_address is not None and not ray_address.strip():
         raise HwtuneInputError("--ray", ray_address, "'local' or a Ray address (ray://host:port)")
-    if workers is not None and workers < 1:
-        raise HwtuneInputError(flag, workers, "a positive number of processes")
+    cap = MAX_PER_CPU * (os.cpu_count() or 1)
+    if workers is not None and not 1 <= workers <= cap:
+        raise HwtuneInputError(
+            flag, workers, f"a number of processes in [1, {cap}] ({MAX_PER_CPU} per CPU here)"
+        )
     if ray_address is not None and workers is not None:
         raise HwtuneInputError(
             flag, workers, f"no process count beside --ray {ray_address} (Ray places the work)"

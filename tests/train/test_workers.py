@@ -3,6 +3,8 @@ processes, Ray)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,7 +38,13 @@ def test_no_jobs_start_nothing():
 
 @pytest.mark.parametrize(
     ("workers", "ray", "field"),
-    [(0, None, "workers"), (-3, None, "workers"), (2, "local", "workers"), (None, "  ", "--ray")],
+    [
+        (0, None, "workers"),
+        (-3, None, "workers"),
+        (2, "local", "workers"),
+        (None, "  ", "--ray"),
+        (4 * (os.cpu_count() or 1) + 1, None, "workers"),
+    ],
 )
 def test_bad_counts_and_addresses_are_refused(workers, ray, field):
     with pytest.raises(HwtuneInputError, match=field):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +22,7 @@ from hwtune.accel.mapper import map_mac_op
 from hwtune.accel.schedule import MAX_FUSION_DEPTH, schedule
 from hwtune.accel.training import TrainingGraph
 from hwtune.errors import HwtuneInputError
+from hwtune.workers import check_workers
 
 SHARED_MIB = (0, 0.5, 1, 2, 4, 8, 16, 32)
 DRAM_GBPS = (4, 8, 16, 25.6, 51.2, 102.4)
@@ -166,9 +166,7 @@ def search(
         raise HwtuneInputError("pop-size", pop_size, "a population of at least 4")
     if evaluations < pop_size:
         raise HwtuneInputError("evaluations", evaluations, f"at least the population ({pop_size})")
-    cpus = os.cpu_count() or 1
-    if not 1 <= workers <= cpus:  # more would only wait for a CPU (and fork that many)
-        raise HwtuneInputError("workers", workers, f"a number of processes in [1, {cpus}]")
+    check_workers(workers, None)
     budget = budget or Budget()
     seen: list[list[float]] = []
     pool = (
