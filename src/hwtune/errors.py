@@ -49,4 +49,12 @@ def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputE
     msg = first.get("msg", "invalid value")
     if first.get("type") == "missing":
         return HwtuneInputError(field, None, "a value (the field is required)")
-    return HwtuneInputError(field, first.get("input"), msg.removeprefix("Value error, "))
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, HwtuneInputError):  # a check across fields names the field itself
+        inner = f"{field}.{cause.field}" if field != "input" else cause.field
+        return HwtuneInputError(inner, cause.value, cause.expected)
+    msg = msg.removeprefix("Value error, ")
+    if not loc and isinstance(first.get("input"), dict):
+        # a check across fields: its message names them; the whole mapping would be a page long
+        return HwtuneInputError(field, msg, "consistent fields")
+    return HwtuneInputError(field, first.get("input"), msg)

@@ -76,13 +76,15 @@ class Cluster(FrozenModel):
     @model_validator(mode="after")
     def _check(self) -> Cluster:
         if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
-            raise ValueError(
-                f"gpus={self.n_gpus} must be a multiple of gpus_per_node={self.gpus_per_node}"
+            raise HwtuneInputError(
+                "n_gpus", self.n_gpus, f"a multiple of gpus_per_node={self.gpus_per_node}"
             )
         dom = self.domain
         if dom % self.gpus_per_node and self.gpus_per_node % dom:
-            raise ValueError(
-                f"scaleup_domain={dom} and gpus_per_node={self.gpus_per_node} must nest"
+            raise HwtuneInputError(
+                "scaleup_domain",
+                dom,
+                f"a divisor or multiple of gpus_per_node={self.gpus_per_node}",
             )
         return self
 
@@ -173,13 +175,12 @@ def make_cluster(
 def load_cluster_file(path: str | Path) -> Cluster:
     """A cluster from YAML: either ``system: <preset>`` plus overrides, or the Cluster fields with
     ``device`` as a catalog name or device-file path."""
+    from hwtune.structured_file import read_utf8
+
     p = Path(path)
+    text = read_utf8(p, "cluster")
     try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise HwtuneInputError(
-            "cluster", str(path), f"a readable YAML file ({e.strerror})"
-        ) from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise HwtuneInputError(
             "cluster", str(path), f"valid YAML ({str(e).splitlines()[0]})"
@@ -202,7 +203,6 @@ def load_cluster_file(path: str | Path) -> Cluster:
     data["device"] = get_device(str(data["device"]))
     if "n_gpus" not in data:
         raise HwtuneInputError(f"{p.name}.n_gpus", None, "the number of GPUs (a positive integer)")
-    data.pop("name", None) if "name" in data and not isinstance(data["name"], str) else None
     try:
         return Cluster(**data)
     except ValidationError as e:
