@@ -50,7 +50,9 @@ class Cluster(FrozenModel):
     Latencies are per-step alpha terms of the same measurements (a few microseconds).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False
+    )
 
     device: Device
     n_gpus: int = Field(gt=0)
@@ -155,14 +157,17 @@ def make_cluster(
     fields = {
         "device": dev,
         "n_gpus": gpus,
-        "gpus_per_node": gpus_per_node or preset.get("gpus_per_node", 8),
-        "nic_gbps_per_gpu": nic_gbps or preset.get("nic_gbps_per_gpu", 400),
-        "scaleup_domain": scaleup_domain or preset.get("scaleup_domain"),
+        # None (not 0) means "from the preset": a 0 is validated and rejected, not replaced
+        "gpus_per_node": preset.get("gpus_per_node", 8) if gpus_per_node is None else gpus_per_node,
+        "nic_gbps_per_gpu": preset.get("nic_gbps_per_gpu", 400) if nic_gbps is None else nic_gbps,
+        "scaleup_domain": preset.get("scaleup_domain")
+        if scaleup_domain is None
+        else scaleup_domain,
         "topology": preset.get("topology", "rail-optimized"),
         "oversubscription": preset.get("oversubscription", 1.0),
         **kw,
     }
-    if fields["n_gpus"] < fields["gpus_per_node"]:
+    if 0 < fields["n_gpus"] < fields["gpus_per_node"]:  # a job smaller than a node
         fields["gpus_per_node"] = fields["n_gpus"]
         if fields["scaleup_domain"] and fields["scaleup_domain"] > fields["n_gpus"]:
             fields["scaleup_domain"] = fields["n_gpus"]
