@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import cluster_only
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -29,15 +30,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def cluster_only(**options: object) -> None:
-    """With --cluster, the options it replaces must be left out (they would be ignored)."""
-    for name, value in options.items():
-        if value is not None:
-            raise HwtuneInputError(
-                "--" + name.replace("_", "-"), value, "no value with --cluster (the file sets it)"
-            )
 
 
 def _fail(e: Exception) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hwtune.cli.parsing import cluster_only
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -91,6 +92,25 @@ def make_clusters(
     ]
 
 
+def _used_only_with(
+    gpu: str | None, what_if: str | None, compare: bool, objective: str, target_efficiency: float | None,
+    price: float | None, tokens: float | None,
+) -> None:  # fmt: skip
+    """Options that the chosen mode would ignore are errors."""
+    if what_if and compare:
+        raise HwtuneInputError("--gpu", gpu, "one GPU with --what-if")
+    if target_efficiency is not None and not what_if:
+        raise HwtuneInputError("--target-efficiency", target_efficiency, "--what-if with it")
+    if price is not None and objective != "cost" and not compare:
+        raise HwtuneInputError(
+            "--price-per-gpu-hour", price, "--objective cost or several --gpu to compare"
+        )
+    if tokens is not None and objective != "time-to-train" and not compare:
+        raise HwtuneInputError(
+            "--tokens", tokens, "--objective time-to-train or several --gpu to compare"
+        )
+
+
 def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) -> int:
     for name, v in (("global_batch", global_batch), ("global_batch_tokens", global_batch_tokens)):
         if v is not None and v < 1:
@@ -121,9 +141,13 @@ def plan_cmd(
         str, typer.Option("--model", "-m", help="catalog name or config.json")
     ] = "llama3.1-70b",
     gpu: Annotated[
-        str, typer.Option(help="GPU(s): one catalog name, or a comma-separated list to compare")
-    ] = "h100-sxm-80gb",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 64,
+        str | None,
+        typer.Option(
+            help="GPU(s): one catalog name, or a comma-separated list to compare "
+            "(default h100-sxm-80gb)"
+        ),
+    ] = None,
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs (default 64)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option()] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
     scaleup_domain: Annotated[int | None, typer.Option(help="GPUs per NVLink domain")] = None,
@@ -152,8 +176,12 @@ def plan_cmd(
         float | None, typer.Option(help="USD per GPU-hour (overrides the catalog)")
     ] = None,
     tokens: Annotated[
-        float, typer.Option(help="tokens to train, for time/cost/energy to train")
-    ] = 1e12,
+        float | None,
+        typer.Option(
+            help="tokens to train (default 1e12), for --objective time-to-train and the "
+            "time/cost/energy columns of a comparison of GPUs"
+        ),
+    ] = None,
     what_if: Annotated[
         str | None,
         typer.Option(
@@ -161,8 +189,9 @@ def plan_cmd(
         ),
     ] = None,
     target_efficiency: Annotated[
-        float, typer.Option(help="with --what-if: fraction of the best throughput to keep")
-    ] = 0.9,
+        float | None,
+        typer.Option(help="with --what-if: fraction of the best throughput to keep (default 0.9)"),
+    ] = None,
     attention_kernel: AttentionKernel = "best",
     eager: Eager = False,
     loss: Loss = "fused",
@@ -185,13 +214,23 @@ def plan_cmd(
         spec = get_model(model)
         gb = _batch(global_batch, global_batch_tokens, seq)
         fixed = parse_pairs(fix, "--fix")
-        maxima = {k: int(v) for k, v in parse_pairs(max_, "--max").items()}  # type: ignore[call-overload]
+        maxima = parse_pairs(max_, "--max")  # values checked by the search (positive integers)
         for s in schedule or []:
             if s not in SCHEDULES:
                 raise HwtuneInputError("--schedule", s, f"one of {', '.join(SCHEDULES)}")
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
-                        allow_offload=not no_offload)  # fmt: skip
-        clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
+                        allow_offload=not no_offload)  # type: ignore[arg-type]  # fmt: skip
+        if cluster is not None:
+            cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                         scaleup_domain=scaleup_domain)  # fmt: skip
+        clusters = make_clusters(gpu or "h100-sxm-80gb", 64 if gpus is None else gpus, gpus_per_node, nic_gbps,
+                                 scaleup_domain, cluster)  # fmt: skip
+        compare = len(clusters) > 1
+        _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
+                        tokens)  # fmt: skip
+        if fp8_recipe != "delayed" and precision != "fp8":
+            raise HwtuneInputError("--fp8-recipe", fp8_recipe, "delayed unless --precision fp8")
+        tokens = 1e12 if tokens is None else tokens
         software = software_fields(
             attention_kernel,
             eager,
@@ -208,15 +247,19 @@ def plan_cmd(
                   base=software)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
-            values = [float(x) for x in vals.split(",") if x.strip()]
+            try:
+                values = [float(x) for x in vals.split(",")]
+            except ValueError:
+                values = []
             if not values:
                 raise HwtuneInputError("--what-if", what_if, "field=v1,v2,... e.g. nic=100,200,400")
+            target = 0.9 if target_efficiency is None else target_efficiency
             with progress_bar(f"what-if {field}", not as_json) as cb:
                 pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
-                                            target_efficiency, progress=cb, **kw)  # fmt: skip
-            _render_whatif(spec.name, field, pts, least, target_efficiency, as_json)
+                                            target, progress=cb, **kw)  # fmt: skip
+            _render_whatif(spec.name, field, pts, least, target, as_json)
             return
-        if len(clusters) > 1:
+        if compare:
             with progress_bar("hardware", not as_json):
                 choices = compare_hardware(spec, clusters, gb, seq, **kw)  # type: ignore[arg-type]
             _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
