@@ -40,6 +40,10 @@ ZERO_ORDER = (1, 2, 3)
 KNOB_FIELDS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "schedule", "recompute", "zero")
 
 
+class NoLayoutError(HwtuneInputError):
+    """No layout of the cluster's GPUs divides the job (a scaling sweep records such a point)."""
+
+
 @dataclass(frozen=True)
 class Constraints:
     """User constraints: fixed values (``--fix tp=8``), maxima (``--max pp=16``), allowed sets."""
@@ -252,7 +256,7 @@ def plan(
     ]  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:
-        raise HwtuneInputError(
+        raise NoLayoutError(
             "constraints", {**c.fixed, **c.maxima} or "none",
             f"a layout of {cl.n_gpus} GPUs that divides the heads, layers, sequence and batch {global_batch}",
         )  # fmt: skip
