@@ -28,3 +28,21 @@ def load_benchmark(name: str) -> ModuleType:
 def benchmark_module():
     """`load_benchmark` as a fixture, for tests of the benchmark scripts."""
     return load_benchmark
+
+
+@pytest.fixture(scope="session")
+def rejects():
+    """``rejects(args, field)``: `hwtune ARGS` exits with code 2 and one line naming ``field``,
+    without a traceback; returns that line."""
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    def check(args: list[str], field: str) -> str:
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2, r.output
+        assert field in r.output and "Traceback" not in r.output
+        assert r.output.count("\n") == 1, r.output
+        return r.output
+
+    return check

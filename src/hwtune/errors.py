@@ -50,13 +50,15 @@ def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputE
     msg = first.get("msg", "invalid value")
     if first.get("type") == "missing":
         return HwtuneInputError(field, None, "a value (the field is required)")
-    raised = (first.get("ctx") or {}).get("error")
-    if isinstance(raised, HwtuneInputError):  # a validator named the field and the value
-        return HwtuneInputError(f"{field}.{raised.field}", raised.value, raised.expected)
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, HwtuneInputError):  # a validator named the field and the value
+        inner = f"{field}.{cause.field}" if field != "input" else cause.field
+        return HwtuneInputError(inner, cause.value, cause.expected)
+    msg = msg.removeprefix("Value error, ")
     value = first.get("input")
     if not loc and isinstance(value, dict | BaseModel):
         # a check of the whole model: show the fields its message names, not every field
         fields = value if isinstance(value, dict) else dict(value)
         value = {k: v for k, v in fields.items() if re.search(rf"\b{re.escape(str(k))}\b", msg)}
         value = value or type(first.get("input")).__name__
-    return HwtuneInputError(field, value, msg.removeprefix("Value error, "))
+    return HwtuneInputError(field, value, msg)

@@ -41,21 +41,3 @@ def decoding_replica():
         return rep
 
     return make
-
-
-@pytest.fixture(scope="session")
-def rejects():
-    """``rejects(args, field)``: `hwtune ARGS` exits with code 2 and one line naming ``field``,
-    without a traceback; returns that line."""
-    from typer.testing import CliRunner
-
-    from hwtune.cli.main import app
-
-    def check(args: list[str], field: str) -> str:
-        r = CliRunner().invoke(app, args)
-        assert r.exit_code == 2, r.output
-        assert field in r.output and "Traceback" not in r.output
-        assert r.output.count("\n") == 1, r.output
-        return r.output
-
-    return check

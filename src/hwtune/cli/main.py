@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from hwtune.cli.parsing import cluster_only
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -47,7 +48,9 @@ def estimate(
     model: Annotated[
         str, typer.Option("--model", "-m", help="catalog name or path to a config.json")
     ] = "llama3.1-8b",
-    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = "h100-sxm-80gb",
+    gpu: Annotated[
+        str | None, typer.Option(help="catalog GPU name or a device YAML (default h100-sxm-80gb)")
+    ] = None,
     gpus: Annotated[
         int | None, typer.Option(help="number of GPUs (default: dp*tp*pp*cp, or 8)")
     ] = None,
@@ -57,7 +60,8 @@ def estimate(
         int | None, typer.Option(help="GPUs per NVLink domain (8 DGX, 72 NVL72)")
     ] = None,
     cluster: Annotated[
-        Path | None, typer.Option(help="cluster YAML file (overrides --gpu/--gpus...)")
+        Path | None,
+        typer.Option(help="cluster YAML file (instead of --gpu/--gpus/--gpus-per-node/...)"),
     ] = None,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option(help="pipeline-parallel degree")] = 1,
@@ -129,13 +133,17 @@ def estimate(
     from hwtune.train.estimator import estimate as run_estimate
 
     try:
+        if zero is not None and zero not in (0, 1, 2, 3):
+            raise HwtuneInputError("zero", zero, "a ZeRO stage 0, 1, 2 or 3")
         spec = get_model(model)
         n = gpus if gpus is not None else (dp * tp * pp * cp if dp else max(8, tp * pp * cp))
         if cluster is not None:
+            cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                         scaleup_domain=scaleup_domain)  # fmt: skip
             cl = load_cluster_file(cluster)
         else:
             cl = make_cluster(
-                gpu,
+                gpu or "h100-sxm-80gb",
                 n,
                 gpus_per_node=gpus_per_node,
                 nic_gbps=nic_gbps,

@@ -20,6 +20,15 @@ def positive_ints(text: str, field: str) -> list[int]:
     return out
 
 
+def cluster_only(**options: object) -> None:
+    """With --cluster, the options it replaces must be left out (they would be ignored)."""
+    for name, value in options.items():
+        if value is not None:
+            raise HwtuneInputError(
+                "--" + name.replace("_", "-"), value, "no value with --cluster (the file sets it)"
+            )
+
+
 def output_path(path: Path, field: str, suffixes: Iterable[str] = ()) -> Path:
     """``path`` if a file can be written there: not a directory, its parent an existing writable
     directory, and (with ``suffixes``, lower-case without the dot) its suffix one of them.

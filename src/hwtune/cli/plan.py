@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hwtune.cli.parsing import cluster_only, output_path, plot_suffixes, positive_ints
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -91,6 +92,25 @@ def make_clusters(
     ]
 
 
+def _used_only_with(
+    gpu: str | None, what_if: str | None, compare: bool, objective: str, target_efficiency: float | None,
+    price: float | None, tokens: float | None,
+) -> None:  # fmt: skip
+    """Options that the chosen mode would ignore are errors."""
+    if what_if and compare:
+        raise HwtuneInputError("--gpu", gpu, "one GPU with --what-if")
+    if target_efficiency is not None and not what_if:
+        raise HwtuneInputError("--target-efficiency", target_efficiency, "--what-if with it")
+    if price is not None and objective != "cost" and not compare:
+        raise HwtuneInputError(
+            "--price-per-gpu-hour", price, "--objective cost or several --gpu to compare"
+        )
+    if tokens is not None and objective != "time-to-train" and not compare:
+        raise HwtuneInputError(
+            "--tokens", tokens, "--objective time-to-train or several --gpu to compare"
+        )
+
+
 def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) -> int:
     for name, v in (("global_batch", global_batch), ("global_batch_tokens", global_batch_tokens)):
         if v is not None and v < 1:
@@ -121,9 +141,13 @@ def plan_cmd(
         str, typer.Option("--model", "-m", help="catalog name or config.json")
     ] = "llama3.1-70b",
     gpu: Annotated[
-        str, typer.Option(help="GPU(s): one catalog name, or a comma-separated list to compare")
-    ] = "h100-sxm-80gb",
-    gpus: Annotated[int, typer.Option(help="number of GPUs")] = 64,
+        str | None,
+        typer.Option(
+            help="GPU(s): one catalog name, or a comma-separated list to compare "
+            "(default h100-sxm-80gb)"
+        ),
+    ] = None,
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs (default 64)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option()] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,
     scaleup_domain: Annotated[int | None, typer.Option(help="GPUs per NVLink domain")] = None,
@@ -152,8 +176,12 @@ def plan_cmd(
         float | None, typer.Option(help="USD per GPU-hour (overrides the catalog)")
     ] = None,
     tokens: Annotated[
-        float, typer.Option(help="tokens to train, for time/cost/energy to train")
-    ] = 1e12,
+        float | None,
+        typer.Option(
+            help="tokens to train (default 1e12), for --objective time-to-train and the "
+            "time/cost/energy columns of a comparison of GPUs"
+        ),
+    ] = None,
     what_if: Annotated[
         str | None,
         typer.Option(
@@ -161,8 +189,9 @@ def plan_cmd(
         ),
     ] = None,
     target_efficiency: Annotated[
-        float, typer.Option(help="with --what-if: fraction of the best throughput to keep")
-    ] = 0.9,
+        float | None,
+        typer.Option(help="with --what-if: fraction of the best throughput to keep (default 0.9)"),
+    ] = None,
     attention_kernel: AttentionKernel = "best",
     eager: Eager = False,
     loss: Loss = "fused",
@@ -185,13 +214,23 @@ def plan_cmd(
         spec = get_model(model)
         gb = _batch(global_batch, global_batch_tokens, seq)
         fixed = parse_pairs(fix, "--fix")
-        maxima = {k: int(v) for k, v in parse_pairs(max_, "--max").items()}  # type: ignore[call-overload]
+        maxima = parse_pairs(max_, "--max")  # values checked by the search (positive integers)
         for s in schedule or []:
             if s not in SCHEDULES:
                 raise HwtuneInputError("--schedule", s, f"one of {', '.join(SCHEDULES)}")
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
-                        allow_offload=not no_offload)  # fmt: skip
-        clusters = make_clusters(gpu, gpus, gpus_per_node, nic_gbps, scaleup_domain, cluster)
+                        allow_offload=not no_offload)  # type: ignore[arg-type]  # fmt: skip
+        if cluster is not None:
+            cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                         scaleup_domain=scaleup_domain)  # fmt: skip
+        clusters = make_clusters(gpu or "h100-sxm-80gb", 64 if gpus is None else gpus, gpus_per_node, nic_gbps,
+                                 scaleup_domain, cluster)  # fmt: skip
+        compare = len(clusters) > 1
+        _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
+                        tokens)  # fmt: skip
+        if fp8_recipe != "delayed" and precision != "fp8":
+            raise HwtuneInputError("--fp8-recipe", fp8_recipe, "delayed unless --precision fp8")
+        tokens = 1e12 if tokens is None else tokens
         software = software_fields(
             attention_kernel,
             eager,
@@ -208,15 +247,19 @@ def plan_cmd(
                   base=software)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
-            values = [float(x) for x in vals.split(",") if x.strip()]
+            try:
+                values = [float(x) for x in vals.split(",")]
+            except ValueError:
+                values = []
             if not values:
                 raise HwtuneInputError("--what-if", what_if, "field=v1,v2,... e.g. nic=100,200,400")
+            target = 0.9 if target_efficiency is None else target_efficiency
             with progress_bar(f"what-if {field}", not as_json) as cb:
                 pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
-                                            target_efficiency, progress=cb, **kw)  # fmt: skip
-            _render_whatif(spec.name, field, pts, least, target_efficiency, as_json)
+                                            target, progress=cb, **kw)  # fmt: skip
+            _render_whatif(spec.name, field, pts, least, target, as_json)
             return
-        if len(clusters) > 1:
+        if compare:
             with progress_bar("hardware", not as_json):
                 choices = compare_hardware(spec, clusters, gb, seq, **kw)  # type: ignore[arg-type]
             _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
@@ -370,6 +413,36 @@ def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: A
     )
 
 
+def _fractions(text: str) -> list[float]:
+    """``--knees``: fractions of linear scaling in (0, 1], comma-separated."""
+    try:
+        fr = [float(x) for x in text.split(",")]
+    except ValueError:
+        fr = []
+    if not fr or not all(0 < f <= 1 for f in fr):
+        raise HwtuneInputError(
+            "--knees", text, "fractions in (0, 1] separated by commas, e.g. 0.9,0.5"
+        )
+    return fr
+
+
+def _sweep_options(
+    names: list[str], global_batch: int | None, global_batches: str | None, **ignored: object
+) -> None:
+    """Options of an accelerator sweep that a model-size or global-batch sweep would ignore."""
+    if len(names) > 1 and global_batches is not None:
+        raise HwtuneInputError("--global-batches", global_batches, "one --model to sweep its batch")
+    if global_batches is not None and global_batch is not None:
+        raise HwtuneInputError("--global-batch", global_batch, "no value with --global-batches")
+    for name, value in ignored.items():
+        if value is not None:
+            raise HwtuneInputError(
+                "--" + name.replace("_", "-"),
+                str(value) if isinstance(value, Path) else value,
+                "an accelerator sweep (one --model, no --global-batches)",
+            )
+
+
 def scale_cmd(
     model: Annotated[
         str,
@@ -379,28 +452,37 @@ def scale_cmd(
     ] = "llama3.1-70b",
     gpu: Annotated[str, typer.Option(help="catalog GPU name")] = "h100-sxm-80gb",
     gpus: Annotated[
-        str, typer.Option(help="accelerator counts, comma-separated (default 8..8192, powers of 2)")
-    ] = "",
+        str | None,
+        typer.Option(help="accelerator counts, comma-separated (default 8..8192, powers of 2)"),
+    ] = None,
     fixed_gpus: Annotated[
-        int, typer.Option(help="accelerators for model-size or batch sweeps")
-    ] = 1024,
+        int | None, typer.Option(help="accelerators for model-size or batch sweeps (default 1024)")
+    ] = None,
     gpus_per_node: Annotated[int | None, typer.Option()] = None,
     nic_gbps: Annotated[float | None, typer.Option()] = None,
     scaleup_domain: Annotated[int | None, typer.Option()] = None,
     policy: Annotated[
-        str, typer.Option(help="strong (fixed global batch) | weak (fixed per-GPU batch)")
-    ] = "strong",
-    global_batch: Annotated[int, typer.Option(help="sequences per step (strong scaling)")] = 1024,
+        str | None,
+        typer.Option(help="strong (fixed global batch; the default) | weak (fixed per-GPU batch)"),
+    ] = None,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(help="sequences per step (strong scaling, model-size sweep; default 1024)"),
+    ] = None,
     global_batches: Annotated[
-        str, typer.Option(help="sweep the global batch instead: 128,256,...")
-    ] = "",
-    seqs_per_gpu: Annotated[float, typer.Option(help="sequences per GPU (weak scaling)")] = 1.0,
+        str | None, typer.Option(help="sweep the global batch instead: 128,256,...")
+    ] = None,
+    seqs_per_gpu: Annotated[
+        float | None, typer.Option(help="sequences per GPU (weak scaling; default 1)")
+    ] = None,
     seq: Annotated[int, typer.Option()] = 8192,
     precision: Annotated[str, typer.Option()] = "bf16",
     knees: Annotated[
-        str, typer.Option(help="fractions of linear scaling that mark a knee")
-    ] = "0.9,0.5",
-    plot: Annotated[Path | None, typer.Option(help="write a PNG plot here")] = None,
+        str | None, typer.Option(help="fractions of linear scaling that mark a knee (0.9,0.5)")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="write a plot here (PNG, or .pdf, .svg, ...)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Sweep accelerators (or model size, or global batch): best strategy at each point, scaling
@@ -411,17 +493,20 @@ def scale_cmd(
     from hwtune.train.search import plan, strategy_label
 
     try:
-        fr = [float(x) for x in knees.split(",") if x.strip()]
         names = [x.strip() for x in model.split(",") if x.strip()]
+        if not names:
+            raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
         mk = lambda n: make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,  # noqa: E731
                                     scaleup_domain=scaleup_domain)  # fmt: skip
-        if len(names) > 1 or global_batches:
+        if len(names) > 1 or global_batches is not None:
             # model-size or global-batch sweep at a fixed accelerator count
-            cl = mk(fixed_gpus)
+            _sweep_options(names, global_batch, global_batches, gpus=gpus, policy=policy,
+                           seqs_per_gpu=seqs_per_gpu, knees=knees, plot=plot)  # fmt: skip
+            cl = mk(1024 if fixed_gpus is None else fixed_gpus)
             rows = []
-            items = [(n, global_batch) for n in names] if len(names) > 1 else [
-                (names[0], int(b)) for b in global_batches.split(",") if b.strip()
-            ]  # fmt: skip
+            items = [(n, 1024 if global_batch is None else global_batch) for n in names] if (
+                len(names) > 1
+            ) else [(names[0], b) for b in positive_ints(global_batches or "", "--global-batches")]  # fmt: skip
             with progress_bar("sweep", not as_json) as cb:
                 for i, (n, gb) in enumerate(items):
                     if cb:
@@ -449,12 +534,27 @@ def scale_cmd(
                           f"{r_['mfu']:.1%}" if r_["mfu"] else "-", r_["strategy"] or "no fit")  # fmt: skip
             out.print(t)
             return
+        if fixed_gpus is not None:
+            raise HwtuneInputError(
+                "--fixed-gpus", fixed_gpus, "a model-size or --global-batches sweep (else --gpus)"
+            )
+        policy = policy or "strong"
+        if policy == "weak" and global_batch is not None:
+            raise HwtuneInputError(
+                "--global-batch", global_batch, "strong scaling (weak: --seqs-per-gpu)"
+            )
+        if policy == "strong" and seqs_per_gpu is not None:
+            raise HwtuneInputError("--seqs-per-gpu", seqs_per_gpu, "--policy weak with it")
+        fr = _fractions(knees or "0.9,0.5")
+        if plot is not None:
+            output_path(plot, "--plot", plot_suffixes())
         spec = get_model(names[0])
-        ns = [int(x) for x in gpus.split(",") if x.strip()] or [2**k for k in range(3, 14)]
+        ns = positive_ints(gpus, "--gpus") if gpus is not None else [2**k for k in range(3, 14)]
         with progress_bar("accelerators", not as_json) as cb:
-            res = scale_sweep(spec, mk, ns, seq, policy=policy, global_batch=global_batch,
-                              seqs_per_gpu=seqs_per_gpu, fractions=fr, progress=cb,
-                              precision=precision, top_k=1)  # fmt: skip
+            res = scale_sweep(spec, mk, ns, seq, policy=policy,
+                              global_batch=1024 if global_batch is None else global_batch,
+                              seqs_per_gpu=1.0 if seqs_per_gpu is None else seqs_per_gpu,
+                              fractions=fr, progress=cb, precision=precision, top_k=1)  # fmt: skip
     except HwtuneInputError as e:
         fail(e)
         return
@@ -509,7 +609,14 @@ def scale_cmd(
             f"[bold]{k.n_gpus} GPUs[/bold]: {k.detail}"
             + (f" — saturating: {k.resource}" if k.resource else "")
         )
-    if not res.knees:
+    fitting = sum(1 for p in res.points if p.best)
+    if fitting < 2:
+        out.print(
+            "no strategy fits at any count: no scaling to measure"
+            if not fitting
+            else "one count fits: no scaling to measure (give two or more --gpus that fit)"
+        )
+    elif not res.knees:
         out.print("no knee in the sweep: scaling stays above the thresholds")
     if plot:
         out.print(f"plot: {plot}")

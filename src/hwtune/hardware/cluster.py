@@ -51,7 +51,9 @@ class Cluster(FrozenModel):
     Latencies are per-step alpha terms of the same measurements (a few microseconds).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, allow_inf_nan=False
+    )
 
     device: Device
     n_gpus: int = Field(gt=0)
@@ -165,6 +167,7 @@ def make_cluster(
     fields = {
         "device": dev,
         "n_gpus": gpus,
+        # None (not 0) means "from the preset": a 0 is validated and rejected, not replaced
         "gpus_per_node": preset.get("gpus_per_node", 8) if gpus_per_node is None else gpus_per_node,
         "nic_gbps_per_gpu": preset.get("nic_gbps_per_gpu", 400) if nic_gbps is None else nic_gbps,
         "scaleup_domain": preset.get("scaleup_domain")
@@ -174,7 +177,7 @@ def make_cluster(
         "oversubscription": preset.get("oversubscription", 1.0),
         **kw,
     }
-    if fields["n_gpus"] < fields["gpus_per_node"]:
+    if 0 < fields["n_gpus"] < fields["gpus_per_node"]:  # a job smaller than a node
         fields["gpus_per_node"] = fields["n_gpus"]
         if fields["scaleup_domain"] and fields["scaleup_domain"] > fields["n_gpus"]:
             fields["scaleup_domain"] = fields["n_gpus"]
@@ -209,7 +212,6 @@ def load_cluster_file(path: str | Path) -> Cluster:
     data["device"] = get_device(str(data["device"]))
     if "n_gpus" not in data:
         raise HwtuneInputError(f"{p.name}.n_gpus", None, "the number of GPUs (a positive integer)")
-    data.pop("name", None) if "name" in data and not isinstance(data["name"], str) else None
     try:
         return Cluster(**data)
     except ValidationError as e:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -105,7 +106,13 @@ class _Reader:
             alts = " / ".join(keys[1:])
             field = f"{self.label}: missing '{keys[0]}'" + (f" (or {alts})" if alts else "")
             raise HwtuneInputError(field, None, "an integer; the key is required for this model")
-        if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v or v < minimum:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or int(v) != v
+            or v < minimum
+        ):
             raise HwtuneInputError(self._key(keys), v, f"an integer >= {minimum}")
         return int(v)
 
@@ -164,18 +171,11 @@ def load_hf_config(
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HwtuneInputError("model", str(path), "an existing config.json file") from None
-    except OSError as e:
-        raise HwtuneInputError(
-            "model", str(path), f"a readable config.json file ({e.strerror})"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise HwtuneInputError(
-            "model", str(path), f"a UTF-8 config.json file ({e.reason})"
-        ) from None
+    from hwtune.structured_file import read_utf8
+
+    if not path.exists():
+        raise HwtuneInputError("model", str(path), "an existing config.json file")
+    text = read_utf8(path, "model")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hwtune.errors import HwtuneInputError
 from hwtune.frozen import FrozenModel
 
 FfnAct = Literal["swiglu", "geglu", "gelu", "relu", "squared_relu", "silu"]
@@ -148,10 +149,10 @@ class ModelSpec(FrozenModel):
     def _check(self) -> ModelSpec:
         kv = self.kv_heads
         if self.n_heads % kv:
-            raise ValueError(f"n_kv_heads={kv} must divide n_heads={self.n_heads}")
+            raise HwtuneInputError("n_kv_heads", kv, f"a divisor of n_heads={self.n_heads}")
         if self.head_dim is None and self.mla is None and self.d_model % self.n_heads:
-            raise ValueError(
-                f"n_heads={self.n_heads} must divide d_model={self.d_model} (or set head_dim)"
+            raise HwtuneInputError(
+                "n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set head_dim)"
             )
         if self.layer_types is not None and len(self.layer_types) != self.n_layers:
             raise ValueError(

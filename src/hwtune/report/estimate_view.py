@@ -24,6 +24,12 @@ def render_estimate(est: Estimate, title: str, console: Console | None = None) -
     con = console or Console()
     st = est.strategy
     con.print(f"[bold]{title}[/bold]")
+    if not est.fits:
+        con.print(
+            f"[bold red]OUT OF MEMORY[/bold red]: needs {est.memory.total / GIB:,.1f} GiB per GPU, "
+            f"{est.memory_capacity_bytes / GIB:,.0f} GiB there; the times below are for a step "
+            "that cannot run (try hwtune plan)"
+        )
     con.print(
         f"strategy: dp={st.dp} tp={st.tp} pp={st.pp} cp={st.cp} ep={st.ep}"
         f"{' +sp' if st.sequence_parallel else ''} zero={st.zero} mb={st.micro_batch} "

@@ -355,6 +355,7 @@ def estimate(
     if strategy is None:
         f = dict(strategy_fields)
         if f.get("dp") is None:
+            make_strategy(**{**f, "dp": 1})  # a bad tp/pp/cp is named before dp is derived from it
             denom = int(f.get("tp") or 1) * int(f.get("pp") or 1) * int(f.get("cp") or 1)  # type: ignore[call-overload]
             if cluster.n_gpus % denom:
                 raise HwtuneInputError("tp*pp*cp", denom, f"a divisor of the {cluster.n_gpus} GPUs")

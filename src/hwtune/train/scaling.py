@@ -13,6 +13,7 @@ fixed (global batch = per-GPU batch x GPUs).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import Estimate
-from hwtune.train.search import PlanResult, plan, strategy_label
+from hwtune.train.search import NoLayoutError, PlanResult, plan, strategy_label
 
 SHARE_KEYS = {
     "tp": "tp_comm_exposed",
@@ -149,18 +150,29 @@ def scale_sweep(
         raise HwtuneInputError(
             "policy", policy, "strong (fixed global batch) or weak (fixed per-GPU batch)"
         )
-    if policy == "strong" and not global_batch:
+    if policy == "strong" and not (isinstance(global_batch, int) and global_batch > 0):
         raise HwtuneInputError("global_batch", global_batch, "a global batch for strong scaling")
-    if policy == "weak" and not seqs_per_gpu:
-        raise HwtuneInputError("seqs_per_gpu", seqs_per_gpu, "sequences per GPU for weak scaling")
+    if policy == "weak":
+        spg = seqs_per_gpu
+        if not (isinstance(spg, int | float) and math.isfinite(spg) and spg > 0):
+            raise HwtuneInputError("seqs_per_gpu", spg, "sequences per GPU for weak scaling")
+        for n in ns:
+            if spg * n != round(spg * n):
+                raise HwtuneInputError(
+                    "seqs_per_gpu", spg, f"whole sequences at every count ({n} GPUs: {spg * n:g})"
+                )
+    for f in fractions:
+        if not (isinstance(f, int | float) and 0 < f <= 1):
+            raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1]")
     points: list[ScalePoint] = []
     for i, n in enumerate(ns):
         if progress:
             progress(i, len(ns))
-        gb = int(global_batch) if policy == "strong" else max(1, round(seqs_per_gpu * n))  # type: ignore[arg-type, operator]
+        gb = int(global_batch) if policy == "strong" else round(seqs_per_gpu * n)  # type: ignore[arg-type, operator]
+        cl = cluster_for(n)  # a bad GPU or network option is an error, not an empty point
         try:
-            r = plan(spec, cluster_for(n), gb, seq, **plan_kw)  # type: ignore[arg-type]
-        except HwtuneInputError:
+            r = plan(spec, cl, gb, seq, **plan_kw)  # type: ignore[arg-type]
+        except NoLayoutError:
             # no layout of n GPUs divides this job (e.g. more data-parallel ranks than sequences)
             points.append(ScalePoint(n, gb, None, None, 0.0))  # type: ignore[arg-type]
             continue

@@ -21,21 +21,27 @@ Counts of what was pruned and why are part of the result.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import get_args
 
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import Estimate, _estimate, memory_table, step_time_lower_bound
 from hwtune.train.objectives import OBJECTIVES, objective_value
-from hwtune.train.strategy import SCHEDULES, Strategy
+from hwtune.train.strategy import SCHEDULES, Precision, Strategy
 
 RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
 ZERO_ORDER = (1, 2, 3)
 KNOB_FIELDS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "schedule", "recompute", "zero")
+
+
+class NoLayoutError(HwtuneInputError):
+    """No layout of the cluster's GPUs divides the job (a scaling sweep records such a point)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,49 @@ def _schedules(spec: ModelSpec, pp: int, m: int, c: Constraints) -> Iterator[tup
             yield s, 1
 
 
+def _positive_int(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HwtuneInputError(field, value, "a positive integer")
+
+
+def _check_job(
+    global_batch: int, seq: int, precision: str, top_k: int, price: float | None, tokens: float
+) -> None:
+    """One-line errors for a job the search cannot take (before any layout is tried)."""
+    _positive_int("global_batch", global_batch)
+    _positive_int("seq", seq)
+    _positive_int("top", top_k)
+    precisions = get_args(Precision)
+    if precision not in precisions:
+        raise HwtuneInputError("precision", precision, f"one of {', '.join(precisions)}")
+    if price is not None and not (math.isfinite(price) and price >= 0):
+        raise HwtuneInputError("price_per_gpu_hour", price, "a finite price >= 0 (USD)")
+    if not (math.isfinite(tokens) and tokens > 0):
+        raise HwtuneInputError("tokens", tokens, "a positive finite token count")
+
+
+def _check_constraints(c: Constraints) -> None:
+    """``--fix``/``--max`` name known knobs with values that they can take."""
+    for name, v in c.fixed.items():
+        if name not in KNOB_FIELDS + ("offload_optimizer",):
+            raise HwtuneInputError("--fix", name, f"one of {', '.join(KNOB_FIELDS)}")
+        allowed = {
+            "schedule": SCHEDULES,
+            "recompute": RECOMPUTE_ORDER,
+            "zero": ZERO_ORDER,
+            "offload_optimizer": (True, False),
+        }.get(name)
+        if allowed is not None and v not in allowed:
+            raise HwtuneInputError(f"--fix {name}", v, f"one of {', '.join(map(str, allowed))}")
+        if allowed is None:
+            _positive_int(f"--fix {name}", v)
+    for name, v in c.maxima.items():
+        if name not in KNOB_FIELDS or name in ("schedule", "recompute"):
+            names = [k for k in KNOB_FIELDS if k not in ("schedule", "recompute")]
+            raise HwtuneInputError("--max", name, f"one of {', '.join(names)}")
+        _positive_int(f"--max {name}", v)
+
+
 def n_raw_for(tp: int, c: Constraints, lattice: list) -> int:
     """Raw candidates per (layout, micro-batch, schedule): ZeRO 0-3 x recomputation x offload
     x sequence parallel on/off (with TP)."""
@@ -190,10 +239,9 @@ def plan(
     ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`)."""
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
+    _check_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
     c = constraints or Constraints()
-    for name in c.fixed:
-        if name not in KNOB_FIELDS + ("offload_optimizer",):
-            raise HwtuneInputError("--fix", name, f"one of {', '.join(KNOB_FIELDS)}")
+    _check_constraints(c)
     base = dict(base or {})
     t0 = time.perf_counter()
     pruned: Counter = Counter()
@@ -208,7 +256,7 @@ def plan(
     ]  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:
-        raise HwtuneInputError(
+        raise NoLayoutError(
             "constraints", {**c.fixed, **c.maxima} or "none",
             f"a layout of {cl.n_gpus} GPUs that divides the heads, layers, sequence and batch {global_batch}",
         )  # fmt: skip

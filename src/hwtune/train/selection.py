@@ -8,10 +8,13 @@ fraction of the best throughput in the sweep.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hwtune.errors import HwtuneInputError
+from pydantic import ValidationError
+
+from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.hardware.cluster import Cluster
 from hwtune.model.spec import ModelSpec
 from hwtune.train.objectives import objective_value
@@ -96,13 +99,16 @@ def network_whatif(
     for i, v in enumerate(values):
         if progress:
             progress(i, len(values))
+        if not math.isfinite(v) or (field == "domain" and v != int(v)):
+            kind = "a whole number of GPUs" if field == "domain" else "a finite number"
+            raise HwtuneInputError(f"--what-if {field}", v, kind)
         upd = {key: int(v) if field == "domain" else float(v)}
         if field == "domain":
             upd["gpus_per_node"] = min(cluster.gpus_per_node, int(v))
         try:
             cl = Cluster(**{**cluster.__dict__, **upd})
-        except Exception as e:  # pydantic validation: a domain that does not nest, etc.
-            raise HwtuneInputError(field, v, f"a value the cluster accepts ({e})") from None
+        except ValidationError as e:  # a NIC <= 0, a domain that does not nest, etc.
+            raise from_validation_error(e, where=f"--what-if {field}") from None
         r = plan(spec, cl, global_batch, seq, constraints=constraints, **plan_kw)  # type: ignore[arg-type]
         thr = r.top[0].tokens_per_s if r.top else 0.0
         points.append(WhatIfPoint(float(v), r, thr, 0.0))

@@ -45,7 +45,7 @@ def expert_data_parallel(tp: int, cp: int, dp: int, ep: int) -> int:
 class Strategy(BaseModel):
     """A composite parallel strategy and its switches."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     precision: Precision = "bf16"
     dp: int = Field(default=1, gt=0)
@@ -195,6 +195,25 @@ class Strategy(BaseModel):
                 )
         if self.precision == "fp32" and self.optimizer != "adam":
             raise HwtuneInputError("optimizer", self.optimizer, "adam with fp32 training")
+        # switches that would change nothing here are errors, not silently ignored
+        if self.pp == 1 and self.vpp > 1:
+            raise HwtuneInputError("vpp", self.vpp, "1 without pipeline parallelism (pp=1)")
+        if self.pp == 1 and self.schedule != "1f1b":
+            raise HwtuneInputError(
+                "schedule", self.schedule, "1f1b (the default) without pipeline parallelism (pp=1)"
+            )
+        if self.fp8_recipe != "delayed" and self.precision != "fp8":
+            raise HwtuneInputError("fp8_recipe", self.fp8_recipe, "delayed unless precision is fp8")
+        if model.moe is None:
+            for name, default in (
+                ("moe_imbalance", 1.0),
+                ("overlap_moe_a2a", False),
+                ("moe_dispatch", "alltoall"),
+            ):
+                if getattr(self, name) != default:
+                    raise HwtuneInputError(
+                        name, getattr(self, name), f"{default!r} for a dense model (no experts)"
+                    )
 
 
 def make_strategy(**fields: object) -> Strategy:
