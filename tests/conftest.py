@@ -32,17 +32,19 @@ def benchmark_module():
 
 @pytest.fixture(scope="session")
 def rejects():
-    """``rejects(args, field)``: `hwtune ARGS` exits with code 2 and one line naming ``field``,
-    without a traceback; returns that line."""
+    """``rejects(args, field, *words)``: `hwtune ARGS` exits with code 2 and one line naming
+    ``field`` (and any ``words``: the value, what was expected), without a traceback; returns
+    that line."""
     from typer.testing import CliRunner
 
     from hwtune.cli.main import app
 
-    def check(args: list[str], field: str) -> str:
+    def check(args: list[str], field: str, *words: str) -> str:
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2, r.output
-        assert field in r.output and "Traceback" not in r.output
-        assert r.output.count("\n") == 1, r.output
+        assert "Traceback" not in r.output and r.output.count("\n") == 1, r.output
+        for w in (field, *words):
+            assert w in r.output, r.output
         return r.output
 
     return check

@@ -15,15 +15,6 @@ HEADER = "batch,frequency_hz,step_time_s,power_w\n"
 ROWS = "2,1e9,0.15,12\n1,5e8,0.2,7\n2,5e8,0.3,8\n"
 
 
-def rejects(args: list[str], *words: str) -> str:
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert "Traceback" not in r.output and r.output.count("\n") == 1, r.output
-    for w in words:
-        assert w in r.output, r.output
-    return r.output
-
-
 def points(tmp_path: Path, first: str = "1,1e9,0.1,10\n") -> str:
     f = tmp_path / "points.csv"
     f.write_text(HEADER + first + ROWS)
@@ -31,34 +22,34 @@ def points(tmp_path: Path, first: str = "1,1e9,0.1,10\n") -> str:
 
 
 @pytest.mark.parametrize("cmd", ["optimize", "tune"])
-def test_infinite_power_cap(cmd: str):
+def test_infinite_power_cap(cmd: str, rejects):
     rejects(["energy", cmd, "--cap", "inf", "--steps" if cmd == "tune" else "--batch", "20"],
             "power cap", "inf")  # fmt: skip
 
 
-def test_tune_interval_infinite_and_seed_negative():
+def test_tune_interval_infinite_and_seed_negative(rejects):
     rejects(["energy", "tune", "--interval", "inf"], "control interval", "inf")
     rejects(["energy", "tune", "--seed", "-1"], "seed", "-1")
 
 
 @pytest.mark.parametrize("eta", ["2", "-1", "nan"])
-def test_eta_outside_zero_one(eta: str):
+def test_eta_outside_zero_one(eta: str, rejects):
     rejects(["energy", "optimize", "--objective", "mix", "--eta", eta], "eta", eta)
 
 
-def test_eta_without_mix_would_be_ignored():
+def test_eta_without_mix_would_be_ignored(rejects):
     rejects(["energy", "optimize", "--eta", "0.3"], "eta", "0.3", "mix")
 
 
 @pytest.mark.parametrize(("opt", "value"), [("--host-ms", "-1"), ("--host-ms", "nan"),
                                             ("--host-ms-per-sample", "-1")])  # fmt: skip
-def test_host_times(opt: str, value: str):
+def test_host_times(opt: str, value: str, rejects):
     rejects(["energy", "optimize", opt, value], opt.lstrip("-"), value)
 
 
 @pytest.mark.parametrize(("opt", "value"), [("--model", "llama3.1-8b"), ("--seq", "128"),
                                             ("--host-ms", "10"), ("--host-ms-per-sample", "1")])  # fmt: skip
-def test_points_with_estimator_options(tmp_path: Path, opt: str, value: str):
+def test_points_with_estimator_options(tmp_path: Path, opt: str, value: str, rejects):
     rejects(["energy", "optimize", "--cap", "100", "--points", points(tmp_path), opt, value],
             opt.lstrip("-"), value, "--points")  # fmt: skip
 
@@ -73,36 +64,36 @@ def test_points_still_work(tmp_path: Path):
 @pytest.mark.parametrize(("first", "words"), [("1,1e9,nan,10\n", ("line 2", "finite")),
                                               ("1,1e9,0.1\n", ("line 2", "numbers")),
                                               ("1.5,1e9,0.1,10\n", ("line 2 batch", "1.5"))])  # fmt: skip
-def test_bad_points_rows(tmp_path: Path, first: str, words: tuple[str, ...]):
+def test_bad_points_rows(tmp_path: Path, first: str, words: tuple[str, ...], rejects):
     rejects(["energy", "optimize", "--cap", "100", "--points", points(tmp_path, first)], *words)
 
 
-def test_non_utf8_points_and_trace(tmp_path: Path):
+def test_non_utf8_points_and_trace(tmp_path: Path, rejects):
     f = tmp_path / "x.csv"
     f.write_bytes(b"\xff\xfe\x00bad")
     rejects(["energy", "optimize", "--points", str(f)], "points", "UTF-8")
     rejects(["energy", "measure", "--backend", "replay", "--trace", str(f)], "trace", "UTF-8")
 
 
-def test_replay_trace_with_nan(tmp_path: Path):
+def test_replay_trace_with_nan(tmp_path: Path, rejects):
     f = tmp_path / "t.csv"
     f.write_text("time_s,power_w\n0,10\n1,nan\n2,5\n")
     rejects(["energy", "measure", "--backend", "replay", "--trace", str(f)], "line 3", "nan")
 
 
 @pytest.mark.parametrize("name", ["missing/p.png", "p.txt"])
-def test_plot_path_checked_first(tmp_path: Path, name: str):
+def test_plot_path_checked_first(tmp_path: Path, name: str, rejects):
     rejects(["energy", "optimize", "--plot", str(tmp_path / name)], "plot", name)
 
 
-def test_measure_infinite_window():
+def test_measure_infinite_window(rejects):
     rejects(["energy", "measure", "--seconds", "inf"], "seconds", "inf")
 
 
 @pytest.mark.parametrize(("args", "field"), [(["--backend", "rapl", "--trace", "x.csv"], "trace"),
                                              (["--backend", "replay", "--root", "/"], "root"),
                                              (["--backend", "replay", "--index", "1"], "index")])  # fmt: skip
-def test_measure_options_of_another_backend(tmp_path: Path, args: list[str], field: str):
+def test_measure_options_of_another_backend(tmp_path: Path, args: list[str], field: str, rejects):
     if "replay" in args:
         t = tmp_path / "t.csv"
         t.write_text("time_s,power_w\n0,10\n1,10\n2,5\n")
@@ -115,11 +106,11 @@ def test_measure_options_of_another_backend(tmp_path: Path, args: list[str], fie
                                              (["--stage-ms", "nan:1"], "stage-ms"),
                                              (["--stage-ms", "1:inf"], "stage-ms"),
                                              (["--microbatches", "0"], "microbatches")])  # fmt: skip
-def test_pipeline_values(args: list[str], field: str):
+def test_pipeline_values(args: list[str], field: str, rejects):
     rejects(["energy", "pipeline", *args], field, args[1])
 
 
-def test_malformed_and_non_utf8_profile(tmp_path: Path):
+def test_malformed_and_non_utf8_profile(tmp_path: Path, rejects):
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [1, 2\n")
     rejects(["energy", "pipeline", "--profile", str(bad)], "profile", "YAML")
@@ -128,7 +119,7 @@ def test_malformed_and_non_utf8_profile(tmp_path: Path):
     rejects(["energy", "pipeline", "--profile", str(bin_)], "profile", "UTF-8")
 
 
-def test_profile_file_with_two_profiles(tmp_path: Path):
+def test_profile_file_with_two_profiles(tmp_path: Path, rejects):
     from hwtune.energy.profiles import profiles
 
     two = [p.model_dump(mode="json") for p in list(profiles().values())[:2]]
