@@ -63,7 +63,10 @@ def test_points_still_work(tmp_path: Path):
 
 @pytest.mark.parametrize(("first", "words"), [("1,1e9,nan,10\n", ("line 2", "finite")),
                                               ("1,1e9,0.1\n", ("line 2", "numbers")),
-                                              ("1.5,1e9,0.1,10\n", ("line 2 batch", "1.5"))])  # fmt: skip
+                                              ("1.5,1e9,0.1,10\n", ("line 2 batch", "1.5")),
+                                              ("1,1e9,0.1,-10\n", ("line 2 power_w", "-10")),
+                                              ("1,0,0.1,10\n", ("line 2 frequency_hz", "0")),
+                                              ("1,1e9,0,10\n", ("line 2 step_time_s", "positive"))])  # fmt: skip
 def test_bad_points_rows(tmp_path: Path, first: str, words: tuple[str, ...], rejects):
     rejects(["energy", "optimize", "--cap", "100", "--points", points(tmp_path, first)], *words)
 
@@ -126,3 +129,10 @@ def test_profile_file_with_two_profiles(tmp_path: Path, rejects):
     f = tmp_path / "two.yaml"
     f.write_text(yaml.safe_dump({"profiles": two}))
     rejects(["energy", "pipeline", "--profile", str(f)], "two.yaml.profiles", "exactly one")
+
+
+@pytest.mark.parametrize("col", ["utilization", "mem_utilization"])
+def test_points_utilization_outside_zero_one(tmp_path: Path, col: str, rejects):
+    f = tmp_path / "u.csv"
+    f.write_text(HEADER.strip() + f",{col}\n" + "1,1e9,0.1,10,1.5\n2,1e9,0.15,12,0.5\n")
+    rejects(["energy", "optimize", "--cap", "100", "--points", str(f)], f"line 2 {col}", "1.5")

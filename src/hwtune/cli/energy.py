@@ -85,6 +85,15 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
             raise HwtuneInputError(f"{path.name} line {n}", r, "finite numbers")
         if b != int(b) or b < 1:
             raise HwtuneInputError(f"{path.name} line {n} batch", r["batch"], "a positive integer")
+        for col, v, ok, want in (
+            ("frequency_hz", f, f > 0, "a positive clock in Hz"),
+            ("step_time_s", t, t > 0, "a positive step time in seconds"),
+            ("power_w", w, w >= 0, "a power in W, 0 or more"),
+            ("utilization", u, u is None or 0 <= u <= 1, "a fraction in [0, 1]"),
+            ("mem_utilization", um, um is None or 0 <= um <= 1, "a fraction in [0, 1]"),
+        ):
+            if not ok:
+                raise HwtuneInputError(f"{path.name} line {n} {col}", v, want)
         sp.append(StepPoint(b, f, t, u, um))
         pp.append((f, w, u, um))
     return sp, pp
