@@ -42,6 +42,24 @@ def unknown_name(kind: str, name: str, choices: Iterable[str]) -> HwtuneInputErr
     return HwtuneInputError(kind, name, hint + " (or a path to a file)")
 
 
+def expected_from_pydantic(msg: str) -> str:
+    """Pydantic's description of a failed check, reworded as what was expected:
+    "Input should be greater than 0" -> "a value greater than 0", "Input should be a valid
+    integer, unable to parse string as an integer" -> "a valid integer", "Extra inputs are not
+    permitted" -> "a known field name (this one is unknown)"."""
+    msg = msg.removeprefix("Value error, ")
+    if msg == "Extra inputs are not permitted":
+        return "a known field name (this one is unknown)"
+    if not msg.startswith("Input should be "):
+        return msg
+    rest = msg.removeprefix("Input should be ")
+    if rest.startswith("a valid "):
+        rest = rest.split(",")[0]  # "a valid integer, unable to parse ..." -> "a valid integer"
+    if rest.startswith(("greater", "less", "finite")):
+        rest = "a value " + rest if not rest.startswith("finite") else "a finite number"
+    return rest
+
+
 def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputError:
     """Turn pydantic's (multi-line) error into hwtune's one-line form, naming the first bad field."""
     first = err.errors()[0]
@@ -54,7 +72,7 @@ def from_validation_error(err: ValidationError, where: str = "") -> HwtuneInputE
     if isinstance(cause, HwtuneInputError):  # a validator named the field and the value
         inner = f"{field}.{cause.field}" if field != "input" else cause.field
         return HwtuneInputError(inner, cause.value, cause.expected)
-    msg = msg.removeprefix("Value error, ")
+    msg = expected_from_pydantic(msg)
     value = first.get("input")
     if not loc and isinstance(value, dict | BaseModel):
         # a check of the whole model: show the fields its message names, not every field

@@ -151,3 +151,36 @@ def test_short_error_is_one_line():
     r = hwtune("estimate", "--gpus", "3", "--tp", "3")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["estimate", "--gpus", "abc"], ("--gpus", "'abc'", "a valid integer")),
+        (["serve", "plan", "--ttft-p90", "soon"], ("--ttft-p90", "'soon'", "a valid number")),
+        (["serve", "--no-such-flag", "1"], ("--no-such-flag", "hwtune serve --help")),
+        (["no-such-command"], ("no-such-command", "hwtune --help")),
+        (["serve", "--input-len"], ("--input-len", "requires an argument")),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], words: tuple[str, ...], rejects):
+    """Errors that typer finds while parsing (a value of the wrong type, an unknown option or
+    command, a missing value) are one line with exit code 2, like hwtune's own."""
+    rejects(args, *words)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("n_gpus: 8\ngpus_per_node: eight\n", "gpus_per_node", ("'eight'", "a valid integer")),
+        ("n_gpus: 8\nnic_gbps_per_gpu: -5\n", "nic_gbps_per_gpu", ("-5", "greater than 0")),
+        ("n_gpus: 8\nfoo: 3\n", "foo", ("a known field name",)),
+    ],
+)
+def test_cluster_file_errors_in_plain_words(tmp_path, text, field, words, rejects):
+    """A cluster file's bad field says what was expected without pydantic's "Input should
+    be" / "Extra inputs are not permitted"."""
+    f = tmp_path / "c.yaml"
+    f.write_text("device: h100-sxm-80gb\n" + text)
+    line = rejects(["estimate", "--cluster", str(f)], f"c.yaml.{field}", *words)
+    assert "Input should" not in line and "Extra inputs" not in line

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from hwtune.cli.parsing import cluster_only
 from hwtune.cli.software import (
@@ -21,9 +24,55 @@ from hwtune.cli.software import (
     Zero3Gather,
     software_fields,
 )
-from hwtune.errors import HwtuneInputError
+from hwtune.errors import HwtuneInputError, expected_from_pydantic
+
+# click's base error, found through typer's own export (recent typer versions vendor click)
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class _OneLineErrors(TyperGroup):
+    """The root group: a usage error (unknown option, a value of the wrong type, a missing
+    argument) is one line on stderr with exit code 2, like hwtune's own input errors, instead of
+    the usage block and framed message that click and typer print."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except _CLICK_ERROR as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # a bare `hwtune serve`: its help
+                e.show()
+                sys.exit(e.exit_code)
+            msg = e.format_message().replace("\n", " ").rstrip(".")
+            cause, param = e.__cause__, getattr(e, "param", None)
+            if isinstance(cause, ValidationError) and param is not None:  # typer's coercion
+                opt = max(param.opts, key=len) if param.opts else param.name
+                first = cause.errors()[0]
+                msg = str(
+                    HwtuneInputError(opt, first.get("input"), expected_from_pydantic(first["msg"]))
+                )
+            ctx = getattr(e, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            sys.stderr.write(f"error: {msg}{where}\n")
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            sys.stderr.write("Aborted!\n")
+            sys.exit(1)
+        # not standalone: an Exit's code comes back as the value; commands return None
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="hwtune",
     help="Hardware-aware tuning of large-model training and serving.",
     no_args_is_help=True,
