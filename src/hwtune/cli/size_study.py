@@ -33,14 +33,20 @@ def size_cmd(
         str, typer.Option("--model", "-m", help="catalog name or config.json to check / start from")
     ] = "llama3.1-8b",
     gpu: Annotated[str, typer.Option(help="catalog GPU or device YAML")] = "h100-sxm-80gb",
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree (per-rank shapes)")] = 1,
+    tp: Annotated[
+        int | None,
+        typer.Option(help="tensor-parallel degree (per-rank shapes; default 1; not with --target)"),
+    ] = None,
     micro_batch: Annotated[int, typer.Option()] = 1,
     seq: Annotated[int, typer.Option()] = 4096,
-    precision: Annotated[str, typer.Option(help="bf16|fp8")] = "bf16",
+    precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
     target: Annotated[
         str | None, typer.Option(help="propose shapes for this many parameters (e.g. 7B)")
     ] = None,
-    tolerance: Annotated[float, typer.Option(help="allowed parameter-count deviation")] = 0.02,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="allowed parameter-count deviation with --target (default 0.02)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check a model's dimensions against a device (tile, wave and alignment losses, in seconds),
@@ -48,11 +54,19 @@ def size_cmd(
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.model.params import total_params
-    from hwtune.train.sizing import check, propose
+    from hwtune.train.sizing import check, check_job, propose
 
     try:
+        if target is not None and tp is not None:
+            raise HwtuneInputError(
+                "--tp", tp, "no value with --target (shapes are sized for 1 GPU)"
+            )
+        if target is None and tolerance is not None:
+            raise HwtuneInputError("--tolerance", tolerance, "--target with it")
+        tp = 1 if tp is None else tp
         spec = get_model(model)
         dev = get_device(gpu)
+        check_job(dev, precision, micro_batch=micro_batch, seq=seq)
         if target is None:
             issues = check(spec, dev, tp=tp, micro_batch=micro_batch, seq=seq, dtype=precision)
         else:
@@ -60,7 +74,7 @@ def size_cmd(
                 spec,
                 _num(target),
                 dev,
-                tolerance=tolerance,
+                tolerance=0.02 if tolerance is None else tolerance,
                 tokens=micro_batch * seq,
                 dtype=precision,
             )
