@@ -39,3 +39,56 @@ def test_size_target_with_tolerance_still_runs():
     r = CliRunner().invoke(app, ["size", "--target", "7B", "--tolerance", "0.05", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["proposals"]
+
+
+STUDY = ["study", "--models", "llama3.1-8b", "--scales", "8", "--global-batch", "16"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        (["--scales", "0"], "--scales", ("0",)),  # was a "no fit" row
+        (["--scales", "-8"], "--scales", ("-8",)),
+        (["--scales", "8,,16"], "--scales", ("8,,16",)),  # the empty item was dropped
+        (["--scales", "12"], "n_gpus", ("12", "gpus_per_node")),  # was a "no fit" row
+        (["--scales", "8,8"], "scales", ("8", "twice")),  # the point ran and was written twice
+        (["--models", "llama3.1-8b,llama3.1-8b"], "models", ("llama3.1-8b",)),
+        (["--global-batch", "0"], "global_batch", ("0",)),  # was a "no fit" row
+        (["--seq", "-1"], "seq", ("-1",)),
+        (["--precision", "FP8"], "precision", ("FP8",)),
+        (["--gpus", "a100-sxm4-80gb", "--precision", "fp8"], "precision", ("a100",)),
+        (["--models", "nosuch"], "model", ("nosuch",)),  # was a "no fit" row
+        (["--gpus", "nosuch"], "gpu", ("nosuch",)),
+        (["--topologies", "nic=-100,domain=8"], "topology nic", ("-100",)),
+        (["--topologies", "nic=nan"], "topology nic", ("nan",)),
+        (["--topologies", "domain=7.5"], "topology domain", ("7.5",)),  # was truncated to 7
+        (["--topologies", "domain=0"], "topology domain", ()),
+        (["--topologies", "oversubscription=0.5"], "topology oversubscription", ("0.5",)),
+    ],
+)
+def test_study_bad_values_are_named_before_any_point_runs(rejects, tmp_path, args, field, words):
+    rejects([*STUDY, "-o", str(tmp_path / "out"), "--workers", "1", *args], field, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_study_output_must_be_a_directory(rejects, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    rejects([*STUDY, "-o", str(f)], "output", str(f), "directory")  # was FileExistsError
+
+
+def test_study_output_in_a_missing_place_is_named(rejects, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    rejects([*STUDY, "-o", str(f / "sub")], "output", str(f / "sub"))  # was NotADirectoryError
+
+
+def test_study_does_not_overwrite_a_foreign_csv(rejects, tmp_path):
+    (tmp_path / "study.csv").write_text("a,b\n1,2\n")
+    rejects([*STUDY, "-o", str(tmp_path)], "output", "study.csv", "header")  # was overwritten
+    assert (tmp_path / "study.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_study_non_utf8_csv_is_named(rejects, tmp_path):
+    (tmp_path / "study.csv").write_bytes(b"model,gpu\xff\n")
+    rejects([*STUDY, "-o", str(tmp_path)], "output", "study.csv", "UTF-8")  # was a traceback

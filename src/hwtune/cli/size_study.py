@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hwtune.cli.parsing import positive_ints
 from hwtune.cli.plan import fail, out, progress_bar
 from hwtune.errors import HwtuneInputError
 
@@ -176,12 +177,7 @@ def study_cmd(
     from hwtune.train.study import grid, run_study
 
     try:
-        try:
-            ns = [int(s) for s in scales.split(",") if s.strip()]
-        except ValueError:
-            raise HwtuneInputError(
-                "--scales", scales, "comma-separated integers, e.g. 8,64,512"
-            ) from None
+        ns = positive_ints(scales, "--scales")
         pts = grid(
             [m.strip() for m in models.split(",") if m.strip()],
             [g.strip() for g in gpus.split(",") if g.strip()],
