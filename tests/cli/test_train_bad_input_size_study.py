@@ -92,3 +92,8 @@ def test_study_does_not_overwrite_a_foreign_csv(rejects, tmp_path):
 def test_study_non_utf8_csv_is_named(rejects, tmp_path):
     (tmp_path / "study.csv").write_bytes(b"model,gpu\xff\n")
     rejects([*STUDY, "-o", str(tmp_path)], "output", "study.csv", "UTF-8")  # was a traceback
+
+
+def test_study_topology_key_given_twice_is_refused(rejects, tmp_path):
+    # nic=100,nic=200 ran with 200 only
+    rejects([*STUDY, "-o", str(tmp_path), "--topologies", "nic=100,nic=200"], "topology nic")

@@ -90,6 +90,8 @@ def _topology_fields(topology: str) -> dict[str, float] | None:
     kv: dict[str, float] = {}
     for part in topology.split(","):
         k, _, v = part.partition("=")
+        if k.strip() in kv:  # nic=100,nic=200 would keep only the last
+            raise HwtuneInputError(f"topology {k.strip()}", topology, "each key once")
         try:
             kv[k.strip()] = float(v)
         except ValueError:
