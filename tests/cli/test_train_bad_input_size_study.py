@@ -97,3 +97,15 @@ def test_study_non_utf8_csv_is_named(rejects, tmp_path):
 def test_study_topology_key_given_twice_is_refused(rejects, tmp_path):
     # nic=100,nic=200 ran with 200 only
     rejects([*STUDY, "-o", str(tmp_path), "--topologies", "nic=100,nic=200"], "topology nic")
+
+
+def test_study_table_shows_why_a_point_has_no_strategy(tmp_path, monkeypatch):
+    import hwtune.train.study as study
+
+    def no_layout(p):
+        return {**study.asdict(p), "fits": False, "error": "gpus: got 7; expected a layout"}
+
+    monkeypatch.setattr(study, "run_point", no_layout)
+    r = CliRunner().invoke(app, [*STUDY, "-o", str(tmp_path), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "layout" in r.output and "no fit" not in r.output  # was "no fit" only

@@ -201,7 +201,7 @@ def study_cmd(
         strat = (
             f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']} ep{r['ep']}"
             if r["fits"] == "True"
-            else "no fit"
+            else (r.get("error") or "no fit")  # why a point has no strategy
         )
         t.add_row(r["model"], r["gpu"], r["topology"], r["n_gpus"],
                   f"{float(r['tokens_per_s_per_gpu']):,.0f}" if r["fits"] == "True" else "-",
