@@ -24,8 +24,10 @@ from hwtune.cli.main import app
         (["--precision", "FP8"], "precision", ("FP8", "fp8")),  # was KeyError
         (["--precision", "fp4"], "precision", ("fp4",)),
         (["--gpu", "a100-sxm4-80gb", "--precision", "fp8"], "precision", ("a100",)),
-        (["--target", "nan"], "target", ("nan", "finite")),  # was "not reachable"
-        (["--target", "inf"], "target", ("inf", "finite")),
+        (["--target", "nan"], "target", ("nan", "positive")),  # was "not reachable"
+        (["--target", "inf"], "target", ("inf", "positive")),
+        (["--target", "-7B"], "target", ("'-7B'",)),  # was named as -7000000000.0
+        (["--target", "0"], "target", ("'0'",)),
         (["--target", "7B", "--micro-batch", "-1", "--seq", "-1"], "micro_batch", ()),  # 1 token
         (["--target", "7B", "--tp", "2"], "--tp", ("--target",)),  # tp was ignored
         (["--tolerance", "0.1"], "--tolerance", ("--target",)),  # was ignored
@@ -109,3 +111,14 @@ def test_study_table_shows_why_a_point_has_no_strategy(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, [*STUDY, "-o", str(tmp_path), "--workers", "1"])
     assert r.exit_code == 0, r.output
     assert "layout" in r.output and "no fit" not in r.output  # was "no fit" only
+
+
+def test_study_unwritable_output_is_named(rejects, tmp_path, monkeypatch):
+    import os
+    from types import SimpleNamespace
+
+    import hwtune.train.study as study
+
+    denied = SimpleNamespace(access=lambda *a, **k: False, W_OK=os.W_OK, X_OK=os.X_OK)
+    monkeypatch.setattr(study, "os", denied)  # root can write anywhere
+    rejects([*STUDY, "-o", str(tmp_path)], "output", "writable")  # was PermissionError

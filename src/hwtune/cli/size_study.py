@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,13 +21,12 @@ def _num(text: str) -> float:
     t = text.strip().upper()
     mult = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
     try:
-        if t and t[-1] in mult:
-            return float(t[:-1]) * mult[t[-1]]
-        return float(t)
+        n = float(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else float(t)
     except ValueError:
-        raise HwtuneInputError(
-            "target", text, "a parameter count such as 7e9, 7B or 500M"
-        ) from None
+        n = math.nan
+    if not (math.isfinite(n) and n > 0):  # named as typed: -7B, not -7000000000.0
+        raise HwtuneInputError("target", text, "a positive parameter count such as 7e9, 7B or 500M")
+    return n
 
 
 def size_cmd(

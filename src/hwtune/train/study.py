@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -159,6 +160,10 @@ def _output_dir(out: Path) -> Path:
             "output", str(out), f"a directory that can be made ({e.strerror})"
         ) from None
     csv_path = out / "study.csv"
+    if not os.access(out, os.W_OK | os.X_OK) or (
+        csv_path.is_file() and not os.access(csv_path, os.W_OK)
+    ):
+        raise HwtuneInputError("output", str(out), "a writable directory (permission denied)")
     if csv_path.is_dir():
         raise HwtuneInputError("output", str(csv_path), "study.csv to be a file, not a directory")
     if csv_path.exists():
