@@ -122,3 +122,8 @@ def test_study_unwritable_output_is_named(rejects, tmp_path, monkeypatch):
     denied = SimpleNamespace(access=lambda *a, **k: False, W_OK=os.W_OK, X_OK=os.X_OK)
     monkeypatch.setattr(study, "os", denied)  # root can write anywhere
     rejects([*STUDY, "-o", str(tmp_path)], "output", "writable")  # was PermissionError
+
+
+def test_study_malformed_ray_address_is_named(rejects, tmp_path):
+    pytest.importorskip("ray")
+    rejects([*STUDY, "-o", str(tmp_path), "--ray", "foo"], "--ray", "'foo'")  # was ValueError
