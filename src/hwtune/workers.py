@@ -78,8 +78,14 @@ def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> Iterator[t
         raise HwtuneInputError(
             "--ray", address, "the optional 'ray' extra: pip install 'hwtune[ray]'"
         ) from None
-    ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
-             include_dashboard=False, log_to_driver=False)  # fmt: skip
+    try:
+        ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
+                 include_dashboard=False, log_to_driver=False)  # fmt: skip
+    except (ValueError, ConnectionError, RuntimeError, TimeoutError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise HwtuneInputError(
+            "--ray", address, f"'local' or a reachable Ray address, ray://host:port ({first})"
+        ) from None
     remote = ray.remote(fn)
     index = {remote.remote(job): i for i, job in enumerate(jobs)}
     pending = list(index)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from hwtune.cli.parsing import positive_ints
 from hwtune.cli.plan import fail, out, progress_bar
 from hwtune.errors import HwtuneInputError
 
@@ -19,13 +21,12 @@ def _num(text: str) -> float:
     t = text.strip().upper()
     mult = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
     try:
-        if t and t[-1] in mult:
-            return float(t[:-1]) * mult[t[-1]]
-        return float(t)
+        n = float(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else float(t)
     except ValueError:
-        raise HwtuneInputError(
-            "target", text, "a parameter count such as 7e9, 7B or 500M"
-        ) from None
+        n = math.nan
+    if not (math.isfinite(n) and n > 0):  # named as typed: -7B, not -7000000000.0
+        raise HwtuneInputError("target", text, "a positive parameter count such as 7e9, 7B or 500M")
+    return n
 
 
 def size_cmd(
@@ -33,14 +34,20 @@ def size_cmd(
         str, typer.Option("--model", "-m", help="catalog name or config.json to check / start from")
     ] = "llama3.1-8b",
     gpu: Annotated[str, typer.Option(help="catalog GPU or device YAML")] = "h100-sxm-80gb",
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree (per-rank shapes)")] = 1,
+    tp: Annotated[
+        int | None,
+        typer.Option(help="tensor-parallel degree (per-rank shapes; default 1; not with --target)"),
+    ] = None,
     micro_batch: Annotated[int, typer.Option()] = 1,
     seq: Annotated[int, typer.Option()] = 4096,
-    precision: Annotated[str, typer.Option(help="bf16|fp8")] = "bf16",
+    precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
     target: Annotated[
         str | None, typer.Option(help="propose shapes for this many parameters (e.g. 7B)")
     ] = None,
-    tolerance: Annotated[float, typer.Option(help="allowed parameter-count deviation")] = 0.02,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(help="allowed parameter-count deviation with --target (default 0.02)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Check a model's dimensions against a device (tile, wave and alignment losses, in seconds),
@@ -48,11 +55,19 @@ def size_cmd(
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.model.params import total_params
-    from hwtune.train.sizing import check, propose
+    from hwtune.train.sizing import check, check_job, propose
 
     try:
+        if target is not None and tp is not None:
+            raise HwtuneInputError(
+                "--tp", tp, "no value with --target (shapes are sized for 1 GPU)"
+            )
+        if target is None and tolerance is not None:
+            raise HwtuneInputError("--tolerance", tolerance, "--target with it")
+        tp = 1 if tp is None else tp
         spec = get_model(model)
         dev = get_device(gpu)
+        check_job(dev, precision, micro_batch=micro_batch, seq=seq)
         if target is None:
             issues = check(spec, dev, tp=tp, micro_batch=micro_batch, seq=seq, dtype=precision)
         else:
@@ -60,7 +75,7 @@ def size_cmd(
                 spec,
                 _num(target),
                 dev,
-                tolerance=tolerance,
+                tolerance=0.02 if tolerance is None else tolerance,
                 tokens=micro_batch * seq,
                 dtype=precision,
             )
@@ -162,12 +177,7 @@ def study_cmd(
     from hwtune.train.study import grid, run_study
 
     try:
-        try:
-            ns = [int(s) for s in scales.split(",") if s.strip()]
-        except ValueError:
-            raise HwtuneInputError(
-                "--scales", scales, "comma-separated integers, e.g. 8,64,512"
-            ) from None
+        ns = positive_ints(scales, "--scales")
         pts = grid(
             [m.strip() for m in models.split(",") if m.strip()],
             [g.strip() for g in gpus.split(",") if g.strip()],
@@ -191,7 +201,7 @@ def study_cmd(
         strat = (
             f"tp{r['tp']} pp{r['pp']} dp{r['dp']} cp{r['cp']} ep{r['ep']}"
             if r["fits"] == "True"
-            else "no fit"
+            else (r.get("error") or "no fit")  # why a point has no strategy
         )
         t.add_row(r["model"], r["gpu"], r["topology"], r["n_gpus"],
                   f"{float(r['tokens_per_s_per_gpu']):,.0f}" if r["fits"] == "True" else "-",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
 from hwtune.cost.compute import alignment_efficiency, gemm_time, quantization_efficiency
 from hwtune.errors import HwtuneInputError
@@ -32,6 +33,18 @@ class SizeIssue:
     efficiency: float  # quantization x alignment efficiency of the GEMM
     lost_s_per_step: float  # time lost per training step on this rank (all layers, fwd + bwd)
     advice: str
+
+
+def check_job(dev: Device, dtype: str, **sizes: int) -> None:
+    """One-line errors for sizes below 1 and a precision the device has no peak for."""
+    from hwtune.train.strategy import Precision
+
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise HwtuneInputError(name, v, "a positive integer")
+    if dtype not in get_args(Precision):
+        raise HwtuneInputError("precision", dtype, f"one of {', '.join(get_args(Precision))}")
+    dev.peak_flops(dtype)  # names the dtypes this device supports
 
 
 def _gemm_loss(m: int, n: int, k: int, batch: int, dev: Device, dtype: str) -> tuple[float, float]:
@@ -60,6 +73,7 @@ def check(
     dtype: str = "bf16", threshold: float = 0.97,
 ) -> list[SizeIssue]:  # fmt: skip
     """GEMMs below ``threshold`` quantization x alignment efficiency, worst loss first."""
+    check_job(dev, dtype, tp=tp, micro_batch=micro_batch, seq=seq)
     if spec.n_heads % tp:
         raise HwtuneInputError("tp", tp, f"a divisor of the {spec.n_heads} attention heads")
     sh = Shard(tokens=micro_batch * seq, seq=seq, tp=tp)
@@ -176,10 +190,11 @@ def propose(
     ratio stays the base's), head dim 128 (or the base's), layers, FFN or expert
     width (multiples of 256) around the base's FFN/hidden ratio, the base's number of KV heads, the
     vocabulary padded to a multiple of 128. MoE keeps the base's expert count and top-k."""
-    if target <= 0:
-        raise HwtuneInputError("target", target, "a positive parameter count")
+    if not (math.isfinite(target) and target > 0):
+        raise HwtuneInputError("target", target, "a positive finite parameter count")
     if not 0 < tolerance < 0.5:
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
+    check_job(dev, dtype, tokens=tokens, top=top)
     hd = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128
     kv_fixed = base.kv_heads if base.kv_heads < base.n_heads else None  # GQA: keep the KV heads

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -56,11 +58,22 @@ def grid(
     seq: int,
     precision: str = "bf16",
 ) -> list[StudyPoint]:
-    """The Cartesian product of the study's axes."""
+    """The Cartesian product of the study's axes (names are checked by `check_points`)."""
+    from hwtune.train.search import _check_job
+
     if not (models and gpus and topologies and scales):
         raise HwtuneInputError(
             "study grid", "an empty axis", "at least one model, GPU, topology and scale"
         )
+    _check_job(global_batch, seq, precision, 1, None, 1.0)
+    for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
+                         ("scales", scales)):  # fmt: skip
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:  # the point would run and be written twice
+            raise HwtuneInputError(axis, twice, "each value once (it is listed twice)")
+    for n in scales:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise HwtuneInputError("scales", n, "positive integers (accelerator counts)")
     for t in topologies:  # bad input is named before any point runs
         _topology_fields(t)
     return [
@@ -78,6 +91,8 @@ def _topology_fields(topology: str) -> dict[str, float] | None:
     kv: dict[str, float] = {}
     for part in topology.split(","):
         k, _, v = part.partition("=")
+        if k.strip() in kv:  # nic=100,nic=200 would keep only the last
+            raise HwtuneInputError(f"topology {k.strip()}", topology, "each key once")
         try:
             kv[k.strip()] = float(v)
         except ValueError:
@@ -88,6 +103,13 @@ def _topology_fields(topology: str) -> dict[str, float] | None:
             "topology", topology,
             "'default', a system preset, or nic=<Gb/s>,domain=<GPUs>,oversubscription=<ratio>",
         )  # fmt: skip
+    nic, dom, over = kv.get("nic", 1.0), kv.get("domain", 1.0), kv.get("oversubscription", 1.0)
+    if not (math.isfinite(nic) and nic > 0):
+        raise HwtuneInputError("topology nic", nic, "a positive finite Gb/s per GPU")
+    if not (math.isfinite(dom) and dom >= 1 and dom == int(dom)):
+        raise HwtuneInputError("topology domain", dom, "a positive whole number of GPUs")
+    if not (math.isfinite(over) and over >= 1):
+        raise HwtuneInputError("topology oversubscription", over, "a finite ratio >= 1")
     return kv
 
 
@@ -105,6 +127,55 @@ def _cluster(p: StudyPoint) -> object:
     extra = {"oversubscription": kv["oversubscription"]} if "oversubscription" in kv else {}
     return make_cluster(p.gpu, p.n_gpus, nic_gbps=kv.get("nic"), scaleup_domain=dom,
                         gpus_per_node=min(8, dom) if dom else None, **extra)  # fmt: skip
+
+
+def check_points(points: Sequence[StudyPoint]) -> None:
+    """Name a bad model, GPU, topology, scale or precision before any point runs (a point that
+    cannot run is bad input, not a "no fit" row): every model loads, every cluster builds and
+    every device has a peak for the precision."""
+    from hwtune.model.catalog import get_model
+
+    seen_models: set[str] = set()
+    seen_clusters: set[tuple] = set()
+    for p in points:
+        if p.model not in seen_models:
+            seen_models.add(p.model)
+            get_model(p.model)
+        if (p.gpu, p.topology, p.n_gpus, p.precision) not in seen_clusters:
+            seen_clusters.add((p.gpu, p.topology, p.n_gpus, p.precision))
+            _cluster(p).device.peak_flops(p.precision)  # type: ignore[attr-defined]
+
+
+def _output_dir(out: Path) -> Path:
+    """``out/study.csv``: ``out`` a directory (made if missing), and a study.csv there one that
+    a previous study wrote (another file of that name is refused, not overwritten)."""
+    from hwtune.structured_file import read_utf8
+
+    if out.exists() and not out.is_dir():
+        raise HwtuneInputError("output", str(out), "a directory (for study.csv), not a file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HwtuneInputError(
+            "output", str(out), f"a directory that can be made ({e.strerror})"
+        ) from None
+    csv_path = out / "study.csv"
+    if not os.access(out, os.W_OK | os.X_OK) or (
+        csv_path.is_file() and not os.access(csv_path, os.W_OK)
+    ):
+        raise HwtuneInputError("output", str(out), "a writable directory (permission denied)")
+    if csv_path.is_dir():
+        raise HwtuneInputError("output", str(csv_path), "study.csv to be a file, not a directory")
+    if csv_path.exists():
+        text = read_utf8(csv_path, "output")
+        header = next(csv.reader(text.splitlines()), [])
+        if text.strip() and header[: len(COLUMNS)] != list(COLUMNS):
+            raise HwtuneInputError(
+                "output", str(csv_path),
+                "a study.csv written by hwtune study (its header is not the study's columns); "
+                "move it or choose another --output",
+            )  # fmt: skip
+    return csv_path
 
 
 def run_point(p: StudyPoint) -> dict:
@@ -180,9 +251,10 @@ def run_study(
     """Run the grid, appending rows to ``out_dir/study.csv`` as they finish (so an interrupted
     study resumes where it stopped), then write ``study.parquet`` and summary plots."""
     check_workers(workers, ray_address)
+    points = list(points)
+    check_points(points)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "study.csv"
+    csv_path = _output_dir(out)
     kept = _load_complete_rows(csv_path)
     done = {_key_of(r) for r in kept}
     todo = [p for p in points if p.key not in done]
