@@ -205,19 +205,58 @@ class _Pending:
     before: torch.Tensor | None  # master weights before the update, when they are checked
 
 
+def _is_real(value: Any) -> bool:
+    """A Python int or float, not a bool (True would otherwise pass as 1)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and value > 0 and pymath.isfinite(value)):
+    if not (_is_real(value) and value > 0 and pymath.isfinite(value)):
         raise HwtuneInputError(name, value, "a finite number > 0")
 
 
 def _nonnegative(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and value >= 0 and pymath.isfinite(value)):
+    if not (_is_real(value) and value >= 0 and pymath.isfinite(value)):
         raise HwtuneInputError(name, value, "a finite number >= 0")
 
 
 def _unit(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and 0.0 <= value < 1.0):
+    if not (_is_real(value) and 0.0 <= value < 1.0):
         raise HwtuneInputError(name, value, "a number in [0, 1)")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise HwtuneInputError(name, value, "True or False")
+
+
+def _betas(name: str, value: Any) -> None:
+    """A pair (beta1, beta2), each in [0, 1)."""
+    if not (isinstance(value, tuple | list) and len(value) == 2):
+        raise HwtuneInputError(name, value, "a pair (beta1, beta2) of numbers in [0, 1)")
+    _unit(f"{name}[0]", value[0])
+    _unit(f"{name}[1]", value[1])
+
+
+def _group_field(gi: int | None, key: str) -> str:
+    """How a hyperparameter is named in errors: ``lr`` for a constructor argument,
+    ``param_groups[1]['lr']`` for a value given in a parameter group."""
+    return key if gi is None else f"param_groups[{gi}][{key!r}]"
+
+
+def _check_options(values: dict[str, Any], gi: int | None) -> None:
+    """The per-group options every compact optimizer keeps (see `CompactOptimizer`)."""
+    bits = values["master_weight_bits"]
+    if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
+        raise HwtuneInputError(
+            _group_field(gi, "master_weight_bits"), bits, "16 (none), 24 (int8) or 32 (int16)"
+        )
+    size = values["group_size"]
+    if not (_is_real(size) and isinstance(size, int) and size > 0 and CHUNK % size == 0):
+        raise HwtuneInputError(
+            _group_field(gi, "group_size"), size, f"a power of two in [1, {CHUNK}]"
+        )
+    _flag(_group_field(gi, "companded"), values["companded"])
 
 
 class CompactOptimizer(torch.optim.Optimizer):
@@ -271,15 +310,22 @@ class CompactOptimizer(torch.optim.Optimizer):
         compile: bool | None = None,
         span_elements: int | None = None,
     ) -> None:
-        if master_weight_bits not in mw.CORRECTION_DTYPES:
-            raise HwtuneInputError(
-                "master_weight_bits", master_weight_bits, "16 (none), 24 (int8) or 32 (int16)"
-            )
-        if not (isinstance(group_size, int) and group_size > 0 and CHUNK % group_size == 0):
-            raise HwtuneInputError("group_size", group_size, f"a power of two in [1, {CHUNK}]")
+        _check_options(
+            {
+                "master_weight_bits": master_weight_bits,
+                "group_size": group_size,
+                "companded": companded,
+            },
+            None,
+        )
+        _flag("gradient_release", gradient_release)
         if max_grad_norm is not None:
             _positive("max_grad_norm", max_grad_norm)
-        if not (isinstance(numerics_check_every, int) and numerics_check_every >= 0):
+        if not (
+            _is_real(numerics_check_every)
+            and isinstance(numerics_check_every, int)
+            and numerics_check_every >= 0
+        ):
             raise HwtuneInputError(
                 "numerics_check_every", numerics_check_every, "an int >= 0 (0: never)"
             )
@@ -295,7 +341,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 f"None (device default) or a positive multiple of {CHUNK} (the chunk size)",
             )
         defaults = dict(defaults, master_weight_bits=master_weight_bits, group_size=group_size)
-        defaults["companded"] = bool(companded)
+        defaults["companded"] = companded
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.numerics_check_every = numerics_check_every
@@ -343,13 +389,26 @@ class CompactOptimizer(torch.optim.Optimizer):
             )
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """`torch.optim.Optimizer.add_param_group`, with the parameters' dtypes checked."""
+        """`torch.optim.Optimizer.add_param_group`, with the group's hyperparameters and the
+        parameters' dtypes checked; a refused group is not added."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        for i, p in enumerate(group["params"]):
-            self._check_param(p, group, i)
+        gi = len(self.param_groups) - 1
+        try:
+            _check_options(group, gi)
+            self.check_hyperparameters(group, gi)
+            for i, p in enumerate(group["params"]):
+                self._check_param(p, group, i)
+        except Exception:
+            self.param_groups.pop()
+            raise
         if getattr(self, "_release", None) is not None:
             self._release.watch(group)
+
+    def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
+        """Refuse bad hyperparameters (constructor arguments: ``gi`` None; else the values of
+        parameter group ``gi``) with an error naming the field, the value and what was expected."""
+        raise NotImplementedError
 
     # --- the update ------------------------------------------------------------------------------
     @staticmethod
