@@ -727,6 +727,9 @@ class CompactOptimizer(torch.optim.Optimizer):
                     f"no {missing[0]!r}",
                     f"a state dict saved by hwtune.optim.{type(self).__name__}",
                 )
+            # the saved values replace the groups' own: check them as add_param_group does
+            _check_options(group, gi)
+            self.check_hyperparameters(group, gi)
         super().load_state_dict({**state_dict, "state": {}})
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
@@ -735,6 +738,14 @@ class CompactOptimizer(torch.optim.Optimizer):
             if i not in saved:
                 continue
             expected = self._init_state(p, self._group_of(p))
+            extra = sorted(set(saved[i]) - set(expected))
+            if extra:
+                raise HwtuneInputError(
+                    f"state[{self.param_name(p)!r}]",
+                    f"the keys {extra}",
+                    f"only {sorted(expected)} (a state dict saved by "
+                    f"hwtune.optim.{type(self).__name__} for a parameter of dtype {p.dtype})",
+                )
             loaded = {}
             for key, ref in expected.items():
                 value = saved[i].get(key)
