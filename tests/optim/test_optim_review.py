@@ -212,3 +212,32 @@ def test_loaded_hyperparameters_are_checked():
     with pytest.raises(HwtuneInputError, match=r"param_groups\[0\]\['lr'\]: got nan"):
         opt.load_state_dict(sd)
     assert opt.param_groups[0]["lr"] == 1e-3  # nothing was loaded
+
+
+@pytest.mark.parametrize("cls", [AdamW, SGD, Lion])
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_non_contiguous_16_bit_parameters_step_as_contiguous_ones(cls, layout):
+    """A bf16 parameter with a correction term, stored transposed or channels_last, steps bit for
+    bit as its contiguous twin (the correction is kept contiguous; it used to follow the
+    parameter's strides and fail in ``view(-1)``), and its state dict loads back."""
+    torch.manual_seed(0)
+    if layout == "transposed":
+        w = torch.randn(6, 70).to(torch.bfloat16)
+        odd = nn.Parameter(w.t())
+    else:
+        w = torch.randn(2, 3, 4, 5).to(torch.bfloat16)
+        odd = nn.Parameter(w.contiguous(memory_format=torch.channels_last))
+    twin = nn.Parameter(odd.detach().contiguous())
+    assert not odd.is_contiguous()
+    kw = {"momentum": 0.9} if cls is SGD else {}
+    a, b = cls([odd], compile=False, **kw), cls([twin], compile=False, **kw)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        g = torch.randn(odd.shape, generator=gen).to(torch.bfloat16)
+        odd.grad, twin.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    assert torch.equal(odd, twin)
+    assert torch.equal(a.state[odd]["master_correction"], b.state[twin]["master_correction"])
+    c = cls([nn.Parameter(odd.detach().clone())], compile=False, **kw)
+    c.load_state_dict(a.state_dict())

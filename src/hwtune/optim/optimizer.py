@@ -431,7 +431,9 @@ class CompactOptimizer(torch.optim.Optimizer):
         state: dict[str, torch.Tensor] = {"step": torch.tensor(0.0)}
         corr_dtype = mw.correction_dtype(lp.dtype, group["master_weight_bits"])
         if corr_dtype is not None:
-            state["master_correction"] = torch.zeros_like(lp, dtype=corr_dtype)
+            # contiguous whatever the parameter's strides (transposed, channels_last): the
+            # update works on flat row-major views (`_update_alone`)
+            state["master_correction"] = torch.zeros(lp.shape, dtype=corr_dtype, device=lp.device)
         for name, kind in self.moments:
             dtype = torch.int8 if kind == SIGNED else torch.uint8
             state[name] = torch.zeros(groups * gs, dtype=dtype, device=lp.device)
@@ -762,7 +764,8 @@ class CompactOptimizer(torch.optim.Optimizer):
                         f"{ref.dtype} {tuple(ref.shape)} (same optimizer, group_size, "
                         "master_weight_bits and sharding)",
                     )
-                loaded[key] = value.to(device=ref.device, copy=True)
+                # onto the parameter's device, contiguous as `_init_state` makes it
+                loaded[key] = ref.copy_(value)
             self.state[p] = loaded
 
     def _group_of(self, p: torch.Tensor) -> dict[str, Any]:
