@@ -331,3 +331,59 @@ def test_300_steps_track_an_independent_fp32_reference(name, dtype):
         assert moved > 0
         assert (po.float() - pr).norm() <= tol * moved, (name, dtype)
     assert our_loss == pytest.approx(ref_loss, rel=0.05)
+
+
+def test_gradient_release_follows_loaded_groups_and_schedulers():
+    """The release hooks read the optimizer's current group: after ``load_state_dict`` (which
+    replaces the group dicts) the loaded lr and a scheduler's lr are the ones applied."""
+    p = nn.Parameter(torch.zeros(4))
+    opt = SGD([p], lr=0.1, gradient_release=True, compile=False)
+    p.sum().backward()
+    opt.step()
+    sd = opt.state_dict()
+    sd["param_groups"][0]["lr"] = 1.0
+    opt.load_state_dict(sd)
+    p.sum().backward()
+    opt.step()
+    assert torch.allclose(p.detach(), torch.full((4,), -1.1))
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.0)
+    p.sum().backward()
+    opt.step()
+    assert torch.allclose(p.detach(), torch.full((4,), -1.1))
+
+
+def test_gradient_release_add_param_group_later():
+    a = nn.Parameter(torch.zeros(4))
+    b = nn.Parameter(torch.zeros(4))
+    opt = SGD([a], lr=0.1, gradient_release=True, compile=False)
+    opt.add_param_group({"params": [b], "lr": 0.5})
+    with pytest.raises(HwtuneInputError, match=r"float16.*gradient_release=True \(fp16 needs"):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(2, dtype=torch.float16))]})
+    assert len(opt.param_groups) == 2
+    (a.sum() + b.sum()).backward()
+    assert a.grad is None and b.grad is None  # updated and freed inside backward
+    opt.step()
+    assert torch.allclose(a.detach(), torch.full((4,), -0.1))
+    assert torch.allclose(b.detach(), torch.full((4,), -0.5))
+
+
+def test_zero_grad_closure_and_empty_groups():
+    p = nn.Parameter(torch.ones(4))
+    opt = AdamW([{"params": []}, {"params": [p]}], lr=0.1, compile=False)
+
+    def closure():
+        opt.zero_grad()
+        loss = (p * p).sum()
+        loss.backward()
+        return loss
+
+    assert opt.step(closure).item() == pytest.approx(4.0)
+    assert p.grad is not None and torch.all(p.detach() < 1)
+    opt.zero_grad(set_to_none=False)
+    assert torch.equal(p.grad, torch.zeros(4))
+    opt.step()  # zero gradients: weight decay only, no error
+    opt.zero_grad()
+    assert p.grad is None
+    opt.step()  # no gradient at all: nothing to do
+    with pytest.raises(ValueError, match="empty parameter list"):
+        Lion([])

@@ -399,11 +399,11 @@ class CompactOptimizer(torch.optim.Optimizer):
             self.check_hyperparameters(group, gi)
             for i, p in enumerate(group["params"]):
                 self._check_param(p, group, i)
+            if getattr(self, "_release", None) is not None:
+                self._release.watch(group)
         except Exception:
             self.param_groups.pop()
             raise
-        if getattr(self, "_release", None) is not None:
-            self._release.watch(group)
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """Refuse bad hyperparameters (constructor arguments: ``gi`` None; else the values of
