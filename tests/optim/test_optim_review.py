@@ -387,3 +387,56 @@ def test_zero_grad_closure_and_empty_groups():
     opt.step()  # no gradient at all: nothing to do
     with pytest.raises(ValueError, match="empty parameter list"):
         Lion([])
+
+
+@pytest.mark.parametrize("cls", [AdamW, SGD, Lion])
+def test_sparse_and_complex_are_refused_by_every_optimizer(cls):
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = cls(emb.named_parameters(), compile=False)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(HwtuneInputError, match=r"'weight'.grad.layout: got torch.sparse_coo"):
+        opt.step()
+    assert not opt.state
+    z = nn.Parameter(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(HwtuneInputError, match=r"'z'.dtype: got torch.complex64; expected a real"):
+        opt.add_param_group({"params": [("z", z)]})
+    assert len(opt.param_groups) == 1
+
+
+def test_mixed_dtypes_and_options_per_group_in_one_optimizer():
+    """fp32, bf16 and fp16 parameters (with GradScaler) in groups with their own
+    master_weight_bits and group_size, one parameter without a gradient at one step: every
+    state has the dtype its group asks for, and the result is the same with buckets."""
+    from hwtune.optim.optimizer import CHUNK
+
+    results = []
+    for span in (None, 4 * CHUNK):
+        torch.manual_seed(0)
+        dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.bfloat16)
+        ps = [nn.Parameter(torch.randn(100).to(d)) for d in dtypes]
+        opt = AdamW(
+            [
+                {"params": ps[:3]},
+                {"params": ps[3:], "master_weight_bits": 32, "group_size": 64},
+            ],
+            compile=False,
+            span_elements=span,
+        )
+        scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+        gen = torch.Generator().manual_seed(0)
+        for i in range(4):
+            ps[1].requires_grad_(i != 2)
+            loss = sum((p.float() * torch.randn(p.shape, generator=gen)).sum() for p in ps)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        ps[1].requires_grad_(True)
+        assert "master_correction" not in opt.state[ps[0]]
+        assert opt.state[ps[1]]["master_correction"].dtype == torch.int8
+        assert opt.state[ps[2]]["master_correction"].dtype == torch.int8
+        assert opt.state[ps[3]]["master_correction"].dtype == torch.int16
+        assert opt.state[ps[3]]["exp_avg_scale"].numel() == 2  # 100 elements in groups of 64
+        assert opt.state[ps[1]]["step"].item() == 3 and opt.state[ps[0]]["step"].item() == 4
+        results.append([p.detach().clone() for p in ps])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
