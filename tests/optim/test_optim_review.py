@@ -440,3 +440,19 @@ def test_mixed_dtypes_and_options_per_group_in_one_optimizer():
         assert opt.state[ps[1]]["step"].item() == 3 and opt.state[ps[0]]["step"].item() == 4
         results.append([p.detach().clone() for p in ps])
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+@pytest.mark.parametrize("cls", [AdamW, SGD, Lion])
+def test_a_refused_gradient_leaves_every_parameter_untouched(cls):
+    """The gradients are checked before the first update: a sparse gradient on a later
+    parameter used to raise after the earlier ones had been stepped (a partial step)."""
+    dense = nn.Linear(4, 4)
+    emb = nn.Embedding(10, 4, sparse=True)
+    named = [*dense.named_parameters(), *emb.named_parameters()]
+    opt = cls(named, compile=False)
+    before = [p.detach().clone() for _, p in named]
+    (dense(emb(torch.tensor([1, 2]))).sum()).backward()
+    with pytest.raises(HwtuneInputError, match="sparse"):
+        opt.step()
+    assert all(torch.equal(p, b) for (_, p), b in zip(named, before, strict=True))
+    assert not opt.state

@@ -448,8 +448,8 @@ class CompactOptimizer(torch.optim.Optimizer):
         self._update_alone(item, group, inv_grad_scale)
         self._end(item)
 
-    def _begin(self, p: torch.Tensor, group: dict[str, Any]) -> _Pending:
-        """Check a parameter's gradient, create or advance its state: what its update needs."""
+    def _check_grad(self, p: torch.Tensor) -> None:
+        """Refuse a gradient the update cannot take (sparse, complex)."""
         grad = p.grad
         if grad.is_sparse or grad.layout != torch.strided:
             raise HwtuneInputError(
@@ -461,6 +461,11 @@ class CompactOptimizer(torch.optim.Optimizer):
             raise HwtuneInputError(
                 f"parameter {self.param_name(p)!r}.grad.dtype", grad.dtype, "a real dtype"
             )
+
+    def _begin(self, p: torch.Tensor, group: dict[str, Any]) -> _Pending:
+        """Check a parameter's gradient, create or advance its state: what its update needs."""
+        self._check_grad(p)
+        grad = p.grad
         state = self.state[p]
         if not state:
             state.update(self._init_state(p, group))
@@ -671,7 +676,8 @@ class CompactOptimizer(torch.optim.Optimizer):
             (p, group) for group in self.param_groups for p in group["params"] if p.grad is not None
         ]
         called_by_scaler = hasattr(self, "found_inf")  # GradScaler.step sets it
-        for p, _ in with_grad:
+        for p, _ in with_grad:  # every check before the first update: no partial steps
+            self._check_grad(p)
             if p.dtype == torch.float16 and not called_by_scaler:
                 raise HwtuneInputError(
                     f"parameter {self.param_name(p)!r}.dtype",
