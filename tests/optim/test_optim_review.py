@@ -456,3 +456,17 @@ def test_a_refused_gradient_leaves_every_parameter_untouched(cls):
         opt.step()
     assert all(torch.equal(p, b) for (_, p), b in zip(named, before, strict=True))
     assert not opt.state
+
+
+def test_fp32_import_with_a_parameter_outside_the_optimizer_keeps_state_dict_working():
+    from hwtune.optim import export_fp32_state_dict, load_fp32_state_dict
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)).to(torch.bfloat16)
+    opt = AdamW(model[0].parameters(), compile=False)  # model[1] is frozen: not in the optimizer
+    weights = export_fp32_state_dict(model, opt)
+    load_fp32_state_dict(model, opt, weights)
+    assert set(opt.state) == set(model[0].parameters())
+    fresh = AdamW(model[0].parameters(), compile=False)
+    fresh.load_state_dict(opt.state_dict())
+    for name, value in export_fp32_state_dict(model, opt).items():
+        assert torch.equal(value, weights[name])
