@@ -470,3 +470,42 @@ def test_fp32_import_with_a_parameter_outside_the_optimizer_keeps_state_dict_wor
     fresh.load_state_dict(opt.state_dict())
     for name, value in export_fp32_state_dict(model, opt).items():
         assert torch.equal(value, weights[name])
+
+
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    [
+        (AdamW, {"max_grad_norm": 1.0}),
+        (SGD, {"momentum": 0.9}),
+        (Lion, {"gradient_release": True}),
+    ],
+)
+def test_deep_copies_and_pickles_step_as_the_original(cls, kw):
+    """torch's Optimizer.__getstate__ keeps only defaults, state and param_groups: a deep copy
+    lost our options (first step: AttributeError on ``_release``; SGD: its momentum buffer)."""
+    import io
+
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4).to(torch.bfloat16)
+    opt = cls(model.parameters(), compile=False, **kw)
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+
+    def one_step(m, o):
+        m(x).float().pow(2).sum().backward()
+        o.step()
+        o.zero_grad()
+
+    one_step(model, opt)
+    copied = copy.deepcopy({"model": model, "opt": opt})
+    buf = io.BytesIO()
+    torch.save({"model": model, "opt": opt}, buf)
+    buf.seek(0)
+    pickled = torch.load(buf, weights_only=False)
+    one_step(model, opt)
+    for twin in (copied, pickled):
+        assert twin["opt"].max_grad_norm == opt.max_grad_norm
+        assert (twin["opt"]._release is None) == (opt._release is None)
+        one_step(twin["model"], twin["opt"])
+        for p, q in zip(model.parameters(), twin["model"].parameters(), strict=True):
+            assert torch.equal(p, q)
+            assert set(opt.state[p]) == set(twin["opt"].state[q])

@@ -366,6 +366,36 @@ class CompactOptimizer(torch.optim.Optimizer):
                 )
             self._release = GradientRelease(self)
 
+    # --- copies ----------------------------------------------------------------------------------
+    #: instance attributes set by `__init__` that a copy must keep (torch's ``__getstate__``
+    #: keeps only defaults, state and param_groups)
+    _COPIED = ("max_grad_norm", "numerics_check_every", "compile", "span_elements")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's state plus our options, so that ``copy.deepcopy`` and pickling keep them (a
+        deep copy used to fail at its first step, without ``_release``, or lose SGD's buffer)."""
+        state = super().__getstate__()
+        for name in self._COPIED:
+            state[name] = getattr(self, name)
+        if "moments" in self.__dict__:  # SGD's, per instance
+            state["moments"] = self.moments
+        state["gradient_release"] = getattr(self, "_release", None) is not None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a copy (`__getstate__`); torch's ``load_state_dict`` also calls this, with
+        only ``state`` and ``param_groups``, which leaves our attributes as they are."""
+        state = dict(state)
+        release = state.pop("gradient_release", None)
+        super().__setstate__(state)
+        self.__dict__.setdefault("_stalled", [])
+        self.__dict__.setdefault("_valid_masks", {})
+        self.__dict__.setdefault("_release", None)
+        if release:  # hooks on the copy's own parameters
+            from hwtune.optim.release import GradientRelease
+
+            self._release = GradientRelease(self)
+
     # --- parameters ------------------------------------------------------------------------------
     def param_name(self, p: torch.Tensor) -> str:
         """A parameter's name: from ``named_parameters()`` if given, else its place in the groups."""
