@@ -210,19 +210,27 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _expected(value: Any, what: str) -> str:
+    """What a number field expects; for a tensor, also that tensors are not taken (torch.optim
+    takes a tensor lr for capturable/fused steps; these optimizers read Python numbers)."""
+    if isinstance(value, torch.Tensor):
+        return f"{what} as a Python int or float (tensor hyperparameters are not supported)"
+    return what
+
+
 def _positive(name: str, value: float) -> None:
     if not (_is_real(value) and value > 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, "a finite number > 0")
+        raise HwtuneInputError(name, value, _expected(value, "a finite number > 0"))
 
 
 def _nonnegative(name: str, value: float) -> None:
     if not (_is_real(value) and value >= 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, "a finite number >= 0")
+        raise HwtuneInputError(name, value, _expected(value, "a finite number >= 0"))
 
 
 def _unit(name: str, value: float) -> None:
     if not (_is_real(value) and 0.0 <= value < 1.0):
-        raise HwtuneInputError(name, value, "a number in [0, 1)")
+        raise HwtuneInputError(name, value, _expected(value, "a number in [0, 1)"))
 
 
 def _flag(name: str, value: Any) -> None:
