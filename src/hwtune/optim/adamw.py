@@ -19,7 +19,15 @@ from typing import Any
 
 import torch
 
-from hwtune.optim.optimizer import SECOND, SIGNED, CompactOptimizer, _nonnegative, _positive, _unit
+from hwtune.optim.optimizer import (
+    SECOND,
+    SIGNED,
+    CompactOptimizer,
+    _betas,
+    _group_field,
+    _nonnegative,
+    _positive,
+)
 
 
 class AdamW(CompactOptimizer):
@@ -44,13 +52,17 @@ class AdamW(CompactOptimizer):
         weight_decay: float = 1e-2,
         **options: Any,
     ) -> None:
-        _nonnegative("lr", lr)
-        _unit("betas[0]", betas[0])
-        _unit("betas[1]", betas[1])
-        _positive("eps", eps)
-        _nonnegative("weight_decay", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        self.check_hyperparameters(defaults, None)
+        defaults["betas"] = tuple(betas)
         super().__init__(params, defaults, **options)
+
+    def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
+        """lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite real numbers."""
+        _nonnegative(_group_field(gi, "lr"), values["lr"])
+        _betas(_group_field(gi, "betas"), values["betas"])
+        _positive(_group_field(gi, "eps"), values["eps"])
+        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
         """(lr, beta1, beta2, eps, weight decay, 1 - beta1^t, sqrt(1 - beta2^t))."""

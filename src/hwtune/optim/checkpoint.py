@@ -58,6 +58,7 @@ def load_fp32_state_dict(
     missing = sorted(set(params) - set(state_dict))
     if missing:
         raise HwtuneInputError("state_dict", f"missing {missing[:3]}", "every model parameter")
+    owned = {id(q) for g in optimizer.param_groups for q in g["params"]}
     for name, p in params.items():
         full = state_dict[name]
         if tuple(full.shape) != tuple(p.shape):
@@ -71,9 +72,13 @@ def load_fp32_state_dict(
             value = distribute_tensor(value, p.device_mesh, p.placements, src_data_rank=None)
             value = value.to_local()
         lp = local(p)
-        state = optimizer.state[p]
-        if not state and p in {q for g in optimizer.param_groups for q in g["params"]}:
-            state.update(optimizer._init_state(p, optimizer._group_of(p)))
+        # only the optimizer's own parameters get a state: an empty entry for another one (a
+        # frozen layer) made ``optimizer.state_dict()`` fail with a KeyError
+        state: dict[str, torch.Tensor] = {}
+        if id(p) in owned:
+            state = optimizer.state[p]
+            if not state:
+                state.update(optimizer._init_state(p, optimizer._group_of(p)))
         corr = state.get("master_correction")
         new_p, new_corr = mw.split(value, lp.dtype, None if corr is None else corr.dtype)
         lp.copy_(new_p.view_as(lp))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hwtune.optim.optimizer import SIGNED, CompactOptimizer, _nonnegative, _unit
+from hwtune.optim.optimizer import SIGNED, CompactOptimizer, _betas, _group_field, _nonnegative
 
 
 class Lion(CompactOptimizer):
@@ -34,12 +34,16 @@ class Lion(CompactOptimizer):
         weight_decay: float = 0.0,
         **options: Any,
     ) -> None:
-        _nonnegative("lr", lr)
-        _unit("betas[0]", betas[0])
-        _unit("betas[1]", betas[1])
-        _nonnegative("weight_decay", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}
+        defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay}
+        self.check_hyperparameters(defaults, None)
+        defaults["betas"] = tuple(betas)
         super().__init__(params, defaults, **options)
+
+    def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
+        """lr >= 0, betas in [0, 1), weight_decay >= 0, all finite real numbers."""
+        _nonnegative(_group_field(gi, "lr"), values["lr"])
+        _betas(_group_field(gi, "betas"), values["betas"])
+        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
         """(lr, beta1, beta2, weight decay)."""

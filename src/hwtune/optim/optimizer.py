@@ -205,19 +205,66 @@ class _Pending:
     before: torch.Tensor | None  # master weights before the update, when they are checked
 
 
+def _is_real(value: Any) -> bool:
+    """A Python int or float, not a bool (True would otherwise pass as 1)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _expected(value: Any, what: str) -> str:
+    """What a number field expects; for a tensor, also that tensors are not taken (torch.optim
+    takes a tensor lr for capturable/fused steps; these optimizers read Python numbers)."""
+    if isinstance(value, torch.Tensor):
+        return f"{what} as a Python int or float (tensor hyperparameters are not supported)"
+    return what
+
+
 def _positive(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and value > 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, "a finite number > 0")
+    if not (_is_real(value) and value > 0 and pymath.isfinite(value)):
+        raise HwtuneInputError(name, value, _expected(value, "a finite number > 0"))
 
 
 def _nonnegative(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and value >= 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, "a finite number >= 0")
+    if not (_is_real(value) and value >= 0 and pymath.isfinite(value)):
+        raise HwtuneInputError(name, value, _expected(value, "a finite number >= 0"))
 
 
 def _unit(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and 0.0 <= value < 1.0):
-        raise HwtuneInputError(name, value, "a number in [0, 1)")
+    if not (_is_real(value) and 0.0 <= value < 1.0):
+        raise HwtuneInputError(name, value, _expected(value, "a number in [0, 1)"))
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise HwtuneInputError(name, value, "True or False")
+
+
+def _betas(name: str, value: Any) -> None:
+    """A pair (beta1, beta2), each in [0, 1)."""
+    if not (isinstance(value, tuple | list) and len(value) == 2):
+        raise HwtuneInputError(name, value, "a pair (beta1, beta2) of numbers in [0, 1)")
+    _unit(f"{name}[0]", value[0])
+    _unit(f"{name}[1]", value[1])
+
+
+def _group_field(gi: int | None, key: str) -> str:
+    """How a hyperparameter is named in errors: ``lr`` for a constructor argument,
+    ``param_groups[1]['lr']`` for a value given in a parameter group."""
+    return key if gi is None else f"param_groups[{gi}][{key!r}]"
+
+
+def _check_options(values: dict[str, Any], gi: int | None) -> None:
+    """The per-group options every compact optimizer keeps (see `CompactOptimizer`)."""
+    bits = values["master_weight_bits"]
+    if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
+        raise HwtuneInputError(
+            _group_field(gi, "master_weight_bits"), bits, "16 (none), 24 (int8) or 32 (int16)"
+        )
+    size = values["group_size"]
+    if not (_is_real(size) and isinstance(size, int) and size > 0 and CHUNK % size == 0):
+        raise HwtuneInputError(
+            _group_field(gi, "group_size"), size, f"a power of two in [1, {CHUNK}]"
+        )
+    _flag(_group_field(gi, "companded"), values["companded"])
 
 
 class CompactOptimizer(torch.optim.Optimizer):
@@ -271,15 +318,22 @@ class CompactOptimizer(torch.optim.Optimizer):
         compile: bool | None = None,
         span_elements: int | None = None,
     ) -> None:
-        if master_weight_bits not in mw.CORRECTION_DTYPES:
-            raise HwtuneInputError(
-                "master_weight_bits", master_weight_bits, "16 (none), 24 (int8) or 32 (int16)"
-            )
-        if not (isinstance(group_size, int) and group_size > 0 and CHUNK % group_size == 0):
-            raise HwtuneInputError("group_size", group_size, f"a power of two in [1, {CHUNK}]")
+        _check_options(
+            {
+                "master_weight_bits": master_weight_bits,
+                "group_size": group_size,
+                "companded": companded,
+            },
+            None,
+        )
+        _flag("gradient_release", gradient_release)
         if max_grad_norm is not None:
             _positive("max_grad_norm", max_grad_norm)
-        if not (isinstance(numerics_check_every, int) and numerics_check_every >= 0):
+        if not (
+            _is_real(numerics_check_every)
+            and isinstance(numerics_check_every, int)
+            and numerics_check_every >= 0
+        ):
             raise HwtuneInputError(
                 "numerics_check_every", numerics_check_every, "an int >= 0 (0: never)"
             )
@@ -295,7 +349,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 f"None (device default) or a positive multiple of {CHUNK} (the chunk size)",
             )
         defaults = dict(defaults, master_weight_bits=master_weight_bits, group_size=group_size)
-        defaults["companded"] = bool(companded)
+        defaults["companded"] = companded
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.numerics_check_every = numerics_check_every
@@ -318,6 +372,36 @@ class CompactOptimizer(torch.optim.Optimizer):
                     "before the first update; gradient release updates each parameter inside "
                     "backward)",
                 )
+            self._release = GradientRelease(self)
+
+    # --- copies ----------------------------------------------------------------------------------
+    #: instance attributes set by `__init__` that a copy must keep (torch's ``__getstate__``
+    #: keeps only defaults, state and param_groups)
+    _COPIED = ("max_grad_norm", "numerics_check_every", "compile", "span_elements")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """torch's state plus our options, so that ``copy.deepcopy`` and pickling keep them (a
+        deep copy used to fail at its first step, without ``_release``, or lose SGD's buffer)."""
+        state = super().__getstate__()
+        for name in self._COPIED:
+            state[name] = getattr(self, name)
+        if "moments" in self.__dict__:  # SGD's, per instance
+            state["moments"] = self.moments
+        state["gradient_release"] = getattr(self, "_release", None) is not None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore a copy (`__getstate__`); torch's ``load_state_dict`` also calls this, with
+        only ``state`` and ``param_groups``, which leaves our attributes as they are."""
+        state = dict(state)
+        release = state.pop("gradient_release", None)
+        super().__setstate__(state)
+        self.__dict__.setdefault("_stalled", [])
+        self.__dict__.setdefault("_valid_masks", {})
+        self.__dict__.setdefault("_release", None)
+        if release:  # hooks on the copy's own parameters
+            from hwtune.optim.release import GradientRelease
+
             self._release = GradientRelease(self)
 
     # --- parameters ------------------------------------------------------------------------------
@@ -343,13 +427,26 @@ class CompactOptimizer(torch.optim.Optimizer):
             )
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """`torch.optim.Optimizer.add_param_group`, with the parameters' dtypes checked."""
+        """`torch.optim.Optimizer.add_param_group`, with the group's hyperparameters and the
+        parameters' dtypes checked; a refused group is not added."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        for i, p in enumerate(group["params"]):
-            self._check_param(p, group, i)
-        if getattr(self, "_release", None) is not None:
-            self._release.watch(group)
+        gi = len(self.param_groups) - 1
+        try:
+            _check_options(group, gi)
+            self.check_hyperparameters(group, gi)
+            for i, p in enumerate(group["params"]):
+                self._check_param(p, group, i)
+            if getattr(self, "_release", None) is not None:
+                self._release.watch(group)
+        except Exception:
+            self.param_groups.pop()
+            raise
+
+    def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
+        """Refuse bad hyperparameters (constructor arguments: ``gi`` None; else the values of
+        parameter group ``gi``) with an error naming the field, the value and what was expected."""
+        raise NotImplementedError
 
     # --- the update ------------------------------------------------------------------------------
     @staticmethod
@@ -372,7 +469,9 @@ class CompactOptimizer(torch.optim.Optimizer):
         state: dict[str, torch.Tensor] = {"step": torch.tensor(0.0)}
         corr_dtype = mw.correction_dtype(lp.dtype, group["master_weight_bits"])
         if corr_dtype is not None:
-            state["master_correction"] = torch.zeros_like(lp, dtype=corr_dtype)
+            # contiguous whatever the parameter's strides (transposed, channels_last): the
+            # update works on flat row-major views (`_update_alone`)
+            state["master_correction"] = torch.zeros(lp.shape, dtype=corr_dtype, device=lp.device)
         for name, kind in self.moments:
             dtype = torch.int8 if kind == SIGNED else torch.uint8
             state[name] = torch.zeros(groups * gs, dtype=dtype, device=lp.device)
@@ -387,8 +486,8 @@ class CompactOptimizer(torch.optim.Optimizer):
         self._update_alone(item, group, inv_grad_scale)
         self._end(item)
 
-    def _begin(self, p: torch.Tensor, group: dict[str, Any]) -> _Pending:
-        """Check a parameter's gradient, create or advance its state: what its update needs."""
+    def _check_grad(self, p: torch.Tensor) -> None:
+        """Refuse a gradient the update cannot take (sparse, complex)."""
         grad = p.grad
         if grad.is_sparse or grad.layout != torch.strided:
             raise HwtuneInputError(
@@ -400,6 +499,11 @@ class CompactOptimizer(torch.optim.Optimizer):
             raise HwtuneInputError(
                 f"parameter {self.param_name(p)!r}.grad.dtype", grad.dtype, "a real dtype"
             )
+
+    def _begin(self, p: torch.Tensor, group: dict[str, Any]) -> _Pending:
+        """Check a parameter's gradient, create or advance its state: what its update needs."""
+        self._check_grad(p)
+        grad = p.grad
         state = self.state[p]
         if not state:
             state.update(self._init_state(p, group))
@@ -610,7 +714,8 @@ class CompactOptimizer(torch.optim.Optimizer):
             (p, group) for group in self.param_groups for p in group["params"] if p.grad is not None
         ]
         called_by_scaler = hasattr(self, "found_inf")  # GradScaler.step sets it
-        for p, _ in with_grad:
+        for p, _ in with_grad:  # every check before the first update: no partial steps
+            self._check_grad(p)
             if p.dtype == torch.float16 and not called_by_scaler:
                 raise HwtuneInputError(
                     f"parameter {self.param_name(p)!r}.dtype",
@@ -668,6 +773,9 @@ class CompactOptimizer(torch.optim.Optimizer):
                     f"no {missing[0]!r}",
                     f"a state dict saved by hwtune.optim.{type(self).__name__}",
                 )
+            # the saved values replace the groups' own: check them as add_param_group does
+            _check_options(group, gi)
+            self.check_hyperparameters(group, gi)
         super().load_state_dict({**state_dict, "state": {}})
         ids = [i for g in state_dict["param_groups"] for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
@@ -676,6 +784,14 @@ class CompactOptimizer(torch.optim.Optimizer):
             if i not in saved:
                 continue
             expected = self._init_state(p, self._group_of(p))
+            extra = sorted(set(saved[i]) - set(expected))
+            if extra:
+                raise HwtuneInputError(
+                    f"state[{self.param_name(p)!r}]",
+                    f"the keys {extra}",
+                    f"only {sorted(expected)} (a state dict saved by "
+                    f"hwtune.optim.{type(self).__name__} for a parameter of dtype {p.dtype})",
+                )
             loaded = {}
             for key, ref in expected.items():
                 value = saved[i].get(key)
@@ -692,7 +808,8 @@ class CompactOptimizer(torch.optim.Optimizer):
                         f"{ref.dtype} {tuple(ref.shape)} (same optimizer, group_size, "
                         "master_weight_bits and sharding)",
                     )
-                loaded[key] = value.to(device=ref.device, copy=True)
+                # onto the parameter's device, contiguous as `_init_state` makes it
+                loaded[key] = ref.copy_(value)
             self.state[p] = loaded
 
     def _group_of(self, p: torch.Tensor) -> dict[str, Any]:

@@ -50,8 +50,13 @@ class GradientRelease:
             self.watch(group)
 
     def watch(self, group: dict[str, Any]) -> None:
-        """Register the hook on every trainable parameter of ``group``."""
-        for p in group["params"]:
+        """Register the hook on every trainable parameter of ``group``.
+
+        The hook finds the group by its index, not by the dict: ``load_state_dict`` replaces
+        every group dict (torch's loader builds new ones), and a hook holding the old dict kept
+        updating with the old lr, blind to the loaded values and to LR schedulers after resume."""
+        gi = next(i for i, g in enumerate(self.optimizer.param_groups) if g is group)
+        for p in group["params"]:  # all checked before any hook is registered
             if p.dtype == torch.float16:
                 raise HwtuneInputError(
                     f"parameter {self.optimizer.param_name(p)!r}.dtype",
@@ -59,10 +64,11 @@ class GradientRelease:
                     "torch.bfloat16 or float32 with gradient_release=True (fp16 needs a "
                     "GradScaler, which needs every gradient before the first update)",
                 )
+        for p in group["params"]:
             if p.requires_grad:
-                self.handles.append(p.register_post_accumulate_grad_hook(self._hook(group)))
+                self.handles.append(p.register_post_accumulate_grad_hook(self._hook(gi)))
 
-    def _hook(self, group: dict[str, Any]) -> Any:
+    def _hook(self, gi: int) -> Any:
         def hook(p: torch.Tensor) -> None:
             if id(p) in self.updated:
                 raise HwtuneInputError(
@@ -72,7 +78,7 @@ class GradientRelease:
                     "accumulation across micro-batches is not possible: each backward updates)",
                 )
             with torch.no_grad():
-                self.optimizer._update(p, group)
+                self.optimizer._update(p, self.optimizer.param_groups[gi])
             p.grad = None
             self.updated.add(id(p))
 

@@ -19,7 +19,14 @@ from typing import Any
 import torch
 
 from hwtune.errors import HwtuneInputError
-from hwtune.optim.optimizer import SIGNED, CompactOptimizer, _nonnegative, _unit
+from hwtune.optim.optimizer import (
+    SIGNED,
+    CompactOptimizer,
+    _flag,
+    _group_field,
+    _nonnegative,
+    _unit,
+)
 
 
 class SGD(CompactOptimizer):
@@ -38,15 +45,6 @@ class SGD(CompactOptimizer):
         decoupled_weight_decay: bool = False,
         **options: Any,
     ) -> None:
-        _nonnegative("lr", lr)
-        _unit("momentum", momentum)
-        _unit("dampening", dampening)
-        _nonnegative("weight_decay", weight_decay)
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise HwtuneInputError(
-                "nesterov", nesterov, "False unless momentum > 0 and dampening == 0"
-            )
-        self.moments = (("momentum_buffer", SIGNED),) if momentum > 0 else ()
         defaults = {
             "lr": lr,
             "momentum": momentum,
@@ -55,12 +53,36 @@ class SGD(CompactOptimizer):
             "nesterov": nesterov,
             "decoupled_weight_decay": decoupled_weight_decay,
         }
+        self.moments = ()
+        self.check_hyperparameters(defaults, None)
+        # the momentum buffer exists in every group or in none (one state layout per optimizer)
+        self.moments = (("momentum_buffer", SIGNED),) if momentum > 0 else ()
         super().__init__(params, defaults, **options)
-        if any(g["momentum"] > 0 for g in self.param_groups) != (momentum > 0):
+
+    def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
+        """lr >= 0, momentum and dampening in [0, 1), weight_decay >= 0 (finite real numbers);
+        nesterov and decoupled_weight_decay booleans, nesterov only with momentum > 0 and no
+        dampening (as ``torch.optim.SGD``); in a group, momentum > 0 only where the optimizer was
+        built with momentum > 0 (else no buffer is kept)."""
+        _nonnegative(_group_field(gi, "lr"), values["lr"])
+        _unit(_group_field(gi, "momentum"), values["momentum"])
+        _unit(_group_field(gi, "dampening"), values["dampening"])
+        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
+        _flag(_group_field(gi, "nesterov"), values["nesterov"])
+        _flag(_group_field(gi, "decoupled_weight_decay"), values["decoupled_weight_decay"])
+        if values["nesterov"] and (values["momentum"] <= 0 or values["dampening"] != 0):
             raise HwtuneInputError(
-                "momentum",
-                [g["momentum"] for g in self.param_groups],
-                "the same sign in every group",
+                _group_field(gi, "nesterov"),
+                values["nesterov"],
+                "False unless momentum > 0 and dampening == 0 (got momentum "
+                f"{values['momentum']}, dampening {values['dampening']})",
+            )
+        if gi is not None and values["momentum"] > 0 and not self.moments:
+            raise HwtuneInputError(
+                _group_field(gi, "momentum"),
+                values["momentum"],
+                "0 in every group of an SGD built with momentum=0 (no momentum buffer is kept; "
+                "build it with the group's momentum as the default instead)",
             )
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
@@ -72,7 +94,8 @@ class SGD(CompactOptimizer):
         return (
             float(group["lr"]),
             mu,
-            1.0 if first else 1.0 - group["dampening"],
+            # torch.optim.SGD ignores dampening where momentum is 0 (no buffer)
+            1.0 if first or mu == 0 else 1.0 - group["dampening"],
             0.0 if decoupled else wd,
             wd if decoupled else 0.0,
             1.0 if group["nesterov"] else 0.0,
