@@ -118,8 +118,10 @@ def test_running_again_adds_no_rows_and_computes_nothing(first_run, monkeypatch)
         raise AssertionError(f"{p} was recomputed")
 
     monkeypatch.setattr(study, "run_point", boom)
-    run_study(two_points(), out, workers=1)
+    said: list[str] = []
+    run_study(two_points(), out, workers=1, notice=said.append)
     assert path.read_text() == before
+    assert said == [f"resuming {path}: 2 of 2 points already there"]
 
 
 def test_a_grown_grid_computes_only_the_new_points(tmp_path, monkeypatch):
@@ -159,7 +161,11 @@ def test_a_torn_long_last_line_is_recomputed(first_run, tmp_path):
     out, path = first_run
     (tmp_path / "study.csv").write_text(path.read_text())
     _tear_last_line(tmp_path / "study.csv", keep_fields=9)
-    run_study(two_points(), tmp_path, workers=1)
+    said: list[str] = []
+    run_study(two_points(), tmp_path, workers=1, notice=said.append)
+    # one of two points was whole; the torn one is said to be dropped, not silently rerun
+    assert len(said) == 1 and "1 of 2 points already there" in said[0]
+    assert "1 damaged row(s) dropped and recomputed" in said[0]
     rows = read_rows(tmp_path / "study.csv")
     assert len(rows) == 2 and all(r["fits"] == "True" and r["tokens_per_s"] for r in rows)
     assert all(r["error"] == "" for r in rows)

@@ -185,7 +185,8 @@ def study_cmd(
             ns, global_batch, seq, precision,
         )  # fmt: skip
         with progress_bar("study", not as_json) as cb:
-            path = run_study(pts, output, workers=workers, ray_address=ray, progress=cb)
+            path = run_study(pts, output, workers=workers, ray_address=ray, progress=cb,
+                             notice=lambda line: sys.stderr.write(f"note: {line}\n"))  # fmt: skip
     except HwtuneInputError as e:
         fail(e)
         return

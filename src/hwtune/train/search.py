@@ -152,7 +152,7 @@ def _positive_int(field: str, value: object) -> None:
         raise HwtuneInputError(field, value, "a positive integer")
 
 
-def _check_job(
+def check_search_job(
     global_batch: int, seq: int, precision: str, top_k: int, price: float | None, tokens: float
 ) -> None:
     """One-line errors for a job the search cannot take (before any layout is tried)."""
@@ -239,7 +239,7 @@ def plan(
     ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`)."""
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
-    _check_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
+    check_search_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
     c = constraints or Constraints()
     _check_constraints(c)
     base = dict(base or {})

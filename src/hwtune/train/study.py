@@ -59,13 +59,13 @@ def grid(
     precision: str = "bf16",
 ) -> list[StudyPoint]:
     """The Cartesian product of the study's axes (names are checked by `check_points`)."""
-    from hwtune.train.search import _check_job
+    from hwtune.train.search import check_search_job
 
     if not (models and gpus and topologies and scales):
         raise HwtuneInputError(
             "study grid", "an empty axis", "at least one model, GPU, topology and scale"
         )
-    _check_job(global_batch, seq, precision, 1, None, 1.0)
+    check_search_job(global_batch, seq, precision, 1, None, 1.0)
     for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
                          ("scales", scales)):  # fmt: skip
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
@@ -218,22 +218,25 @@ def run_point(p: StudyPoint) -> dict:
     return row
 
 
-def _load_complete_rows(csv_path: Path) -> list[dict]:
-    """Rows of a previous run that are whole (every column present and the key fields parse);
-    a line torn by an interrupted run is dropped, so its point is recomputed."""
+def _load_complete_rows(csv_path: Path) -> tuple[list[dict], int]:
+    """Rows of a previous run that are whole (every column present and the key fields parse),
+    and how many were not: a line torn by an interrupted run is dropped, so its point is
+    recomputed."""
     if not csv_path.exists():
-        return []
-    rows = []
+        return [], 0
+    rows, damaged = [], 0
     with csv_path.open(newline="") as f:
         for r in csv.DictReader(f):
             if any(r.get(c) is None for c in COLUMNS) or None in r:
+                damaged += 1
                 continue
             try:
                 int(r["n_gpus"]), int(r["global_batch"]), int(r["seq"])
             except (TypeError, ValueError):
+                damaged += 1
                 continue
             rows.append(r)
-    return rows
+    return rows, damaged
 
 
 def _key_of(r: dict) -> tuple:
@@ -247,17 +250,23 @@ def run_study(
     workers: int | None = None,
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> Path:
     """Run the grid, appending rows to ``out_dir/study.csv`` as they finish (so an interrupted
-    study resumes where it stopped), then write ``study.parquet`` and summary plots."""
+    study resumes where it stopped), then write ``study.parquet`` and summary plots.
+    ``notice`` gets one line when a previous run's rows are reused or damaged ones dropped."""
     check_workers(workers, ray_address)
     points = list(points)
     check_points(points)
     out = Path(out_dir)
     csv_path = _output_dir(out)
-    kept = _load_complete_rows(csv_path)
+    kept, damaged = _load_complete_rows(csv_path)
     done = {_key_of(r) for r in kept}
     todo = [p for p in points if p.key not in done]
+    if notice is not None and (kept or damaged):
+        reused = len(points) - len(todo)
+        notice(f"resuming {csv_path}: {reused} of {len(points)} points already there"
+               + (f"; {damaged} damaged row(s) dropped and recomputed" if damaged else ""))  # fmt: skip
     fields = list(COLUMNS) + ["error"]
     # rewrite what survived (drops a torn last line), then append as points finish
     with csv_path.open("w", newline="") as f:
