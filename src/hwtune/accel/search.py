@@ -166,6 +166,8 @@ def search(
         raise HwtuneInputError("pop-size", pop_size, "a population of at least 4")
     if evaluations < pop_size:
         raise HwtuneInputError("evaluations", evaluations, f"at least the population ({pop_size})")
+    if not 0 <= seed < 2**32:  # numpy's seed range; a negative seed raised deep inside pymoo
+        raise HwtuneInputError("seed", seed, "an integer in [0, 2**32)")
     check_workers(workers, None)
     budget = budget or Budget()
     seen: list[list[float]] = []
