@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.frozen import FrozenModel
@@ -40,13 +40,23 @@ D = TypeVar("D", bound="Device")
 
 PROFILE_VERSION = 1
 
+MEASURED_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+"""The dtypes `hwtune bench` measures (`hwtune.calibrate.harness.DTYPES`); a point of any other
+dtype would be read and never used, so it is refused."""
+
+
+def _measured_dtype(v: str) -> str:
+    if v not in MEASURED_DTYPES:
+        raise ValueError(f"one of {', '.join(MEASURED_DTYPES)}")
+    return v
+
 
 class GemmPoint(BaseModel):
     """A measured GEMM. ``cold``: ``x @ W.T`` with few rows (decode, small prefill chunks) whose
     weight streamed from DRAM/HBM (not in any cache; `hwtune.calibrate.gemm`), as every weight
     GEMM of a serving step does."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     dtype: str
     m: int = Field(gt=0)
     n: int = Field(gt=0)
@@ -54,6 +64,7 @@ class GemmPoint(BaseModel):
     batch: int = Field(default=1, gt=0)
     seconds: float = Field(gt=0)
     cold: bool = False
+    _dtype = field_validator("dtype")(_measured_dtype)
 
     @property
     def flops(self) -> float:
@@ -61,7 +72,7 @@ class GemmPoint(BaseModel):
 
 
 class MemoryFigures(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     copy_bytes_per_s: float = Field(gt=0)  # the streaming bandwidth (see calibrate.memory)
     triad_bytes_per_s: float | None = Field(default=None, gt=0)
     launch_s: float = Field(default=0.0, ge=0)
@@ -73,14 +84,14 @@ class SizedPoint(BaseModel):
     ``seconds``; ``op`` names the kernel (add, gelu, layer_norm, ...; optional, None in files
     that predate it, which stay version 1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     bytes: float = Field(gt=0)
     seconds: float = Field(gt=0)
     op: str | None = None
 
 
 class AttentionPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     dtype: str
     phase: Literal["fwd", "bwd"]
     batch: int = Field(gt=0)
@@ -91,10 +102,11 @@ class AttentionPoint(BaseModel):
     causal: bool = True
     flops: float = Field(gt=0)
     seconds: float = Field(gt=0)
+    _dtype = field_validator("dtype")(_measured_dtype)
 
 
 class CollectivePoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     op: Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
     ranks: int = Field(gt=0)
     bytes: float = Field(gt=0)
@@ -105,7 +117,7 @@ class SkippedBenchmark(BaseModel):
     """A benchmark `hwtune bench` did not run (unsupported dtype, missing backend, out of memory,
     time budget), and why."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     section: str
     what: str
     reason: str
@@ -114,7 +126,7 @@ class SkippedBenchmark(BaseModel):
 class DeviceProfile(FrozenModel):
     """Measured curves of one device (see the module docstring for the file format)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     profile_version: int = PROFILE_VERSION
     software: dict[str, str | int | float] = Field(default_factory=dict)
     gemm: tuple[GemmPoint, ...] = ()
