@@ -45,3 +45,64 @@ def test_non_finite_or_unknown_dtype_profile_values(
         doc[section][0][key] = value
         field = f"{section}.0.{key}"
     rejects([*ESTIMATE, _write(tmp_path, doc)], field, *words)
+
+
+# ---- fitted quantities on synthetic data with known answers ------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from hwtune.calibrate.gemm import best_rates  # noqa: E402
+from hwtune.hardware.profile import DeviceProfile  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    launch=st.floats(1e-7, 1e-4),
+    bw=st.floats(1e8, 1e13),
+    query=st.floats(1.0, 2.0**30),
+)
+def test_elementwise_time_recovers_launch_plus_bytes_over_bandwidth(launch, bw, query):
+    """Points generated from t = launch + S / bw give back t at any size from the smallest
+    measured one down, and between the points (the line is exact there). Below the smallest
+    size the time used to scale proportionally to zero, under the launch cost."""
+    sizes = [2.0**15 * 4**i for i in range(6)]
+    prof = DeviceProfile(
+        elementwise=[{"op": "add", "bytes": s, "seconds": launch + s / bw} for s in sizes]
+    )
+    q = min(query, sizes[-1])
+    assert prof.elementwise_time(q) == pytest.approx(launch + q / bw, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(alpha=st.floats(1e-7, 1e-3), beta=st.floats(1e8, 1e12), ranks=st.integers(2, 16))
+def test_collective_fit_recovers_alpha_and_beta(alpha, beta, ranks):
+    """The ring all-reduce t = 2(n-1) alpha + 2 (n-1)/n S / beta (Thakur et al. 2005) fitted to
+    points generated from it returns alpha and beta."""
+    pts = []
+    for i in range(8):
+        s = 1024.0 * 8**i
+        t = 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * s / beta
+        pts.append({"op": "all_reduce", "ranks": ranks, "bytes": s, "seconds": t})
+    a, b = DeviceProfile(collectives=pts).collective_fit("all_reduce")
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6)
+
+
+def test_gemm_table_from_a_known_peak_and_overhead():
+    """A GEMM table generated from t = 2mnk / peak + overhead: the best rate (a CPU profile's
+    peak) approaches the peak from below at the largest shape, and every measured shape's rate
+    is given back exactly."""
+    peak, overhead = 2.0e11, 5e-6
+    rows = []
+    for e in range(5, 13):
+        n = 2**e
+        rows.append({"dtype": "fp32", "m": n, "n": n, "k": n, "batch": 1,
+                     "seconds": 2.0 * n**3 / peak + overhead})  # fmt: skip
+    best = best_rates(rows)["fp32"]
+    n = 4096
+    assert best == pytest.approx(2.0 * n**3 / (2.0 * n**3 / peak + overhead), rel=1e-12)
+    assert 0.999 * peak < best < peak
+    prof = DeviceProfile(gemm=rows)
+    for r in rows:
+        want = 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"]
+        assert prof.gemm_rate(r["m"], r["n"], r["k"], "fp32") == pytest.approx(want, rel=1e-12)

@@ -245,7 +245,8 @@ class DeviceProfile(FrozenModel):
 
     def elementwise_time(self, nbytes: float) -> float | None:
         """Seconds for a memory-bound op moving ``nbytes``: per measured op kind, time linearly
-        interpolated over the measured sizes (proportional below the smallest, at the largest
+        interpolated over the measured sizes (extended linearly below the smallest, between
+        proportional scaling and the smallest point's time; `_sized_time`), at the largest
         measured bandwidth above it); the median over op kinds (the cost model does not know
         which kernel a memory-bound op is: norms, activations and adds run at different speeds
         on CPUs, within a few percent of each other on GPUs)."""
@@ -324,9 +325,21 @@ def _interp(curve: list[tuple[float, float]], x: float) -> float:
 
 
 def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
-    """Seconds at ``nbytes`` on one op's sorted curve (see `DeviceProfile.elementwise_time`)."""
+    """Seconds at ``nbytes`` on one op's sorted curve (see `DeviceProfile.elementwise_time`).
+
+    Below the smallest size: the line through the two smallest points (a fixed cost plus bytes
+    over bandwidth, t = t0 + S / B, the latency-bandwidth model of Hockney, Parallel Computing
+    1994), kept between proportional scaling and the smallest point's time. Proportional
+    scaling alone sent a small kernel's time to zero, below the launch cost every measured
+    point pays (a 4 KiB op priced under the measured launch overhead)."""
     if nbytes <= pts[0].bytes:
-        return pts[0].seconds * nbytes / pts[0].bytes
+        a = pts[0]
+        prop = a.seconds * nbytes / a.bytes
+        if len(pts) < 2 or pts[1].bytes <= a.bytes:
+            return prop
+        b = pts[1]
+        line = a.seconds + (nbytes - a.bytes) * (b.seconds - a.seconds) / (b.bytes - a.bytes)
+        return min(max(line, prop), a.seconds)
     for a, b in zip(pts, pts[1:], strict=False):
         if nbytes <= b.bytes:
             f = (nbytes - a.bytes) / (b.bytes - a.bytes)
