@@ -9,6 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from calib_profile_data import make_doc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwtune.calibrate.gemm import best_rates
+from hwtune.hardware.profile import DeviceProfile
 
 
 def _write(tmp_path: Path, doc: dict) -> str:
@@ -48,12 +53,6 @@ def test_non_finite_or_unknown_dtype_profile_values(
 
 
 # ---- fitted quantities on synthetic data with known answers ------------------------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from hwtune.calibrate.gemm import best_rates  # noqa: E402
-from hwtune.hardware.profile import DeviceProfile  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None)
@@ -106,3 +105,29 @@ def test_gemm_table_from_a_known_peak_and_overhead():
     for r in rows:
         want = 2.0 * r["m"] * r["n"] * r["k"] / r["seconds"]
         assert prof.gemm_rate(r["m"], r["n"], r["k"], "fp32") == pytest.approx(want, rel=1e-12)
+
+
+def test_device_profile_given_to_serve_profile(tmp_path: Path, rejects):
+    """A `hwtune bench` device profile passed to `serve --profile` (which takes a serve
+    profile) printed its whole device block as the bad value; now it says where it goes."""
+    p = _write(tmp_path, make_doc())
+    rejects(
+        ["serve", "--model", "llama3.1-8b", "--gpu", "h200", "--profile", p,
+         "--concurrency", "1", "--input-len", "16", "--output-len", "2", "--num-requests", "2"],
+        "profile", p, "hwtune bench", "--gpu",
+    )  # fmt: skip
+
+
+def test_serve_profile_of_another_device(tmp_path: Path, rejects):
+    """A serve profile measured on an H100 was applied to --gpu h200 without a word (the
+    profile module's docstring said its device is checked against --gpu)."""
+    p = tmp_path / "sp.yaml"
+    p.write_text("device: h100\ngemm_efficiency: 0.7\n")
+    args = ["serve", "--model", "llama3.1-8b", "--profile", str(p), "--concurrency", "1",
+            "--input-len", "16", "--output-len", "2", "--num-requests", "2"]  # fmt: skip
+    rejects([*args, "--gpu", "h200"], "profile.device", "h100", "h200")
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    assert CliRunner().invoke(app, [*args, "--gpu", "h100-sxm-80gb"]).exit_code == 0

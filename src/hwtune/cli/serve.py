@@ -321,11 +321,14 @@ def _replica(
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.serve.config import ReplicaConfig
-    from hwtune.serve.profile import load_profile
+    from hwtune.serve.profile import check_profile_device, load_profile
 
     prof = load_profile(profile) if profile is not None else None
+    dev = get_device(gpu)
+    if prof is not None and prof.device:
+        check_profile_device(prof.device, dev)
     return ReplicaConfig(
-        get_model(model), get_device(gpu), tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
+        get_model(model), dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
         weight_dtype=precision, kv_dtype=kv_precision or "bf16", scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,

@@ -75,6 +75,39 @@ def elementwise_fused(profile: CalibrationProfile | None) -> bool:
     return profile.fused_elementwise
 
 
+def check_profile_device(measured_on: str, device: Device) -> None:
+    """Refuse a profile whose ``device`` names another device than ``device`` (a catalog name,
+    an alias or the device's own name, case-insensitive): its efficiencies would be applied to
+    a device they were not measured on. The module docstring promised this check; nothing
+    made it."""
+    from hwtune.errors import HwtuneInputError
+    from hwtune.hardware.catalog import get_device
+
+    try:
+        theirs = get_device(measured_on).name.lower()
+    except HwtuneInputError:
+        theirs = measured_on.strip().lower()
+    if theirs not in {device.name.lower(), *(a.lower() for a in device.aliases)}:
+        raise HwtuneInputError(
+            "profile.device",
+            measured_on,
+            f"a profile measured on {device.name} (the --gpu; this one is from another device)",
+        )
+
+
 def load_profile(path: str | Path) -> CalibrationProfile:
-    """Read a profile file (YAML or JSON); bad fields get the one-line error."""
+    """Read a profile file (YAML or JSON); bad fields get the one-line error. A device profile
+    written by `hwtune bench` (it has ``profile_version``) is refused by name: it goes to
+    ``--gpu`` (the error used to print its whole device block as the bad value)."""
+    from hwtune.errors import HwtuneInputError
+    from hwtune.structured_file import read_structured
+
+    data = read_structured(Path(path), "profile")
+    if isinstance(data, dict) and "profile_version" in data:
+        raise HwtuneInputError(
+            "profile",
+            str(path),
+            "a serve profile (python -m hwtune.calibrate.serving_reference); this is a device "
+            "profile from hwtune bench: pass it as --gpu",
+        )
     return read_model(path, "profile", CalibrationProfile, "a mapping of profile fields")
