@@ -131,3 +131,13 @@ def test_serve_profile_of_another_device(tmp_path: Path, rejects):
     from hwtune.cli.main import app
 
     assert CliRunner().invoke(app, [*args, "--gpu", "h100-sxm-80gb"]).exit_code == 0
+
+
+def test_threads_and_ranks_beyond_the_cpus(rejects):
+    """--threads 999 / --ranks 999 on a CPU ran (999 torch threads time-sliced on the usable
+    CPUs, or 999 gloo processes); refused before anything is measured."""
+    from hwtune.calibrate.harness import cpu_count
+
+    n = str(cpu_count() + 1)
+    rejects(["bench", "--threads", n], "threads", n, "usable CPUs")
+    rejects(["bench", "--device", "cpu", "--ranks", n], "ranks", n, "usable CPUs")

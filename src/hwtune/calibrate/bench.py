@@ -65,8 +65,10 @@ class BenchConfig:
             )
         if self.ranks is not None and self.ranks < 1:
             raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 1")
-        if self.threads is not None and self.threads < 1:
-            raise HwtuneInputError("threads", self.threads, "a number of threads >= 1")
+        if self.threads is not None and not 1 <= self.threads <= cpu_count():
+            # more threads than CPUs time-slices the GEMMs: a slower device, written as measured
+            raise HwtuneInputError("threads", self.threads,
+                                   f"a number of threads in [1, {cpu_count()}] (usable CPUs)")  # fmt: skip
         if self.clock not in ("auto", "wall", "cpu"):
             raise HwtuneInputError("clock", self.clock, "auto, wall or cpu")
         if self.device not in ("auto", "cpu", "cuda", "rocm", "gpu"):
@@ -143,6 +145,13 @@ def run_bench(cfg: BenchConfig, progress: Callable[[str], None] | None = None) -
     total = Budget(cfg.budget_s or MODES[cfg.mode])
     dtypes = list(cfg.dtypes or default_dtypes(backend.kind, skips))
     ranks = cfg.ranks or (max(2, _gpu_count()) if backend.is_gpu else 2)
+    if cfg.ranks is not None and "collectives" in cfg.sections:
+        # one process per GPU (NCCL/RCCL), at most one per usable CPU for gloo: more could
+        # not run (GPU) or would time-slice the ranks and measure the scheduler, not the link
+        most = _gpu_count() if backend.is_gpu else cpu_count()
+        if ranks > most:
+            what = "visible GPUs" if backend.is_gpu else "usable CPUs"
+            raise HwtuneInputError("ranks", ranks, f"at most {most} ({what})")
     doc: dict = {"profile_version": PROFILE_VERSION}
     weights = {s: WEIGHTS[s] for s in cfg.sections}
     remaining = dict(weights)
