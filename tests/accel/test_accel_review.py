@@ -110,3 +110,25 @@ def test_search_seeded_and_elitist():
         r = schedule(tg, acc, fusion_depth=depth)
         assert f[0] == pytest.approx(r.latency_s) and f[1] == pytest.approx(r.total_energy_j)
         assert f[2] == pytest.approx(acc.area_mm2())
+
+
+def test_checkpointing_trades_memory_for_recompute():
+    """A tighter activation limit never raises the step's peak memory and never lowers its
+    recomputation (Chen et al., arXiv 1604.06174, Sec. 4: memory is bought with recompute); a
+    feasible plan's predicted activations fit the limit."""
+    from hwtune.accel.evaluate import evaluate
+
+    g = gpt2(batch=4, seq=256, config=GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab=256))
+    acc = load_accelerator("tpu-like-quad")
+    prev = evaluate(g, acc)
+    all_kept = evaluate(g, acc, activation_limit_bytes=1e15).plan.all_kept_bytes
+    for frac in (0.95, 0.8, 0.65):
+        e = evaluate(g, acc, activation_limit_bytes=frac * all_kept)
+        r, p = e.result, prev.result
+        mem = lambda x: x.peak_bytes["dram"] + x.peak_bytes["shared"]  # noqa: E731
+        assert mem(r) <= mem(p)
+        assert r.recompute_macs >= p.recompute_macs
+        assert r.macs == r.recompute_macs + evaluate(g, acc).result.macs
+        if e.plan.feasible:
+            assert e.plan.predicted_peak_bytes <= frac * all_kept
+        prev = e
