@@ -654,7 +654,13 @@ def calibrate_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        sims = [simulate_run(base, r, seed) for r in measured]
+        sims = []
+        for r in measured:  # a run the deployment cannot serve names its line in the file
+            try:
+                sims.append(simulate_run(base, r, seed))
+            except HwtuneInputError as e:
+                raise HwtuneInputError(f"{runs.name}: line {r.line}: {e.field}", e.value,
+                                       e.expected) from None  # fmt: skip
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],
                               source=f"{runs.name}: {base.model.name} on {base.device.name}",
