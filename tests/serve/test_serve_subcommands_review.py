@@ -57,3 +57,61 @@ def test_calibrate_run_the_deployment_cannot_serve_names_its_line(tmp_path, reje
 def test_runs_line_numbers_count_blank_lines(tmp_path, rejects) -> None:
     f = _csv(tmp_path, HEADER + "\n1,1024,128,30,8\n\n\n8,1024,128,0,9\n")
     rejects(["serve", "calibrate", "--runs", f], "runs.csv: line 5: ttft_ms", "0")
+
+
+@pytest.fixture(scope="module")
+def correction_file(tmp_path_factory) -> Path:
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    d = tmp_path_factory.mktemp("corr")
+    runs = d / "runs.csv"
+    runs.write_text(HEADER + "\n1,1024,128,30,8\n8,1024,128,60,9\n32,1024,128,150,12\n")
+    out = d / "corr.yaml"
+    r = CliRunner().invoke(app, ["serve", "calibrate", "--runs", str(runs), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("  scale: ", "  scale: .inf #", "ttft.scale"),
+        ("  offset_s: ", "  offset_s: .inf #", "ttft.offset_s"),
+        ("loo_ttft_error: ", "loo_ttft_error: .inf #", "loo_ttft_error"),
+    ],
+)
+def test_correction_infinite_value(
+    tmp_path, rejects, correction_file: Path, old: str, new: str, field: str
+) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(correction_file.read_text().replace(old, new, 1))
+    args = ["serve", "--concurrency", "8", "--input-len", "1024", "--output-len", "128"]
+    rejects([*args, "--correction", str(f)], field, "inf", "finite")
+
+
+def test_emulate_infinite_time_scale(rejects) -> None:
+    rejects(["serve", "emulate", "--port", "0", "--time-scale", "inf"], "time_scale", "inf")
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "192.0.2.77"])
+def test_emulate_bad_host_names_host_not_port(rejects, host: str) -> None:
+    line = rejects(["serve", "emulate", "--port", "0", "--host", host], "host", host)
+    assert "port" not in line
+
+
+def test_emulate_port_in_use(rejects) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = str(s.getsockname()[1])
+        rejects(["serve", "emulate", "--port", port], "port", port, "free port")
+
+
+def test_empty_served_model(rejects) -> None:
+    rejects(["serve", "emulate", "--port", "0", "--served-model", ""], "served-model", "''")
+    rejects(["serve", "measure", "--url", "http://127.0.0.1:9", "--served-model", " "],
+            "served-model", "' '")  # fmt: skip

@@ -759,6 +759,9 @@ def measure_cmd(
                 raise HwtuneInputError(name, v, "a positive integer")
         if not 0 < range_ratio <= 1:
             raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+        if served_model is not None and not served_model.strip():
+            raise HwtuneInputError("served-model", served_model, "a model name (leave the "
+                                   "option out for the first of /v1/models)")  # fmt: skip
         extra: tuple[tuple[str, object], ...] = ()
         if extra_body:
             try:
@@ -880,6 +883,9 @@ def emulate_cmd(
     try:
         if not 0 <= port <= 65535:
             raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
+        if served_model is not None and not served_model.strip():
+            raise HwtuneInputError("served-model", served_model, "a model name (leave the "
+                                   "option out for --model's)")  # fmt: skip
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -893,6 +899,12 @@ def emulate_cmd(
         try:
             srv = MockServer(timing=EmulatedTiming(emu), host=host, port=port, model=name)
         except OSError as e:
+            import errno
+            import socket
+
+            if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
+                raise HwtuneInputError("host", host, "an address of this machine to listen on "
+                                       f"({e.strerror})") from None  # fmt: skip
             raise HwtuneInputError("port", port, f"a free port on {host} ({e.strerror})") from None
     except HwtuneInputError as e:
         _fail(e)
