@@ -115,3 +115,70 @@ def test_empty_served_model(rejects) -> None:
     rejects(["serve", "emulate", "--port", "0", "--served-model", ""], "served-model", "''")
     rejects(["serve", "measure", "--url", "http://127.0.0.1:9", "--served-model", " "],
             "served-model", "' '")  # fmt: skip
+
+
+@pytest.fixture
+def mock_url():
+    import threading
+
+    from hwtune.serve.mock_server import MockServer
+
+    srv = MockServer(base=0.001, itl=0.0005)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.url
+    srv.shutdown()
+    srv.server_close()
+
+
+SMALL = ["--concurrency", "1", "--num-requests", "2", "--input-len", "8", "--output-len", "4"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        (["--range-ratio", "nan"], "range-ratio", ["nan", "(0, 1]"]),
+        (["--concurrency", "2,2"], "concurrency", ["2,2", "repeated"]),
+        (["--input-len", "8,16,8"], "input-len", ["8,16,8", "repeated"]),
+        (["--num-requests", "0"], "num_requests", ["0", "positive"]),
+        (["--warmup", "-1"], "warmup", ["-1"]),
+        (["--append"], "append", ["--out"]),
+        (["--seed", "-2"], "seed", ["-2"]),
+    ],
+)
+def test_measure_bad_options_refused_before_the_server(
+    rejects, args: list[str], field: str, words: list[str]
+) -> None:
+    # port 9 (discard) is closed here: the options are checked before any connection
+    rejects(["serve", "measure", "--url", "http://127.0.0.1:9", *args], field, *words)
+
+
+def test_measure_append_refuses_a_configuration_already_in_the_file(
+    tmp_path, rejects, mock_url: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    out = tmp_path / "runs.csv"
+    args = ["serve", "measure", "--url", mock_url, *SMALL, "--out", str(out)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    rejects([*args, "--append"], "out", str(out), "C=1 in=8 out=4", "line 2")
+    more = [*args, "--append", "--concurrency", "2"]
+    assert CliRunner().invoke(app, more).exit_code == 0
+    assert [r.concurrency for r in load_runs(out)] == [1, 2]
+
+
+def test_measure_discovery_of_a_silent_server_fails_quickly(monkeypatch, rejects) -> None:
+    import socket
+    import time
+
+    from hwtune.serve import endpoint_bench as eb
+
+    monkeypatch.setattr(eb, "DISCOVERY_TIMEOUT_S", 0.5)
+    with socket.socket() as s:  # accepts connections (the backlog) and never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        t0 = time.perf_counter()
+        rejects(["serve", "measure", "--url", url], "url", url, "reachable")
+        assert time.perf_counter() - t0 < 5

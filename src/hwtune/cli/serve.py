@@ -79,7 +79,7 @@ Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (ga
 Trace = Annotated[
     Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
 ]
-Seed = Annotated[int, typer.Option(help="seed of every random choice")]
+Seed = Annotated[int, typer.Option(help="seed of every random choice", min=0)]
 RangeRatio = Annotated[
     float,
     typer.Option(
@@ -749,6 +749,18 @@ def measure_cmd(
         cs = positive_ints(concurrency, "concurrency")
         ins = positive_ints(input_len, "input-len")
         outs = positive_ints(output_len, "output-len")
+        for name, text, vs in (("concurrency", concurrency, cs), ("input-len", input_len, ins),
+                               ("output-len", output_len, outs)):  # fmt: skip
+            if len(set(vs)) < len(vs):  # a run twice is a repeated row, which calibrate refuses
+                raise HwtuneInputError(name, text, "a comma list without repeated values")
+        if not 0 < range_ratio <= 1:
+            raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+        if num_requests is not None and num_requests < 1:
+            raise HwtuneInputError("num_requests", num_requests, "a positive integer")
+        if warmup is not None and warmup < 0:
+            raise HwtuneInputError("warmup", warmup, "a non-negative integer")
+        if append and out is None:
+            raise HwtuneInputError("append", True, "--out, the runs CSV to append to")
         for o in outs:  # TPOT, which calibrate fits, needs two output tokens or more
             if o < 2 or int(o * range_ratio) < 2:
                 raise HwtuneInputError("output-len", output_len, "2 tokens or more (with "
@@ -757,8 +769,6 @@ def measure_cmd(
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
             if v < 1:
                 raise HwtuneInputError(name, v, "a positive integer")
-        if not 0 < range_ratio <= 1:
-            raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
         if served_model is not None and not served_model.strip():
             raise HwtuneInputError("served-model", served_model, "a model name (leave the "
                                    "option out for the first of /v1/models)")  # fmt: skip
@@ -785,6 +795,18 @@ def measure_cmd(
                     raise HwtuneInputError("out", str(out), "a runs CSV written by `serve "
                                            f"measure` to append to (its header is "
                                            f"{','.join(header)[:80]!r})")  # fmt: skip
+                from hwtune.serve.measured_runs import load_runs
+
+                have = {(r.concurrency, r.input_len, r.output_len, r.tp, r.pp, r.ep,
+                         r.dp_attention, r.range_ratio, r.num_requests): r.line
+                        for r in load_runs(out)}  # fmt: skip
+                for c, i, o in ((c, i, o) for c in cs for i in ins for o in outs):
+                    key = (c, i, o, tp, pp, ep, dp_attention, range_ratio,
+                           10 * c if num_requests is None else num_requests)  # fmt: skip
+                    if key in have:  # calibrate refuses a configuration measured twice
+                        raise HwtuneInputError("out", str(out), f"a runs CSV without C={c} "
+                                               f"in={i} out={o} on this layout to append it to "
+                                               f"(line {have[key]} has it)")  # fmt: skip
             try:
                 with out.open("a" if exists else "w", newline="") as f:
                     if not exists:
