@@ -182,3 +182,9 @@ def test_measure_discovery_of_a_silent_server_fails_quickly(monkeypatch, rejects
         t0 = time.perf_counter()
         rejects(["serve", "measure", "--url", url], "url", url, "reachable")
         assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("slo", ["--ttft-p90", "--tpot-p90", "--e2e-p90"])
+def test_plan_infinite_slo(rejects, slo: str) -> None:
+    args = ["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len", "64"]
+    rejects([*args, "--output-len", "8", slo, "inf"], "_p90_s", "inf", "finite")

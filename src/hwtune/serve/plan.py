@@ -33,8 +33,9 @@ class SLO:
     def __post_init__(self) -> None:
         for k in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s"):
             v = getattr(self, k)
-            if v is not None and not v > 0:
-                raise HwtuneInputError(k, v, "a positive number of seconds")
+            if v is not None and not 0 < v < math.inf:  # inf would be no target, silently
+                raise HwtuneInputError(k, v, "a positive finite number of seconds (leave the "
+                                       "option out for no target)")  # fmt: skip
 
 
 @dataclass(frozen=True)
