@@ -188,3 +188,18 @@ def test_measure_discovery_of_a_silent_server_fails_quickly(monkeypatch, rejects
 def test_plan_infinite_slo(rejects, slo: str) -> None:
     args = ["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len", "64"]
     rejects([*args, "--output-len", "8", slo, "inf"], "_p90_s", "inf", "finite")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_measure_progress_bar_only_without_json(mock_url: str, as_json: bool) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TTY_COMPATIBLE": "1"}  # rich draws as on a terminal
+    args = ["serve", "measure", "--url", mock_url, *SMALL, "--output-len", "40"]
+    code = "from hwtune.cli.main import app; app()"
+    r = subprocess.run([sys.executable, "-c", code, *args, *(["--json"] if as_json else [])],
+                       capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert ("C=1 in=8 out=40" in r.stderr) is not as_json, r.stderr

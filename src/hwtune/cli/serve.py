@@ -816,7 +816,7 @@ def measure_cmd(
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err, transient=True) as bar:  # fmt: skip
+                      console=err, transient=True, disable=as_json) as bar:  # fmt: skip
             for c, i, o in configs:
                 n = 10 * c if num_requests is None else num_requests
                 w = 2 * c if warmup is None else warmup
