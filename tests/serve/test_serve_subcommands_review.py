@@ -203,3 +203,10 @@ def test_measure_progress_bar_only_without_json(mock_url: str, as_json: bool) ->
                        capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert ("C=1 in=8 out=40" in r.stderr) is not as_json, r.stderr
+
+
+def test_emulate_router_with_one_replica(rejects) -> None:
+    rejects(["serve", "emulate", "--port", "0", "--router", "least-tokens"], "router",
+            "least-tokens", "--replicas")  # fmt: skip
+    rejects(["serve", "emulate", "--port", "0", "--replicas", "2", "--router", "nope"],
+            "router", "nope")  # fmt: skip

@@ -886,7 +886,9 @@ def emulate_cmd(
     overlap_schedule: OverlapSchedule = None,
     frontend_tokens_per_s: FrontEnd = None,
     replicas: Replicas = 1,
-    router: Router = "round-robin",
+    router: Annotated[
+        str | None, typer.Option(help="round-robin|least-tokens (default round-robin)")
+    ] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     served_model: Annotated[
@@ -916,7 +918,11 @@ def emulate_cmd(
                        weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        emu = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
+        if router is not None and replicas == 1:  # one replica: nothing to route
+            raise HwtuneInputError("router", router, "--replicas 2 or more beside it (with one "
+                                   "replica it would be ignored)")  # fmt: skip
+        dep = Deployment(cfg, replicas=replicas, router=router or "round-robin")
+        emu = EmulatedEngine(dep, time_scale)
         name = served_model or cfg.model.name
         try:
             srv = MockServer(timing=EmulatedTiming(emu), host=host, port=port, model=name)
