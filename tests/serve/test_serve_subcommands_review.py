@@ -210,3 +210,10 @@ def test_emulate_router_with_one_replica(rejects) -> None:
             "least-tokens", "--replicas")  # fmt: skip
     rejects(["serve", "emulate", "--port", "0", "--replicas", "2", "--router", "nope"],
             "router", "nope")  # fmt: skip
+
+
+@pytest.mark.parametrize("key", ["prompt", "max_tokens", "stream", "model"])
+def test_measure_extra_body_cannot_replace_what_the_run_records(rejects, key: str) -> None:
+    body = '{"' + key + '": null}'
+    rejects(["serve", "measure", "--url", "http://127.0.0.1:9", "--extra-body", body],
+            "extra-body", key)  # fmt: skip

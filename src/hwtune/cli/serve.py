@@ -780,6 +780,11 @@ def measure_cmd(
                 fields = None
             if not isinstance(fields, dict):
                 raise HwtuneInputError("extra-body", extra_body, "a JSON object")
+            fixed = [k for k in ("prompt", "max_tokens", "stream", "model") if k in fields]
+            if fixed:  # the runs recorded would not be the requests sent (model: --served-model)
+                raise HwtuneInputError("extra-body", extra_body, "fields other than prompt, "
+                                       "max_tokens, stream and model, which the lengths, the "
+                                       f"streamed timing and --served-model set ({fixed[0]})")  # fmt: skip
             extra = tuple(fields.items())
         target = eb.Endpoint(url, served_model or "", endpoint, timeout, extra)
         if not served_model:
