@@ -217,3 +217,11 @@ def test_measure_extra_body_cannot_replace_what_the_run_records(rejects, key: st
     body = '{"' + key + '": null}'
     rejects(["serve", "measure", "--url", "http://127.0.0.1:9", "--extra-body", body],
             "extra-body", key)  # fmt: skip
+
+
+def test_correction_refused_for_disaggregated(rejects, correction_file: Path) -> None:
+    c = str(correction_file)
+    rejects(["serve", "--disagg", "--rate", "2", "--input-len", "64", "--output-len", "8",
+             "--correction", c], "correction", c, "aggregated")  # fmt: skip
+    rejects(["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len", "64",
+             "--output-len", "8", "--ttft-p90", "1", "--correction", c], "disagg", "--no-disagg")  # fmt: skip

@@ -447,6 +447,10 @@ def serve(
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
             check_applies(corr, _fitted_to(cfg, precision, eng, profile))
+            if disagg:  # calibrate fits aggregated closed loops: no disaggregated runs in it
+                raise HwtuneInputError("correction", str(correction), "an aggregated deployment "
+                                       "(`serve calibrate` fits aggregated runs; leave out "
+                                       "--disagg)")  # fmt: skip
         for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
             if v is not None and not disagg:  # would be ignored
                 raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
@@ -579,6 +583,9 @@ def plan_cmd(
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
             check_applies(corr, _fitted_to(base, precision, eng, profile))
+            if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
+                raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
+                                       "(`serve calibrate` fits aggregated runs)")  # fmt: skip
         # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
         open_ = concurrency is None and trace is None
         default_open = open_ and rate is None
