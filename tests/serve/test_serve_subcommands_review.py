@@ -225,3 +225,19 @@ def test_correction_refused_for_disaggregated(rejects, correction_file: Path) ->
              "--correction", c], "correction", c, "aggregated")  # fmt: skip
     rejects(["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len", "64",
              "--output-len", "8", "--ttft-p90", "1", "--correction", c], "disagg", "--no-disagg")  # fmt: skip
+
+
+def test_plan_api_refuses_a_correction_for_disaggregated_layouts(correction_file: Path) -> None:
+    from hwtune.errors import HwtuneInputError
+    from hwtune.hardware.catalog import get_device
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.correction import load_correction
+    from hwtune.serve.plan import SLO, plan
+    from hwtune.serve.request import closed_loop, fixed_lengths
+
+    base = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+    wl = closed_loop(2, *fixed_lengths(4, 64, 8))
+    with pytest.raises(HwtuneInputError, match="no-disagg"):
+        plan(base, wl, SLO(ttft_p90_s=1.0), max_gpus=1, disagg=True, processes=1,
+             correction=load_correction(correction_file))  # fmt: skip

@@ -208,6 +208,9 @@ def plan(
     if margin and correction is not None:
         raise HwtuneInputError("margin", "likely", "no tier-3 correction beside it (the "
                                "correction already maps to measured latencies)")  # fmt: skip
+    if disagg and correction is not None:  # fitted to aggregated runs only
+        raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
+                               "(`serve calibrate` fits aggregated runs)")  # fmt: skip
     if slo.tpot_p90_s is not None and workload.outputs and max(workload.outputs) <= 1:
         raise HwtuneInputError("tpot_p90", slo.tpot_p90_s, "no TPOT SLO for one-token outputs "
                                "(TPOT is the time between output tokens: undefined)")  # fmt: skip
