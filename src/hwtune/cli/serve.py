@@ -79,7 +79,7 @@ Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (ga
 Trace = Annotated[
     Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
 ]
-Seed = Annotated[int, typer.Option(help="seed of every random choice")]
+Seed = Annotated[int, typer.Option(help="seed of every random choice", min=0)]
 RangeRatio = Annotated[
     float,
     typer.Option(
@@ -450,6 +450,10 @@ def serve(
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
             check_applies(corr, _fitted_to(cfg, precision, eng, profile))
+            if disagg:  # calibrate fits aggregated closed loops: no disaggregated runs in it
+                raise HwtuneInputError("correction", str(correction), "an aggregated deployment "
+                                       "(`serve calibrate` fits aggregated runs; leave out "
+                                       "--disagg)")  # fmt: skip
         for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
             if v is not None and not disagg:  # would be ignored
                 raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
@@ -582,6 +586,9 @@ def plan_cmd(
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
             check_applies(corr, _fitted_to(base, precision, eng, profile))
+            if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
+                raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
+                                       "(`serve calibrate` fits aggregated runs)")  # fmt: skip
         # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
         open_ = concurrency is None and trace is None
         default_open = open_ and rate is None
@@ -657,7 +664,13 @@ def calibrate_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        sims = [simulate_run(base, r, seed) for r in measured]
+        sims = []
+        for r in measured:  # a run the deployment cannot serve names its line in the file
+            try:
+                sims.append(simulate_run(base, r, seed))
+            except HwtuneInputError as e:
+                raise HwtuneInputError(f"{runs.name}: line {r.line}: {e.field}", e.value,
+                                       e.expected) from None  # fmt: skip
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],
                               source=f"{runs.name}: {base.model.name} on {base.device.name}",
@@ -746,6 +759,18 @@ def measure_cmd(
         cs = positive_ints(concurrency, "concurrency")
         ins = positive_ints(input_len, "input-len")
         outs = positive_ints(output_len, "output-len")
+        for name, text, vs in (("concurrency", concurrency, cs), ("input-len", input_len, ins),
+                               ("output-len", output_len, outs)):  # fmt: skip
+            if len(set(vs)) < len(vs):  # a run twice is a repeated row, which calibrate refuses
+                raise HwtuneInputError(name, text, "a comma list without repeated values")
+        if not 0 < range_ratio <= 1:
+            raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+        if num_requests is not None and num_requests < 1:
+            raise HwtuneInputError("num_requests", num_requests, "a positive integer")
+        if warmup is not None and warmup < 0:
+            raise HwtuneInputError("warmup", warmup, "a non-negative integer")
+        if append and out is None:
+            raise HwtuneInputError("append", True, "--out, the runs CSV to append to")
         for o in outs:  # TPOT, which calibrate fits, needs two output tokens or more
             if o < 2 or int(o * range_ratio) < 2:
                 raise HwtuneInputError("output-len", output_len, "2 tokens or more (with "
@@ -754,8 +779,9 @@ def measure_cmd(
         for name, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp-attention", dp_attention)):
             if v < 1:
                 raise HwtuneInputError(name, v, "a positive integer")
-        if not 0 < range_ratio <= 1:
-            raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
+        if served_model is not None and not served_model.strip():
+            raise HwtuneInputError("served-model", served_model, "a model name (leave the "
+                                   "option out for the first of /v1/models)")  # fmt: skip
         extra: tuple[tuple[str, object], ...] = ()
         if extra_body:
             try:
@@ -764,6 +790,11 @@ def measure_cmd(
                 fields = None
             if not isinstance(fields, dict):
                 raise HwtuneInputError("extra-body", extra_body, "a JSON object")
+            fixed = [k for k in ("prompt", "max_tokens", "stream", "model") if k in fields]
+            if fixed:  # the runs recorded would not be the requests sent (model: --served-model)
+                raise HwtuneInputError("extra-body", extra_body, "fields other than prompt, "
+                                       "max_tokens, stream and model, which the lengths, the "
+                                       f"streamed timing and --served-model set ({fixed[0]})")  # fmt: skip
             extra = tuple(fields.items())
         target = eb.Endpoint(url, served_model or "", endpoint, timeout, extra)
         if not served_model:
@@ -779,6 +810,18 @@ def measure_cmd(
                     raise HwtuneInputError("out", str(out), "a runs CSV written by `serve "
                                            f"measure` to append to (its header is "
                                            f"{','.join(header)[:80]!r})")  # fmt: skip
+                from hwtune.serve.measured_runs import load_runs
+
+                have = {(r.concurrency, r.input_len, r.output_len, r.tp, r.pp, r.ep,
+                         r.dp_attention, r.range_ratio, r.num_requests): r.line
+                        for r in load_runs(out)}  # fmt: skip
+                for c, i, o in ((c, i, o) for c in cs for i in ins for o in outs):
+                    key = (c, i, o, tp, pp, ep, dp_attention, range_ratio,
+                           10 * c if num_requests is None else num_requests)  # fmt: skip
+                    if key in have:  # calibrate refuses a configuration measured twice
+                        raise HwtuneInputError("out", str(out), f"a runs CSV without C={c} "
+                                               f"in={i} out={o} on this layout to append it to "
+                                               f"(line {have[key]} has it)")  # fmt: skip
             try:
                 with out.open("a" if exists else "w", newline="") as f:
                     if not exists:
@@ -788,7 +831,7 @@ def measure_cmd(
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err, transient=True) as bar:  # fmt: skip
+                      console=err, transient=True, disable=as_json) as bar:  # fmt: skip
             for c, i, o in configs:
                 n = 10 * c if num_requests is None else num_requests
                 w = 2 * c if warmup is None else warmup
@@ -858,7 +901,9 @@ def emulate_cmd(
     overlap_schedule: OverlapSchedule = None,
     frontend_tokens_per_s: FrontEnd = None,
     replicas: Replicas = 1,
-    router: Router = "round-robin",
+    router: Annotated[
+        str | None, typer.Option(help="round-robin|least-tokens (default round-robin)")
+    ] = None,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8000,
     served_model: Annotated[
@@ -877,6 +922,9 @@ def emulate_cmd(
     try:
         if not 0 <= port <= 65535:
             raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
+        if served_model is not None and not served_model.strip():
+            raise HwtuneInputError("served-model", served_model, "a model name (leave the "
+                                   "option out for --model's)")  # fmt: skip
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -885,11 +933,21 @@ def emulate_cmd(
                        weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        emu = EmulatedEngine(Deployment(cfg, replicas=replicas, router=router), time_scale)
+        if router is not None and replicas == 1:  # one replica: nothing to route
+            raise HwtuneInputError("router", router, "--replicas 2 or more beside it (with one "
+                                   "replica it would be ignored)")  # fmt: skip
+        dep = Deployment(cfg, replicas=replicas, router=router or "round-robin")
+        emu = EmulatedEngine(dep, time_scale)
         name = served_model or cfg.model.name
         try:
             srv = MockServer(timing=EmulatedTiming(emu), host=host, port=port, model=name)
         except OSError as e:
+            import errno
+            import socket
+
+            if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
+                raise HwtuneInputError("host", host, "an address of this machine to listen on "
+                                       f"({e.strerror})") from None  # fmt: skip
             raise HwtuneInputError("port", port, f"a free port on {host} ({e.strerror})") from None
     except HwtuneInputError as e:
         _fail(e)

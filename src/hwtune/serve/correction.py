@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 class AffineMap(BaseModel):
     """``scale * x + offset`` for one latency metric (seconds)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     scale: float = Field(gt=0)
     offset_s: float = Field(default=0.0, ge=0)
 
@@ -66,7 +66,7 @@ class ServeCorrection(BaseModel):
     """Per-metric maps fitted to ``runs`` measured runs, with their leave-one-out errors.
     ``fitted_to`` is None only in files written before it was recorded (never checked)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     ttft: AffineMap
     tpot: AffineMap
     runs: int = Field(ge=1)

@@ -29,6 +29,7 @@ small; measured latencies are then divided by it.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -59,8 +60,8 @@ class EmulatedEngine:
         dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
         if dep.prefill is not None:
             raise HwtuneInputError("deployment", "disaggregated", "an aggregated deployment")
-        if not time_scale > 0:
-            raise HwtuneInputError("time_scale", time_scale, "a positive factor")
+        if not 0 < time_scale < math.inf:  # inf would hold every token forever
+            raise HwtuneInputError("time_scale", time_scale, "a positive finite factor")
         self.deployment = dep
         self.time_scale = time_scale
         self._clock = clock

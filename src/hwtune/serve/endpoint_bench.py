@@ -245,9 +245,17 @@ def send_request(ep: Endpoint, conn: http.client.HTTPConnection, job: Job) -> Re
                          st.error)  # fmt: skip
 
 
+DISCOVERY_TIMEOUT_S = 10.0
+"""Seconds `discover_model` and the reachability check wait for the server."""
+
+
 def discover_model(ep: Endpoint) -> str:
-    """The first model id the server lists at ``/v1/models``."""
+    """The first model id the server lists at ``/v1/models`` (within
+    `DISCOVERY_TIMEOUT_S`: a server that does not answer fails quickly, not after the
+    per-request timeout)."""
+    _check_reachable(ep)
     conn = ep.connect()
+    conn.timeout = min(ep.timeout_s, DISCOVERY_TIMEOUT_S)
     try:
         conn.request("GET", ep.full_path("/v1/models"))
         resp = conn.getresponse()
@@ -382,7 +390,7 @@ def _check_reachable(ep: Endpoint) -> None:
     p = urlsplit(ep.url)
     try:
         socket.create_connection((p.hostname, p.port or (443 if p.scheme == "https" else 80)),
-                                 timeout=min(ep.timeout_s, 10.0)).close()  # fmt: skip
+                                 timeout=min(ep.timeout_s, DISCOVERY_TIMEOUT_S)).close()  # fmt: skip
     except OSError as e:
         raise HwtuneInputError(
             "url", ep.url, f"a reachable OpenAI-compatible server ({e.strerror or e})"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
@@ -28,6 +28,12 @@ from hwtune.serve.request import read_text
 
 REQUIRED = ("concurrency", "input_len", "output_len", "ttft_ms", "tpot_ms")
 OPTIONAL_INT = ("tp", "pp", "ep", "dp_attention", "num_requests")
+RECORDED = ("ttft_p90_ms", "tpot_p90_ms", "requests_per_s", "output_tokens_per_s",
+            "mean_output_tokens")  # fmt: skip
+"""Columns `hwtune serve measure` writes for the record; read and ignored."""
+KNOWN = (*REQUIRED, *OPTIONAL_INT, "range_ratio", *RECORDED)
+CONFIG = ("concurrency", "input_len", "output_len", "tp", "pp", "ep", "dp_attention",
+          "range_ratio", "num_requests")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class MeasuredRun:
     dp_attention: int = 1
     range_ratio: float = 1.0
     num_requests: int | None = None
+    line: int = field(default=0, compare=False, repr=False)
+    """The runs file's line it was read from (0: not read from a file)."""
 
 
 def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
@@ -68,8 +76,23 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
         raise HwtuneInputError(
             f"{p.name}: header", ",".join(cols), f"columns {', '.join(REQUIRED)}"
         )
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:  # csv.DictReader would keep the last silently
+        raise HwtuneInputError(f"{p.name}: header", ",".join(cols),
+                               f"each column once ({', '.join(twice)} repeated)")  # fmt: skip
+    unknown = [c for c in cols if c not in KNOWN]
+    if unknown:  # a misspelt optional column (tpp for tp) would be read as its default
+        raise HwtuneInputError(f"{p.name}: header", ",".join(cols),
+                               f"only the columns {', '.join(KNOWN)} ({', '.join(unknown)} "
+                               "unknown)")  # fmt: skip
     runs = []
-    for line, raw in enumerate(reader, start=2):
+    seen: dict[tuple[str, ...], int] = {}
+    for raw in reader:
+        line = reader.line_num  # the file's line: csv skips blank lines, which enumerate miscounts
+        if None in raw:  # more cells than the header has columns
+            raise HwtuneInputError(f"{p.name}: line {line}", ",".join(raw[None]),
+                                   f"at most {len(cols)} cells, one per header column "
+                                   "(these are extra)")  # fmt: skip
         row = {(k or "").strip(): (v or "").strip() for k, v in raw.items()}
         if not any(row.values()):
             continue
@@ -96,7 +119,15 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
                                    "or more in every request (with range_ratio, at the low end "
                                    "int(output_len * range_ratio) too): TPOT is the time between "
                                    "output tokens")  # fmt: skip
-        runs.append(MeasuredRun(**kw))  # type: ignore[arg-type]
+        run = MeasuredRun(**kw, line=line)  # type: ignore[arg-type]
+        key = tuple(str(getattr(run, f)) for f in CONFIG)
+        if key in seen:  # its twin would stay in every leave-one-out fit and hide its error
+            raise HwtuneInputError(f"{p.name}: line {line}", ",".join(row[c] for c in cols),
+                                   f"one row per configuration (line {seen[key]} has the same "
+                                   "concurrency, lengths and layout; average repeated "
+                                   "measurements into one row)")  # fmt: skip
+        seen[key] = line
+        runs.append(run)
     if not runs:
         raise HwtuneInputError("runs", str(path), "at least one run below the header")
     return runs

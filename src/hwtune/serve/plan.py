@@ -33,8 +33,9 @@ class SLO:
     def __post_init__(self) -> None:
         for k in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s"):
             v = getattr(self, k)
-            if v is not None and not v > 0:
-                raise HwtuneInputError(k, v, "a positive number of seconds")
+            if v is not None and not 0 < v < math.inf:  # inf would be no target, silently
+                raise HwtuneInputError(k, v, "a positive finite number of seconds (leave the "
+                                       "option out for no target)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,9 @@ def plan(
     if margin and correction is not None:
         raise HwtuneInputError("margin", "likely", "no tier-3 correction beside it (the "
                                "correction already maps to measured latencies)")  # fmt: skip
+    if disagg and correction is not None:  # fitted to aggregated runs only
+        raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
+                               "(`serve calibrate` fits aggregated runs)")  # fmt: skip
     if slo.tpot_p90_s is not None and workload.outputs and max(workload.outputs) <= 1:
         raise HwtuneInputError("tpot_p90", slo.tpot_p90_s, "no TPOT SLO for one-token outputs "
                                "(TPOT is the time between output tokens: undefined)")  # fmt: skip
