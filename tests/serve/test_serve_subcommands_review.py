@@ -241,3 +241,8 @@ def test_plan_api_refuses_a_correction_for_disaggregated_layouts(correction_file
     with pytest.raises(HwtuneInputError, match="no-disagg"):
         plan(base, wl, SLO(ttft_p90_s=1.0), max_gpus=1, disagg=True, processes=1,
              correction=load_correction(correction_file))  # fmt: skip
+
+
+def test_serve_router_with_one_replica_is_refused(rejects):
+    """`serve --router` beside a single replica (and no prefill pool) would route nothing."""
+    rejects(["serve", "--router", "least-tokens", "--num-requests", "4"], "router", "--replicas")

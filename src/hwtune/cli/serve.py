@@ -108,7 +108,6 @@ DpAttention = Annotated[int, typer.Option(help="attention data parallelism (MLA 
 MaxSeqs = Annotated[int, typer.Option(help="running sequences per replica")]
 TokenBudget = Annotated[int, typer.Option(help="token budget per step")]
 Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
-Router = Annotated[str, typer.Option(help="round-robin|least-tokens")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
     str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
@@ -366,7 +365,9 @@ def serve(
     gpu_memory_utilization: Annotated[float, typer.Option(help="usable memory fraction")] = 0.9,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = True,
     replicas: Replicas = 1,
-    router: Router = "round-robin",
+    router: Annotated[
+        str | None, typer.Option(help="round-robin|least-tokens (default round-robin)")
+    ] = None,
     disagg: Annotated[
         bool, typer.Option("--disagg/--no-disagg", help="separate prefill pool")
     ] = False,
@@ -458,9 +459,11 @@ def serve(
             if v is not None and not disagg:  # would be ignored
                 raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
         pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
-        dep = Deployment(
-            cfg, replicas, router, pre, 1 if prefill_replicas is None else prefill_replicas
-        )
+        n_pre = 1 if prefill_replicas is None else prefill_replicas
+        if router is not None and replicas == 1 and (pre is None or n_pre == 1):
+            raise HwtuneInputError("router", router, "--replicas (or --prefill-replicas) 2 or "
+                                   "more beside it (with one replica it would be ignored)")  # fmt: skip
+        dep = Deployment(cfg, replicas, router or "round-robin", pre, n_pre)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
         res = simulate(dep, wl, record_steps=trace_out is not None,
