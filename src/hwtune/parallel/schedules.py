@@ -142,10 +142,12 @@ def _greedy_zero_bubble(
                 continue
             start_of = [(max(free[r], t), pri, a) for pri, t, a in cands]
             t0 = min(x[0] for x in start_of)
-            # among what can start earliest, the highest priority; later stages of the V first
+            # among what can start earliest, the highest priority; later stages of the V first,
+            # for forwards too: a rank that fills its activation limit with first-chunk
+            # forwards stalls the V, and the bubble grew with m (ZB-V, Qi et al. 2024)
             t_pick, pri, a = min(
                 (x for x in start_of if x[0] <= t0 + 1e-15),
-                key=lambda x: (x[1], -order_of[x[2].stage][1] if x[2].kind == "I" else 0),
+                key=lambda x: (x[1], -order_of[x[2].stage][1] if x[2].kind in "IF" else 0),
             )
             if best is None or (t_pick, pri, r) < best[:3]:
                 best = (t_pick, pri, r, a)
