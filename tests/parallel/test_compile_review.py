@@ -166,3 +166,88 @@ def test_zb_h1_bubble_is_below_1f1b():
     p = 4
     for m in (8, 16):
         assert _bubble_time("zb-h1", p, m) < (p - 1) * (F + B)
+
+
+# ---- bad input: one line naming the field, the value and what was expected; exit code 2 --------
+def _yaml(tmp_path, text: str) -> str:
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        # a named schedule places its own stages: a stage map would be ignored
+        ("mesh: {pp: 2}\nschedule: {name: 1f1b, stage_map: v}\n", "schedule.stage_map", ["v"]),
+        # explicit actions name their stages: a vpp would be ignored
+        (
+            "mesh: {pp: 2}\nglobal_batch: 1\nschedule: {actions: {0: [0F0, 0B0], 1: [1F0, 1B0]}, vpp: 2}\n",
+            "schedule.vpp",
+            ["2"],
+        ),
+        ("mesh: [1, 2]\n", "mesh", ["a mapping"]),
+        ("mesh: 4\n", "mesh", ["4"]),
+        # embedding and head follow the first and last stage: their annotations were ignored
+        ("modules:\n  - {match: embedding, recompute: full}\n", "modules[0]", ["embedding"]),
+        ("mesh: {tp: 2}\nmodules:\n  - {match: head, tp: 1}\n", "modules[0]", ["head"]),
+        # recomputation is per layer: on a sub-module it silently covered the whole layer
+        (
+            "modules:\n  - {match: layers.*.attention, recompute: full}\n",
+            "modules[0]",
+            ["recompute", "whole layers"],
+        ),
+        # .experts of a dense model changed its dense FFN
+        (
+            "mesh: {tp: 2}\nmodules:\n  - {match: layers.*.experts, tp: 1}\n",
+            "modules[0]",
+            ["dense"],
+        ),
+        ("mesh: {pp: 2, foo: 3}\n", "mesh.foo", ["3"]),
+        ("mesh: {dp: 0}\n", "mesh.dp", ["0"]),
+        ("mesh: {pp: 2}\nstages: [1, 2, 3]\n", "stages", ["2 entries"]),
+        ("schedule: {name: 1f2b}\n", "schedule.name", ["1f2b"]),
+    ],
+)
+def test_bad_strategy_yaml_is_one_line(tmp_path, rejects, text, field, words):
+    rejects(["compile", "--strategy", _yaml(tmp_path, text)], field, *words)
+
+
+def test_mlp_of_an_moe_model_is_refused(tmp_path, rejects):
+    text = "mesh: {tp: 2}\nmodules:\n  - {match: layers.*.mlp, tp: 1}\n"
+    rejects(
+        ["compile", "-m", "mixtral-8x7b", "--strategy", _yaml(tmp_path, text)], "modules[0]", "mlp"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        (["--pp", "2", "--vpp", "2"], "vpp", ["2", "interleaved"]),
+        (
+            ["--pp", "4", "--global-batch", "6", "--schedule", "interleaved", "--vpp", "2"],
+            "micro-batches",
+            ["6"],
+        ),
+        (
+            ["--pp", "2", "--global-batch", "2", "--schedule", "dualpipe"],
+            "global_batch",
+            ["2", "DualPipe"],
+        ),
+        (
+            ["--pp", "2", "--global-batch", "2", "--schedule", "dualpipev"],
+            "schedule",
+            ["dualpipev"],
+        ),
+        (["--dp", "4", "--global-batch", "6"], "global_batch", ["6"]),
+        (["--dp", "2", "--gpus", "3"], "mesh", ["3"]),
+        (["--cp", "3", "--seq", "4096"], "seq", ["4096"]),
+        (["--tp", "3"], "tp", ["3"]),
+        (["--pp", "64"], "pp", ["64"]),
+        (["--zero", "4"], "zero", ["4"]),
+        (["--steps", "2"], "steps", ["--run"]),
+        (["-m", "mixtral-8x7b", "--ep", "3", "--dp", "3"], "ep", ["3"]),
+    ],
+)
+def test_bad_flags_are_one_line(rejects, args, field, words):
+    rejects(["compile", *args], field, *words)
