@@ -332,9 +332,7 @@ def resolve(spec: ParallelSpec, model: ModelSpec) -> tuple[LayerPlan, ...]:
             raise HwtuneInputError(
                 _where(k, ann), ann.match, f"no .experts on the dense model {model.name}"
             )
-        if sub == "mlp" and model.moe is not None and all(
-            model.is_moe_layer(i) for i in hit
-        ):
+        if sub == "mlp" and model.moe is not None and all(model.is_moe_layer(i) for i in hit):
             raise HwtuneInputError(
                 _where(k, ann), ann.match, "a dense .mlp (these layers have .experts)"
             )
