@@ -251,3 +251,28 @@ def test_mlp_of_an_moe_model_is_refused(tmp_path, rejects):
 )
 def test_bad_flags_are_one_line(rejects, args, field, words):
     rejects(["compile", *args], field, *words)
+
+
+def test_a_run_that_disagrees_with_the_single_process_run_fails(monkeypatch):
+    """`--run` printed the difference and exited 0 whatever it was; a run outside the tolerance
+    the runtime tests hold (1e-5 relative) is now a failed check, exit 1, one line."""
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+    from hwtune.parallel.runtime import launch
+
+    def fake(spec, steps=3, device="cpu", **_):  # noqa: ANN001, ANN003
+        losses, ref = [4.0, 3.5], [4.0, 3.4]
+        return {"world": 2, "device": "cpu", "backend": "gloo", "losses": losses,
+                "reference": ref, "max_abs_diff": 0.1, "tolerance": launch.LOSS_TOL,
+                "agrees": launch.losses_agree(losses, ref), "memory": {}}  # fmt: skip
+
+    monkeypatch.setattr(launch, "run_spec", fake)
+    assert launch.losses_agree([4.0, 3.5], [4.0 + 1e-6, 3.5])
+    for extra in ([], ["--json"]):
+        r = CliRunner().invoke(
+            app, ["compile", "--pp", "2", "--global-batch", "4", "--run", *extra]
+        )
+        assert r.exit_code == 1, r.output
+        assert "Traceback" not in r.output
+        assert "run: losses differ" in r.output and "1e-05" in r.output
