@@ -276,3 +276,17 @@ def test_a_run_that_disagrees_with_the_single_process_run_fails(monkeypatch):
         assert r.exit_code == 1, r.output
         assert "Traceback" not in r.output
         assert "run: losses differ" in r.output and "1e-05" in r.output
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_pipeline_with_data_parallel_zero_0_1_runs_and_matches(zero):
+    """pp = dp = 2 at ZeRO-0/1 (ZeRO-1 is the default with a pipeline) was refused at run time,
+    though the stages' gradients reduced by hand (as with context or expert parallelism) run
+    it; the losses match the single-process run."""
+    pytest.importorskip("torch")
+    from hwtune.parallel.runtime.launch import launch_many, losses_agree, run_config
+
+    spec = make_spec(pp=2, dp=2, zero=zero, global_batch=8, micro_batch=2, schedule="zb-h1")
+    (res,) = launch_many([run_config(spec, steps=3)])
+    assert losses_agree(res["losses"], res["reference"]), res
+    assert res["losses"][-1] < res["losses"][0]

@@ -138,10 +138,11 @@ def run_config(
     if mesh.cp > 1:
         _check_cp(spec, bidirectional)
     if (mesh.pp > 1 and mesh.dp > 1 and mesh.cp == 1 and mesh.ep == 1 and not bidirectional
-            and spec.zero_stage < 2):  # fmt: skip
+            and mesh.tp > 1 and spec.zero_stage < 2):  # fmt: skip
+        # tp = 1: the stages' gradients reduced by hand (DDP / ZeroRedundancyOptimizer)
         raise HwtuneInputError(
             "zero", spec.zero_stage,
-            "2 or 3 for a pipeline with dp > 1 and cp = ep = 1 (FSDP2 stages)",
+            "2 or 3 for a pipeline with dp > 1, tp > 1 and cp = ep = 1 (FSDP2 stages)",
         )  # fmt: skip
     if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 0 and mesh.dp > 1)):
         raise HwtuneInputError(
