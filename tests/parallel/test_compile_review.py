@@ -290,3 +290,11 @@ def test_pipeline_with_data_parallel_zero_0_1_runs_and_matches(zero):
     (res,) = launch_many([run_config(spec, steps=3)])
     assert losses_agree(res["losses"], res["reference"]), res
     assert res["losses"][-1] < res["losses"][0]
+
+
+def test_schedule_flag_beside_explicit_actions_is_refused(tmp_path, rejects):
+    """The file's explicit actions overrode ``--schedule`` without a word."""
+    text = "mesh: {pp: 2}\nglobal_batch: 1\nschedule: {actions: {0: [0F0, 0B0], 1: [1F0, 1B0]}}\n"
+    path = _yaml(tmp_path, text)
+    rejects(["compile", "--strategy", path, "--schedule", "gpipe"], "schedule", "gpipe", "actions")
+    rejects(["compile", "--strategy", path, "--vpp", "2"], "schedule.vpp", "2")

@@ -98,6 +98,10 @@ def compile_cmd(
         base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
         if schedule is not None or vpp is not None:
             sched = dict(base.get("schedule") or {})
+            if schedule is not None and sched.get("actions") is not None:
+                raise HwtuneInputError(  # the file's explicit actions would override it
+                    "schedule", schedule, "no --schedule beside the strategy's explicit actions"
+                )
             if schedule is not None:
                 sched["name"] = schedule
             if vpp is not None:
