@@ -298,3 +298,26 @@ def test_schedule_flag_beside_explicit_actions_is_refused(tmp_path, rejects):
     path = _yaml(tmp_path, text)
     rejects(["compile", "--strategy", path, "--schedule", "gpipe"], "schedule", "gpipe", "actions")
     rejects(["compile", "--strategy", path, "--vpp", "2"], "schedule.vpp", "2")
+
+
+@pytest.mark.parametrize("name", ["dualpipev", "zb-h1", "1f1b"])
+def test_zero3_reduce_scatters_each_gradient_once(name):
+    """ZeRO-3: one gradient reduce-scatter per (stage, micro-batch), after its B or its W. An
+    overlapped DualPipe pair whose backward is an I was charged one too, besides its W."""
+    spec = make_spec(pp=2, dp=2, zero=3, global_batch=16, micro_batch=2, seq=4096, schedule=name)
+    plan = compile_plan(spec, GPT, make_cluster("h100-sxm-80gb", 4))
+    rs = sum(o.kind == "RS" and o.label.startswith("RS ") for o in plan.ops)
+    assert rs == len(plan.stage_rank) * plan.n_micro
+
+
+def test_zero3_overlapped_pair_with_an_i_leaves_the_reduce_scatter_to_its_w():
+    """An explicit pair (1F1;1I0) whose W comes later: one reduce-scatter per (stage, mb)."""
+    acts = {
+        0: ["0F0", "0F1", "0I0", "0W0", "0B1"],
+        1: ["1F0", "(1F1;1I0)OVERLAP_F_B", "1W0", "1B1"],
+    }
+    spec = make_spec(pp=2, dp=2, zero=3, global_batch=4, micro_batch=1, seq=4096,
+                     schedule={"actions": acts})  # fmt: skip
+    plan = compile_plan(spec, GPT, make_cluster("h100-sxm-80gb", 4))
+    rs = sum(o.kind == "RS" and o.label.startswith("RS ") for o in plan.ops)
+    assert rs == 2 * 2
