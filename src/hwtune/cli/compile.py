@@ -98,6 +98,10 @@ def compile_cmd(
         base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
         if schedule is not None or vpp is not None:
             sched = dict(base.get("schedule") or {})
+            if schedule is not None and sched.get("actions") is not None:
+                raise HwtuneInputError(  # the file's explicit actions would override it
+                    "schedule", schedule, "no --schedule beside the strategy's explicit actions"
+                )
             if schedule is not None:
                 sched["name"] = schedule
             if vpp is not None:
@@ -134,6 +138,7 @@ def compile_cmd(
         doc["run"] = run_doc
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _check_run(run_doc)
         return
     gib = 2**30
     print(title)
@@ -154,3 +159,14 @@ def compile_cmd(
         print(f"  run ({how}): losses {run_doc['losses']}")
         print(f"  single process:                  losses {run_doc['reference']}")
         print(f"  max |difference| {run_doc['max_abs_diff']:.2e}")
+    _check_run(run_doc)
+
+
+def _check_run(run_doc: dict | None) -> None:
+    """A run whose losses disagree with the single-process run is a failed check: exit 1."""
+    if run_doc is not None and not run_doc["agrees"]:
+        sys.stderr.write(
+            f"error: run: losses differ from the single-process run by {run_doc['max_abs_diff']:.2e}"
+            f" (expected within {run_doc['tolerance']:g} relative)\n"
+        )
+        raise typer.Exit(1)

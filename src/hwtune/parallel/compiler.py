@@ -200,6 +200,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     wgt: dict[tuple[int, int], Op] = {}
     rec: dict[tuple[int, int], Op] = {}
     first_f: dict[int, Op] = {}
+    fb_split: set[int] = set()  # overlapped pairs whose backward is an I (its W comes later)
     zero3_rs: dict[int, list[Op]] = {r: [] for r in range(pp)}
     for r in range(pp):
         for a in orders[r]:
@@ -214,6 +215,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                 secs = max(compute, comm)
                 if bpart.kind == "I":
                     secs -= cb.w
+                    fb_split.add(len(ops))  # the id the pair gets: its W reduces the gradient
                 op = add(rank=r, kind="FB", stream="compute", seconds=secs, label=str(a),
                          stage=fpart.stage, mb=fpart.mb,
                          mem_delta=cf.act_bytes - (cb.act_bytes if bpart.kind == "B" else 0.0),
@@ -333,7 +335,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                 o.finish_after.append((ag, o.seconds / nl))  # type: ignore[arg-type]
             else:
                 o.deps.append((ag, 1.0))  # type: ignore[arg-type]
-            if o.kind in ("B", "FB"):
+            if o.kind == "B" or (o.kind == "FB" and o.id not in fb_split):
                 rs = grad_reduce_scatter(o, c, [(o, 1.0 / nl if ov.grad_reduce else 1.0)], [])
                 if ov.grad_reduce:  # the last layer's share finishes after the backward
                     rs.finish_after.append((o, rs.seconds / nl))  # type: ignore[arg-type]

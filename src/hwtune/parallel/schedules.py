@@ -11,11 +11,12 @@ The orders are generated here from the papers (the closed-form bubbles live in
   ``forward_backward_pipelining_with_interleaving``): v model chunks per rank, stage c*p + r on
   rank r; forwards walk micro-batches in groups of p through chunk 0, 1, ..., v-1, backwards
   through v-1, ..., 0; warm-up (p-r-1)*2 + (v-1)*p; needs m divisible by p.
-- ZB-H1: Qi et al. ICLR'24 "Zero Bubble Pipeline Parallelism" §3.1: the backward split into
-  input gradient (I) and weight gradient (W); W's are postponed into the bubbles under the same
-  activation limit as 1F1B (p micro-batches whose W is not done). The order is built by the
-  paper's greedy rule over the stage costs (§3.2): run an I when one is ready, else a forward
-  if the activation limit allows, else a pending W.
+- ZB-H1: Qi et al. ICLR'24 "Zero Bubble Pipeline Parallelism" §3.1 (Fig. 3, handcrafted): the
+  backward split into input gradient (I) and weight gradient (W); rank r runs 1F1B with I in
+  place of B and each W postponed by r micro-batches, into the bubbles, under the same
+  activation limit as 1F1B (p micro-batches whose W is not done); the leftover W's drain at the
+  end. Bubble (p-1)(F + I - W), a third of 1F1B's when F = I = W. (The paper's greedy rule of
+  §3.2, which builds ZB-V below, left 5/9 of 1F1B's bubble at p = 4 with F = I = W.)
 - ZB-V: Qi et al. 2024 "Pipeline Parallelism with Controllable Memory": 2 chunks per rank in a
   V (stages r and 2p-1-r on rank r), built by the same greedy rule.
 - DualPipe: DeepSeek-V3 technical report §3.2.1 (Fig. 5) and deepseek-ai/DualPipe: two
@@ -77,6 +78,21 @@ def _one_f_one_b(p: int, m: int, r: int) -> list[Action]:
         out += [Action(r, "F", warm + i), Action(r, "B", i)]
     out += [Action(r, "B", i) for i in range(m - warm, m)]
     return out
+
+
+def _zb_h1(p: int, m: int, r: int) -> list[Action]:
+    """ZB-H1 (Qi et al. ICLR'24 §3.1, Fig. 3): 1F1B with I for B, rank r's W's r behind."""
+    warm = min(p - r - 1, m)
+    out = [Action(r, "F", i) for i in range(warm)]
+    w_next = 0
+    for k in range(m):
+        if warm + k < m:
+            out.append(Action(r, "F", warm + k))
+        out.append(Action(r, "I", k))
+        if k - r >= w_next:
+            out.append(Action(r, "W", w_next))
+            w_next += 1
+    return out + [Action(r, "W", i) for i in range(w_next, m)]
 
 
 def _interleaved(p: int, m: int, v: int, r: int) -> list[Action]:
@@ -142,10 +158,12 @@ def _greedy_zero_bubble(
                 continue
             start_of = [(max(free[r], t), pri, a) for pri, t, a in cands]
             t0 = min(x[0] for x in start_of)
-            # among what can start earliest, the highest priority; later stages of the V first
+            # among what can start earliest, the highest priority; later stages of the V first,
+            # for forwards too: a rank that fills its activation limit with first-chunk
+            # forwards stalls the V, and the bubble grew with m (ZB-V, Qi et al. 2024)
             t_pick, pri, a = min(
                 (x for x in start_of if x[0] <= t0 + 1e-15),
-                key=lambda x: (x[1], -order_of[x[2].stage][1] if x[2].kind == "I" else 0),
+                key=lambda x: (x[1], -order_of[x[2].stage][1] if x[2].kind in "IF" else 0),
             )
             if best is None or (t_pick, pri, r) < best[:3]:
                 best = (t_pick, pri, r, a)
@@ -273,7 +291,7 @@ def generate(
             )
         return {r: _interleaved(pp, m, vpp, r) for r in range(pp)}
     if name == "zb-h1":
-        return _greedy_zero_bubble(pp, m, [[r] for r in range(pp)], c, limit=pp)
+        return {r: _zb_h1(pp, m, r) for r in range(pp)}
     if name == "zbv":
         return _greedy_zero_bubble(pp, m, [[r, 2 * pp - 1 - r] for r in range(pp)], c, limit=2 * pp)
     if name == "dualpipe":

@@ -106,6 +106,16 @@ class ScheduleDirective(BaseModel):
     def _vpp_interleaved(self) -> ScheduleDirective:
         if self.vpp > 1 and self.name != "interleaved" and self.actions is None:
             raise HwtuneInputError("vpp", self.vpp, "1 unless the schedule is interleaved")
+        if self.actions is not None and self.vpp > 1:  # explicit actions name their stages
+            raise HwtuneInputError(
+                "schedule.vpp", self.vpp, "no vpp beside explicit actions (their stages set it)"
+            )
+        if self.stage_map is not None and self.actions is None:
+            raise HwtuneInputError(
+                "schedule.stage_map",
+                self.stage_map,
+                "explicit actions beside it (a named schedule places its own stages)",
+            )
         return self
 
 
@@ -204,7 +214,10 @@ def make_spec(data: dict | None = None, **fields: object) -> ParallelSpec:
     """A spec from a mapping (the YAML form) and/or keywords, with one-line errors."""
     d = dict(data or {})
     d.update({k: v for k, v in fields.items() if v is not None})
-    mesh = dict(d.pop("mesh", {}) or {})
+    mesh = d.pop("mesh", {}) or {}
+    if not isinstance(mesh, dict):
+        raise HwtuneInputError("mesh", mesh, "a mapping of degrees like {dp: 2, pp: 2}")
+    mesh = dict(mesh)
     for k in ("dp", "tp", "pp", "cp", "ep"):
         if k in d:
             mesh[k] = d.pop(k)
@@ -302,11 +315,26 @@ def resolve(spec: ParallelSpec, model: ModelSpec) -> tuple[LayerPlan, ...]:
             raise HwtuneInputError(
                 _where(k, ann), ann.match, f"a selector that names some of the {n} layers"
             )
-        if m.group(1) and (ann.stage is not None or ann.ep is not None or ann.placement):
+        if m.group(1):  # the costs and the runtime give them the mesh's tp and no recompute
             raise HwtuneInputError(
                 _where(k, ann),
                 ann.match,
-                "only tp/recompute on embedding and head (they follow the first and last stage)",
+                "annotations on layers (embedding and head follow the first and last stage"
+                " at the mesh's tp)",
+            )
+        if ann.recompute is not None and sub is not None:
+            raise HwtuneInputError(
+                _where(k, ann) + ".recompute",
+                ann.recompute,
+                "recomputation of whole layers (no .attention/.mlp/.experts)",
+            )
+        if sub == "experts" and model.moe is None:
+            raise HwtuneInputError(
+                _where(k, ann), ann.match, f"no .experts on the dense model {model.name}"
+            )
+        if sub == "mlp" and model.moe is not None and all(model.is_moe_layer(i) for i in hit):
+            raise HwtuneInputError(
+                _where(k, ann), ann.match, "a dense .mlp (these layers have .experts)"
             )
         for i in hit:
             if ann.tp is not None:

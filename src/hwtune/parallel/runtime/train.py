@@ -296,7 +296,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         # dp x cp, routed experts over their edp replicas), ZeRO-1's optimizer states sharded
         # by `ZeroRedundancyOptimizer` over the same ranks
         manual = dp_mesh.size() > 1 and cfg.zero < 2
-        if manual and cp_group is None and ep_group is None:
+        if manual and cp_group is None and ep_group is None and cfg.tp > 1:
             raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
         if dp_mesh.size() > 1 and not manual:
             for mod in mods:
