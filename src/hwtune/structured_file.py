@@ -28,14 +28,48 @@ def read_utf8(path: str | Path, field: str) -> str:
                                "save it as UTF-8)") from None  # fmt: skip
 
 
+class _DuplicateKey(ValueError):
+    """A mapping key given twice (the YAML and JSON parsers keep the last one silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that gives a key twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: merged, then overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool):
+                continue  # unhashable keys are refused by the loader itself
+            if key in seen:
+                raise _DuplicateKey(f"{key!r} given twice (line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise _DuplicateKey(f"{k!r} given twice")
+    return dict(pairs)
+
+
 def read_structured(path: str | Path, field: str) -> object:
     """The parsed content of ``path``: JSON when it ends in ``.json``, YAML otherwise (YAML also
     reads JSON). An unreadable, non-UTF-8 or malformed file raises `HwtuneInputError` naming
-    ``field``, the path and the parser's first line."""
+    ``field``, the path and the parser's first line; so does a mapping that gives a key twice
+    (the parsers would keep the last one silently)."""
     p = Path(path)
     text = read_utf8(p, field)
     try:
-        return json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        if p.suffix == ".json":
+            return json.loads(text, object_pairs_hook=_unique_pairs)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except _DuplicateKey as e:
+        raise HwtuneInputError(field, str(path), f"each key once in a mapping ({e})") from None
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         msg = str(e).splitlines()[0]
         raise HwtuneInputError(field, str(path), f"valid YAML/JSON ({msg})") from None

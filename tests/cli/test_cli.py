@@ -184,3 +184,35 @@ def test_cluster_file_errors_in_plain_words(tmp_path, text, field, words, reject
     f.write_text("device: h100-sxm-80gb\n" + text)
     line = rejects(["estimate", "--cluster", str(f)], f"c.yaml.{field}", *words)
     assert "Input should" not in line and "Extra inputs" not in line
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        (
+            "c.yaml",
+            "device: h100-sxm-80gb\nn_gpus: 8\nn_gpus: 16\n",
+            ("'n_gpus' given twice", "line 3"),
+        ),
+        (
+            "c.json",
+            '{"device": "h100-sxm-80gb", "n_gpus": 8, "n_gpus": 16}',
+            ("'n_gpus' given twice",),
+        ),
+    ],
+)
+def test_a_key_given_twice_in_a_file_is_refused(tmp_path, name, text, words, rejects):
+    """YAML and JSON parsers keep the last of two equal keys; a user file that gives one twice
+    is refused instead of running with whichever came last."""
+    f = tmp_path / name
+    f.write_text(text)
+    rejects(["estimate", "--cluster", str(f)], "cluster", name, "each key once", *words)
+
+
+def test_yaml_merge_keys_still_override(tmp_path):
+    """A YAML merge (`<<`) followed by an explicit key is an override, not a repeated key."""
+    from hwtune.structured_file import read_structured
+
+    f = tmp_path / "m.yaml"
+    f.write_text("base: &b {n_gpus: 8, nic_gbps_per_gpu: 400}\nc:\n  <<: *b\n  n_gpus: 16\n")
+    assert read_structured(f, "x")["c"] == {"n_gpus": 16, "nic_gbps_per_gpu": 400}
