@@ -321,3 +321,19 @@ def test_zero3_overlapped_pair_with_an_i_leaves_the_reduce_scatter_to_its_w():
     plan = compile_plan(spec, GPT, make_cluster("h100-sxm-80gb", 4))
     rs = sum(o.kind == "RS" and o.label.startswith("RS ") for o in plan.ops)
     assert rs == 2 * 2
+
+
+def test_a_flag_that_contradicts_the_strategy_file_is_refused(tmp_path, rejects):
+    """`--pp 4` beside a file with `mesh: {pp: 2}` used to replace the file's value silently; a
+    flag that repeats the file's value, or sets what the file leaves out, is fine."""
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    f = tmp_path / "s.yaml"
+    f.write_text("mesh: {pp: 2, dp: 2}\nglobal_batch: 8\nmicro_batch: 2\n")
+    rejects(["compile", "--strategy", str(f), "--pp", "4"], "pp", "4", "strategy file's pp: 2")
+    rejects(["compile", "--strategy", str(f), "--global-batch", "16"], "global-batch", "16")
+    for extra in (["--pp", "2"], ["--seq", "1024"]):
+        r = CliRunner().invoke(app, ["compile", "--strategy", str(f), *extra])
+        assert r.exit_code == 0, r.output

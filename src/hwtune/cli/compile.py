@@ -15,6 +15,7 @@ from hwtune.cli.parsing import output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 GPU_DEFAULT = "h100-sxm-80gb"
+_MESH_AXES = ("dp", "tp", "pp", "ep", "cp")  # the flags that are mesh degrees
 
 
 def _fail(e: Exception) -> None:
@@ -96,6 +97,11 @@ def compile_cmd(
             raise HwtuneInputError("steps", steps, "a positive number of training steps")
         spec_model = get_model(model)
         base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
+        for name, v in flags.items():  # a flag that would silently replace the file's value
+            given = (base.get("mesh") or {}).get(name) if name in _MESH_AXES else base.get(name)
+            if v is not None and given is not None and given != v:
+                raise HwtuneInputError(name.replace("_", "-"), v, f"the strategy file's {name}: "
+                                       f"{given} (set it in one place)")  # fmt: skip
         if schedule is not None or vpp is not None:
             sched = dict(base.get("schedule") or {})
             if schedule is not None and sched.get("actions") is not None:
