@@ -337,3 +337,12 @@ def test_a_flag_that_contradicts_the_strategy_file_is_refused(tmp_path, rejects)
     for extra in (["--pp", "2"], ["--seq", "1024"]):
         r = CliRunner().invoke(app, ["compile", "--strategy", str(f), *extra])
         assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(("text", "field"), [("zero: true\n", "strategy.zero"),
+                                             ("mesh: {pp: 2.0}\n", "strategy.mesh.pp")])  # fmt: skip
+def test_a_bool_or_float_is_not_taken_as_a_degree(tmp_path, text, field, rejects):
+    """`zero: true` used to be read as ZeRO-1 and `pp: 2.0` as 2 (pydantic's lax coercion)."""
+    f = tmp_path / "s.yaml"
+    f.write_text("global_batch: 8\n" + text)
+    rejects(["compile", "--strategy", str(f)], field, "a valid integer")

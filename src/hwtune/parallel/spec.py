@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
@@ -53,11 +53,11 @@ class Mesh(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dp: int = Field(default=1, gt=0)
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    cp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0, description="expert parallel, folded over dp*cp")
+    dp: StrictInt = Field(default=1, gt=0)
+    tp: StrictInt = Field(default=1, gt=0)
+    pp: StrictInt = Field(default=1, gt=0)
+    cp: StrictInt = Field(default=1, gt=0)
+    ep: StrictInt = Field(default=1, gt=0, description="expert parallel, folded over dp*cp")
 
     @property
     def world(self) -> int:
@@ -70,9 +70,13 @@ class ModuleAnnotation(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     match: str
-    tp: int | None = Field(default=None, gt=0, description="tensor-parallel degree of the module")
-    stage: int | None = Field(default=None, ge=0, description="pipeline stage of these layers")
-    ep: int | None = Field(default=None, gt=0, description="expert-parallel degree (experts)")
+    tp: StrictInt | None = Field(
+        default=None, gt=0, description="tensor-parallel degree of the module"
+    )
+    stage: StrictInt | None = Field(
+        default=None, ge=0, description="pipeline stage of these layers"
+    )
+    ep: StrictInt | None = Field(default=None, gt=0, description="expert-parallel degree (experts)")
     placement: tuple[tuple[int, ...], ...] | None = Field(
         default=None, description="experts on each expert-parallel rank: [[0, 1], [2, 3]]"
     )
@@ -94,7 +98,7 @@ class ScheduleDirective(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"] = "1f1b"
-    vpp: int = Field(default=1, gt=0, description="model chunks per rank (interleaved)")
+    vpp: StrictInt = Field(default=1, gt=0, description="model chunks per rank (interleaved)")
     actions: dict[int, list[str]] | None = Field(
         default=None, description="rank -> actions like 0F0, 0B0, 0I1, 0W1, 0R2 (overrides name)"
     )
@@ -127,11 +131,11 @@ class ParallelSpec(BaseModel):
     mesh: Mesh = Mesh()
     precision: Precision = "bf16"
     optimizer: Optimizer = "adam"
-    zero: int = Field(default=-1, ge=-1, le=3, description="-1: 3 without PP, 1 with PP")
+    zero: StrictInt = Field(default=-1, ge=-1, le=3, description="-1: 3 without PP, 1 with PP")
     sequence_parallel: bool = False
-    micro_batch: int = Field(default=1, gt=0)
-    global_batch: int | None = Field(default=None, gt=0)
-    seq: int = Field(default=4096, gt=0)
+    micro_batch: StrictInt = Field(default=1, gt=0)
+    global_batch: StrictInt | None = Field(default=None, gt=0)
+    seq: StrictInt = Field(default=4096, gt=0)
     recompute: Recompute = "none"
     stages: tuple[int, ...] | None = Field(default=None, description="layers per stage")
     modules: tuple[ModuleAnnotation, ...] = ()
