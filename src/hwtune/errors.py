@@ -55,8 +55,10 @@ def expected_from_pydantic(msg: str) -> str:
     rest = msg.removeprefix("Input should be ")
     if rest.startswith("a valid "):
         rest = rest.split(",")[0]  # "a valid integer, unable to parse ..." -> "a valid integer"
-    if rest.startswith(("greater", "less", "finite")):
-        rest = "a value " + rest if not rest.startswith("finite") else "a finite number"
+    if rest.startswith("finite"):
+        return "a finite number"
+    if rest.startswith(("greater", "less")):
+        return "a value " + rest
     return rest
 
 

@@ -216,3 +216,23 @@ def test_yaml_merge_keys_still_override(tmp_path):
     f = tmp_path / "m.yaml"
     f.write_text("base: &b {n_gpus: 8, nic_gbps_per_gpu: 400}\nc:\n  <<: *b\n  n_gpus: 16\n")
     assert read_structured(f, "x")["c"] == {"n_gpus": 16, "nic_gbps_per_gpu": 400}
+
+
+@pytest.mark.parametrize(
+    ("msg", "expected"),
+    [
+        ("Input should be greater than 0", "a value greater than 0"),
+        ("Input should be less than or equal to 3", "a value less than or equal to 3"),
+        ("Input should be a finite number", "a finite number"),
+        (
+            "Input should be a valid integer, unable to parse string as an integer",
+            "a valid integer",
+        ),
+        ("Extra inputs are not permitted", "a known field name (this one is unknown)"),
+        ("Value error, a ZeRO stage 0-3", "a ZeRO stage 0-3"),
+    ],
+)
+def test_pydantic_messages_are_reworded_as_what_was_expected(msg, expected):
+    from hwtune.errors import expected_from_pydantic
+
+    assert expected_from_pydantic(msg) == expected
