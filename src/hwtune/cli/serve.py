@@ -215,7 +215,11 @@ def _fitted_to(
     from hwtune.serve.correction import FittedTo
 
     return FittedTo(model=cfg.model.name, gpu=cfg.device.name, precision=precision,
-                    engine=str(e) if e is not None else None, tier=2 if profile else 1)  # fmt: skip
+                    engine=str(e) if e is not None else None, tier=2 if profile else 1,
+                    kv_precision=cfg.kv_dtype, spec_tokens=cfg.spec_tokens,
+                    spec_acceptance=cfg.spec_acceptance, eager_prefill=cfg.eager_prefill,
+                    overlap_schedule=cfg.overlap_schedule, host_timeline=cfg.host_timeline,
+                    frontend_tokens_per_s=cfg.frontend_tokens_per_s)  # fmt: skip
 
 
 def _workload(
@@ -642,6 +646,7 @@ def calibrate_cmd(
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
+    host_timeline: HostTimeline = False,
     spec_tokens: SpecTokens = 0,
     spec_acceptance: SpecAcceptance = 0.0,
     frontend_tokens_per_s: FrontEnd = None,
@@ -664,6 +669,7 @@ def calibrate_cmd(
         base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, max_num_seqs,
                         max_num_batched_tokens, 16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
         base = base.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+                          host_timeline=host_timeline,
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip

@@ -17,9 +17,11 @@ efficiency, queueing that grows with the prefill time). Nothing here is physics:
 statistical correction, cross-validated on the published rows (`benchmarks/serve_validation.py
 --tier3`, VALIDATION.md "Tier 3"), and ``hwtune serve --correction`` prints it beside the
 simulation, never in place of it. A correction records what it was fitted to (model, GPU,
-precision, engine, tier: `FittedTo`) and is refused for any other deployment
-(`check_applies`): a scale fitted to one engine's overheads on one model says nothing of
-another's.
+precision, KV-cache precision, engine, tier, speculative decoding, the host and front-end
+options: `FittedTo`) and is refused for any other deployment (`check_applies`): a scale fitted
+to one engine's overheads on one model says nothing of another's, and one fitted to runs
+simulated without a cost (a front-end limit, eager prefill launches) would count it twice when
+applied to a simulation that has it.
 """
 
 from __future__ import annotations
@@ -51,15 +53,38 @@ class AffineMap(BaseModel):
 class FittedTo(BaseModel):
     """The deployment a correction's runs were simulated as: the parts that change what the
     simulation leaves out (the engine's overheads, the kernels' efficiency on that model and
-    GPU) or what it prices (tier 1 spec sheets or a tier 2 profile). TP, lengths and clients
-    vary within the runs and may vary when it is applied."""
+    GPU) or what it prices (tier 1 spec sheets or a tier 2 profile, the KV-cache precision,
+    speculative decoding, the host's launches and the front end's token rate: the options of
+    `hwtune.serve.config.ReplicaConfig` of those names). TP, lengths and clients vary within
+    the runs and may vary when it is applied.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    The fields after ``tier`` were added later: a file written before them leaves them out, and
+    a field a file leaves out is not checked (`recorded`); one it gives is, None included
+    (``frontend_tokens_per_s`` None: no front-end limit)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     model: str
     gpu: str
     precision: str
     engine: str | None = None
     tier: int = Field(ge=1, le=2)
+    kv_precision: str | None = None
+    spec_tokens: int | None = Field(default=None, ge=0)
+    spec_acceptance: float | None = Field(default=None, ge=0, le=1)
+    eager_prefill: bool | None = None
+    overlap_schedule: bool | None = None
+    host_timeline: bool | None = None
+    frontend_tokens_per_s: float | None = Field(default=None, gt=0)
+
+    def recorded(self) -> list[str]:
+        """The fields this description gives, in declaration order: all of them when built
+        here, only those present in a file read back."""
+        return [k for k in type(self).model_fields if k in self.model_fields_set or k in
+                _ALWAYS_RECORDED]  # fmt: skip
+
+
+_ALWAYS_RECORDED = ("model", "gpu", "precision", "engine", "tier")
+"""The fields every file with ``fitted_to`` has had (``engine`` None meant no engine preset)."""
 
 
 class ServeCorrection(BaseModel):
@@ -78,7 +103,8 @@ class ServeCorrection(BaseModel):
 
 def check_applies(corr: ServeCorrection, target: FittedTo) -> None:
     """Raise `HwtuneInputError` naming every part of ``target`` that differs from what ``corr``
-    was fitted to (nothing for a correction that does not record it)."""
+    was fitted to, with both values (nothing for a correction that does not record it, and no
+    field that its file leaves out: `FittedTo.recorded`)."""
     have = corr.fitted_to
     if have is None:
         return
@@ -87,7 +113,7 @@ def check_applies(corr: ServeCorrection, target: FittedTo) -> None:
         return "none" if v is None else repr(v)
 
     diff = [f"{k} {show(getattr(have, k))}, not {show(getattr(target, k))}"
-            for k in FittedTo.model_fields if getattr(have, k) != getattr(target, k)]  # fmt: skip
+            for k in have.recorded() if getattr(have, k) != getattr(target, k)]  # fmt: skip
     if diff:
         raise HwtuneInputError("correction", "fitted to " + "; ".join(diff),
                                "a correction fitted to runs of the deployment simulated (fit one "
