@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
@@ -19,6 +20,16 @@ J = TypeVar("J")
 R = TypeVar("R")
 
 
+PROBE_TIMEOUT_S = 5.0
+"""How long `probe_ray` waits for a TCP connection to a Ray address before calling it
+unreachable. Ray's own client retries a silent ``ray://`` address with growing gRPC timeouts
+(5 + 10 + 15 s in ``ray.util.client.worker``, more for a GCS address) and offers no
+``ray.init`` option to shorten that, so the address is probed first."""
+
+RAY_CLIENT_PORT = 10001
+"""The port of a ``ray://`` address that names none (Ray's ``ray start --ray-client-server-port``
+default)."""
+
 MAX_PER_CPU = 4
 """More local processes than this per CPU only wait for one (and a typo of 100000 would fork
 that many), so a larger count is refused rather than lowered."""
@@ -26,9 +37,12 @@ that many), so a larger count is refused rather than lowered."""
 
 def check_workers(workers: int | None, ray_address: str | None, flag: str = "workers") -> None:
     """Reject a worker count below 1 or above `MAX_PER_CPU` per CPU, and one given beside a Ray address (Ray places the work,
-    so the count would be silently ignored)."""
+    so the count would be silently ignored); reject a Ray address with a malformed port. (Whether
+    the address answers is checked when the work starts: `probe_ray`.)"""
     if ray_address is not None and not ray_address.strip():
         raise HwtuneInputError("--ray", ray_address, "'local' or a Ray address (ray://host:port)")
+    if ray_address is not None:
+        ray_endpoint(ray_address)  # a malformed port fails here, before any work
     cap = MAX_PER_CPU * (os.cpu_count() or 1)
     if workers is not None and not 1 <= workers <= cap:
         raise HwtuneInputError(
@@ -71,6 +85,48 @@ def run_all(
             yield futs[fut], fut.result()
 
 
+def ray_endpoint(address: str) -> tuple[str, int] | None:
+    """(host, port) that a Ray address connects to: ``ray://host[:port]`` (port 10001 by
+    default) or ``host:port`` (a cluster's GCS); None for one without a TCP endpoint to probe
+    ('local', 'auto'). A port that is not a number in [1, 65535] is an error."""
+    rest = address.strip()
+    client = rest.startswith("ray://")
+    if client:
+        rest = rest[len("ray://") :]
+    rest = rest.split("/", 1)[0]
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, tail = rest[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+    elif rest.count(":") == 1:
+        host, port_text = rest.split(":")
+    else:
+        host, port_text = rest, ""
+    if not port_text:
+        return (host, RAY_CLIENT_PORT) if client and host else None
+    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise HwtuneInputError("--ray", address, "'local' or a Ray address, ray://host:port")
+    return host, int(port_text)
+
+
+def probe_ray(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise `HwtuneInputError` unless something accepts a TCP connection at ``address``'s
+    endpoint (`ray_endpoint`) within ``timeout_s``."""
+    end = ray_endpoint(address)
+    if end is None:
+        return
+    try:
+        with socket.create_connection(end, timeout=timeout_s):
+            pass
+    except OSError as e:
+        if isinstance(e, TimeoutError):
+            why = f"no answer within {timeout_s:g} s"
+        else:
+            why = (e.strerror or type(e).__name__).lower()
+        raise HwtuneInputError(
+            "--ray", address, f"a reachable Ray cluster ({end[0]}:{end[1]}: {why})"
+        ) from None
+
+
 def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> Iterator[tuple[int, R]]:
     try:
         import ray
@@ -78,6 +134,7 @@ def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> Iterator[t
         raise HwtuneInputError(
             "--ray", address, "the optional 'ray' extra: pip install 'hwtune[ray]'"
         ) from None
+    probe_ray(address)
     try:
         ray.init(address=None if address == "local" else address, ignore_reinit_error=True,
                  include_dashboard=False, log_to_driver=False)  # fmt: skip

@@ -177,3 +177,22 @@ def test_a_bad_recorded_field_is_an_error_naming_it(tmp_path, field, value):
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(HwtuneInputError, match=field):
         load_correction(path)
+
+
+def test_serve_plan_at_a_silent_ray_address_exits_2_quickly(rejects):
+    """`serve plan --ray ray://127.0.0.1:PORT` with nothing listening there: one line naming
+    --ray, the address and 'reachable' within seconds (Ray alone retries for half a minute or
+    more)."""
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:  # a port that was free a moment ago
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"ray://127.0.0.1:{port}"
+    start = time.monotonic()
+    rejects(["serve", "plan", *MODEL, "--max-gpus", "1", "--no-disagg", "--concurrency", "2",
+             "--input-len", "128", "--output-len", "4", "--ray", address, "--json"], "--ray",
+            f"got '{address}'", "expected a reachable Ray cluster")  # fmt: skip
+    assert time.monotonic() - start < 30.0
