@@ -4,6 +4,8 @@ here, independently of the planner); an unreachable limit is a failed request (e
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,3 +122,60 @@ def test_random_chain_recompute_non_increasing_in_limit(channels, fr):
             if p.feasible:
                 assert q.feasible and q.recompute_cost <= p.recompute_cost
                 assert _model_peak(g, p.dropped)[0] <= f * total
+
+
+# ---- CLI: an unreachable activation limit is a request not met (exit 1) ------------------------
+
+CLI_IMAGE = ["--workload", "resnet18", "--image", "64"]
+
+
+def _cli(args: list[str]):  # noqa: ANN202
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    return CliRunner().invoke(app, ["accel", *args])
+
+
+def _smallest_mib(line: str) -> float:
+    return float(line.split("smallest reachable activation memory is ")[1].split(" MiB")[0])
+
+
+@pytest.mark.parametrize(
+    ("cmd", "opt"), [("checkpoint", "--limit-mib"), ("evaluate", "--activation-limit-mib")]
+)
+def test_unreachable_limit_exits_1_with_the_smallest_reachable(cmd: str, opt: str):
+    r = _cli([cmd, opt, "0.05", *CLI_IMAGE])
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output and r.output.count("\n") == 1, r.output
+    assert "0.05 MiB" in r.output and "cannot be met" in r.output
+    smallest = _smallest_mib(r.output)
+    g = resnet18(image=64)
+    largest_saved = max(g.tensors[t].nbytes for t in saved_roots(g))
+    # never below one saved activation (kept or rebuilt), never above keeping them all
+    assert largest_saved / 2**20 - 0.01 <= smallest <= _all_kept(g) / 2**20 + 0.01
+    # the figure is reachable, and nothing below it is
+    assert _cli([cmd, opt, f"{smallest + 0.01:.2f}", *CLI_IMAGE]).exit_code == 0
+    assert _cli([cmd, opt, f"{smallest - 0.01:.2f}", *CLI_IMAGE]).exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("cmd", "opt"), [("checkpoint", "--limit-mib"), ("evaluate", "--activation-limit-mib")]
+)
+def test_json_says_whether_the_limit_is_met(cmd: str, opt: str):
+    g = resnet18(image=64)
+    for mib, met in ((0.05, False), (_all_kept(g) / 2**20 + 0.01, True)):
+        r = _cli([cmd, opt, f"{mib:.2f}", *CLI_IMAGE, "--json"])
+        assert r.exit_code == (0 if met else 1), r.output
+        doc = json.loads(r.stdout)
+        assert doc["limit_met"] is met and doc["checkpointing"]["feasible"] is met
+        cp = doc["checkpointing"]
+        if not met:
+            assert cp["predicted_peak_bytes"] == cp["smallest_peak_bytes"] > cp["limit_bytes"]
+        else:
+            assert cp["predicted_peak_bytes"] <= cp["limit_bytes"]
+
+
+def test_evaluate_without_a_limit_has_no_verdict():
+    r = _cli(["evaluate", *CLI_IMAGE, "--json"])
+    assert r.exit_code == 0 and "limit_met" not in json.loads(r.stdout)
