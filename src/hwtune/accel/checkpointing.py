@@ -166,9 +166,16 @@ class _Units:
         for x in g.layers:
             o = g.root(x.output)
             self.preds[o] = [g.root(t) for t in x.inputs if g.tensors[t].kind == "activation"]
+        self._memo: dict[frozenset[str], tuple[float, float, int]] = {}
 
     def evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """(peak, recompute cost, kept bytes) of a plan under the module's memory model."""
+        got = self._memo.get(dropped)
+        if got is None:
+            got = self._memo[dropped] = self._evaluate(dropped)
+        return got
+
+    def _evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         kept_b = sum(self.bytes[r] for r in self.saved if r not in dropped)
         needed: set[str] = set()
         stack = list(dropped)
