@@ -14,8 +14,13 @@ runs. So
 Every activation the backward pass reads is either kept or rebuilt, and the peak is never
 below the kept bytes (tests). Chains are solved exactly by dynamic programming over Pareto
 states; graphs by (a) the same DP over the chain of stages between articulation tensors (every
-path from input to loss crosses them; ResNet blocks, transformer layers) and (b) a greedy
-per-tensor heuristic, keeping the better feasible plan.
+path from input to loss crosses them; ResNet blocks, transformer layers) and (b) Chen et al.'s
+greedy per-tensor heuristic. Both produce a family of candidate plans that does not depend on
+the limit (the DP's final Pareto states; the greedy's drop order and its re-keeping at fixed
+probe limits); the plan is the cheapest candidate that fits by the exact model. A greedy run
+for one limit is not monotone (a looser limit re-keeps differently and could recompute ~1%
+more on ResNet-18); choosing from a limit-free family is: recomputation never grows as the
+limit is loosened, and a plan said to fit does.
 """
 
 from __future__ import annotations
