@@ -14,8 +14,13 @@ runs. So
 Every activation the backward pass reads is either kept or rebuilt, and the peak is never
 below the kept bytes (tests). Chains are solved exactly by dynamic programming over Pareto
 states; graphs by (a) the same DP over the chain of stages between articulation tensors (every
-path from input to loss crosses them; ResNet blocks, transformer layers) and (b) a greedy
-per-tensor heuristic, keeping the better feasible plan.
+path from input to loss crosses them; ResNet blocks, transformer layers) and (b) Chen et al.'s
+greedy per-tensor heuristic. Both produce a family of candidate plans that does not depend on
+the limit (the DP's final Pareto states; the greedy's drop order and its re-keeping at fixed
+probe limits); the plan is the cheapest candidate that fits by the exact model. A greedy run
+for one limit is not monotone (a looser limit re-keeps differently and could recompute ~1%
+more on ResNet-18); choosing from a limit-free family is: recomputation never grows as the
+limit is loosened, and a plan said to fit does.
 """
 
 from __future__ import annotations
@@ -67,11 +72,13 @@ def chain_optimal(
     return ChainPlan(best.keep, best.recompute, best.peak, False)
 
 
-def _chain_dp(
+def _chain_states(
     keep_bytes: list[float], seg_bytes: list[float], cost: list[float], limit: float
-) -> ChainPlan | None:
+) -> dict[tuple[float, float, float, float], int]:
+    """Final Pareto states (kept, largest finished run, current run, recompute) -> kept bits.
+    With ``limit=inf`` the set holds an optimal plan for every limit at once: a state is pruned
+    only by one no worse in all four, whose completions fit wherever its own do."""
     n = len(keep_bytes)
-    # state: (kept, maxseg, cur, rec) -> choice bits (as int)
     states: dict[tuple[float, float, float, float], int] = {(0.0, 0.0, 0.0, 0.0): 0}
     for i in range(n):
         nxt: dict[tuple[float, float, float, float], int] = {}
@@ -86,6 +93,14 @@ def _chain_dp(
         states = _pareto(nxt)
         if not states:
             break
+    return states
+
+
+def _chain_dp(
+    keep_bytes: list[float], seg_bytes: list[float], cost: list[float], limit: float
+) -> ChainPlan | None:
+    n = len(keep_bytes)
+    states = _chain_states(keep_bytes, seg_bytes, cost, limit)
     if not states:
         return None
     best = min(states, key=lambda s: (s[3], s[0] + max(s[1], s[2])))
@@ -121,6 +136,7 @@ class CheckpointPlan:
     feasible: bool
     limit_bytes: float
     all_kept_bytes: int = 0
+    smallest_peak_bytes: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -129,6 +145,7 @@ class CheckpointPlan:
             "feasible": self.feasible,
             "limit_bytes": self.limit_bytes,
             "all_kept_bytes": self.all_kept_bytes,
+            "smallest_peak_bytes": self.smallest_peak_bytes,
             "kept_bytes": self.kept_bytes,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "recompute_cost": self.recompute_cost,
@@ -154,9 +171,16 @@ class _Units:
         for x in g.layers:
             o = g.root(x.output)
             self.preds[o] = [g.root(t) for t in x.inputs if g.tensors[t].kind == "activation"]
+        self._memo: dict[frozenset[str], tuple[float, float, int]] = {}
 
     def evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """(peak, recompute cost, kept bytes) of a plan under the module's memory model."""
+        got = self._memo.get(dropped)
+        if got is None:
+            got = self._memo[dropped] = self._evaluate(dropped)
+        return got
+
+    def _evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         kept_b = sum(self.bytes[r] for r in self.saved if r not in dropped)
         needed: set[str] = set()
         stack = list(dropped)
@@ -194,34 +218,40 @@ def plan_checkpointing(
 ) -> CheckpointPlan:
     """Keep/recompute plan for ``g``'s saved activations under ``limit_bytes`` of activation
     memory. ``layer_cost``: forward time (or any cost) per layer name; default MACs/vector ops.
-    ``method``: auto | chain (exact DP; chain graphs, or stages of a graph) | greedy."""
+    ``method``: auto | chain (exact DP; chain graphs, or stages of a graph) | greedy.
+
+    Every method builds a family of candidate plans that does not depend on the limit, scores
+    each with the exact memory model (``_Units.evaluate``) and returns the cheapest that fits
+    (none fits: the smallest peak). So the recomputation never grows when the limit is
+    loosened, and a plan said to fit does fit."""
     if not (limit_bytes > 0 and math.isfinite(limit_bytes)):
         raise HwtuneInputError("memory_limit", limit_bytes, "a positive finite number of bytes")
     if method not in ("auto", "chain", "greedy"):
         raise HwtuneInputError("method", method, "auto, chain or greedy")
     u = _Units(g, layer_cost or {})
     all_kept = sum(u.bytes[r] for r in u.saved)
-    plans: list[tuple[frozenset[str], str]] = []
+    # candidate -> (method, peak, recompute, kept bytes); the first method to find it names it
+    pool: dict[frozenset[str], tuple[str, float, float, int]] = {}
+
+    def add(dropped: frozenset[str], name: str) -> None:
+        if dropped not in pool:
+            pool[dropped] = (name, *u.evaluate(dropped))
+
     if method in ("auto", "chain"):
-        plans.append((_stage_dp(u, limit_bytes), "chain-dp" if g.is_chain() else "stage-dp"))
+        name = "chain-dp" if g.is_chain() else "stage-dp"
+        for d in _stage_family(u):
+            add(d, name)
     if method == "greedy" or (method == "auto" and not g.is_chain()):
-        plans.append((_greedy(u, limit_bytes), "greedy"))
-    scored = []
-    for dropped, name in plans:
-        peak, rec, kept_b = u.evaluate(dropped)
-        scored.append(
-            (
-                peak > limit_bytes,
-                rec if peak <= limit_bytes else peak,
-                dropped,
-                name,
-                peak,
-                rec,
-                kept_b,
-            )
-        )
-    scored.sort(key=lambda s: (s[0], s[1]))
-    infeasible, _, dropped, name, peak, rec, kept_b = scored[0]
+        trajectory = _greedy_trajectory(u)
+        for d in trajectory:
+            add(d, "greedy")
+        for d in _rekeep_family(u, trajectory, sorted({v[1] for v in pool.values()})):
+            add(d, "greedy")
+    smallest = min(v[1] for v in pool.values())
+    fits = [(v[2], v[1], sorted(d), d) for d, v in pool.items() if v[1] <= limit_bytes]
+    lowest = [(v[1], v[2], sorted(d), d) for d, v in pool.items()]
+    dropped = min(fits or lowest)[3]  # cheapest that fits; else the smallest peak
+    name, peak, rec, kept_b = pool[dropped]
     return CheckpointPlan(
         dropped=dropped,
         kept=frozenset(u.saved - dropped),
@@ -229,9 +259,10 @@ def plan_checkpointing(
         predicted_peak_bytes=peak,
         recompute_cost=rec,
         method=name,
-        feasible=not infeasible,
+        feasible=bool(fits),
         limit_bytes=limit_bytes,
         all_kept_bytes=all_kept,
+        smallest_peak_bytes=smallest,
     )
 
 
@@ -271,13 +302,13 @@ def stages(u: _Units) -> list[list[str]]:
     return merged
 
 
-def _stage_dp(u: _Units, limit: float) -> frozenset[str]:
+def _stage_problem(u: _Units) -> tuple[list[list[str]], list[float], list[float], list[float]]:
     st = stages(u)
     keep_b = [float(sum(u.bytes[r] for r in s if r in u.saved)) for s in st]
     seg_b, cost = [], []
     for s in st:
         # a dropped stage also rebuilds unsaved tensors of earlier stages that feed it
-        # (counted again if that stage is dropped too: conservative)
+        # (counted again if that stage is dropped too)
         units, stack = set(s), list(s)
         while stack:
             for p in u.preds[stack.pop()]:
@@ -286,21 +317,39 @@ def _stage_dp(u: _Units, limit: float) -> frozenset[str]:
                     stack.append(p)
         seg_b.append(float(sum(u.bytes[r] for r in units)))
         cost.append(sum(u.cost[r] for r in units))
+    return st, keep_b, seg_b, cost
+
+
+def _stage_dp(u: _Units, limit: float) -> frozenset[str]:
+    st, keep_b, seg_b, cost = _stage_problem(u)
     plan = chain_optimal(keep_b, seg_b, cost, limit)
     return frozenset(
         r for s, k in zip(st, plan.keep, strict=True) if not k for r in s if r in u.saved
     )
 
 
-def _greedy(u: _Units, limit: float) -> frozenset[str]:
-    """Drop, one at a time, the kept tensor that lowers the peak most per unit of recompute
-    (ties: the largest bytes per cost, as in Chen et al.'s greedy); then re-keep any dropped
-    tensor that still fits, cheapest recompute first."""
+def _stage_family(u: _Units) -> list[frozenset[str]]:
+    """The stage DP's plans for every limit at once (its final Pareto states). The
+    stage model can misjudge a plan's peak (a rebuilt unsaved tensor may join two dropped
+    stages into one segment), so the caller scores each with the exact model."""
+    st, keep_b, seg_b, cost = _stage_problem(u)
+    # a plan above the peak of keeping everything (no recompute) is never the best
+    states = _chain_states(keep_b, seg_b, cost, sum(keep_b))
+    return [
+        frozenset(r for i, s in enumerate(st) if not bits >> i & 1 for r in s if r in u.saved)
+        for bits in states.values()
+    ]
+
+
+def _greedy_trajectory(u: _Units) -> list[frozenset[str]]:
+    """Chen et al.'s greedy without a limit: from nothing dropped, drop one kept tensor at a
+    time, the one that lowers the peak most per unit of added recompute (ties: the largest
+    bytes per cost), until every saved tensor is dropped. Every prefix is a candidate."""
     dropped: frozenset[str] = frozenset()
     peak, rec, _ = u.evaluate(dropped)
-    cands = sorted(u.saved, key=lambda r: -u.bytes[r] / max(u.cost[r], 1e-30))
-    lowest = (peak, dropped, rec)
-    while peak > limit:
+    cands = sorted(u.saved, key=lambda r: (-u.bytes[r] / max(u.cost[r], 1e-30), r))
+    out = [dropped]
+    while len(dropped) < len(u.saved):
         best = None
         for r in cands:
             if r in dropped:
@@ -310,17 +359,49 @@ def _greedy(u: _Units, limit: float) -> frozenset[str]:
             score = (gain > 0, gain / max(c - rec, 1e-30), u.bytes[r] / max(u.cost[r], 1e-30))
             if best is None or score > best[0]:
                 best = (score, r, p, c)
-        if best is None:
-            break
+        assert best is not None
         dropped = dropped | {best[1]}
         peak, rec = best[2], best[3]
-        if peak < lowest[0]:
-            lowest = (peak, dropped, rec)
-    if peak > limit:  # unreachable: the lowest peak seen
-        peak, dropped, rec = lowest
-    for r in sorted(dropped, key=lambda r: -u.cost[r]):
+        out.append(dropped)
+    return out
+
+
+def _rekeep(u: _Units, dropped: frozenset[str], limit: float) -> frozenset[str]:
+    """Keep again any dropped tensor that still fits ``limit``, dearest recompute first."""
+    for r in sorted(dropped, key=lambda r: (-u.cost[r], r)):
         trial = dropped - {r}
-        p, c, _ = u.evaluate(trial)
-        if p <= limit:
-            dropped, peak, rec = trial, p, c
+        if u.evaluate(trial)[0] <= limit:
+            dropped = trial
     return dropped
+
+
+def _rekeep_family(
+    u: _Units, trajectory: list[frozenset[str]], probes: list[float], grid: int = 32
+) -> list[frozenset[str]]:
+    """For each probe limit (the given peaks and ``grid`` even steps between the lowest and
+    the highest trajectory peak), the first trajectory plan that fits it with every dropped
+    tensor that still fits kept again. The probes do not depend on the caller's limit."""
+    peaks = [u.evaluate(d)[0] for d in trajectory]
+    lo, hi = min(peaks), max(peaks)
+    limits = sorted(
+        {
+            *(x for x in probes if lo <= x <= hi),
+            *(lo + (hi - lo) * i / grid for i in range(grid + 1)),
+        }
+    )
+    out = []
+    for lim in limits:
+        k = next(i for i, p in enumerate(peaks) if p <= lim)
+        out.append(_rekeep(u, trajectory[k], lim))
+    return out
+
+
+def _greedy(u: _Units, limit: float) -> frozenset[str]:
+    """The greedy plan for one limit: the first trajectory plan that fits (none fits: the
+    lowest peak), then re-keeping. Not monotone in the limit on its own (the re-keeping
+    depends on it); ``plan_checkpointing`` takes the best of a limit-free family instead."""
+    trajectory = _greedy_trajectory(u)
+    peaks = [u.evaluate(d)[0] for d in trajectory]
+    fit = [i for i, p in enumerate(peaks) if p <= limit]
+    k = fit[0] if fit else min(range(len(peaks)), key=peaks.__getitem__)
+    return _rekeep(u, trajectory[k], limit)

@@ -40,6 +40,9 @@ import torch.distributed as dist
 from hwtune.calibrate.harness import Backend, Budget, Skip, clock_fn, cpu_count, failure_reason
 
 OPS: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+TEARDOWN_S = 1.0
+"""Seconds kept at the end of the collectives' budget for the ranks to leave the process group
+and exit, and for the points to be read back."""
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -105,6 +108,14 @@ def _op_fn(op: str, nbytes: int, n: int, rank: int, dev: torch.device, dt: torch
     raise ValueError(f"unknown collective {op}")
 
 
+def next_size_seconds(prev_mean: float, prev_bytes: float, nbytes: float, target_s: float) -> float:
+    """Upper estimate of the seconds one more message size takes in `run_ranks`: a warm-up and
+    a probe call, then the timed loop (about ``target_s``, at least 2 calls, at most 50), with
+    the time per call at most linear in the bytes (from the last size measured)."""
+    one = prev_mean * nbytes / prev_bytes
+    return 2.0 * one + max(target_s, 2.0 * one)
+
+
 def run_ranks(
     rank: int,
     world: int,
@@ -118,7 +129,8 @@ def run_ranks(
 ) -> tuple[list[dict], list[dict]]:
     """The measurement loop every rank runs inside an initialized process group: (points, skips)
     as rank 0 sees them. Every decision (go on, iterations) is agreed through the group.
-    ``clock`` times the operations (wall, or the process's CPU time: `harness.resolve_clock`)."""
+    ``clock`` times the operations (wall, or the process's CPU time: `harness.resolve_clock`).
+    A size starts only if its estimated time (`next_size_seconds`) fits in ``seconds``."""
     is_gpu = dev.type == "cuda"
     now = clock_fn(clock)
     dt = torch.bfloat16 if is_gpu else torch.float32
@@ -136,8 +148,10 @@ def run_ranks(
     points: list[dict] = []
     skips: list[dict] = []
     for op in ops:
+        last: tuple[float, float] | None = None  # (mean seconds, bytes) of the last size measured
         for i, nbytes in enumerate(sizes):
-            out_of_time = agree(1.0 if time.perf_counter() - start > seconds else 0.0)
+            need = 0.0 if last is None else next_size_seconds(*last, nbytes, target_s)
+            out_of_time = agree(1.0 if time.perf_counter() - start + need > seconds else 0.0)
             if out_of_time:
                 skips.append({"section": "collectives", "what": f"{op} from {nbytes} B ({len(sizes) - i} sizes)",
                               "reason": "time budget"})  # fmt: skip
@@ -163,6 +177,7 @@ def run_ranks(
                               "reason": failure_reason(e)})  # fmt: skip
                 break  # the backend lacks the op (or memory): the larger sizes fail alike
             points.append({"op": op, "ranks": world, "bytes": float(nbytes), "seconds": mean})
+            last = (mean, float(nbytes))
             del fn
     return points, skips
 
@@ -175,12 +190,21 @@ def bench_collectives(
     skips: list[Skip],
     advance: Callable[[str], None] = lambda _: None,
     ops: list[str] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> list[dict]:
     """Profile ``collectives`` points from ``ranks`` local processes on 127.0.0.1, started the
     way torchrun's local launcher starts them (this module's `main` under RANK/WORLD_SIZE/
     MASTER_ADDR/MASTER_PORT), so that local and multi-node runs share one code path and no
-    caller's ``__main__`` is re-imported."""
+    caller's ``__main__`` is re-imported.
+
+    ``budget`` covers the whole section: the ranks get a wall-clock deadline (the budget's end
+    less `TEARDOWN_S`), so their start-up (Python, torch, the process group) is measured and
+    subtracted, not guessed; it goes into ``timings["startup"]`` (seconds from launch to the
+    ranks' first operation)."""
     ops = list(ops or OPS)
+    if budget.left <= TEARDOWN_S:
+        skips.append(Skip("collectives", "all", "time budget (spent before the ranks started)"))
+        return []
     if ranks < 2:
         skips.append(Skip("collectives", "all", f"ranks={ranks}: a collective needs 2 or more"))
         return []
@@ -197,8 +221,11 @@ def bench_collectives(
         return []
     threads = max(1, cpu_count() // ranks) if not backend.is_gpu else 1
     clock = "cpu" if not backend.is_gpu and threads == 1 and backend.clock == "cpu" else "wall"
-    # the ranks get the budget left after their start-up (a few seconds to import torch)
-    secs = max(1.0, budget.left - 6.0)
+    # the ranks measure until a wall-clock deadline (shared by the processes of this machine):
+    # what their start-up takes is subtracted as it happens
+    secs = budget.left - TEARDOWN_S
+    stop_at = time.time() + secs
+    launched = time.perf_counter()
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="hwtune-coll-") as tmp:
         out = Path(tmp) / "points.json"
@@ -209,27 +236,45 @@ def bench_collectives(
                    "MASTER_PORT": str(port), "OMP_NUM_THREADS": str(threads),
                    "PYTHONWARNINGS": "ignore"}  # fmt: skip
             cmd = [sys.executable, "-m", "hwtune.calibrate.collectives", "--output", str(out),
-                   "--seconds", f"{secs:.1f}", "--threads", str(threads), "--mode", mode, "--clock", clock,
+                   "--seconds", f"{secs:.3f}", "--deadline", f"{stop_at:.3f}",
+                   "--threads", str(threads), "--mode", mode, "--clock", clock,
                    "--ops", ",".join(ops)]  # fmt: skip
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True))  # fmt: skip
+        # ranks still running when the budget ends are stopped: a start-up longer than the
+        # budget left costs the budget, not more (rank 0 writes its points before leaving the
+        # process group, so a rank stopped while it tears down loses nothing)
+        late = threading.Event()
+
+        def stop() -> None:
+            late.set()
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+
+        timer = threading.Timer(max(0.0, stop_at - time.time()) + TEARDOWN_S, stop)
+        timer.daemon = True
+        timer.start()
         err0: list[str] = []
         reader = threading.Thread(target=_pump, args=(procs[0].stderr, err0), daemon=True)
         reader.start()
         assert procs[0].stdout is not None
-        for line in procs[0].stdout:
-            if line.startswith("progress "):
-                advance(f"collective {line[9:].strip()}")
-        deadline = time.perf_counter() + secs + 60.0
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=max(1.0, deadline - time.perf_counter())))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes.append(-9)
+        try:
+            for line in procs[0].stdout:
+                if line.startswith("progress "):
+                    if timings is not None and "startup" not in timings:
+                        timings["startup"] = round(time.perf_counter() - launched, 2)
+                    advance(f"collective {line[9:].strip()}")
+            codes = [p.wait() for p in procs]
+        finally:
+            timer.cancel()
         reader.join(timeout=1)
         if not out.exists():
+            if late.is_set():
+                why = (f"time budget: the ranks were not done when it ended ({secs + TEARDOWN_S:.1f} s"
+                       " left at their launch, start-up included)")  # fmt: skip
+                skips.append(Skip("collectives", "all", why))
+                return []
             tail = [ln for ln in err0 if ln.strip()][-1:] or [f"exit codes {codes}"]
             skips.append(Skip("collectives", "all", f"the ranks failed: {tail[0].strip()[:160]}"))
             return []
@@ -250,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", required=True)
     ap.add_argument("--mode", choices=("quick", "thorough"), default="quick")
     ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument(
+        "--deadline", type=float, default=None, help="Unix time to stop by (start-up included)"
+    )
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
@@ -265,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("nccl" if gpu else "gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
+    seconds = a.seconds if a.deadline is None else min(a.seconds, a.deadline - time.time())
 
     def report(s: str) -> None:
         if rank == 0:
@@ -272,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         points, skips = run_ranks(rank, world, dev, a.ops.split(","), message_sizes(a.mode),
-                                  a.seconds, report, clock=a.clock)  # fmt: skip
+                                  seconds, report, clock=a.clock)  # fmt: skip
         if rank == 0:
             tmp = Path(a.output).with_suffix(".part")
             tmp.write_text(json.dumps({"collectives": points, "skipped": skips}, indent=1))

@@ -9,12 +9,15 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hwtune.cli.parsing import output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
+
+if TYPE_CHECKING:
+    from hwtune.accel.checkpointing import CheckpointPlan
 
 app = typer.Typer(
     name="accel",
@@ -41,6 +44,22 @@ def _fail(e: Exception) -> None:
 
 def _emit(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _limit_unmet(plan: CheckpointPlan | None, as_json: bool) -> None:
+    """A limit no plan meets is a result that does not meet the request: exit 1 (bad input is
+    2). Text: one line with the smallest reachable activation memory; JSON: the document (its
+    ``limit_met`` is false) is printed first."""
+    if plan is None or plan.feasible:
+        return
+    if not as_json:
+        sys.stderr.write(
+            f"error: activation limit {_mib(plan.limit_bytes)} cannot be met: the smallest "
+            f"reachable activation memory is {_mib(plan.smallest_peak_bytes)} "
+            f"(recomputing {len(plan.dropped)} of {len(plan.dropped) + len(plan.kept)} "
+            f"saved activations; all kept: {_mib(plan.all_kept_bytes)})\n"
+        )
+    raise typer.Exit(1)
 
 
 def _workload(workload: str, batch: int | None, seq: int | None, image: int | None):  # noqa: ANN202
@@ -101,7 +120,8 @@ def evaluate_cmd(
     ] = 1,
     optimizer: Annotated[str, typer.Option(help="adam | sgd")] = "adam",
     activation_limit_mib: Annotated[
-        float | None, typer.Option(help="plan checkpointing to fit this")
+        float | None,
+        typer.Option(help="plan checkpointing to fit this, MiB (exit 1 if no plan fits)"),
     ] = None,
     ops: Annotated[bool, typer.Option("--ops", help="include every scheduled op (JSON)")] = False,
     as_json: JsonOpt = False,
@@ -131,9 +151,13 @@ def evaluate_cmd(
     if ops:
         doc["ops"] = [o.__dict__ for o in ev.result.ops]
     doc.update(workload=g.name, accelerator=acc.name, fusion_depth=fusion)
+    if ev.plan is not None:
+        doc["limit_met"] = ev.plan.feasible
     if as_json:
         _emit(doc)
+        _limit_unmet(ev.plan, as_json)
         return
+    _limit_unmet(ev.plan, as_json)
     r = ev.result
     w = sys.stdout.write
     w(f"{g.name} on {acc.name} (fusion depth {fusion}, {optimizer})\n")
@@ -154,13 +178,15 @@ def evaluate_cmd(
     if ev.plan is not None:
         p = ev.plan
         w(
-            f"  checkpointing  {p.method}: keep {len(p.kept)}, recompute {len(p.dropped)}; activations {_mib(p.predicted_peak_bytes)} of limit {_mib(p.limit_bytes)}{'' if p.feasible else ' (limit unreachable: smallest shown)'}\n"
+            f"  checkpointing  {p.method}: keep {len(p.kept)}, recompute {len(p.dropped)}; activations {_mib(p.predicted_peak_bytes)} of limit {_mib(p.limit_bytes)}\n"
         )
 
 
 @app.command("checkpoint")
 def checkpoint_cmd(
-    limit_mib: Annotated[float, typer.Option(help="activation memory limit, MiB")],
+    limit_mib: Annotated[
+        float, typer.Option(help="activation memory limit, MiB (exit 1 if no plan fits)")
+    ],
     workload: Workload = "resnet18",
     arch: Arch = "tpu-like-quad",
     batch: Batch = None,
@@ -183,12 +209,15 @@ def checkpoint_cmd(
         return
     assert ev.plan is not None
     doc = ev.to_dict()
+    doc["limit_met"] = ev.plan.feasible
     if as_json:
         _emit(doc)
+        _limit_unmet(ev.plan, as_json)
         return
+    _limit_unmet(ev.plan, as_json)
     p = ev.plan
     sys.stdout.write(
-        f"{g.name}: {p.method}, {'meets' if p.feasible else 'cannot meet'} {_mib(p.limit_bytes)}; "
+        f"{g.name}: {p.method}, meets {_mib(p.limit_bytes)}; "
         f"activations {_mib(p.predicted_peak_bytes)} (all kept: {_mib(p.all_kept_bytes)}); "
         f"recompute {len(p.dropped)} tensors, {ev.result.recompute_macs / 1e9:.2f} GMAC; "
         f"step {ev.result.latency_s * 1e3:.2f} ms\n"
