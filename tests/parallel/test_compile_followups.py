@@ -28,3 +28,103 @@ def test_interleaved_with_one_chunk_is_refused_from_a_strategy_file(rejects, tmp
     f = tmp_path / "s.yaml"
     f.write_text("mesh: {pp: 2}\nglobal_batch: 4\nschedule: {name: interleaved, vpp: 1}\n")
     rejects(["compile", "--strategy", str(f)], "vpp", "1", "interleaved")
+
+
+# ---- 2. ZeRO-3: the backward's gather precedes the recompute --------------------------------
+def _plan(n_gpus: int, **kw):
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.parallel.compiler import compile_plan
+
+    spec = make_spec(**kw)
+    return compile_plan(spec, get_model("llama3.1-8b"), make_cluster("h100-sxm-80gb", n_gpus))
+
+
+def _gather_services(plan) -> dict[tuple[str, int, int], list[int]]:
+    """(role, stage, mb) -> the all-gathers its compute waits on; role F is the forward, role B
+    the backward together with its recompute (FSDP gathers once for the forward and once more
+    for the backward, the recompute reusing the backward's gather)."""
+    from hwtune.parallel.actions import parse_action
+
+    ag = {o.id for o in plan.ops if o.kind == "AG"}
+    out: dict[tuple[str, int, int], set[int]] = {}
+    for o in plan.ops:
+        if o.stream != "compute" or o.kind == "OPT":
+            continue
+        mine = {d for d, _ in o.deps if d in ag}
+        for p in parse_action(o.label).parts:
+            role = "F" if p.kind == "F" else "B"
+            out.setdefault((role, p.stage, p.mb), set()).update(mine)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+EXPLICIT_R = {0: ["0F0", "0F1", "0R0", "0B0", "0R1", "0B1"]}
+
+
+@pytest.mark.parametrize(
+    ("n", "kw"),
+    [
+        (2, dict(dp=2, global_batch=4, zero=3, recompute="full")),
+        (2, dict(dp=2, global_batch=4, zero=3, recompute="full", schedule={"actions": EXPLICIT_R})),
+        (4, dict(dp=2, pp=2, global_batch=8, zero=3, recompute="full")),
+        (4, dict(dp=2, pp=2, global_batch=16, zero=3, recompute="full", schedule="dualpipev")),
+        (4, dict(dp=2, pp=2, global_batch=16, zero=3, recompute="full", schedule="dualpipe")),
+        (4, dict(dp=2, pp=2, global_batch=16, zero=3, recompute="selective", schedule="zbv")),
+    ],
+    ids=["1f1b-pp1", "explicit-R", "1f1b-pp2", "dualpipev", "dualpipe", "zbv"],
+)
+def test_zero3_gathers_once_for_forward_once_for_recompute_and_backward(n, kw):
+    plan = _plan(n, **kw)
+    by_id = {o.id: o for o in plan.ops}
+    serv = _gather_services(plan)
+    for s in range(len(plan.stage_rank)):
+        mbs = {mb for (_, st, mb) in serv if st == s}
+        for mb in mbs:
+            f, b = serv[("F", s, mb)], serv[("B", s, mb)]
+            # exactly one gather serves the forward and exactly one the backward (+ recompute)
+            assert len(f) == 1 and len(b) == 1, (s, mb, f, b)
+            assert f != b  # the forward's gather is not reused: ZeRO-3 frees after the forward
+    # every gather serves something, and carries the parameters of each chunk it serves: 2 bytes
+    # (bf16) per local parameter, once per chunk
+    served: dict[int, set[int]] = {}
+    for (_, s, _), ids in serv.items():
+        for i in ids:
+            served.setdefault(i, set()).add(plan.chunk_of[s])
+    for o in plan.ops:
+        if o.kind == "AG":
+            assert o.id in served
+            c = [plan.stages[k] for k in served[o.id]]
+            assert o.nbytes == pytest.approx(2.0 * sum(x.dense_params + x.expert_params for x in c))
+    # a separate recompute waits on the backward's gather, as its backward does
+    for o in plan.ops:
+        if o.kind == "R":
+            b = next(
+                x for x in plan.ops if x.kind in ("B", "I") and (x.stage, x.mb) == (o.stage, o.mb)
+            )
+            ags = [d for d, _ in o.deps if by_id[d].kind == "AG"]
+            assert ags and ags == [d for d, _ in b.deps if by_id[d].kind == "AG"]
+
+
+def test_zero3_recompute_gather_does_not_shorten_the_step():
+    """The gather before the recompute adds a dependency: the step cannot get faster than the
+    same DAG with the recompute free to start before the parameters arrive (the old plan), and a
+    recompute split out as R costs what the same recompute folded into the backward costs."""
+    from hwtune.parallel.simulator import simulate
+
+    kw = dict(dp=2, global_batch=4, zero=3, recompute="full")
+    plan = _plan(2, **kw, schedule={"actions": EXPLICIT_R})
+    t = simulate(plan).step_time_s
+    by_id = {o.id: o for o in plan.ops}
+    for o in plan.ops:  # drop the recompute's gather: the recompute runs without parameters
+        if o.kind == "R":
+            o.deps = [(d, f) for d, f in o.deps if by_id[d].kind != "AG"]
+            o.finish_after = [(d, x) for d, x in o.finish_after if by_id[d].kind != "AG"]
+    assert simulate(plan).step_time_s <= t * (1 + 1e-12)
+    folded = simulate(_plan(2, **kw)).step_time_s
+    assert t >= folded * (1 - 1e-9)
+    res = simulate(_plan(2, **kw, schedule={"actions": EXPLICIT_R}))
+    end = {sp.op.id: sp.end for sp in res.spans}
+    for sp in res.spans:
+        if sp.op.kind == "R":
+            ag = next(d for d, _ in sp.op.deps if by_id[d].kind == "AG")
+            assert sp.end >= end[ag]  # the rerun forward ends after the last layer's gather
