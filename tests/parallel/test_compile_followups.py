@@ -4,8 +4,11 @@ recompute, ZB-V's activation limit, DualPipe's bubble against DeepSeek-V3's Tabl
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
+from hwtune.parallel import schedules as S
 from hwtune.parallel.spec import make_spec
 
 
@@ -128,3 +131,78 @@ def test_zero3_recompute_gather_does_not_shorten_the_step():
         if sp.op.kind == "R":
             ag = next(d for d, _ in sp.op.deps if by_id[d].kind == "AG")
             assert sp.end >= end[ag]  # the rerun forward ends after the last layer's gather
+
+
+# ---- 3. ZB-V stays under its activation limit -----------------------------------------------
+def _peak_live(orders) -> dict[int, int]:
+    """Per rank, the most micro-batch-chunks whose forward ran and whose W has not (what the
+    limit of Qi et al. 2024 bounds)."""
+    out = {}
+    for r, v in orders.items():
+        live = peak = 0
+        for a in v:
+            for p in a.parts:
+                live += (p.kind == "F") - (p.kind in ("W", "B"))
+                peak = max(peak, live)
+        out[r] = peak
+    return out
+
+
+def _check_complete(orders, p: int, m: int) -> None:
+    seen = [(q.kind, q.stage, q.mb) for v in orders.values() for a in v for q in a.parts]
+    want = [(k, s, mb) for k in "FIW" for s in range(2 * p) for mb in range(m)]
+    assert sorted(seen) == sorted(want)  # every F, I and W once
+    for r, v in orders.items():
+        pos = {(q.kind, q.stage, q.mb): i for i, a in enumerate(v) for q in a.parts}
+        for (k, s, mb), i in pos.items():
+            assert S.stage_rank("zbv", p, s) == r
+            if k == "W":
+                assert pos[("I", s, mb)] < i
+            if k == "I":
+                assert pos[("F", s, mb)] < i
+
+
+def test_zbv_unequal_stages_stay_under_the_limit():
+    """The case that broke it: p = 2, m = 4, the second chunk of rank 1 (stage 2) twice as slow.
+    The greedy rule filled rank 1 with first-chunk forwards while the oldest micro-batch waited
+    there for its second chunk; the stall breaker then ran a fifth chunk against a limit of 2p =
+    4."""
+    orders = S.generate("zbv", 2, 4, 1, lambda s, k: 2.0 if s == 2 else 1.0)
+    _check_complete(orders, 2, 4)
+    assert max(_peak_live(orders).values()) <= 4
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    p=st.integers(1, 6),
+    m=st.integers(1, 16),
+    data=st.data(),
+)
+def test_zbv_never_exceeds_its_activation_limit(p, m, data):
+    """For any p, m and stage/kind costs, every order the builder returns keeps each rank's
+    in-flight micro-batch-chunks at or under the limit (2p for ZB-V: p micro-batches of a whole
+    stage, 1F1B's memory; Qi et al. 2024), and runs every F, I and W once."""
+    vals = st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0])
+    table = data.draw(
+        st.dictionaries(st.tuples(st.integers(0, 2 * p - 1), st.sampled_from("FIW")), vals)
+    )
+    orders = S.generate("zbv", p, m, 1, lambda s, k: table.get((s, k), 1.0))
+    _check_complete(orders, p, m)
+    assert all(v <= 2 * p for v in _peak_live(orders).values())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=st.integers(1, 5), m=st.integers(1, 12), extra=st.integers(0, 8), data=st.data())
+def test_greedy_builder_honours_any_limit_it_accepts(p, m, extra, data):
+    """The builder under a tighter or looser limit (2 chunks per rank hold one micro-batch)."""
+    limit = 2 + extra
+    costs = data.draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=2 * p, max_size=2 * p))
+    stages = [[r, 2 * p - 1 - r] for r in range(p)]
+    orders = S._greedy_zero_bubble(p, m, stages, lambda s, k: costs[s], limit)
+    _check_complete(orders, p, m)
+    assert all(v <= limit for v in _peak_live(orders).values())
+
+
+def test_greedy_builder_refuses_a_limit_below_one_micro_batch():
+    with pytest.raises(HwtuneInputError, match="limit"):
+        S._greedy_zero_bubble(2, 4, [[0, 3], [1, 2]], lambda s, k: 1.0, 1)
