@@ -206,3 +206,63 @@ def test_greedy_builder_honours_any_limit_it_accepts(p, m, extra, data):
 def test_greedy_builder_refuses_a_limit_below_one_micro_batch():
     with pytest.raises(HwtuneInputError, match="limit"):
         S._greedy_zero_bubble(2, 4, [[0, 3], [1, 2]], lambda s, k: 1.0, 1)
+
+
+# ---- 4. DualPipe's bubble against DeepSeek-V3's Table 2 -------------------------------------
+def _ideal_costs(plan, f: float, i: float, w: float):
+    """Forward f, input gradient i, weight gradient w, full backward i + w per chunk; an
+    overlapped pair the sum of its two parts (nothing to overlap: communication, sends,
+    recomputation and the optimizer cost 0 s)."""
+    from hwtune.parallel.actions import parse_action
+
+    secs = {"F": f, "I": i, "W": w, "B": i + w}
+    for o in plan.ops:
+        if o.stream != "compute" or o.kind in ("OPT", "R"):
+            o.seconds = 0.0
+        elif o.kind == "FB":
+            o.seconds = sum(secs[q.kind] for q in parse_action(o.label).parts)
+        else:
+            o.seconds = secs[o.kind]
+        o.finish_after = [(d, 0.0) for d, _ in o.finish_after]
+    return plan
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(["dualpipe", "dualpipev"]),
+    half=st.integers(1, 4),
+    extra=st.integers(0, 4),
+    f=st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    w_share=st.sampled_from([0.25, 0.5, 1.0]),
+)
+def test_dualpipe_idle_is_deepseek_v3_table_2(name, half, extra, f, w_share):
+    """DeepSeek-V3 technical report (arXiv 2412.19437) Table 2: DualPipe's bubble is
+    (PP/2 - 1)(F&B + B - 3W), against 1F1B's (PP - 1)(F + B); F a forward chunk, B a full
+    backward chunk, W its weight-gradient part, F&B two overlapped chunks. DualPipeV (the
+    deepseek-ai/DualPipe README) is the same schedule cut in half: PP = 2p stages on p devices,
+    bubble (PP/2 - 1)(F&B + B - 3W) = (p - 1)(...) in units of its (half-size) chunks.
+
+    Assumptions of this check: nothing to overlap (zero communication), so F&B = F + B, the sum
+    of the pair's compute; F = I (the input-gradient part B - W takes a forward's time, the
+    slot-counting of Table 2; with F != I these orders idle differently) and W <= F (a W can fill
+    at most the forward-sized slot it sits in; for W > F the bubble stays at its W = F value).
+    Then the formula is (k)(F + B + B - 3W) = k(3F - W) with k = PP/2 - 1, and every rank idles
+    exactly that long: step time - m (F + B) per rank (each rank runs m chunk forwards and
+    backwards: DualPipe's two directions carry m/2 each, DualPipeV's two chunks m each, counted
+    here as 2m half chunks). The bubble is independent of m (m >= 2p)."""
+    from hwtune.parallel.simulator import simulate
+
+    p = 2 * half if name == "dualpipe" else half + 1
+    m = 2 * p + (2 * extra if name == "dualpipe" else extra)
+    i, w = f, f * w_share
+    b = i + w
+    plan = _ideal_costs(_plan(p, pp=p, global_batch=m, zero=0, schedule=name), f, i, w)
+    res = simulate(plan)
+    chunk_ops = m if name == "dualpipe" else 2 * m  # per rank
+    k = p / 2 - 1 if name == "dualpipe" else p - 1  # PP/2 - 1 with PP = p or 2p stages
+    table_2 = k * ((f + b) + b - 3 * w)
+    for r in range(p):
+        assert res.busy_s[r] == pytest.approx(chunk_ops * (f + b))
+        assert res.step_time_s - res.busy_s[r] == pytest.approx(table_2, abs=1e-9)
+    one_f_one_b = (2 * k + 1) * (f + b)  # (PP - 1)(F + B): DualPipe's is always smaller
+    assert table_2 < one_f_one_b

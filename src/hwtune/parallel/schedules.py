@@ -24,7 +24,12 @@ The orders are generated here from the papers (the closed-form bubbles live in
   stage p-1-r of the other; each direction takes half the micro-batches), eight phases per rank
   (nF0, nF0F1, nB1W1F1, nF0B1F1B0 with overlapped forward-backward pairs, nB1F1B0, nB1B0,
   nWB0, nW), zero-bubble W's in the phases named so. DualPipeV: the same eight phases over a
-  V of 2p stages on p ranks (one copy of the parameters).
+  V of 2p stages on p ranks (one copy of the parameters). Bubble (DeepSeek-V3 Table 2, the
+  DualPipe README for the V): (PP/2 - 1)(F&B + B - 3W) with PP = p (DualPipe) or 2p half-size
+  stages (DualPipeV). The simulated orders idle exactly that with F&B = F + B (nothing
+  overlapped), F = I and W <= F (tests/parallel/test_compile_followups.py); a W longer than F
+  fills only the forward-sized slot it sits in, and with F != I the idle differs from the formula
+  (e.g. F = 2, I = W = 1 at p = 4: 4 against 3), which counts slots as if F = I.
 """
 
 from __future__ import annotations
