@@ -266,3 +266,17 @@ def test_dualpipe_idle_is_deepseek_v3_table_2(name, half, extra, f, w_share):
         assert res.step_time_s - res.busy_s[r] == pytest.approx(table_2, abs=1e-9)
     one_f_one_b = (2 * k + 1) * (f + b)  # (PP - 1)(F + B): DualPipe's is always smaller
     assert table_2 < one_f_one_b
+
+
+def test_the_estimators_strategy_refuses_interleaved_with_one_chunk_too(rejects):
+    """The same rule in `Strategy.validate_for` (what `hwtune estimate` and the compiler's base
+    strategy check): interleaved with vpp = 1 is not taken as 1F1B."""
+    from hwtune.model.catalog import get_model
+    from hwtune.train.strategy import Strategy
+
+    st_ = Strategy(pp=2, global_batch=4, schedule="interleaved", vpp=1)
+    with pytest.raises(HwtuneInputError) as e:
+        st_.validate_for(get_model("llama3.1-8b"), None)
+    assert e.value.field == "vpp" and e.value.value == 1 and "interleaved" in e.value.expected
+    rejects(["estimate", "--pp", "2", "--gpus", "2", "--global-batch", "4", "--schedule", "interleaved"],
+            "vpp", "1", "interleaved")  # fmt: skip
