@@ -7,7 +7,10 @@
 4. Each action becomes a compute op; a stage boundary between ranks becomes a send on the p2p
    stream that the next stage's op waits for; data-parallel gradient reduction (all-reduce, or
    reduce-scatter with ZeRO >= 1), parameter all-gathers (ZeRO >= 1 after the step, ZeRO-3 before
-   every forward and backward) and the optimizer step close the step, overlapped as the estimator
+   every forward and backward; a separate recompute ``R`` reruns the forward and needs the
+   parameters too, so the backward's gather moves before it and serves both, as FSDP gathers
+   again for the backward; an overlapped ``FB`` pair gathers both of its chunks) and the
+   optimizer step close the step, overlapped as the estimator
    assumes (Megatron/torchtitan bucketing: the first bucket is ready after one layer of the last
    backward, the last one after the backward ends).
 5. `ir.check` refuses a plan whose orders and dependencies form a cycle (a deadlock).
@@ -201,6 +204,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     rec: dict[tuple[int, int], Op] = {}
     first_f: dict[int, Op] = {}
     fb_split: set[int] = set()  # overlapped pairs whose backward is an I (its W comes later)
+    fb_bwd: dict[int, tuple[int, int]] = {}  # overlapped pair -> (stage, mb) of its backward
     zero3_rs: dict[int, list[Op]] = {r: [] for r in range(pp)}
     for r in range(pp):
         for a in orders[r]:
@@ -222,6 +226,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                          transient=cb.transient_bytes)  # fmt: skip
                 fwd[(fpart.stage, fpart.mb)] = op
                 bwd[(bpart.stage, bpart.mb)] = op
+                fb_bwd[op.id] = (bpart.stage, bpart.mb)
                 first_f.setdefault(r, op)
                 continue
             p = parts[0]
@@ -317,25 +322,49 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
             )  # fmt: skip
 
         new: list[Op] = []
+        # the backward's gather, issued before a separate recompute R (which reruns the forward
+        # and needs the parameters again, as FSDP re-gathers for the backward) and shared by the
+        # backward that follows: per layer and micro-batch one gather for the forward, one for
+        # the recompute + backward
+        rec_ag: dict[tuple[int, int], Op] = {}
         for o in compute_ops:
             c = costs[chunk_of[o.stage]]
             nl = max(1, len(c.layers))
-            if o.kind in ("W", "R"):
-                if o.kind == "W":
-                    rs = grad_reduce_scatter(o, c, [(o, 1.0)], [])
-                    new.append(rs)
-                    zero3_rs[o.rank].append(rs)
+            if o.kind == "W":
+                rs = grad_reduce_scatter(o, c, [(o, 1.0)], [])
+                new.append(rs)
+                zero3_rs[o.rank].append(rs)
                 continue
-            t_ag = gather(c.dense_params, c.expert_params)
-            ag = Op(id=-1, rank=o.rank, kind="AG", stream="comm", seconds=t_ag, label=f"AG {o.label}",
-                    group="dp", group_size=dpn, nbytes=2.0 * (c.dense_params + c.expert_params))  # fmt: skip
-            new.append(ag)
-            if ov.param_gather:
-                o.deps.append((ag, 1.0 / nl))  # type: ignore[arg-type]
-                o.finish_after.append((ag, o.seconds / nl))  # type: ignore[arg-type]
-            else:
-                o.deps.append((ag, 1.0))  # type: ignore[arg-type]
+            # the chunks whose parameters this op needs and that no earlier gather serves
+            need = [chunk_of[o.stage]]
+            if o.kind in ("B", "I") and (o.stage, o.mb) in rec_ag:
+                need = []
+                o.deps.append((rec_ag[(o.stage, o.mb)], 1.0))  # type: ignore[arg-type]
+            if o.kind == "FB":  # an overlapped pair runs a forward and a backward chunk
+                bkey = fb_bwd[o.id]
+                if bkey in rec_ag:
+                    o.deps.append((rec_ag[bkey], 1.0))  # type: ignore[arg-type]
+                elif chunk_of[bkey[0]] not in need:
+                    need.append(chunk_of[bkey[0]])
+            if need:
+                pd = sum(costs[k].dense_params for k in need)
+                pe = sum(costs[k].expert_params for k in need)
+                ag = Op(id=-1, rank=o.rank, kind="AG", stream="comm", seconds=gather(pd, pe),
+                        label=f"AG {o.label}", stage=o.stage, mb=o.mb, group="dp",
+                        group_size=dpn, nbytes=2.0 * (pd + pe))  # fmt: skip
+                new.append(ag)
+                if o.kind == "R":
+                    rec_ag[(o.stage, o.mb)] = ag
+                if ov.param_gather:
+                    o.deps.append((ag, 1.0 / nl))  # type: ignore[arg-type]
+                    o.finish_after.append((ag, o.seconds / nl))  # type: ignore[arg-type]
+                else:
+                    o.deps.append((ag, 1.0))  # type: ignore[arg-type]
+            if o.kind == "R":
+                continue
             if o.kind == "B" or (o.kind == "FB" and o.id not in fb_split):
+                if o.kind == "FB":  # the gradients are the backward chunk's
+                    c = costs[chunk_of[fb_bwd[o.id][0]]]
                 rs = grad_reduce_scatter(o, c, [(o, 1.0 / nl if ov.grad_reduce else 1.0)], [])
                 if ov.grad_reduce:  # the last layer's share finishes after the backward
                     rs.finish_after.append((o, rs.seconds / nl))  # type: ignore[arg-type]

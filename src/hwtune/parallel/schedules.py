@@ -24,7 +24,12 @@ The orders are generated here from the papers (the closed-form bubbles live in
   stage p-1-r of the other; each direction takes half the micro-batches), eight phases per rank
   (nF0, nF0F1, nB1W1F1, nF0B1F1B0 with overlapped forward-backward pairs, nB1F1B0, nB1B0,
   nWB0, nW), zero-bubble W's in the phases named so. DualPipeV: the same eight phases over a
-  V of 2p stages on p ranks (one copy of the parameters).
+  V of 2p stages on p ranks (one copy of the parameters). Bubble (DeepSeek-V3 Table 2, the
+  DualPipe README for the V): (PP/2 - 1)(F&B + B - 3W) with PP = p (DualPipe) or 2p half-size
+  stages (DualPipeV). The simulated orders idle exactly that with F&B = F + B (nothing
+  overlapped), F = I and W <= F (tests/parallel/test_compile_followups.py); a W longer than F
+  fills only the forward-sized slot it sits in, and with F != I the idle differs from the formula
+  (e.g. F = 2, I = W = 1 at p = 4: 4 against 3), which counts slots as if F = I.
 """
 
 from __future__ import annotations
@@ -116,7 +121,23 @@ def _greedy_zero_bubble(
     p: int, m: int, stages: list[list[int]], cost: Callable[[int, str], float], limit: int
 ) -> dict[int, list[Action]]:
     """Qi et al. §3.2's greedy rule over a chain of stages (``stages[r]``: rank r's stages in
-    pipeline order): a ready I first, then a forward under the activation limit, then a W."""
+    pipeline order): a ready I first, then a forward under the activation limit, then a W.
+
+    The limit (micro-batch-chunks whose W is not done, per rank) is never exceeded: a forward of
+    the j-th of a rank's L stages runs only while ``live + (L - j) <= limit``, leaving a slot for
+    each later stage of the rank. Without that headroom, stage costs that differ let a rank fill
+    its limit with first-chunk forwards of new micro-batches while the oldest micro-batch waits
+    there for its second chunk: every rank stalled, and the old stall breaker ran a forward
+    beyond the limit (p = 3, m = 11 with unequal stage costs: 12 chunks live against 6). With
+    it the order never stalls: the live chunks of micro-batches at or after the oldest unfinished
+    one k0 all sit at stages before k0's next stage j on that rank (stages run micro-batches in
+    order, and a micro-batch passes a rank's stages in order), each admitted with
+    ``live <= limit - (L - j)`` after it, so k0's forward fits; its I's take no slot and a
+    pending W always runs. A limit below L cannot hold one micro-batch and is refused."""
+    if any(len(ss) > limit for ss in stages):
+        raise HwtuneInputError(
+            "activation limit", limit, f"at least {max(len(ss) for ss in stages)} chunks per rank"
+        )
     order_of = {s: (r, k) for r, ss in enumerate(stages) for k, s in enumerate(ss)}
     n = sum(len(ss) for ss in stages)
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, mb) -> finish time
@@ -126,6 +147,10 @@ def _greedy_zero_bubble(
     next_i = {s: 0 for s in range(n)}
     pending_w: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
     live = [0] * p  # micro-batch-chunks whose W is not done
+
+    def admits(r: int, s: int) -> bool:
+        """A forward of rank r's j-th stage leaves a slot for each of the rank's later stages."""
+        return live[r] + len(stages[r]) - order_of[s][1] <= limit
 
     def ready(kind: str, s: int, mb: int) -> float | None:
         if kind == "F":
@@ -137,7 +162,6 @@ def _greedy_zero_bubble(
         return done.get(("I", s + 1, mb))
 
     remaining = 3 * n * m
-    relax = False  # the stall breaker: a forward beyond the limit when nothing else can run
     while remaining:
         best: tuple[float, int, int, Action] | None = None
         for r in range(p):
@@ -147,7 +171,7 @@ def _greedy_zero_bubble(
                     t = ready("I", s, next_i[s])
                     if t is not None:
                         cands.append((0, t, Action(s, "I", next_i[s])))
-                if next_f[s] < m and (live[r] < limit or relax):
+                if next_f[s] < m and admits(r, s):
                     t = ready("F", s, next_f[s])
                     if t is not None:
                         cands.append((1, t, Action(s, "F", next_f[s])))
@@ -167,11 +191,8 @@ def _greedy_zero_bubble(
             )
             if best is None or (t_pick, pri, r) < best[:3]:
                 best = (t_pick, pri, r, a)
-        if best is None:
-            assert not relax, "greedy zero-bubble order stalled"
-            relax = True
-            continue
-        relax = False
+        if best is None:  # unreachable with the reservation (see above); a loud failure if not
+            raise RuntimeError(f"greedy zero-bubble order stalled at p={p}, m={m}")
         t, _, r, a = best
         end = t + cost(a.stage, a.kind)
         free[r] = end

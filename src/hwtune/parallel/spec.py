@@ -110,6 +110,11 @@ class ScheduleDirective(BaseModel):
     def _vpp_interleaved(self) -> ScheduleDirective:
         if self.vpp > 1 and self.name != "interleaved" and self.actions is None:
             raise HwtuneInputError("vpp", self.vpp, "1 unless the schedule is interleaved")
+        if self.name == "interleaved" and self.vpp < 2 and self.actions is None:
+            # one chunk per rank is plain 1F1B: taking it silently would mislabel the plan
+            raise HwtuneInputError(
+                "vpp", self.vpp, "at least 2 model chunks per rank for the interleaved schedule"
+            )
         if self.actions is not None and self.vpp > 1:  # explicit actions name their stages
             raise HwtuneInputError(
                 "schedule.vpp", self.vpp, "no vpp beside explicit actions (their stages set it)"

@@ -181,6 +181,11 @@ class Strategy(BaseModel):
             raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
         if self.vpp > 1 and self.schedule not in ("interleaved",):
             raise HwtuneInputError("vpp", self.vpp, "1 unless --schedule interleaved")
+        if self.schedule == "interleaved" and self.pp > 1 and self.vpp < 2:
+            # one chunk per rank is plain 1F1B: taking it silently would mislabel the estimate
+            raise HwtuneInputError(
+                "vpp", self.vpp, "at least 2 model chunks per rank for the interleaved schedule"
+            )
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
             raise HwtuneInputError(
                 "global_batch", gb,
