@@ -7,6 +7,8 @@ implemented by ``torch.optim.AdamW`` (bias-corrected moments, eps added to sqrt(
     m <- beta1 m + (1 - beta1) g;   v <- beta2 v + (1 - beta2) g^2
     theta <- theta - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
+with g <- -g first where ``maximize`` is set (as ``torch.optim.AdamW``; the decay still shrinks).
+
 Bytes per parameter (FlashOptim, Gonzalez Ortiz et al. 2026, Table 1): 2 (bf16 weight) + 1 (int8
 correction) + 2 (bf16 gradient) + 1 + 1 (8-bit moments) = 7, + 2 x 2/32 for the fp16 group scales.
 """
@@ -24,6 +26,7 @@ from hwtune.optim.optimizer import (
     SIGNED,
     CompactOptimizer,
     _betas,
+    _flag,
     _group_field,
     _nonnegative,
     _positive,
@@ -34,7 +37,8 @@ class AdamW(CompactOptimizer):
     """Drop-in `torch.optim.AdamW` with int8 companded momentum, uint8 companded second moment
     (groups of ``group_size``, fp16 scales) and a bf16 + int8 split master weight.
 
-    Keyword arguments beyond torch's: ``master_weight_bits`` (16, 24 or 32), ``group_size``,
+    ``maximize=True`` (per group, as torch's) climbs the objective: the gradient is negated before
+    the update. Keyword arguments beyond torch's: ``master_weight_bits`` (16, 24 or 32), ``group_size``,
     ``companded`` (False: linear int8, for comparison), ``gradient_release``, ``max_grad_norm``,
     ``numerics_check_every`` and ``compile`` (see `CompactOptimizer`).
     """
@@ -50,19 +54,29 @@ class AdamW(CompactOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        *,
+        maximize: bool = False,
         **options: Any,
     ) -> None:
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "maximize": maximize,
+        }
         self.check_hyperparameters(defaults, None)
         defaults["betas"] = tuple(betas)
         super().__init__(params, defaults, **options)
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
-        """lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite real numbers."""
+        """lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite real numbers;
+        maximize a bool."""
         _nonnegative(_group_field(gi, "lr"), values["lr"])
         _betas(_group_field(gi, "betas"), values["betas"])
         _positive(_group_field(gi, "eps"), values["eps"])
         _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
+        _flag(_group_field(gi, "maximize"), values["maximize"])
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
         """(lr, beta1, beta2, eps, weight decay, 1 - beta1^t, sqrt(1 - beta2^t))."""

@@ -246,6 +246,12 @@ def _betas(name: str, value: Any) -> None:
     _unit(f"{name}[1]", value[1])
 
 
+def _grad_factor(group: dict[str, Any], inv_grad_scale: float) -> float:
+    """What `update_span` multiplies the stored gradient by: 1 / loss scale, negated in a
+    ``maximize`` group (``torch.optim``'s rule: the update follows -g, before weight decay)."""
+    return -inv_grad_scale if group.get("maximize", False) else inv_grad_scale
+
+
 def _group_field(gi: int | None, key: str) -> str:
     """How a hyperparameter is named in errors: ``lr`` for a constructor argument,
     ``param_groups[1]['lr']`` for a value given in a parameter group."""
@@ -303,6 +309,9 @@ class CompactOptimizer(torch.optim.Optimizer):
     step_varying: tuple[int, ...] = (0,)
     # GradScaler hands the loss scale and the inf flag to `step` (grad_scale, found_inf)
     _step_supports_amp_scaling = True
+    #: group keys added after state dicts were first saved, with the value an older group meant:
+    #: `load_state_dict` and unpickling fill them in where a saved group lacks them
+    _ADDED_GROUP_KEYS: dict[str, Any] = {"maximize": False}
 
     def __init__(
         self,
@@ -396,6 +405,10 @@ class CompactOptimizer(torch.optim.Optimizer):
         state = dict(state)
         release = state.pop("gradient_release", None)
         super().__setstate__(state)
+        for group in self.param_groups:  # pickled before a group key existed
+            for key, value in self._ADDED_GROUP_KEYS.items():
+                if key in self.defaults:
+                    group.setdefault(key, value)
         self.__dict__.setdefault("_stalled", [])
         self.__dict__.setdefault("_valid_masks", {})
         self.__dict__.setdefault("_release", None)
@@ -541,7 +554,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             item.state,
             group,
             self.hyperparameters(group, item.step),
-            inv_grad_scale,
+            _grad_factor(group, inv_grad_scale),
         )
         if not contiguous:
             lp.copy_(work)
@@ -659,7 +672,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 gscales,
                 tuple(kind for _, kind in self.moments),
                 self.hyperparameters(group, first.step),
-                inv_grad_scale,
+                _grad_factor(group, inv_grad_scale),
                 gs,
                 group["companded"],
                 CHUNK // gs,
@@ -765,7 +778,11 @@ class CompactOptimizer(torch.optim.Optimizer):
         """Load a state dict saved by `state_dict`, keeping the 8-bit codes' dtypes (torch's
         loader casts every state tensor to the parameter's dtype)."""
         saved = state_dict["state"]
-        for gi, group in enumerate(state_dict["param_groups"]):
+        groups = [dict(group) for group in state_dict["param_groups"]]  # the caller's stay as given
+        for gi, group in enumerate(groups):
+            for key, value in self._ADDED_GROUP_KEYS.items():  # saved before the key existed
+                if key in self.defaults:
+                    group.setdefault(key, value)
             missing = sorted(set(self.defaults) - set(group))
             if missing:
                 raise HwtuneInputError(
@@ -776,8 +793,8 @@ class CompactOptimizer(torch.optim.Optimizer):
             # the saved values replace the groups' own: check them as add_param_group does
             _check_options(group, gi)
             self.check_hyperparameters(group, gi)
-        super().load_state_dict({**state_dict, "state": {}})
-        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        super().load_state_dict({**state_dict, "param_groups": groups, "state": {}})
+        ids = [i for g in groups for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         self.state.clear()
         for i, p in zip(ids, params, strict=True):

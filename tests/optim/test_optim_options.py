@@ -1,0 +1,189 @@
+"""torch.optim options a ported training script passes: ``maximize`` (followed as torch does),
+hyperparameters given as numpy scalars or 0-dim tensors (taken as the same Python float), and
+torch's implementation selectors ``foreach`` / ``fused`` (accepted when they select nothing)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from reference import ReferenceLion
+from torch import nn
+
+from hwtune.errors import HwtuneInputError
+from hwtune.optim import SGD, AdamW, Lion
+from hwtune.optim.optimizer import CHUNK
+
+
+def _fit(model, opt, dtype, sign=1.0, steps=300):
+    """Minibatch training on a fixed 10-class task (as test_optim_review's): backward of
+    ``sign * loss``; returns the mean of the last 20 losses."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 64, generator=gen)
+    y = (x @ torch.randn(64, 10, generator=gen)).argmax(1)
+    losses = []
+    for _ in range(steps):
+        i = torch.randint(0, 512, (32,), generator=gen)
+        loss = nn.functional.cross_entropy(model(x[i].to(dtype)).float(), y[i])
+        (sign * loss).backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return sum(losses[-20:]) / 20
+
+
+def _start():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def _first_loss():
+    return _fit(_start(), torch.optim.SGD(_start().parameters(), lr=0.0), torch.float32, steps=20)
+
+
+def _close(start, ref, ours, tol=0.10):
+    """Every parameter within ``tol`` of the distance the reference moved it."""
+    for p0, pr, po in zip(start.parameters(), ref.parameters(), ours.parameters(), strict=True):
+        moved = (pr - p0).norm()
+        assert moved > 0
+        assert (po.float() - pr).norm() <= tol * moved
+
+
+MAXIMIZE = {
+    "adamw": (
+        lambda ps: torch.optim.AdamW(ps, lr=3e-3, weight_decay=0.1, maximize=True),
+        lambda ps: AdamW(ps, lr=3e-3, weight_decay=0.1, maximize=True, compile=False),
+    ),
+    "sgd-momentum": (
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3, maximize=True),
+        lambda ps: SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3, maximize=True, compile=False),
+    ),
+    "sgd-nesterov": (
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, maximize=True),
+        lambda ps: SGD(ps, lr=0.05, momentum=0.9, nesterov=True, maximize=True, compile=False),
+    ),
+    "sgd-plain": (
+        lambda ps: torch.optim.SGD(ps, lr=0.05, weight_decay=1e-2, maximize=True),
+        lambda ps: SGD(ps, lr=0.05, weight_decay=1e-2, maximize=True, compile=False),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(MAXIMIZE))
+def test_maximize_tracks_torch_optim_over_300_steps(name, dtype):
+    """Maximizing -loss with ``maximize=True`` (torch.optim.AdamW / SGD as the reference, both
+    with weight decay, which is not negated): every parameter within 10% of the distance torch
+    moved it and the final loss within 5% (the tolerance of test_optim_review's agreement
+    tests), and the loss went down: the update climbs the objective it is given."""
+    make_ref, make_ours = MAXIMIZE[name]
+    start = _start()
+    ref, ours = copy.deepcopy(start), copy.deepcopy(start).to(dtype)
+    ref_loss = _fit(ref, make_ref(ref.parameters()), torch.float32, sign=-1.0)
+    our_loss = _fit(ours, make_ours(ours.parameters()), dtype, sign=-1.0)
+    exact = name == "sgd-plain" and dtype == torch.float32
+    _close(start, ref, ours, tol=1e-5 if exact else 0.10)
+    assert our_loss == pytest.approx(ref_loss, rel=0.05)
+    assert our_loss < 0.5 * _first_loss()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lion_maximize_is_lion_on_the_negated_loss(dtype):
+    """Lion(maximize=True) on -loss steps bit for bit as Lion on loss (negating a gradient is
+    exact), and both track the fp32 textbook Lion on loss over 300 steps."""
+    start = _start()
+    ref, plain, maxi = (copy.deepcopy(start) for _ in range(3))
+    plain, maxi = plain.to(dtype), maxi.to(dtype)
+    kw = {"lr": 3e-4, "betas": (0.9, 0.99), "weight_decay": 0.1}
+    ref_loss = _fit(ref, ReferenceLion(ref.parameters(), **kw), torch.float32)
+    plain_loss = _fit(plain, Lion(plain.parameters(), compile=False, **kw), dtype)
+    maxi_loss = _fit(maxi, Lion(maxi.parameters(), maximize=True, compile=False, **kw), dtype, -1)
+    assert maxi_loss == plain_loss
+    assert all(
+        torch.equal(p, q) for p, q in zip(plain.parameters(), maxi.parameters(), strict=True)
+    )
+    _close(start, ref, maxi)
+    assert maxi_loss == pytest.approx(ref_loss, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("cls", "kw"),
+    [
+        (AdamW, {"weight_decay": 0.1}),
+        (SGD, {"momentum": 0.9, "weight_decay": 1e-2}),
+        (SGD, {"weight_decay": 1e-2, "decoupled_weight_decay": True}),
+        (Lion, {"weight_decay": 0.1}),
+    ],
+)
+@pytest.mark.parametrize("path", ["alone", "buckets", "gradient_release"])
+def test_maximize_on_g_is_minimize_on_minus_g_in_every_update_path(cls, kw, path):
+    """Per group: a group with maximize=True fed g steps bit for bit as maximize=False fed -g,
+    whether parameters are updated alone, in buckets (spans of several chunks) or inside
+    backward (gradient release); the other group, maximize=False, is untouched by the flag."""
+    opts = {"compile": False, "lr": 1e-2, **kw}
+    if path == "buckets":
+        opts["span_elements"] = 4 * CHUNK
+    torch.manual_seed(0)
+    w0 = [torch.randn(33, 7).to(torch.bfloat16), torch.randn(7), torch.randn(5).to(torch.bfloat16)]
+    runs = []
+    for maximize in (True, False):
+        ps = [nn.Parameter(w.clone()) for w in w0]
+        opt = cls(
+            [{"params": ps[:2], "maximize": maximize}, {"params": ps[2:]}],
+            gradient_release=path == "gradient_release",
+            **opts,
+        )
+        assert opt.param_groups[0]["maximize"] is maximize
+        assert opt.param_groups[1]["maximize"] is False
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            dirs = [torch.randn(p.shape, generator=gen) for p in ps]
+            signs = [1.0 if maximize else -1.0] * 2 + [1.0]
+            loss = sum((s * d * p.float()).sum() for s, d, p in zip(signs, dirs, ps, strict=True))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        runs.append(ps)
+    for p, q in zip(*runs, strict=True):
+        assert torch.equal(p, q)
+    assert not torch.equal(runs[0][0].float(), w0[0].float())
+
+
+@pytest.mark.parametrize("cls", [AdamW, SGD, Lion])
+def test_maximize_is_saved_loaded_and_defaults_false_for_older_state_dicts(cls):
+    ps = [nn.Parameter(torch.zeros(4))]
+    opt = cls([{"params": ps, "maximize": True}], compile=False)
+    ps[0].grad = torch.ones(4)
+    opt.step()
+    sd = opt.state_dict()
+    assert sd["param_groups"][0]["maximize"] is True
+    fresh = cls([nn.Parameter(torch.zeros(4))], compile=False)
+    assert fresh.param_groups[0]["maximize"] is False
+    fresh.load_state_dict(sd)
+    assert fresh.param_groups[0]["maximize"] is True
+    # a state dict saved before the option existed: minimizing, as it was saved
+    del sd["param_groups"][0]["maximize"]
+    older = cls([nn.Parameter(torch.zeros(4))], maximize=True, compile=False)
+    older.load_state_dict(sd)
+    assert older.param_groups[0]["maximize"] is False
+    assert "maximize" not in sd["param_groups"][0]  # the caller's dict is left as given
+    # copies keep it
+    assert copy.deepcopy(opt).param_groups[0]["maximize"] is True
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "value"),
+    [
+        (lambda ps: AdamW(ps, maximize="yes"), "maximize", "'yes'"),
+        (lambda ps: SGD(ps, maximize=1), "maximize", "1"),
+        (lambda ps: Lion(ps, maximize=None), "maximize", "None"),
+        (lambda ps: AdamW([{"params": ps, "maximize": 0}]), "param_groups[0]['maximize']", "0"),
+    ],
+)
+def test_maximize_must_be_a_bool(make, field, value):
+    with pytest.raises(HwtuneInputError) as err:
+        make([nn.Parameter(torch.zeros(2))])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg == f"{field}: got {value}; expected True or False"
