@@ -187,3 +187,133 @@ def test_maximize_must_be_a_bool(make, field, value):
     msg = str(err.value)
     assert "\n" not in msg
     assert msg == f"{field}: got {value}; expected True or False"
+
+
+# --- hyperparameters as numpy scalars and 0-dim tensors -------------------------------------------
+np = pytest.importorskip("numpy")
+
+SCALARS = {
+    "numpy": lambda x: np.float32(x),
+    "numpy-float64": lambda x: np.float64(x),
+    "tensor": lambda x: torch.tensor(x),
+    "tensor-float64": lambda x: torch.tensor(x, dtype=torch.float64),
+}
+KINDS = [
+    (AdamW, {"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1}),
+    (SGD, {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 1e-3}),
+    (Lion, {"lr": 3e-4, "betas": (0.9, 0.99), "weight_decay": 0.1}),
+]
+
+
+def _as(kind, kw):
+    """``kw`` with every number given as ``kind`` (betas element by element)."""
+    to = SCALARS[kind]
+    return {k: tuple(to(b) for b in v) if k == "betas" else to(v) for k, v in kw.items()}
+
+
+def _same_value(kw, given):
+    """The Python floats the given scalars stand for (np.float32(1e-3) is not 1e-3)."""
+    return {k: tuple(float(b) for b in given[k]) if k == "betas" else float(given[k]) for k in kw}
+
+
+def _steps(opt, ps, n=20):
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(n):
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen).to(p.dtype)
+        opt.step()
+
+
+@pytest.mark.parametrize("kind", list(SCALARS))
+@pytest.mark.parametrize(("cls", "kw"), KINDS, ids=["adamw", "sgd", "lion"])
+def test_numpy_and_tensor_hyperparameters_step_as_the_same_floats(cls, kw, kind):
+    """Every hyperparameter given as a numpy scalar or a 0-dim tensor: stored as the Python
+    float it holds (betas a tuple of floats), in the constructor's defaults and in a group's own
+    values, and 20 steps equal the run built from those floats bit for bit."""
+    given = _as(kind, kw)
+    floats = _same_value(kw, given)
+    torch.manual_seed(0)
+    w0 = [torch.randn(40, 3).to(torch.bfloat16), torch.randn(5)]
+    a = [nn.Parameter(w.clone()) for w in w0]
+    b = [nn.Parameter(w.clone()) for w in w0]
+    ours = cls([{"params": a[:1]}, {"params": a[1:], **given}], compile=False, **given)
+    ref = cls([{"params": b[:1]}, {"params": b[1:], **floats}], compile=False, **floats)
+    for group in ours.param_groups:
+        for key, value in floats.items():
+            assert group[key] == value
+            assert type(group[key]) is tuple if key == "betas" else type(group[key]) is float
+        if "betas" in group:
+            assert all(type(x) is float for x in group["betas"])
+    _steps(ours, a)
+    _steps(ref, b)
+    for p, q in zip(a, b, strict=True):
+        assert torch.equal(p, q)
+    assert not torch.equal(a[0], w0[0])
+
+
+def test_a_tensor_lr_is_read_once_not_shared():
+    """torch.optim keeps a tensor lr by reference; these optimizers keep its value: changing
+    the tensor later changes nothing (an LR scheduler sets the group's float instead)."""
+    lr = torch.tensor(0.5)
+    p = nn.Parameter(torch.zeros(4))
+    opt = SGD([p], lr=lr, compile=False)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+    lr.fill_(100.0)
+    p.grad = torch.ones(4)
+    opt.step()
+    assert torch.equal(p.detach(), torch.full((4,), -0.5))
+    schedule.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    opt.step()
+    assert torch.allclose(p.detach(), torch.full((4,), -0.55))
+
+
+def test_numpy_scalars_in_loaded_groups_and_max_grad_norm_become_floats():
+    ps = [nn.Parameter(torch.zeros(4))]
+    opt = AdamW(ps, max_grad_norm=np.float32(0.5), compile=False)
+    assert type(opt.max_grad_norm) is float and opt.max_grad_norm == 0.5
+    sd = opt.state_dict()
+    sd["param_groups"][0]["lr"] = np.float64(0.25)
+    sd["param_groups"][0]["betas"] = [torch.tensor(0.5), np.float32(0.75)]
+    opt.load_state_dict(sd)
+    assert type(opt.param_groups[0]["lr"]) is float and opt.param_groups[0]["lr"] == 0.25
+    assert opt.param_groups[0]["betas"] == (0.5, 0.75)
+    assert all(type(x) is float for x in opt.param_groups[0]["betas"])
+    assert isinstance(sd["param_groups"][0]["lr"], np.float64)  # the caller's dict as given
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "value"),
+    [
+        (lambda ps: AdamW(ps, lr=np.bool_(True)), "lr", repr(np.bool_(True))),
+        (lambda ps: AdamW(ps, lr=torch.tensor(True)), "lr", "tensor(True)"),
+        (lambda ps: AdamW(ps, lr=np.float32("nan")), "lr", repr(np.float32("nan"))),
+        (lambda ps: SGD(ps, lr=torch.tensor(float("nan"))), "lr", "tensor(nan)"),
+        (lambda ps: AdamW(ps, eps=np.float64("inf")), "eps", repr(np.float64("inf"))),
+        (lambda ps: Lion(ps, lr=torch.tensor(float("inf"))), "lr", "tensor(inf)"),
+        (lambda ps: AdamW(ps, lr=np.float32(-1e-3)), "lr", repr(np.float32(-1e-3))),
+        (lambda ps: AdamW(ps, eps=torch.tensor(0.0)), "eps", "tensor(0.)"),
+        (lambda ps: SGD(ps, weight_decay=torch.tensor(-0.1)), "weight_decay", "tensor(-0.1000)"),
+        (lambda ps: SGD(ps, momentum=np.float64(1.0)), "momentum", repr(np.float64(1.0))),
+        (lambda ps: AdamW(ps, betas=(np.float32(0.9), torch.tensor(1.0))), "betas[1]", None),
+        (lambda ps: AdamW(ps, lr=torch.tensor([1e-3])), "lr", "tensor([0.0010])"),
+        (lambda ps: SGD(ps, lr=torch.ones(2, 2)), "lr", "tensor([[1., 1.], [1., 1.]])"),
+        (lambda ps: Lion(ps, lr=torch.tensor(1e-3, requires_grad=True)), "lr", None),
+        (lambda ps: AdamW(ps, lr=torch.tensor(1e-3 + 0j)), "lr", None),
+        (lambda ps: AdamW(ps, lr=np.array(1e-3)), "lr", None),
+        (lambda ps: AdamW(ps, lr="1e-3"), "lr", "'1e-3'"),
+        (lambda ps: AdamW(ps, max_grad_norm=np.float32(0.0)), "max_grad_norm", None),
+        (
+            lambda ps: AdamW([{"params": ps, "lr": np.float32(-1.0)}]),
+            "param_groups[0]['lr']",
+            repr(np.float32(-1.0)),
+        ),
+    ],
+)
+def test_bad_scalars_are_still_refused_in_one_line(make, field, value):
+    with pytest.raises(HwtuneInputError) as err:
+        make([nn.Parameter(torch.zeros(2))])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{field}: got {'' if value is None else value}"), msg
+    assert "; expected " in msg

@@ -48,15 +48,16 @@ class Lion(CompactOptimizer):
     ) -> None:
         defaults = {"lr": lr, "betas": betas, "weight_decay": weight_decay, "maximize": maximize}
         self.check_hyperparameters(defaults, None)
-        defaults["betas"] = tuple(betas)
         super().__init__(params, defaults, **options)
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """lr >= 0, betas in [0, 1), weight_decay >= 0, all finite real numbers; maximize a
         bool."""
-        _nonnegative(_group_field(gi, "lr"), values["lr"])
-        _betas(_group_field(gi, "betas"), values["betas"])
-        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
+        values["lr"] = _nonnegative(_group_field(gi, "lr"), values["lr"])
+        values["betas"] = _betas(_group_field(gi, "betas"), values["betas"])
+        values["weight_decay"] = _nonnegative(
+            _group_field(gi, "weight_decay"), values["weight_decay"]
+        )
         _flag(_group_field(gi, "maximize"), values["maximize"])
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:

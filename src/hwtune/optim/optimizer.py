@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math as pymath
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -210,27 +211,72 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _expected(value: Any, what: str) -> str:
-    """What a number field expects; for a tensor, also that tensors are not taken (torch.optim
-    takes a tensor lr for capturable/fused steps; these optimizers read Python numbers)."""
+def _real(value: Any) -> float | None:
+    """A real scalar as a Python float, else None: any `numbers.Real` but bool (int, float,
+    numpy's floating and integer scalars) or a 0-dim real CPU tensor without grad (torch.optim
+    takes a tensor lr). Stored as the float, so the update reads plain numbers whatever was
+    given, and a tensor given as lr is not shared with the optimizer."""
     if isinstance(value, torch.Tensor):
-        return f"{what} as a Python int or float (tensor hyperparameters are not supported)"
+        plain = (
+            value.dim() == 0
+            and not value.requires_grad
+            and value.device.type == "cpu"
+            and not value.is_complex()
+            and value.dtype != torch.bool
+        )
+        return float(value.item()) if plain else None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float's range
+            return None
+    return None
+
+
+class _OneLine:
+    """A refused value as errors show it: its repr on one line (a tensor's spans its rows)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return " ".join(repr(self.value).split())
+
+
+def _shown(value: Any) -> Any:
+    """``value`` for an error message: itself, or wrapped where its repr spans lines."""
+    return _OneLine(value) if "\n" in repr(value) else value
+
+
+def _expected(value: Any, what: str) -> str:
+    """What a number field expects; for a refused tensor, also which tensors are taken."""
+    if isinstance(value, torch.Tensor):
+        return f"{what} (a tensor only 0-dim, real, on the CPU and without grad)"
     return what
 
 
-def _positive(name: str, value: float) -> None:
-    if not (_is_real(value) and value > 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, _expected(value, "a finite number > 0"))
+def _positive(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number > 0, else a one-line error."""
+    x = _real(value)
+    if not (x is not None and x > 0 and pymath.isfinite(x)):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a finite number > 0"))
+    return x
 
 
-def _nonnegative(name: str, value: float) -> None:
-    if not (_is_real(value) and value >= 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, _expected(value, "a finite number >= 0"))
+def _nonnegative(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number >= 0, else a one-line error."""
+    x = _real(value)
+    if not (x is not None and x >= 0 and pymath.isfinite(x)):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a finite number >= 0"))
+    return x
 
 
-def _unit(name: str, value: float) -> None:
-    if not (_is_real(value) and 0.0 <= value < 1.0):
-        raise HwtuneInputError(name, value, _expected(value, "a number in [0, 1)"))
+def _unit(name: str, value: Any) -> float:
+    """``value`` as a float if it is a real number in [0, 1), else a one-line error."""
+    x = _real(value)
+    if not (x is not None and 0.0 <= x < 1.0):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a number in [0, 1)"))
+    return x
 
 
 def _flag(name: str, value: Any) -> None:
@@ -238,12 +284,11 @@ def _flag(name: str, value: Any) -> None:
         raise HwtuneInputError(name, value, "True or False")
 
 
-def _betas(name: str, value: Any) -> None:
-    """A pair (beta1, beta2), each in [0, 1)."""
+def _betas(name: str, value: Any) -> tuple[float, float]:
+    """A pair (beta1, beta2), each in [0, 1), as a tuple of floats."""
     if not (isinstance(value, tuple | list) and len(value) == 2):
         raise HwtuneInputError(name, value, "a pair (beta1, beta2) of numbers in [0, 1)")
-    _unit(f"{name}[0]", value[0])
-    _unit(f"{name}[1]", value[1])
+    return _unit(f"{name}[0]", value[0]), _unit(f"{name}[1]", value[1])
 
 
 def _grad_factor(group: dict[str, Any], inv_grad_scale: float) -> float:
@@ -337,7 +382,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         )
         _flag("gradient_release", gradient_release)
         if max_grad_norm is not None:
-            _positive("max_grad_norm", max_grad_norm)
+            max_grad_norm = _positive("max_grad_norm", max_grad_norm)
         if not (
             _is_real(numerics_check_every)
             and isinstance(numerics_check_every, int)
@@ -458,7 +503,8 @@ class CompactOptimizer(torch.optim.Optimizer):
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """Refuse bad hyperparameters (constructor arguments: ``gi`` None; else the values of
-        parameter group ``gi``) with an error naming the field, the value and what was expected."""
+        parameter group ``gi``) with an error naming the field, the value and what was expected,
+        and store each accepted number in ``values`` as a Python float (betas a tuple of two)."""
         raise NotImplementedError
 
     # --- the update ------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ class SGD(CompactOptimizer):
         self.moments = ()
         self.check_hyperparameters(defaults, None)
         # the momentum buffer exists in every group or in none (one state layout per optimizer)
-        self.moments = (("momentum_buffer", SIGNED),) if momentum > 0 else ()
+        self.moments = (("momentum_buffer", SIGNED),) if defaults["momentum"] > 0 else ()
         super().__init__(params, defaults, **options)
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
@@ -69,10 +69,12 @@ class SGD(CompactOptimizer):
         nesterov, decoupled_weight_decay and maximize booleans, nesterov only with momentum > 0 and no
         dampening (as ``torch.optim.SGD``); in a group, momentum > 0 only where the optimizer was
         built with momentum > 0 (else no buffer is kept)."""
-        _nonnegative(_group_field(gi, "lr"), values["lr"])
-        _unit(_group_field(gi, "momentum"), values["momentum"])
-        _unit(_group_field(gi, "dampening"), values["dampening"])
-        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
+        values["lr"] = _nonnegative(_group_field(gi, "lr"), values["lr"])
+        values["momentum"] = _unit(_group_field(gi, "momentum"), values["momentum"])
+        values["dampening"] = _unit(_group_field(gi, "dampening"), values["dampening"])
+        values["weight_decay"] = _nonnegative(
+            _group_field(gi, "weight_decay"), values["weight_decay"]
+        )
         _flag(_group_field(gi, "nesterov"), values["nesterov"])
         _flag(_group_field(gi, "decoupled_weight_decay"), values["decoupled_weight_decay"])
         _flag(_group_field(gi, "maximize"), values["maximize"])
