@@ -317,3 +317,70 @@ def test_bad_scalars_are_still_refused_in_one_line(make, field, value):
     assert "\n" not in msg
     assert msg.startswith(f"{field}: got {'' if value is None else value}"), msg
     assert "; expected " in msg
+
+
+# --- torch's implementation selectors (foreach, fused) and amsgrad ---------------------------------
+TORCH_STYLE = [
+    (AdamW, (3e-3, (0.9, 0.999), 1e-8, 0.1, False), {}),  # torch's positional order, amsgrad last
+    (SGD, (0.05, 0.9, 0.0, 1e-3, True), {}),
+    (Lion, (3e-4, (0.9, 0.99), 0.1), {}),
+]
+
+
+@pytest.mark.parametrize(("foreach", "fused"), [(None, None), (False, False), (None, False)])
+@pytest.mark.parametrize(("cls", "args", "kw"), TORCH_STYLE, ids=["adamw", "sgd", "lion"])
+def test_foreach_and_fused_none_or_false_are_taken_and_change_nothing(
+    cls, args, kw, foreach, fused
+):
+    """A call written for torch.optim (its positional order, maximize, foreach, fused) builds
+    the compact optimizer, which steps bit for bit as one built without the selectors; they
+    are not stored in the groups (they select nothing here)."""
+    torch.manual_seed(0)
+    w0 = [torch.randn(40, 3).to(torch.bfloat16), torch.randn(5)]
+    a = [nn.Parameter(w.clone()) for w in w0]
+    b = [nn.Parameter(w.clone()) for w in w0]
+    ours = cls(a, *args, maximize=False, foreach=foreach, fused=fused, compile=False, **kw)
+    plain = cls(b, *args, compile=False, **kw)
+    assert "foreach" not in ours.param_groups[0] and "fused" not in ours.param_groups[0]
+    _steps(ours, a, 5)
+    _steps(plain, b, 5)
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    ours.add_param_group({"params": [nn.Parameter(torch.zeros(3))], "foreach": False})
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "value"),
+    [
+        (lambda ps: AdamW(ps, foreach=True), "foreach", "True"),
+        (lambda ps: SGD(ps, fused=True), "fused", "True"),
+        (lambda ps: Lion(ps, fused=True, foreach=False), "fused", "True"),
+        (lambda ps: AdamW(ps, fused="yes"), "fused", "'yes'"),
+        (lambda ps: SGD([{"params": ps, "fused": True}]), "param_groups[0]['fused']", "True"),
+        (lambda ps: Lion([{"params": ps, "foreach": 1}]), "param_groups[0]['foreach']", "1"),
+    ],
+)
+def test_foreach_or_fused_true_is_refused_in_one_line(make, field, value):
+    with pytest.raises(ValueError) as err:  # HwtuneInputError is a ValueError
+        make([nn.Parameter(torch.zeros(2))])
+    assert isinstance(err.value, HwtuneInputError)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{field}: got {value}; expected None or False (hwtune.optim runs")
+    assert "own update kernels" in msg
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "value"),
+    [
+        (lambda ps: AdamW(ps, amsgrad=True), "amsgrad", "True"),
+        (lambda ps: AdamW(ps, 1e-3, (0.9, 0.999), 1e-8, 0.0, True), "amsgrad", "True"),
+        (lambda ps: AdamW(ps, amsgrad=0), "amsgrad", "0"),
+        (lambda ps: AdamW([{"params": ps, "amsgrad": True}]), "param_groups[0]['amsgrad']", "True"),
+    ],
+)
+def test_amsgrad_true_is_refused_in_one_line(make, field, value):
+    with pytest.raises(HwtuneInputError) as err:
+        make([nn.Parameter(torch.zeros(2))])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{field}: got {value}; expected False (AMSGrad is not implemented")

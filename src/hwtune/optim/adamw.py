@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from hwtune.errors import HwtuneInputError
 from hwtune.optim.optimizer import (
     SECOND,
     SIGNED,
@@ -33,14 +34,24 @@ from hwtune.optim.optimizer import (
 )
 
 
+def _no_amsgrad(name: str, value: Any) -> None:
+    """``amsgrad``: False only (it would keep a third 8-bit state, the running max of v)."""
+    if value is not False:
+        raise HwtuneInputError(
+            name, value, "False (AMSGrad is not implemented in the compact AdamW: use torch's)"
+        )
+
+
 class AdamW(CompactOptimizer):
     """Drop-in `torch.optim.AdamW` with int8 companded momentum, uint8 companded second moment
     (groups of ``group_size``, fp16 scales) and a bf16 + int8 split master weight.
 
     ``maximize=True`` (per group, as torch's) climbs the objective: the gradient is negated before
-    the update. Keyword arguments beyond torch's: ``master_weight_bits`` (16, 24 or 32), ``group_size``,
+    the update. ``amsgrad`` is taken as False only (True is refused). Keyword arguments beyond
+    torch's: ``master_weight_bits`` (16, 24 or 32), ``group_size``,
     ``companded`` (False: linear int8, for comparison), ``gradient_release``, ``max_grad_norm``,
-    ``numerics_check_every`` and ``compile`` (see `CompactOptimizer`).
+    ``numerics_check_every`` and ``compile`` (see `CompactOptimizer`); torch's ``foreach`` and
+    ``fused`` are taken as None or False (see `CompactOptimizer`).
     """
 
     moments = (("exp_avg", SIGNED), ("exp_avg_sq", SECOND))
@@ -54,10 +65,12 @@ class AdamW(CompactOptimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
+        amsgrad: bool = False,
         *,
         maximize: bool = False,
         **options: Any,
     ) -> None:
+        _no_amsgrad("amsgrad", amsgrad)
         defaults = {
             "lr": lr,
             "betas": betas,
@@ -70,7 +83,7 @@ class AdamW(CompactOptimizer):
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """lr >= 0, betas in [0, 1), eps > 0, weight_decay >= 0, all finite real numbers;
-        maximize a bool."""
+        maximize a bool; amsgrad, where a group gives it, False."""
         values["lr"] = _nonnegative(_group_field(gi, "lr"), values["lr"])
         values["betas"] = _betas(_group_field(gi, "betas"), values["betas"])
         values["eps"] = _positive(_group_field(gi, "eps"), values["eps"])
@@ -78,6 +91,8 @@ class AdamW(CompactOptimizer):
             _group_field(gi, "weight_decay"), values["weight_decay"]
         )
         _flag(_group_field(gi, "maximize"), values["maximize"])
+        if "amsgrad" in values:  # torch's key, in a group given by hand
+            _no_amsgrad(_group_field(gi, "amsgrad"), values["amsgrad"])
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
         """(lr, beta1, beta2, eps, weight decay, 1 - beta1^t, sqrt(1 - beta2^t))."""

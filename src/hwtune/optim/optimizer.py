@@ -303,8 +303,28 @@ def _group_field(gi: int | None, key: str) -> str:
     return key if gi is None else f"param_groups[{gi}][{key!r}]"
 
 
+#: torch.optim's implementation selectors, accepted for drop-in use where they select nothing
+_TORCH_SELECTORS = ("foreach", "fused")
+
+
+def _no_torch_kernels(name: str, value: Any) -> None:
+    """``foreach`` / ``fused``: None or False; True would ask for torch's implementations,
+    which these optimizers do not use (their update is their own, fused by `torch.compile`)."""
+    if value is not None and value is not False:
+        raise HwtuneInputError(
+            name,
+            value,
+            "None or False (hwtune.optim runs its own update kernels, fused by torch.compile: "
+            "see its compile option; torch's foreach and fused implementations do not apply)",
+        )
+
+
 def _check_options(values: dict[str, Any], gi: int | None) -> None:
-    """The per-group options every compact optimizer keeps (see `CompactOptimizer`)."""
+    """The per-group options every compact optimizer keeps (see `CompactOptimizer`), and torch's
+    implementation selectors where a group gives them."""
+    for key in _TORCH_SELECTORS:
+        if key in values:
+            _no_torch_kernels(_group_field(gi, key), values[key])
     bits = values["master_weight_bits"]
     if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
         raise HwtuneInputError(
@@ -340,6 +360,10 @@ class CompactOptimizer(torch.optim.Optimizer):
     - ``span_elements``: elements per update call, a multiple of `CHUNK` (default None: one chunk
       on CPU, where small temporaries stay in cache; `GPU_SPAN` elsewhere, where each call costs
       dozens of kernel launches). Results are bit-identical for every value.
+    - ``foreach``, ``fused``: torch.optim's choice of its own implementations, taken for drop-in
+      use as None or False (the defaults; also as keys of a parameter group) and otherwise
+      ignored: these optimizers run their own update (``compile`` fuses it, and on GPUs small
+      parameters are updated together in buckets). True is refused with a one-line error.
 
     Subclasses set `moments` (names and kinds of their states), implement `rule` (the update on
     fp32 values) and `hyperparameters` (the scalars `rule` reads, per group and step).
@@ -371,7 +395,11 @@ class CompactOptimizer(torch.optim.Optimizer):
         numerics_check_every: int = 100,
         compile: bool | None = None,
         span_elements: int | None = None,
+        foreach: bool | None = None,
+        fused: bool | None = None,
     ) -> None:
+        _no_torch_kernels("foreach", foreach)
+        _no_torch_kernels("fused", fused)
         _check_options(
             {
                 "master_weight_bits": master_weight_bits,
