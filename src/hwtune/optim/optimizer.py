@@ -380,7 +380,7 @@ class CompactOptimizer(torch.optim.Optimizer):
     _step_supports_amp_scaling = True
     #: group keys added after state dicts were first saved, with the value an older group meant:
     #: `load_state_dict` and unpickling fill them in where a saved group lacks them
-    _ADDED_GROUP_KEYS: dict[str, Any] = {"maximize": False}
+    _ADDED_GROUP_KEYS: dict[str, Any] = {"maximize": False, "amsgrad": False}
 
     def __init__(
         self,
