@@ -321,17 +321,15 @@ def test_bad_scalars_are_still_refused_in_one_line(make, field, value):
 
 # --- torch's implementation selectors (foreach, fused) and amsgrad ---------------------------------
 TORCH_STYLE = [
-    (AdamW, (3e-3, (0.9, 0.999), 1e-8, 0.1, False), {}),  # torch's positional order, amsgrad last
-    (SGD, (0.05, 0.9, 0.0, 1e-3, True), {}),
-    (Lion, (3e-4, (0.9, 0.99), 0.1), {}),
+    (AdamW, (3e-3, (0.9, 0.999), 1e-8, 0.1, False)),  # torch's positional order, amsgrad last
+    (SGD, (0.05, 0.9, 0.0, 1e-3, True)),
+    (Lion, (3e-4, (0.9, 0.99), 0.1)),
 ]
 
 
 @pytest.mark.parametrize(("foreach", "fused"), [(None, None), (False, False), (None, False)])
-@pytest.mark.parametrize(("cls", "args", "kw"), TORCH_STYLE, ids=["adamw", "sgd", "lion"])
-def test_foreach_and_fused_none_or_false_are_taken_and_change_nothing(
-    cls, args, kw, foreach, fused
-):
+@pytest.mark.parametrize(("cls", "args"), TORCH_STYLE, ids=["adamw", "sgd", "lion"])
+def test_foreach_and_fused_none_or_false_are_taken_and_change_nothing(cls, args, foreach, fused):
     """A call written for torch.optim (its positional order, maximize, foreach, fused) builds
     the compact optimizer, which steps bit for bit as one built without the selectors; they
     are not stored in the groups (they select nothing here)."""
@@ -339,8 +337,8 @@ def test_foreach_and_fused_none_or_false_are_taken_and_change_nothing(
     w0 = [torch.randn(40, 3).to(torch.bfloat16), torch.randn(5)]
     a = [nn.Parameter(w.clone()) for w in w0]
     b = [nn.Parameter(w.clone()) for w in w0]
-    ours = cls(a, *args, maximize=False, foreach=foreach, fused=fused, compile=False, **kw)
-    plain = cls(b, *args, compile=False, **kw)
+    ours = cls(a, *args, maximize=False, foreach=foreach, fused=fused, compile=False)
+    plain = cls(b, *args, compile=False)
     assert "foreach" not in ours.param_groups[0] and "fused" not in ours.param_groups[0]
     _steps(ours, a, 5)
     _steps(plain, b, 5)
@@ -473,3 +471,23 @@ def test_amsgrad_in_every_update_path_and_off_in_a_group(path):
     assert all(torch.equal(p, q) for p, q in zip(amsgrad, reference, strict=True))
     assert torch.equal(amsgrad[2], plain[2])  # the group without amsgrad
     assert not torch.equal(amsgrad[0], plain[0])  # v_max changed the steps
+
+
+@pytest.mark.parametrize(("cls", "keys"), [(AdamW, ("maximize", "amsgrad")), (SGD, ("maximize",))])
+def test_an_optimizer_pickled_before_the_new_keys_gets_their_old_meaning(cls, keys):
+    """An optimizer pickled (or deep-copied) by a version without ``maximize`` / ``amsgrad``
+    comes back with both False in its defaults and groups, and steps; so do groups added later."""
+    ps = [nn.Parameter(torch.ones(4))]
+    opt = cls(ps, lr=0.1, compile=False)
+    for key in keys:  # what an older version pickled
+        del opt.defaults[key]
+        del opt.param_groups[0][key]
+    twin = copy.deepcopy(opt)
+    for key in keys:
+        assert twin.defaults[key] is False and twin.param_groups[0][key] is False
+    q = next(iter(twin.param_groups[0]["params"]))
+    q.grad = torch.ones(4)
+    twin.step()
+    assert torch.all(q.detach() < 1)  # minimizing
+    twin.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
+    assert all(twin.param_groups[1][key] is False for key in keys)

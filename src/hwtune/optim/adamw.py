@@ -53,6 +53,7 @@ class AdamW(CompactOptimizer):
     moments = (("exp_avg", SIGNED), ("exp_avg_sq", SECOND))
     #: lr and the two bias corrections change from step to step (`CompactOptimizer.step_varying`)
     step_varying = (0, 5, 6)
+    _ADDED_GROUP_KEYS = {"maximize": False, "amsgrad": False}
 
     def __init__(
         self,

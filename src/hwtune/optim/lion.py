@@ -35,6 +35,7 @@ class Lion(CompactOptimizer):
     optimizers do. Options: see `CompactOptimizer`."""
 
     moments = (("exp_avg", SIGNED),)
+    _ADDED_GROUP_KEYS = {"maximize": False}
 
     def __init__(
         self,

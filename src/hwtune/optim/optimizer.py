@@ -378,9 +378,9 @@ class CompactOptimizer(torch.optim.Optimizer):
     step_varying: tuple[int, ...] = (0,)
     # GradScaler hands the loss scale and the inf flag to `step` (grad_scale, found_inf)
     _step_supports_amp_scaling = True
-    #: group keys added after state dicts were first saved, with the value an older group meant:
-    #: `load_state_dict` and unpickling fill them in where a saved group lacks them
-    _ADDED_GROUP_KEYS: dict[str, Any] = {"maximize": False, "amsgrad": False}
+    #: a subclass's group keys added after its state dicts were first saved, with the value an
+    #: older group meant: `load_state_dict` and unpickling fill them in where they are missing
+    _ADDED_GROUP_KEYS: dict[str, Any] = {}
 
     def __init__(
         self,
@@ -478,10 +478,10 @@ class CompactOptimizer(torch.optim.Optimizer):
         state = dict(state)
         release = state.pop("gradient_release", None)
         super().__setstate__(state)
-        for group in self.param_groups:  # pickled before a group key existed
-            for key, value in self._ADDED_GROUP_KEYS.items():
-                if key in self.defaults:
-                    group.setdefault(key, value)
+        for key, value in self._ADDED_GROUP_KEYS.items():  # pickled before the key existed
+            self.defaults.setdefault(key, value)
+            for group in self.param_groups:
+                group.setdefault(key, value)
         self.__dict__.setdefault("_stalled", [])
         self.__dict__.setdefault("_valid_masks", {})
         self.__dict__.setdefault("_release", None)
@@ -855,8 +855,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         groups = [dict(group) for group in state_dict["param_groups"]]  # the caller's stay as given
         for gi, group in enumerate(groups):
             for key, value in self._ADDED_GROUP_KEYS.items():  # saved before the key existed
-                if key in self.defaults:
-                    group.setdefault(key, value)
+                group.setdefault(key, value)
             missing = sorted(set(self.defaults) - set(group))
             if missing:
                 raise HwtuneInputError(

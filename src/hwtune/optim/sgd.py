@@ -36,6 +36,8 @@ class SGD(CompactOptimizer):
     gives SGDW (Loshchilov & Hutter 2019); ``maximize=True`` negates the gradient (as torch's,
     per group). Other options: see `CompactOptimizer`."""
 
+    _ADDED_GROUP_KEYS = {"maximize": False}
+
     def __init__(
         self,
         params: Iterable[Any],
