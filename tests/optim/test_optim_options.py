@@ -1,6 +1,7 @@
 """torch.optim options a ported training script passes: ``maximize`` (followed as torch does),
 hyperparameters given as numpy scalars or 0-dim tensors (taken as the same Python float), and
-torch's implementation selectors ``foreach`` / ``fused`` (accepted when they select nothing)."""
+torch's implementation selectors ``foreach`` / ``fused`` (accepted when they select nothing), and
+AdamW's ``amsgrad`` (a third 8-bit state), each against torch.optim where torch has it."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def _start():
 
 
 def _first_loss():
-    return _fit(_start(), torch.optim.SGD(_start().parameters(), lr=0.0), torch.float32, steps=20)
+    """The untrained model's mean loss on the first 20 batches (lr 0: nothing moves)."""
+    model = _start()
+    return _fit(model, torch.optim.SGD(model.parameters(), lr=0.0), torch.float32, steps=20)
 
 
 def _close(start, ref, ours, tol=0.10):
