@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math as pymath
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -210,27 +211,72 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _expected(value: Any, what: str) -> str:
-    """What a number field expects; for a tensor, also that tensors are not taken (torch.optim
-    takes a tensor lr for capturable/fused steps; these optimizers read Python numbers)."""
+def _real(value: Any) -> float | None:
+    """A real scalar as a Python float, else None: any `numbers.Real` but bool (int, float,
+    numpy's floating and integer scalars) or a 0-dim real CPU tensor without grad (torch.optim
+    takes a tensor lr). Stored as the float, so the update reads plain numbers whatever was
+    given, and a tensor given as lr is not shared with the optimizer."""
     if isinstance(value, torch.Tensor):
-        return f"{what} as a Python int or float (tensor hyperparameters are not supported)"
+        plain = (
+            value.dim() == 0
+            and not value.requires_grad
+            and value.device.type == "cpu"
+            and not value.is_complex()
+            and value.dtype != torch.bool
+        )
+        return float(value.item()) if plain else None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float's range
+            return None
+    return None
+
+
+class _OneLine:
+    """A refused value as errors show it: its repr on one line (a tensor's spans its rows)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return " ".join(repr(self.value).split())
+
+
+def _shown(value: Any) -> Any:
+    """``value`` for an error message: itself, or wrapped where its repr spans lines."""
+    return _OneLine(value) if "\n" in repr(value) else value
+
+
+def _expected(value: Any, what: str) -> str:
+    """What a number field expects; for a refused tensor, also which tensors are taken."""
+    if isinstance(value, torch.Tensor):
+        return f"{what} (a tensor only 0-dim, real, on the CPU and without grad)"
     return what
 
 
-def _positive(name: str, value: float) -> None:
-    if not (_is_real(value) and value > 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, _expected(value, "a finite number > 0"))
+def _positive(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number > 0, else a one-line error."""
+    x = _real(value)
+    if not (x is not None and x > 0 and pymath.isfinite(x)):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a finite number > 0"))
+    return x
 
 
-def _nonnegative(name: str, value: float) -> None:
-    if not (_is_real(value) and value >= 0 and pymath.isfinite(value)):
-        raise HwtuneInputError(name, value, _expected(value, "a finite number >= 0"))
+def _nonnegative(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number >= 0, else a one-line error."""
+    x = _real(value)
+    if not (x is not None and x >= 0 and pymath.isfinite(x)):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a finite number >= 0"))
+    return x
 
 
-def _unit(name: str, value: float) -> None:
-    if not (_is_real(value) and 0.0 <= value < 1.0):
-        raise HwtuneInputError(name, value, _expected(value, "a number in [0, 1)"))
+def _unit(name: str, value: Any) -> float:
+    """``value`` as a float if it is a real number in [0, 1), else a one-line error."""
+    x = _real(value)
+    if not (x is not None and 0.0 <= x < 1.0):
+        raise HwtuneInputError(name, _shown(value), _expected(value, "a number in [0, 1)"))
+    return x
 
 
 def _flag(name: str, value: Any) -> None:
@@ -238,12 +284,17 @@ def _flag(name: str, value: Any) -> None:
         raise HwtuneInputError(name, value, "True or False")
 
 
-def _betas(name: str, value: Any) -> None:
-    """A pair (beta1, beta2), each in [0, 1)."""
+def _betas(name: str, value: Any) -> tuple[float, float]:
+    """A pair (beta1, beta2), each in [0, 1), as a tuple of floats."""
     if not (isinstance(value, tuple | list) and len(value) == 2):
         raise HwtuneInputError(name, value, "a pair (beta1, beta2) of numbers in [0, 1)")
-    _unit(f"{name}[0]", value[0])
-    _unit(f"{name}[1]", value[1])
+    return _unit(f"{name}[0]", value[0]), _unit(f"{name}[1]", value[1])
+
+
+def _grad_factor(group: dict[str, Any], inv_grad_scale: float) -> float:
+    """What `update_span` multiplies the stored gradient by: 1 / loss scale, negated in a
+    ``maximize`` group (``torch.optim``'s rule: the update follows -g, before weight decay)."""
+    return -inv_grad_scale if group.get("maximize", False) else inv_grad_scale
 
 
 def _group_field(gi: int | None, key: str) -> str:
@@ -252,8 +303,28 @@ def _group_field(gi: int | None, key: str) -> str:
     return key if gi is None else f"param_groups[{gi}][{key!r}]"
 
 
+#: torch.optim's implementation selectors, accepted for drop-in use where they select nothing
+_TORCH_SELECTORS = ("foreach", "fused")
+
+
+def _no_torch_kernels(name: str, value: Any) -> None:
+    """``foreach`` / ``fused``: None or False; True would ask for torch's implementations,
+    which these optimizers do not use (their update is their own, fused by `torch.compile`)."""
+    if value is not None and value is not False:
+        raise HwtuneInputError(
+            name,
+            value,
+            "None or False (hwtune.optim runs its own update kernels, fused by torch.compile: "
+            "see its compile option; torch's foreach and fused implementations do not apply)",
+        )
+
+
 def _check_options(values: dict[str, Any], gi: int | None) -> None:
-    """The per-group options every compact optimizer keeps (see `CompactOptimizer`)."""
+    """The per-group options every compact optimizer keeps (see `CompactOptimizer`), and torch's
+    implementation selectors where a group gives them."""
+    for key in _TORCH_SELECTORS:
+        if key in values:
+            _no_torch_kernels(_group_field(gi, key), values[key])
     bits = values["master_weight_bits"]
     if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
         raise HwtuneInputError(
@@ -289,6 +360,10 @@ class CompactOptimizer(torch.optim.Optimizer):
     - ``span_elements``: elements per update call, a multiple of `CHUNK` (default None: one chunk
       on CPU, where small temporaries stay in cache; `GPU_SPAN` elsewhere, where each call costs
       dozens of kernel launches). Results are bit-identical for every value.
+    - ``foreach``, ``fused``: torch.optim's choice of its own implementations, taken for drop-in
+      use as None or False (the defaults; also as keys of a parameter group) and otherwise
+      ignored: these optimizers run their own update (``compile`` fuses it, and on GPUs small
+      parameters are updated together in buckets). True is refused with a one-line error.
 
     Subclasses set `moments` (names and kinds of their states), implement `rule` (the update on
     fp32 values) and `hyperparameters` (the scalars `rule` reads, per group and step).
@@ -303,6 +378,9 @@ class CompactOptimizer(torch.optim.Optimizer):
     step_varying: tuple[int, ...] = (0,)
     # GradScaler hands the loss scale and the inf flag to `step` (grad_scale, found_inf)
     _step_supports_amp_scaling = True
+    #: a subclass's group keys added after its state dicts were first saved, with the value an
+    #: older group meant: `load_state_dict` and unpickling fill them in where they are missing
+    _ADDED_GROUP_KEYS: dict[str, Any] = {}
 
     def __init__(
         self,
@@ -317,7 +395,11 @@ class CompactOptimizer(torch.optim.Optimizer):
         numerics_check_every: int = 100,
         compile: bool | None = None,
         span_elements: int | None = None,
+        foreach: bool | None = None,
+        fused: bool | None = None,
     ) -> None:
+        _no_torch_kernels("foreach", foreach)
+        _no_torch_kernels("fused", fused)
         _check_options(
             {
                 "master_weight_bits": master_weight_bits,
@@ -328,7 +410,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         )
         _flag("gradient_release", gradient_release)
         if max_grad_norm is not None:
-            _positive("max_grad_norm", max_grad_norm)
+            max_grad_norm = _positive("max_grad_norm", max_grad_norm)
         if not (
             _is_real(numerics_check_every)
             and isinstance(numerics_check_every, int)
@@ -396,6 +478,10 @@ class CompactOptimizer(torch.optim.Optimizer):
         state = dict(state)
         release = state.pop("gradient_release", None)
         super().__setstate__(state)
+        for key, value in self._ADDED_GROUP_KEYS.items():  # pickled before the key existed
+            self.defaults.setdefault(key, value)
+            for group in self.param_groups:
+                group.setdefault(key, value)
         self.__dict__.setdefault("_stalled", [])
         self.__dict__.setdefault("_valid_masks", {})
         self.__dict__.setdefault("_release", None)
@@ -445,7 +531,8 @@ class CompactOptimizer(torch.optim.Optimizer):
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """Refuse bad hyperparameters (constructor arguments: ``gi`` None; else the values of
-        parameter group ``gi``) with an error naming the field, the value and what was expected."""
+        parameter group ``gi``) with an error naming the field, the value and what was expected,
+        and store each accepted number in ``values`` as a Python float (betas a tuple of two)."""
         raise NotImplementedError
 
     # --- the update ------------------------------------------------------------------------------
@@ -541,7 +628,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             item.state,
             group,
             self.hyperparameters(group, item.step),
-            inv_grad_scale,
+            _grad_factor(group, inv_grad_scale),
         )
         if not contiguous:
             lp.copy_(work)
@@ -659,7 +746,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 gscales,
                 tuple(kind for _, kind in self.moments),
                 self.hyperparameters(group, first.step),
-                inv_grad_scale,
+                _grad_factor(group, inv_grad_scale),
                 gs,
                 group["companded"],
                 CHUNK // gs,
@@ -765,7 +852,10 @@ class CompactOptimizer(torch.optim.Optimizer):
         """Load a state dict saved by `state_dict`, keeping the 8-bit codes' dtypes (torch's
         loader casts every state tensor to the parameter's dtype)."""
         saved = state_dict["state"]
-        for gi, group in enumerate(state_dict["param_groups"]):
+        groups = [dict(group) for group in state_dict["param_groups"]]  # the caller's stay as given
+        for gi, group in enumerate(groups):
+            for key, value in self._ADDED_GROUP_KEYS.items():  # saved before the key existed
+                group.setdefault(key, value)
             missing = sorted(set(self.defaults) - set(group))
             if missing:
                 raise HwtuneInputError(
@@ -776,8 +866,8 @@ class CompactOptimizer(torch.optim.Optimizer):
             # the saved values replace the groups' own: check them as add_param_group does
             _check_options(group, gi)
             self.check_hyperparameters(group, gi)
-        super().load_state_dict({**state_dict, "state": {}})
-        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        super().load_state_dict({**state_dict, "param_groups": groups, "state": {}})
+        ids = [i for g in groups for i in g["params"]]
         params = [p for g in self.param_groups for p in g["params"]]
         self.state.clear()
         for i, p in zip(ids, params, strict=True):

@@ -3,6 +3,7 @@
 Update rule as ``torch.optim.SGD`` (Sutskever et al. 2013, "On the importance of initialization
 and momentum in deep learning", eq. 1-4; the first step sets the buffer to the gradient):
 
+    g <- -g                                (only with maximize, as torch.optim.SGD)
     g <- g + wd theta                      (L2, torch's default; or decoupled: theta <- theta(1 - lr wd))
     b <- mu b + (1 - dampening) g          (b <- g at the first step)
     theta <- theta - lr (g + mu b if nesterov else b)
@@ -32,7 +33,10 @@ from hwtune.optim.optimizer import (
 class SGD(CompactOptimizer):
     """Drop-in `torch.optim.SGD` (momentum, dampening, Nesterov, weight decay) with an int8
     companded momentum buffer and a bf16 + int8 split master weight. ``decoupled_weight_decay``
-    gives SGDW (Loshchilov & Hutter 2019). Other options: see `CompactOptimizer`."""
+    gives SGDW (Loshchilov & Hutter 2019); ``maximize=True`` negates the gradient (as torch's,
+    per group). Other options: see `CompactOptimizer`."""
+
+    _ADDED_GROUP_KEYS = {"maximize": False}
 
     def __init__(
         self,
@@ -43,6 +47,8 @@ class SGD(CompactOptimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
         decoupled_weight_decay: bool = False,
+        *,
+        maximize: bool = False,
         **options: Any,
     ) -> None:
         defaults = {
@@ -52,24 +58,28 @@ class SGD(CompactOptimizer):
             "weight_decay": weight_decay,
             "nesterov": nesterov,
             "decoupled_weight_decay": decoupled_weight_decay,
+            "maximize": maximize,
         }
         self.moments = ()
         self.check_hyperparameters(defaults, None)
         # the momentum buffer exists in every group or in none (one state layout per optimizer)
-        self.moments = (("momentum_buffer", SIGNED),) if momentum > 0 else ()
+        self.moments = (("momentum_buffer", SIGNED),) if defaults["momentum"] > 0 else ()
         super().__init__(params, defaults, **options)
 
     def check_hyperparameters(self, values: dict[str, Any], gi: int | None) -> None:
         """lr >= 0, momentum and dampening in [0, 1), weight_decay >= 0 (finite real numbers);
-        nesterov and decoupled_weight_decay booleans, nesterov only with momentum > 0 and no
+        nesterov, decoupled_weight_decay and maximize booleans, nesterov only with momentum > 0 and no
         dampening (as ``torch.optim.SGD``); in a group, momentum > 0 only where the optimizer was
         built with momentum > 0 (else no buffer is kept)."""
-        _nonnegative(_group_field(gi, "lr"), values["lr"])
-        _unit(_group_field(gi, "momentum"), values["momentum"])
-        _unit(_group_field(gi, "dampening"), values["dampening"])
-        _nonnegative(_group_field(gi, "weight_decay"), values["weight_decay"])
+        values["lr"] = _nonnegative(_group_field(gi, "lr"), values["lr"])
+        values["momentum"] = _unit(_group_field(gi, "momentum"), values["momentum"])
+        values["dampening"] = _unit(_group_field(gi, "dampening"), values["dampening"])
+        values["weight_decay"] = _nonnegative(
+            _group_field(gi, "weight_decay"), values["weight_decay"]
+        )
         _flag(_group_field(gi, "nesterov"), values["nesterov"])
         _flag(_group_field(gi, "decoupled_weight_decay"), values["decoupled_weight_decay"])
+        _flag(_group_field(gi, "maximize"), values["maximize"])
         if values["nesterov"] and (values["momentum"] <= 0 or values["dampening"] != 0):
             raise HwtuneInputError(
                 _group_field(gi, "nesterov"),
