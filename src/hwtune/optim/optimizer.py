@@ -114,8 +114,9 @@ def update_span(
         gs.copy_(new_gs)
 
 
-#: position of ``hp`` among `update_span`'s arguments
+#: positions of ``hp`` and ``group_size`` among `update_span`'s arguments
 _HP_ARG = list(inspect.signature(update_span).parameters).index("hp")
+_GS_ARG = list(inspect.signature(update_span).parameters).index("group_size")
 _compiled_update_span: Callable[..., None] | None = None
 #: graphs `compiled_update_span` may compile before dynamo runs it eagerly: variants multiply
 #: (optimizer kind, fp32 and 16-bit parameters, loss scaling, one-group tensors), and an eager
@@ -637,6 +638,9 @@ class CompactOptimizer(torch.optim.Optimizer):
         """`update_span` on ``args``, fused by torch.compile unless compilation is off or fails
         (then the same ops run eagerly from here on, with a warning)."""
         use = self.compile if self.compile is not None else args[1].device.type == "cpu"
+        if use and args[1].numel() % args[_GS_ARG]:
+            self._run_span_padded(args)
+            return
         if use:
             hp = list(args[_HP_ARG])
             for i in self.step_varying:
@@ -655,6 +659,29 @@ class CompactOptimizer(torch.optim.Optimizer):
                     stacklevel=3,
                 )
         update_span(*args)
+
+    def _run_span_padded(self, args: tuple[Any, ...]) -> None:
+        """`_run_span` on a span that ends inside a group, through copies zero-padded to whole
+        groups with the padding masked (``valid``, as in a bucket), so the compiled update only
+        ever sees whole groups. Inductor (torch 2.13.0, CPU) dropped the last partial group
+        when it fused the parameter's update into the decoder's (groups, group_size) loops:
+        the last ``numel % group_size`` elements of such a parameter were never updated."""
+        param, corr, grad = args[1], args[2], args[3]
+        n, gs = param.numel(), args[_GS_ARG]
+        padded = cq.n_groups(n, gs) * gs
+
+        def pad(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros(padded)
+            out[:n] = t
+            return out
+
+        pp, pg = pad(param), pad(grad)
+        pc = None if corr is None else pad(corr)
+        valid = torch.arange(padded, device=param.device) < n
+        self._run_span((args[0], pp, pc, pg, *args[4 : _GS_ARG + 3], valid))
+        param.copy_(pp[:n])
+        if corr is not None:
+            corr.copy_(pc[:n])
 
     def _update_flat(
         self,
