@@ -811,9 +811,9 @@ def measure_cmd(
         if out is not None:  # an unwritable path fails now, not after the sweep
             exists = append and out.exists() and out.stat().st_size > 0
             if exists:  # rows appended under another header would be read as wrong columns
-                from hwtune.serve.request import read_text
+                from hwtune.structured_file import read_utf8
 
-                lines = read_text(out, "out").splitlines()
+                lines = read_utf8(out, "out").splitlines()
                 header = next(csv.reader(lines[:1]), [])
                 if header != list(eb.CSV_COLUMNS):
                     raise HwtuneInputError("out", str(out), "a runs CSV written by `serve "

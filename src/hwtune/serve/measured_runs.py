@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
-from hwtune.serve.request import read_text
+from hwtune.structured_file import read_utf8
 
 REQUIRED = ("concurrency", "input_len", "output_len", "ttft_ms", "tpot_ms")
 OPTIONAL_INT = ("tp", "pp", "ep", "dp_attention", "num_requests")
@@ -68,7 +68,7 @@ def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
 def load_runs(path: str | Path) -> list[MeasuredRun]:
     """Read a runs CSV (see the module docstring); a bad cell names its line and column."""
     p = Path(path)
-    text = read_text(p, "runs")
+    text = read_utf8(p, "runs")
     reader = csv.DictReader(text.splitlines())
     cols = [c.strip() for c in reader.fieldnames or []]
     missing = [c for c in REQUIRED if c not in cols]

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -276,7 +277,12 @@ def measured_date(row: dict) -> str | None:
 
 
 def default_csv() -> Path:
-    """``shared/validation/serving_measured.csv`` next to the checkout, if present."""
+    """``serving_measured.csv`` in ``$HWTUNE_VALIDATION_DIR`` if set, else in
+    ``shared/validation/`` beside the checkout; a path that does not exist when neither has it
+    (callers test ``is_file()``)."""
+    env = os.environ.get("HWTUNE_VALIDATION_DIR")
+    if env:
+        return Path(env) / "serving_measured.csv"
     here = Path(__file__).resolve()
     for up in here.parents:
         cand = up / "shared" / "validation" / "serving_measured.csv"
@@ -285,7 +291,7 @@ def default_csv() -> Path:
         cand = up.parent / "shared" / "validation" / "serving_measured.csv"
         if cand.is_file():
             return cand
-    return Path("/work/shared/validation/serving_measured.csv")
+    return here.parents[3].parent / "shared" / "validation" / "serving_measured.csv"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.errors import HwtuneInputError
+from hwtune.structured_file import read_utf8
 
 
 @dataclass(slots=True, eq=False)
@@ -298,20 +299,6 @@ def _count(v: object, where: str, col: str) -> int:
     return int(x)
 
 
-def read_text(path: Path, field: str) -> str:
-    """The text of a UTF-8 file (a leading byte-order mark, as Excel writes, is dropped); an
-    unreadable or non-UTF-8 file is a one-line error naming ``field``."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise HwtuneInputError(field, str(path), f"a readable file ({e.strerror})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise HwtuneInputError(field, str(path), f"a UTF-8 text file (byte {e.start} is not UTF-8; "
-                               "save it as UTF-8)") from None  # fmt: skip
-
-
 def load_trace(path: str | Path) -> Workload:
     """A trace file: CSV (header row) or JSONL, one request per row with an arrival time
     (seconds, or ISO timestamps as in the Azure LLM inference traces: ``TIMESTAMP``,
@@ -319,7 +306,7 @@ def load_trace(path: str | Path) -> Workload:
     prefix group id and shared prefix length. Arrivals are shifted to start at 0 and sorted.
     A malformed row raises an error naming its line."""
     p = Path(path)
-    text = read_text(p, "trace")
+    text = read_utf8(p, "trace")
     rows: list[tuple[int, dict]] = []
     if p.suffix in (".jsonl", ".json", ".ndjson"):
         for ln, line in enumerate(text.splitlines(), 1):
