@@ -131,7 +131,7 @@ def saturating_resource(prev: ScalePoint, cur: ScalePoint) -> str:
 
 
 def scale_sweep(
-    spec: ModelSpec,
+    spec: ModelSpec | str,
     cluster_for: Callable[[int], Cluster],
     gpus: Sequence[int],
     seq: int,

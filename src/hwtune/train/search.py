@@ -31,7 +31,13 @@ from typing import get_args
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
 from hwtune.model.spec import ModelSpec
-from hwtune.train.estimator import Estimate, _estimate, memory_table, step_time_lower_bound
+from hwtune.train.estimator import (
+    Estimate,
+    _estimate,
+    _resolve_model,
+    memory_table,
+    step_time_lower_bound,
+)
 from hwtune.train.objectives import OBJECTIVES, objective_value
 from hwtune.train.strategy import SCHEDULES, Precision, Strategy
 
@@ -220,7 +226,7 @@ def _dominated(a: tuple[int, str, bool], b: tuple[int, str, bool]) -> bool:
 
 
 def plan(
-    spec: ModelSpec,
+    spec: ModelSpec | str,
     cl: Cluster,
     global_batch: int,
     seq: int,
@@ -236,7 +242,13 @@ def plan(
     tokens_to_train: float = 1e12,
 ) -> PlanResult:
     """Search the strategies of training ``spec`` on ``cl`` with ``global_batch`` sequences of
-    ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`)."""
+    ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`). ``spec``: a
+    `ModelSpec`, a catalog name or a config.json path; ``cl``: a `Cluster`
+    (`hwtune.hardware.cluster.make_cluster(gpu, n)` for a device's system preset)."""
+    spec = _resolve_model(spec)
+    if not isinstance(cl, Cluster):
+        raise HwtuneInputError("cluster", cl, "a Cluster, e.g. hwtune.hardware.cluster."
+                               "make_cluster('h100-sxm-80gb', 64)")  # fmt: skip
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
     check_search_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
