@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.device import Device, PeakTflops
-
-STATIC_FRACTION = 0.12
-"""Idle/static power as a fraction of board power (H100 SXM idles near 70-90 W of 700 W in
-nvidia-smi readings; an assumption where the catalog has no ``idle_w``)."""
+from hwtune.hardware.device import (  # noqa: F401 - STATIC_FRACTION re-exported
+    STATIC_FRACTION,
+    Device,
+    PeakTflops,
+    device_power_figures,
+)
 
 
 def clock_fraction(device: Device, power_cap_w: float) -> float:
@@ -158,11 +159,3 @@ def step_energy_j(
         + dynamic_max_w * dynamic_power_fraction(f_ratio, v_floor) * busy_s
         + memory_w * memory_busy_s
     )
-
-
-def device_power_figures(device: Device) -> tuple[float, float]:
-    """(static W, dynamic W at the reference clock) of a catalog device: ``idle_w`` (or
-    ``STATIC_FRACTION`` of the reference power) and the rest of the reference power."""
-    ref = device.reference_power_w or device.tdp_w
-    static = device.idle_w if device.idle_w is not None else STATIC_FRACTION * ref
-    return static, max(0.0, ref - static)

@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from hwtune.errors import HwtuneInputError, from_validation_error, unknown_name
 from hwtune.frozen import FrozenModel
 from hwtune.hardware.catalog import get_device
-from hwtune.hardware.device import Device
+from hwtune.hardware.device import Device, device_power_figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +90,6 @@ class Cluster(FrozenModel):
                 f"a divisor or multiple of gpus_per_node={self.gpus_per_node}",
             )
         if self.power_cap_w is not None:
-            from hwtune.cost.power import device_power_figures
-
             static = device_power_figures(self.device)[0]
             if not (self.power_cap_w > static and math.isfinite(self.power_cap_w)):
                 raise HwtuneInputError(

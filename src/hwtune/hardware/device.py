@@ -151,6 +151,19 @@ class Device(FrozenModel):
         return gbs * 1e9
 
 
+STATIC_FRACTION = 0.12
+"""Idle/static power as a fraction of board power (H100 SXM idles near 70-90 W of 700 W in
+nvidia-smi readings; an assumption where the catalog has no ``idle_w``)."""
+
+
+def device_power_figures(device: Device) -> tuple[float, float]:
+    """(static W, dynamic W at the reference clock) of a catalog device: ``idle_w`` (or
+    ``STATIC_FRACTION`` of the reference power) and the rest of the reference power."""
+    ref = device.reference_power_w or device.tdp_w
+    static = device.idle_w if device.idle_w is not None else STATIC_FRACTION * ref
+    return static, max(0.0, ref - static)
+
+
 def load_device_file(path: str | Path) -> Device:
     """Read a user's device description (YAML, same keys as the catalog)."""
     from hwtune.structured_file import read_structured
