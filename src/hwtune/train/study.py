@@ -281,9 +281,35 @@ def run_study(
             f.flush()
             if progress:
                 progress(i + 1, total)
+    _in_grid_order(csv_path, fields, [p.key for p in points])
     _write_parquet(csv_path, out / "study.parquet")
     _plot(csv_path, out)
     return csv_path
+
+
+def _in_grid_order(csv_path: Path, fields: list[str], keys: list[tuple]) -> None:
+    """Rewrite the finished CSV with its rows in the grid's order (workers finish points in any
+    order; a row of an earlier run outside this grid keeps its place after the grid's), so the
+    same study gives the same file whatever the workers."""
+    with csv_path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    rank = {k: i for i, k in enumerate(keys)}
+
+    def place(i: int) -> tuple[int, int]:
+        try:
+            return rank.get(_key_of(rows[i]), len(keys)), i
+        except (KeyError, TypeError, ValueError):  # not a row of this grid: after it
+            return len(keys), i
+
+    order = sorted(range(len(rows)), key=place)
+    if order == list(range(len(rows))):
+        return
+    tmp = csv_path.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows[i] for i in order)
+    tmp.replace(csv_path)
 
 
 def _write_parquet(csv_path: Path, pq_path: Path) -> None:
