@@ -10,28 +10,12 @@ import copy
 import pytest
 import torch
 from reference import ReferenceLion
+from tiny_models import fit_ten_class
 from torch import nn
 
 from hwtune.errors import HwtuneInputError
 from hwtune.optim import SGD, AdamW, Lion
 from hwtune.optim.optimizer import CHUNK
-
-
-def _fit(model, opt, dtype, sign=1.0, steps=300):
-    """Minibatch training on a fixed 10-class task (as test_optim_review's): backward of
-    ``sign * loss``; returns the mean of the last 20 losses."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(512, 64, generator=gen)
-    y = (x @ torch.randn(64, 10, generator=gen)).argmax(1)
-    losses = []
-    for _ in range(steps):
-        i = torch.randint(0, 512, (32,), generator=gen)
-        loss = nn.functional.cross_entropy(model(x[i].to(dtype)).float(), y[i])
-        (sign * loss).backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return sum(losses[-20:]) / 20
 
 
 def _start():
@@ -42,7 +26,9 @@ def _start():
 def _first_loss():
     """The untrained model's mean loss on the first 20 batches (lr 0: nothing moves)."""
     model = _start()
-    return _fit(model, torch.optim.SGD(model.parameters(), lr=0.0), torch.float32, steps=20)
+    return fit_ten_class(
+        model, torch.optim.SGD(model.parameters(), lr=0.0), torch.float32, steps=20
+    )
 
 
 def _close(start, ref, ours, tol=0.10):
@@ -83,8 +69,8 @@ def test_maximize_tracks_torch_optim_over_300_steps(name, dtype):
     make_ref, make_ours = MAXIMIZE[name]
     start = _start()
     ref, ours = copy.deepcopy(start), copy.deepcopy(start).to(dtype)
-    ref_loss = _fit(ref, make_ref(ref.parameters()), torch.float32, sign=-1.0)
-    our_loss = _fit(ours, make_ours(ours.parameters()), dtype, sign=-1.0)
+    ref_loss = fit_ten_class(ref, make_ref(ref.parameters()), torch.float32, sign=-1.0)
+    our_loss = fit_ten_class(ours, make_ours(ours.parameters()), dtype, sign=-1.0)
     exact = name == "sgd-plain" and dtype == torch.float32
     _close(start, ref, ours, tol=1e-5 if exact else 0.10)
     assert our_loss == pytest.approx(ref_loss, rel=0.05)
@@ -99,9 +85,11 @@ def test_lion_maximize_is_lion_on_the_negated_loss(dtype):
     ref, plain, maxi = (copy.deepcopy(start) for _ in range(3))
     plain, maxi = plain.to(dtype), maxi.to(dtype)
     kw = {"lr": 3e-4, "betas": (0.9, 0.99), "weight_decay": 0.1}
-    ref_loss = _fit(ref, ReferenceLion(ref.parameters(), **kw), torch.float32)
-    plain_loss = _fit(plain, Lion(plain.parameters(), compile=False, **kw), dtype)
-    maxi_loss = _fit(maxi, Lion(maxi.parameters(), maximize=True, compile=False, **kw), dtype, -1)
+    ref_loss = fit_ten_class(ref, ReferenceLion(ref.parameters(), **kw), torch.float32)
+    plain_loss = fit_ten_class(plain, Lion(plain.parameters(), compile=False, **kw), dtype)
+    maxi_loss = fit_ten_class(
+        maxi, Lion(maxi.parameters(), maximize=True, compile=False, **kw), dtype, -1
+    )
     assert maxi_loss == plain_loss
     assert all(
         torch.equal(p, q) for p, q in zip(plain.parameters(), maxi.parameters(), strict=True)
@@ -385,9 +373,13 @@ def test_amsgrad_tracks_torch_optim_over_300_steps(dtype, maximize):
     ref, ours, plain = copy.deepcopy(start), copy.deepcopy(start), copy.deepcopy(start)
     ours = ours.to(dtype)
     ams = torch.optim.AdamW(ref.parameters(), amsgrad=True, **kw)
-    ref_loss = _fit(ref, ams, torch.float32, sign)
-    our_loss = _fit(ours, AdamW(ours.parameters(), amsgrad=True, compile=False, **kw), dtype, sign)
-    plain_loss = _fit(plain, torch.optim.AdamW(plain.parameters(), **kw), torch.float32, sign)
+    ref_loss = fit_ten_class(ref, ams, torch.float32, sign)
+    our_loss = fit_ten_class(
+        ours, AdamW(ours.parameters(), amsgrad=True, compile=False, **kw), dtype, sign
+    )
+    plain_loss = fit_ten_class(
+        plain, torch.optim.AdamW(plain.parameters(), **kw), torch.float32, sign
+    )
     _close(start, ref, ours)
     assert our_loss == pytest.approx(ref_loss, rel=0.05)
     assert plain_loss != pytest.approx(ref_loss, rel=0.05)

@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 from reference import ReferenceLion
+from tiny_models import fit_ten_class
 from torch import nn
 
 from hwtune.errors import HwtuneInputError
@@ -277,22 +278,6 @@ AGREEMENT = {
 }
 
 
-def _fit(model, opt, dtype, steps=300):
-    """Minibatch training on a fixed linearly separable 10-class task; the last 20 losses."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(512, 64, generator=gen)
-    y = (x @ torch.randn(64, 10, generator=gen)).argmax(1)
-    losses = []
-    for _ in range(steps):
-        i = torch.randint(0, 512, (32,), generator=gen)
-        loss = nn.functional.cross_entropy(model(x[i].to(dtype)).float(), y[i])
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return sum(losses[-20:]) / 20
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(AGREEMENT))
 def test_300_steps_track_an_independent_fp32_reference(name, dtype):
@@ -305,8 +290,8 @@ def test_300_steps_track_an_independent_fp32_reference(name, dtype):
     start = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     ref = copy.deepcopy(start)
     ours = copy.deepcopy(start).to(dtype)
-    ref_loss = _fit(ref, make_ref(ref.parameters()), torch.float32)
-    our_loss = _fit(ours, make_ours(ours.parameters()), dtype)
+    ref_loss = fit_ten_class(ref, make_ref(ref.parameters()), torch.float32)
+    our_loss = fit_ten_class(ours, make_ours(ours.parameters()), dtype)
     exact = name == "sgd-plain" and dtype == torch.float32
     tol = 1e-5 if exact else 0.10
     for p0, pr, po in zip(start.parameters(), ref.parameters(), ours.parameters(), strict=True):
