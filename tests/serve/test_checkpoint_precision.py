@@ -1,0 +1,106 @@
+"""The serving weight format defaults to the checkpoint's (config.json ``quantization_config``)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from hwtune.model.hf_config import checkpoint_precision, load_hf_config
+
+CONFIGS = Path(str(resources.files("hwtune.model").joinpath("configs")))
+
+
+def _spec(name: str):
+    return load_hf_config(CONFIGS / f"{name}.json")
+
+
+# --- reading the checkpoint's format -----------------------------------------------------------
+@pytest.mark.parametrize(
+    "name",
+    [
+        # model cards: "FP8 weights" (DeepSeek-V3 report §3.3, block-wise 128x128 e4m3)
+        "deepseek-ai--DeepSeek-V3",
+        "deepseek-ai--DeepSeek-R1",
+        "Qwen--Qwen3-235B-A22B-FP8",
+        "MiniMaxAI--MiniMax-M2.5",
+    ],
+)
+def test_fp8_checkpoints_read_fp8(name):
+    cfg = json.loads((CONFIGS / f"{name}.json").read_text())
+    assert cfg["quantization_config"]["quant_method"] == "fp8"  # the fact the test rests on
+    s = _spec(name)
+    assert s.checkpoint_precision == "fp8"
+    assert s.quantized_weights == "all"  # attention is fp8 too
+
+
+@pytest.mark.parametrize("name", ["openai--gpt-oss-120b", "openai--gpt-oss-20b"])
+def test_gpt_oss_reads_fp4_experts_only(name):
+    # gpt-oss model card: MXFP4 for the MoE weights; attention, router, embeddings in bf16
+    s = _spec(name)
+    assert s.checkpoint_precision == "fp4"
+    assert s.quantized_weights == "experts"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["meta-llama--Meta-Llama-3.1-8B", "meta-llama--Meta-Llama-3.1-70B", "Qwen--Qwen3-235B-A22B"],
+)
+def test_unquantized_checkpoints_read_none(name):
+    assert "quantization_config" not in json.loads((CONFIGS / f"{name}.json").read_text())
+    assert _spec(name).checkpoint_precision is None
+
+
+def test_int4_weight_only_is_not_called_fp4():
+    # Kimi-K2.5: compressed-tensors, int weights of 4 bits in groups of 32 (W4A16)
+    cfg = json.loads((CONFIGS / "moonshotai--Kimi-K2.5.json").read_text())
+    q = cfg["text_config"]["quantization_config"]
+    w = q["config_groups"]["group_0"]["weights"]
+    assert (q["quant_method"], w["type"], w["num_bits"]) == ("compressed-tensors", "int", 4)
+    assert _spec("moonshotai--Kimi-K2.5").checkpoint_precision is None
+
+
+def test_modelopt_fp8_in_a_separate_file_is_not_seen():
+    # nvidia/Llama-3.1-70B-Instruct-FP8 keeps its quantization in hf_quant_config.json
+    name = "nvidia--Llama-3.1-70B-Instruct-FP8"
+    assert "quantization_config" not in json.loads((CONFIGS / f"{name}.json").read_text())
+    assert _spec(name).checkpoint_precision is None
+
+
+def _ct(*weights: tuple[str, int]) -> dict:
+    groups = {
+        f"group_{i}": {"targets": ["Linear"], "weights": {"type": t, "num_bits": b}}
+        for i, (t, b) in enumerate(weights)
+    }
+    return {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": groups}}
+
+
+@pytest.mark.parametrize(
+    ("top", "expected"),
+    [
+        ({"quantization_config": {"quant_method": "fbgemm_fp8"}}, "fp8"),
+        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}, "fp8"),
+        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}}, "fp4"),
+        ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}}, None),
+        (_ct(("float", 8)), "fp8"),  # llm-compressor FP8 (W8A8 e4m3)
+        (_ct(("float", 4)), "fp4"),  # llm-compressor NVFP4
+        (_ct(("int", 8)), None),  # W8A8 int8: no such serving precision
+        (_ct(("float", 8), ("float", 4)), None),  # groups that disagree
+        ({"quantization_config": {"quant_method": "compressed-tensors"}}, None),
+        ({"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}, None),
+        ({"quantization_config": {"quant_method": "no-such-method"}}, None),
+        ({"quantization_config": "fp8"}, None),  # not a mapping
+        ({"text_config": {"quantization_config": {"quant_method": "fp8"}}}, "fp8"),
+        ({}, None),
+    ],
+)
+def test_checkpoint_precision_of_quantization_configs(top, expected):
+    assert checkpoint_precision(top) == expected
+
+
+def test_an_unknown_quant_method_still_loads():
+    cfg = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "something-new", "bits": 3}
+    assert load_hf_config(cfg).checkpoint_precision is None
