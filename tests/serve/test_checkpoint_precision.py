@@ -104,3 +104,90 @@ def test_an_unknown_quant_method_still_loads():
     cfg = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B.json").read_text())
     cfg["quantization_config"] = {"quant_method": "something-new", "bits": 3}
     assert load_hf_config(cfg).checkpoint_precision is None
+
+
+# --- the serving default -----------------------------------------------------------------------
+def _cli(args: list[str]) -> dict:
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _serve(name: str, *extra: str) -> list[str]:
+    return ["serve", "--model", str(CONFIGS / f"{name}.json"), "--concurrency", "2",
+            "--input-len", "128", "--output-len", "8", "--num-requests", "4", *extra]  # fmt: skip
+
+
+_V3 = "deepseek-ai--DeepSeek-V3"
+_V3_TP8 = ("--gpu", "h200", "--tp", "8")
+
+
+def test_weight_format_resolution():
+    from hwtune.serve.config import weight_format
+
+    v3, llama = _spec(_V3), _spec("meta-llama--Meta-Llama-3.1-8B")
+    assert weight_format(v3, None) == ("fp8", "checkpoint")
+    assert weight_format(v3, "bf16") == ("bf16", "option")
+    assert weight_format(llama, None) == ("bf16", "default")
+    assert weight_format(llama, "fp8") == ("fp8", "option")
+
+
+def test_deepseek_v3_fits_8_h200_by_default_in_fp8():
+    # 671B parameters at 2 bytes are ~168 GB per GPU over 8: more than an H200's 141 GB; the
+    # checkpoint's fp8 weights (~84 GB per GPU) fit, as every engine serves it
+    doc = _cli([*_serve(_V3, *_V3_TP8), "--json"])
+    assert (doc["precision"], doc["precision_source"]) == ("fp8", "checkpoint")
+    explicit = _cli([*_serve(_V3, *_V3_TP8, "--precision", "fp8"), "--json"])
+    assert explicit["precision_source"] == "option"
+    for key in ("ttft_s", "tpot_s", "kv_cache_tokens", "throughput_tokens_per_s"):
+        assert doc[key] == explicit[key]
+
+
+def test_explicit_bf16_still_refuses_with_a_hint(rejects):
+    line = rejects([*_serve(_V3, *_V3_TP8, "--precision", "bf16")], "model", "bf16", "short by",
+                   "the checkpoint ships fp8 weights: --precision fp8")  # fmt: skip
+    assert line.rstrip().endswith("--precision fp8")
+
+
+def test_no_hint_without_a_narrower_checkpoint(rejects):
+    line = rejects(["serve", "--model", "llama3.1-405b", "--gpu", "h100"], "model", "bf16")
+    assert "checkpoint ships" not in line
+
+
+def test_llama_8b_defaults_to_bf16():
+    doc = _cli([*_serve("meta-llama--Meta-Llama-3.1-8B", "--gpu", "h100"), "--json"])
+    assert (doc["precision"], doc["precision_source"]) == ("bf16", "default")
+
+
+def test_gpt_oss_defaults_to_its_fp4_experts():
+    doc = _cli([*_serve("openai--gpt-oss-20b", "--gpu", "h100"), "--json"])
+    assert (doc["precision"], doc["precision_source"]) == ("fp4", "checkpoint")
+
+
+def test_human_output_names_the_format():
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    r = CliRunner().invoke(app, _serve(_V3, *_V3_TP8), env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "fp8 weights (the checkpoint's)" in r.output
+
+
+_PLAN = ("serve", "plan", "--gpu", "h200", "--max-gpus", "8", "--no-disagg", "--processes", "1",
+         "--num-requests", "4", "--input-len", "128", "--output-len", "8")  # fmt: skip
+
+
+def test_serve_plan_uses_the_same_default():
+    doc = _cli([*_PLAN, "--model", str(CONFIGS / f"{_V3}.json"), "--top", "1", "--json"])
+    assert (doc["precision"], doc["precision_source"]) == ("fp8", "checkpoint")
+    assert doc["best"] and all(b["gpus"] == 8 for b in doc["best"])
+
+
+def test_serve_plan_explicit_bf16_refuses_with_a_hint(rejects):
+    rejects([*_PLAN, "--model", str(CONFIGS / f"{_V3}.json"), "--precision", "bf16"], "max_gpus",
+            "bf16", "the checkpoint ships fp8 weights: --precision fp8")  # fmt: skip
