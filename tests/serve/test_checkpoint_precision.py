@@ -62,6 +62,16 @@ def test_int4_weight_only_is_not_called_fp4():
     assert _spec("moonshotai--Kimi-K2.5").checkpoint_precision is None
 
 
+def test_kimi_quantizes_only_its_routed_experts():
+    # its compressed-tensors "ignore" list keeps attention, shared experts and dense MLPs 16-bit
+    q = json.loads((CONFIGS / "moonshotai--Kimi-K2.5.json").read_text())["text_config"][
+        "quantization_config"
+    ]
+    assert any("self_attn" in m for m in q["ignore"])
+    assert any("shared_experts" in m for m in q["ignore"])
+    assert _spec("moonshotai--Kimi-K2.5").quantized_weights == "experts"
+
+
 def test_modelopt_fp8_in_a_separate_file_is_not_seen():
     # nvidia/Llama-3.1-70B-Instruct-FP8 keeps its quantization in hf_quant_config.json
     name = "nvidia--Llama-3.1-70B-Instruct-FP8"

@@ -297,13 +297,18 @@ def _quantization_config(top: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _quantized_weights(top: Mapping[str, Any]) -> str:
-    """ "experts" when the checkpoint's ``quantization_config.modules_to_not_convert`` keeps the
-    attention in 16 bits (gpt-oss: ``model.layers.*.self_attn``, the router, embeddings and LM
-    head stay bf16; only the MoE experts are MXFP4), else "all"."""
+    """ "experts" when the checkpoint's ``quantization_config`` keeps the attention in 16 bits,
+    in ``modules_to_not_convert`` (gpt-oss: ``model.layers.*.self_attn``, the router, embeddings
+    and LM head stay bf16; only the MoE experts are MXFP4) or in compressed-tensors' ``ignore``
+    (Kimi-K2.5: ``re:.*self_attn.*``, the shared experts and the dense MLPs stay bf16; only the
+    routed experts are int4), else "all"."""
     q = _quantization_config(top)
-    keep = q.get("modules_to_not_convert") if q is not None else None
-    if isinstance(keep, list) and any("self_attn" in str(m) for m in keep):
-        return "experts"
+    if q is None:
+        return "all"
+    for key in ("modules_to_not_convert", "ignore"):
+        keep = q.get(key)
+        if isinstance(keep, list) and any("self_attn" in str(m) for m in keep):
+            return "experts"
     return "all"
 
 
