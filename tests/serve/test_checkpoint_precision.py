@@ -79,6 +79,19 @@ def test_modelopt_fp8_in_a_separate_file_is_not_seen():
     assert _spec(name).checkpoint_precision is None
 
 
+def test_modelopt_fp8_in_the_checkpoint_folder_is_read(tmp_path):
+    # the checkpoint's folder: config.json and ModelOpt's hf_quant_config.json beside it
+    name = "nvidia--Llama-3.1-70B-Instruct-FP8"
+    (tmp_path / "config.json").write_text((CONFIGS / f"{name}.json").read_text())
+    quant = {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    doc = {"producer": {"name": "modelopt"}, "quantization": quant}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(doc))
+    assert load_hf_config(tmp_path).checkpoint_precision == "fp8"
+    assert load_hf_config(tmp_path / "config.json").checkpoint_precision == "fp8"
+    (tmp_path / "hf_quant_config.json").write_text("not json")
+    assert load_hf_config(tmp_path).checkpoint_precision is None
+
+
 def _ct(*weights: tuple[str, int]) -> dict:
     groups = {
         f"group_{i}": {"targets": ["Linear"], "weights": {"type": t, "num_bits": b}}

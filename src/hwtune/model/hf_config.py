@@ -160,6 +160,8 @@ def load_hf_config(
         label = path.name
         cfg = _read_json(path)
         default_name = path.parent.name if path.name == "config.json" else path.stem
+        if path.name == "config.json" and isinstance(cfg, Mapping):
+            cfg = _with_modelopt_file(cfg, path.parent / "hf_quant_config.json")
     if not isinstance(cfg, Mapping):
         raise HwtuneInputError(label, type(cfg).__name__, "a JSON object of config keys")
     try:
@@ -312,6 +314,26 @@ def _quantized_weights(top: Mapping[str, Any]) -> str:
     return "all"
 
 
+def _with_modelopt_file(cfg: Mapping[str, Any], path: Path) -> Mapping[str, Any]:
+    """``cfg`` with the quantization of a NVIDIA TensorRT Model Optimizer checkpoint's
+    ``hf_quant_config.json`` beside it (``{"producer": {"name": "modelopt"}, "quantization":
+    {"quant_algo": "FP8", ...}}``; nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has
+    no ``quantization_config``) as ``quantization_config: {quant_method: "modelopt", quant_algo}``,
+    the form newer exports write into ``config.json`` and vLLM reads from either file. A config
+    that has its own ``quantization_config``, or a file that cannot be read as that shape, is
+    left as it is."""
+    if "quantization_config" in cfg or not path.is_file():
+        return cfg
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return cfg
+    quant = doc.get("quantization") if isinstance(doc, Mapping) else None
+    if not isinstance(quant, Mapping) or not isinstance(quant.get("quant_algo"), str):
+        return cfg
+    return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant}}
+
+
 # quant_method values whose weights are 8-bit floats (e4m3) or 4-bit floats, by name alone
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
 _FP4_METHODS = {"mxfp4", "nvfp4"}
@@ -342,7 +364,8 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
 
     A ModelOpt checkpoint that keeps its quantization in a separate ``hf_quant_config.json``
     (nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has no ``quantization_config``)
-    reads None here.
+    is read when `load_hf_config` is given its folder or its ``config.json`` with that file
+    beside it (`_with_modelopt_file`); its ``config.json`` alone reads None.
     """
     q = _quantization_config(top)
     if q is None:
