@@ -65,7 +65,13 @@ def _write(write: Callable[[], object], field: str, path: Path) -> None:
 
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
 Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
-Precision = Annotated[str, typer.Option(help="weight format: bf16|fp16|fp8|fp4")]
+Precision = Annotated[
+    str | None,
+    typer.Option(
+        help="weight format: bf16|fp16|fp8|fp4 (default: the checkpoint's, from its config.json "
+        "quantization_config, else bf16)"
+    ),
+]
 KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
 InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
 OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
@@ -208,18 +214,30 @@ def _engine_memory(e: Engine | None) -> dict[str, object]:
     return memory_fields(e) if e is not None else {}
 
 
-def _fitted_to(
-    cfg: ReplicaConfig, precision: str, e: Engine | None, profile: Path | None
-) -> FittedTo:
+def _fitted_to(cfg: ReplicaConfig, e: Engine | None, profile: Path | None) -> FittedTo:
     """What a tier-3 correction fitted or applied here belongs to (`hwtune.serve.correction`)."""
     from hwtune.serve.correction import FittedTo
 
-    return FittedTo(model=cfg.model.name, gpu=cfg.device.name, precision=precision,
+    return FittedTo(model=cfg.model.name, gpu=cfg.device.name, precision=cfg.weight_dtype,
                     engine=str(e) if e is not None else None, tier=2 if profile else 1,
                     kv_precision=cfg.kv_dtype, spec_tokens=cfg.spec_tokens,
                     spec_acceptance=cfg.spec_acceptance, eager_prefill=cfg.eager_prefill,
                     overlap_schedule=cfg.overlap_schedule, host_timeline=cfg.host_timeline,
                     frontend_tokens_per_s=cfg.frontend_tokens_per_s)  # fmt: skip
+
+
+def _precision_source(cfg: ReplicaConfig, precision: str | None) -> str:
+    """Where the weight format came from: "option", "checkpoint" or "default"
+    (`hwtune.serve.config.weight_format`)."""
+    from hwtune.serve.config import weight_format
+
+    return weight_format(cfg.model, precision)[1]
+
+
+def _precision_words(cfg: ReplicaConfig, precision: str | None) -> str:
+    """The weight format for a human: "fp8 weights (the checkpoint's)"."""
+    why = {"option": "--precision", "checkpoint": "the checkpoint's", "default": "default"}
+    return f"{cfg.weight_dtype} weights ({why[_precision_source(cfg, precision)]})"
 
 
 def _workload(
@@ -310,7 +328,7 @@ def _replica(
     pp: int,
     ep: int,
     dp_attention: int,
-    precision: str,
+    precision: str | None,
     kv_precision: str | None,
     scheduler: str,
     max_num_seqs: int,
@@ -323,16 +341,18 @@ def _replica(
 ):  # noqa: ANN202
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
-    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.config import ReplicaConfig, weight_format
     from hwtune.serve.profile import check_profile_device, load_profile
 
     prof = load_profile(profile) if profile is not None else None
     dev = get_device(gpu)
     if prof is not None and prof.device:
         check_profile_device(prof.device, dev)
+    spec = get_model(model)
     return ReplicaConfig(
-        get_model(model), dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
-        weight_dtype=precision, kv_dtype=kv_precision or "bf16", scheduler=scheduler,
+        spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
+        weight_dtype=weight_format(spec, precision)[0], kv_dtype=kv_precision or "bf16",
+        scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
         enable_prefix_caching=prefix_caching, profile=prof, weight_only_kernel=weight_only_kernel,
@@ -348,7 +368,7 @@ def serve(
     pp: Pp = 1,
     ep: Ep = 1,
     dp_attention: DpAttention = 1,
-    precision: Precision = "bf16",
+    precision: Precision = None,
     kv_precision: KvPrecision = None,
     concurrency: Annotated[int | None, typer.Option(help="closed loop: clients")] = None,
     input_len: InLen = None,
@@ -454,7 +474,7 @@ def serve(
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
-            check_applies(corr, _fitted_to(cfg, precision, eng, profile))
+            check_applies(corr, _fitted_to(cfg, eng, profile))
             if disagg:  # calibrate fits aggregated closed loops: no disaggregated runs in it
                 raise HwtuneInputError("correction", str(correction), "an aggregated deployment "
                                        "(`serve calibrate` fits aggregated runs; leave out "
@@ -477,7 +497,8 @@ def serve(
         return
     doc = summarize(res)
     doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
-               dp_attention=dp_attention, precision=precision, kv_precision=cfg.kv_dtype,
+               dp_attention=dp_attention, precision=cfg.weight_dtype,
+               precision_source=_precision_source(cfg, precision), kv_precision=cfg.kv_dtype,
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=2 if profile else 1, workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
@@ -516,14 +537,15 @@ def serve(
 
     how = f"{eng}, {scheduler}" if eng else scheduler
     render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
-                        f"{len(wl)} requests, {how})")  # fmt: skip
+                        f"{len(wl)} requests, {how}; "
+                        f"{_precision_words(cfg, precision)})")  # fmt: skip
 
 
 @serve_app.command("plan")
 def plan_cmd(
     model: Model = "llama3.1-8b",
     gpu: Gpu = "h100-sxm-80gb",
-    precision: Precision = "bf16",
+    precision: Precision = None,
     kv_precision: KvPrecision = None,
     max_gpus: Annotated[int, typer.Option(help="GPU budget")] = 8,
     ttft_p90: Annotated[float | None, typer.Option(help="SLO: p90 TTFT, seconds")] = None,
@@ -592,7 +614,7 @@ def plan_cmd(
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
         if corr is not None:
-            check_applies(corr, _fitted_to(base, precision, eng, profile))
+            check_applies(corr, _fitted_to(base, eng, profile))
             if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
                 raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
                                        "(`serve calibrate` fits aggregated runs)")  # fmt: skip
@@ -612,6 +634,8 @@ def plan_cmd(
     best = [r.to_dict() for r in res[:top] if r.meets]
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
+               "precision": base.weight_dtype,
+               "precision_source": _precision_source(base, precision),
                "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best, "margin": margin,
@@ -622,7 +646,8 @@ def plan_cmd(
         return
     from hwtune.report.serve_view import render_plan
 
-    title = f"{base.model.name} on {base.device.name}: {len(res)} layouts simulated"
+    title = (f"{base.model.name} on {base.device.name} ({_precision_words(base, precision)}): "
+             f"{len(res)} layouts simulated")  # fmt: skip
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
     if margin == "likely":
@@ -636,7 +661,7 @@ def calibrate_cmd(
     runs: Annotated[Path, typer.Option(help="CSV of measured runs (hwtune.serve.measured_runs)")],
     model: Model = "llama3.1-8b",
     gpu: Gpu = "h100-sxm-80gb",
-    precision: Precision = "bf16",
+    precision: Precision = None,
     kv_precision: KvPrecision = None,
     scheduler: Sched = None,
     engine: EngineOpt = None,
@@ -683,7 +708,7 @@ def calibrate_cmd(
         corr = fit_correction([s[0] for s in sims], [r.ttft_s for r in measured],
                               [s[1] for s in sims], [r.tpot_s for r in measured],
                               source=f"{runs.name}: {base.model.name} on {base.device.name}",
-                              fitted_to=_fitted_to(base, precision, eng, profile))  # fmt: skip
+                              fitted_to=_fitted_to(base, eng, profile))  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -696,6 +721,8 @@ def calibrate_cmd(
             for r, s in zip(measured, sims, strict=True)]  # fmt: skip
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
+               "precision": base.weight_dtype,
+               "precision_source": _precision_source(base, precision),
                "engine": eng and str(eng),
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
         _print_json(doc)
@@ -706,7 +733,8 @@ def calibrate_cmd(
     from hwtune.report.serve_view import correction_line
 
     con = Console()
-    t = Table(title=f"{base.model.name} on {base.device.name}: measured, simulated (tier "
+    t = Table(title=f"{base.model.name} on {base.device.name} "
+                    f"({_precision_words(base, precision)}): measured, simulated (tier "
                     f"{2 if profile else 1}), corrected", title_justify="left")  # fmt: skip
     for c in ("C", "in", "out", "tp", "TTFT ms", "sim", "corr", "TPOT ms", "sim", "corr"):
         t.add_column(c, justify="right")
@@ -898,7 +926,7 @@ def emulate_cmd(
     pp: Pp = 1,
     ep: Ep = 1,
     dp_attention: DpAttention = 1,
-    precision: Precision = "bf16",
+    precision: Precision = None,
     kv_precision: KvPrecision = None,
     scheduler: Sched = None,
     engine: EngineOpt = None,
@@ -965,7 +993,8 @@ def emulate_cmd(
     # arrives and not when a simulation running in another thread lets go (5 ms by default)
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
     as_engine = f" as {eng}" if eng else ""
-    sys.stderr.write(f"emulating {name}{as_engine} on {replicas} x {cfg.device.name} (tp {tp}) at "
+    sys.stderr.write(f"emulating {name}{as_engine} on {replicas} x {cfg.device.name} (tp {tp}, "
+                     f"{_precision_words(cfg, precision)}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
     serve_until_interrupted(srv)
     sys.stderr.write(f"{emu.requests} requests served, {emu.simulations} simulations in "

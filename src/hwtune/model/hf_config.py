@@ -160,6 +160,8 @@ def load_hf_config(
         label = path.name
         cfg = _read_json(path)
         default_name = path.parent.name if path.name == "config.json" else path.stem
+        if path.name == "config.json" and isinstance(cfg, Mapping):
+            cfg = _with_modelopt_file(cfg, path.parent / "hf_quant_config.json")
     if not isinstance(cfg, Mapping):
         raise HwtuneInputError(label, type(cfg).__name__, "a JSON object of config keys")
     try:
@@ -283,18 +285,110 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
 
     fields["mtp_layers"] = _mtp(r)
     fields["quantized_weights"] = _quantized_weights(top)
+    fields["checkpoint_precision"] = checkpoint_precision(top)
     return fields
 
 
+def _quantization_config(top: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The checkpoint's ``quantization_config``: at the top level, or in ``text_config`` of a
+    multimodal wrapper."""
+    for cfg in (top, top.get("text_config")):
+        if isinstance(cfg, Mapping) and isinstance(cfg.get("quantization_config"), Mapping):
+            return cfg["quantization_config"]
+    return None
+
+
 def _quantized_weights(top: Mapping[str, Any]) -> str:
-    """ "experts" when the checkpoint's ``quantization_config.modules_to_not_convert`` keeps the
-    attention in 16 bits (gpt-oss: ``model.layers.*.self_attn``, the router, embeddings and LM
-    head stay bf16; only the MoE experts are MXFP4), else "all"."""
-    q = top.get("quantization_config")
-    keep = q.get("modules_to_not_convert") if isinstance(q, Mapping) else None
-    if isinstance(keep, list) and any("self_attn" in str(m) for m in keep):
-        return "experts"
+    """ "experts" when the checkpoint's ``quantization_config`` keeps the attention in 16 bits,
+    in ``modules_to_not_convert`` (gpt-oss: ``model.layers.*.self_attn``, the router, embeddings
+    and LM head stay bf16; only the MoE experts are MXFP4) or in compressed-tensors' ``ignore``
+    (Kimi-K2.5: ``re:.*self_attn.*``, the shared experts and the dense MLPs stay bf16; only the
+    routed experts are int4), else "all"."""
+    q = _quantization_config(top)
+    if q is None:
+        return "all"
+    for key in ("modules_to_not_convert", "ignore"):
+        keep = q.get(key)
+        if isinstance(keep, list) and any("self_attn" in str(m) for m in keep):
+            return "experts"
     return "all"
+
+
+def _with_modelopt_file(cfg: Mapping[str, Any], path: Path) -> Mapping[str, Any]:
+    """``cfg`` with the quantization of a NVIDIA TensorRT Model Optimizer checkpoint's
+    ``hf_quant_config.json`` beside it (``{"producer": {"name": "modelopt"}, "quantization":
+    {"quant_algo": "FP8", ...}}``; nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has
+    no ``quantization_config``) as ``quantization_config: {quant_method: "modelopt", quant_algo}``,
+    the form newer exports write into ``config.json`` and vLLM reads from either file. A config
+    that has its own ``quantization_config``, or a file that cannot be read as that shape, is
+    left as it is."""
+    if "quantization_config" in cfg or not path.is_file():
+        return cfg
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return cfg
+    quant = doc.get("quantization") if isinstance(doc, Mapping) else None
+    if not isinstance(quant, Mapping) or not isinstance(quant.get("quant_algo"), str):
+        return cfg
+    return {**cfg, "quantization_config": {"quant_method": "modelopt", **quant}}
+
+
+# quant_method values whose weights are 8-bit floats (e4m3) or 4-bit floats, by name alone
+_FP8_METHODS = {"fp8", "fbgemm_fp8"}
+_FP4_METHODS = {"mxfp4", "nvfp4"}
+
+
+def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
+    """The weight format a checkpoint ships, as one of the serving precisions (fp8 or fp4), read
+    from its ``config.json`` ``quantization_config`` (Hugging Face *transformers*
+    ``utils/quantization_config.py``); None for an unquantized checkpoint or one this cannot name.
+
+    - ``quant_method: "fp8"`` (``FineGrainedFP8Config``: DeepSeek-V3/R1 ``fmt: e4m3``,
+      ``weight_block_size: [128, 128]``; Qwen3-*-FP8, MiniMax-M2) and ``"fbgemm_fp8"``
+      (``FbgemmFp8Config``): "fp8".
+    - ``quant_method: "mxfp4"`` (``Mxfp4Config``: gpt-oss, experts only, see
+      `_quantized_weights`) and ``"nvfp4"``: "fp4".
+    - ``quant_method: "modelopt"`` (NVIDIA TensorRT Model Optimizer, ``ModelOptConfig``):
+      ``quant_algo`` "FP8" is "fp8", "NVFP4" is "fp4"; other algorithms (W4A8_AWQ, ...) None.
+    - ``quant_method: "compressed-tensors"`` (vLLM's llm-compressor; ``config_groups.*.weights``
+      with ``num_bits`` and ``type``): 8-bit ``"float"`` weights are "fp8", 4-bit ``"float"``
+      weights (NVFP4) "fp4"; groups that disagree give None.
+    - Integer weights are None: int4 weight-only (Kimi-K2.5: compressed-tensors ``num_bits: 4``,
+      ``type: "int"``, ``group_size: 32``; GPTQ, AWQ) and int8. hwtune's serving precisions
+      are bf16|fp16|fp8|fp4, and pricing an int4 checkpoint as fp4 would charge FP4
+      tensor-core math on GPUs that have it (Blackwell), where an int4 W4A16 kernel computes in
+      bf16 on dequantized weights; the serving default stays bf16 and ``--precision fp4`` prices
+      4-bit weight bytes on purpose.
+    - Any other ``quant_method`` (bitsandbytes, HQQ, ...): None, not an error.
+
+    A ModelOpt checkpoint that keeps its quantization in a separate ``hf_quant_config.json``
+    (nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has no ``quantization_config``)
+    is read when `load_hf_config` is given its folder or its ``config.json`` with that file
+    beside it (`_with_modelopt_file`); its ``config.json`` alone reads None.
+    """
+    q = _quantization_config(top)
+    if q is None:
+        return None
+    method = str(q.get("quant_method") or "").lower()
+    if method in _FP8_METHODS:
+        return "fp8"
+    if method in _FP4_METHODS:
+        return "fp4"
+    if method == "modelopt":
+        return {"FP8": "fp8", "NVFP4": "fp4"}.get(str(q.get("quant_algo") or "").upper())
+    if method == "compressed-tensors":
+        groups = q.get("config_groups")
+        if not isinstance(groups, Mapping) or not groups:
+            return None
+        found = set()
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, Mapping) else None
+            if not isinstance(w, Mapping) or str(w.get("type")).lower() != "float":
+                return None
+            found.add({8: "fp8", 4: "fp4"}.get(w.get("num_bits")))
+        return found.pop() if len(found) == 1 else None
+    return None
 
 
 def _norm_kind(r: _Reader, plain: bool) -> str:

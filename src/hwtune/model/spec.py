@@ -141,6 +141,11 @@ class ModelSpec(FrozenModel):
         description="which linear weights a quantized checkpoint stores in its format: all, or "
         "the routed experts only (gpt-oss MXFP4: attention, router, embeddings in bf16)",
     )
+    checkpoint_precision: Literal["fp8", "fp4"] | None = Field(
+        default=None,
+        description="the weight format the checkpoint ships (its config.json "
+        "quantization_config; `hwtune.model.hf_config.checkpoint_precision`), None: 16-bit",
+    )
     n_params_published: float | None = Field(default=None, gt=0)
     n_active_params_published: float | None = Field(default=None, gt=0)
     source: str = ""

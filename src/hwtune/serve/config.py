@@ -18,6 +18,23 @@ SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-fir
 ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
 
+
+def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
+    """The weight format to serve ``model`` in and where it came from: ``requested`` when given
+    ("option"), else the format its checkpoint ships (`ModelSpec.checkpoint_precision`, read
+    from config.json's ``quantization_config``: "checkpoint"), else bf16 ("default").
+
+    Serving engines load a quantized checkpoint in its own format unless told otherwise (vLLM
+    and SGLang take ``--quantization`` from the config's ``quantization_config``; TensorRT-LLM's
+    PyTorch backend reads it from the checkpoint too), so the checkpoint's format is what a
+    plain ``vllm serve deepseek-ai/DeepSeek-V3`` runs."""
+    if requested is not None:
+        return requested, "option"
+    if model.checkpoint_precision is not None:
+        return model.checkpoint_precision, "checkpoint"
+    return "bf16", "default"
+
+
 HOST_OVERHEAD_PER_ITERATION_S = 2.0e-4
 """Engine time per step that does not overlap the GPU (scheduling, input preparation, output
 processing), seconds. vLLM v0.5.3 spent most of an 8B decode step on the CPU (vLLM blog,

@@ -83,6 +83,15 @@ def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     return act + logits
 
 
+def checkpoint_hint(cfg: ReplicaConfig) -> str:
+    """A pointer to the checkpoint's own weight format when it is narrower than the one asked
+    for (`ModelSpec.checkpoint_precision`), else nothing."""
+    ship = cfg.model.checkpoint_precision
+    if ship is None or dtype_bytes(ship) >= dtype_bytes(cfg.weight_dtype):
+        return ""
+    return f"; the checkpoint ships {ship} weights: --precision {ship}"
+
+
 def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
     """Weights, workspace and KV-cache blocks of one GPU of the replica.
 
@@ -120,7 +129,8 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
             f"a model that fits: {w / GIB:.1f} GiB of weights + {a / GIB:.1f} GiB of activations "
             f"+ {WORKSPACE_FIXED_BYTES / GIB:.1f} GiB workspace per GPU (tp={cfg.tp} pp={cfg.pp} "
             f"ep={cfg.ep} dp_attention={cfg.dp_attention}, {cfg.weight_dtype}) leave no KV cache "
-            f"in {usable / GIB:.1f} GiB usable of {dev.name}: short by {short:.1f} GiB per GPU",
+            f"in {usable / GIB:.1f} GiB usable of {dev.name}: short by {short:.1f} GiB per GPU"
+            + checkpoint_hint(cfg),
         )
     blocks = int(free_kv // block) if block > 0 else 1 << 30
     return ReplicaMemory(usable, w, a, WORKSPACE_FIXED_BYTES, per_tok, per_seq, blocks,

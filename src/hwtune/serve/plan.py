@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.correction import ServeCorrection
-from hwtune.serve.memory import replica_memory
+from hwtune.serve.memory import checkpoint_hint, replica_memory
 from hwtune.serve.request import Workload
 from hwtune.workers import check_workers, run_all
 
@@ -220,7 +220,9 @@ def plan(
     cands = candidates(base, max_gpus, disagg)[:limit]
     if not cands:
         raise HwtuneInputError(
-            "max_gpus", max_gpus, f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
+            "max_gpus",
+            max_gpus,
+            f"enough GPUs to hold {base.model.name} in {base.weight_dtype}" + checkpoint_hint(base),
         )
     jobs = [(d, workload, slo, correction, margin) for d in cands]
     results: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
