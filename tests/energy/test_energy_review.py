@@ -132,3 +132,149 @@ def test_co_optimize_bad_arguments(kw, field):
         co_optimize(STEP, POWER, CONV, cap_w=30.0, **args)
     assert ei.value.field == field
     assert "\n" not in str(ei.value)
+
+
+# -- the online tuner: bad arguments at construction, meter glitches mid-run ---------------------
+
+
+def _sim(cls=None, **kw):
+    from hwtune.energy.meters.simulated import SimulatedDevice
+
+    return (cls or SimulatedDevice)(STEP, POWER, TABLE, **kw)
+
+
+def _tuner(sim, cap=20.0, **kw):
+    from hwtune.energy.tuner import OnlineTuner
+
+    args = {"batch_sizes": BATCHES, "base_batch": 64, "b_noise": 32.0,
+            "control_interval_s": 2.0, **kw}  # fmt: skip
+    return OnlineTuner(sim, cap, **args)
+
+
+def _run(tuner, sim, steps, at=None):
+    for i in range(steps):
+        if at and i in at:
+            at[i]()
+        plan = tuner.step_begin()
+        sim.run_step(plan.batch_size)
+        tuner.step_end()
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"objective": "speed"}, "objective"),  # used to fail only after profiling
+        ({"base_batch": 0}, "base batch"),
+        ({"batch_sizes": [2.5, 8]}, "batch sizes"),
+        ({"margin": 1.5}, "margin"),
+        ({"margin": -0.1}, "margin"),
+        ({"headroom": 1.0}, "headroom"),
+        ({"hold_intervals": -1}, "hold intervals"),
+        ({"refinements": -1}, "refinements"),
+        ({"recommit_ratio": 0.5}, "recommit ratio"),
+        ({"frequencies_hz": [math.nan, 1e9]}, "frequencies"),
+        ({"lr_rule": "cubic"}, "lr rule"),
+        ({"b_noise": -1.0}, "b_noise"),
+        ({"warmup_steps": 1.5}, "warmup steps, profile steps"),
+    ],
+)
+def test_tuner_rejects_bad_arguments_at_construction(kw, field):
+    with pytest.raises(HwtuneInputError) as ei:
+        _tuner(_sim(), **kw)
+    assert ei.value.field == field
+    assert "\n" not in str(ei.value)
+
+
+class _ResettingSim:
+    """A simulated device whose energy counter, 1 MJ since the driver loaded, can drop to zero
+    (an NVML counter after a driver reload, a RAPL counter read across an unhandled wrap)."""
+
+    @staticmethod
+    def make():
+        from hwtune.energy.meters.simulated import SimulatedDevice
+
+        class Resetting(SimulatedDevice):
+            offset = -1e6
+
+            def energy_j(self):
+                return self._e - self.offset
+
+            def reset_counter(self):
+                self.offset = self._e
+
+        return _sim(Resetting)
+
+
+def _brute_force_time(cap):
+    conv = CriticalBatch(32.0, 1.0)
+    pts = [evaluate(b, f, STEP, POWER, conv, cap) for b in BATCHES for f in TABLE]
+    return min(p.time_to_target_s for p in pts if p.feasible)
+
+
+def _check_choice(tuner, cap):
+    conv = CriticalBatch(32.0, 1.0)
+    got = evaluate(tuner.batch_size, tuner.frequency_hz, STEP, POWER, conv, cap)
+    assert got.feasible
+    assert got.time_to_target_s <= 1.03 * _brute_force_time(cap)
+
+
+def test_a_counter_reset_while_refining_does_not_stop_training():
+    """The reset interval reads as negative power; it used to become a fitted point with
+    negative power, the fit failed, and step_end raised 'profiling' mid-training."""
+    sim = _ResettingSim.make()
+    tuner = _tuner(sim)
+    while tuner.phase != "run":
+        _run(tuner, sim, 1)
+    sim.reset_counter()
+    _run(tuner, sim, 200)
+    assert tuner.phase == "run"
+    _check_choice(tuner, 20.0)
+    assert all(p[2] >= 0 for p in tuner.points)  # no negative-power point was learned
+
+
+@pytest.mark.parametrize("at_step", [2, 5, 9, 14])
+def test_a_counter_reset_while_profiling_is_measured_again(at_step):
+    sim = _ResettingSim.make()
+    tuner = _tuner(sim)
+    _run(tuner, sim, 300, at={at_step: sim.reset_counter})
+    assert tuner.phase == "run"
+    _check_choice(tuner, 20.0)
+    assert all(p[2] >= 0 for p in tuner.points)
+
+
+def test_a_counter_reset_in_steady_state_does_not_raise_the_clock():
+    """An interval with negative energy reads as 0 W or less, far under the cap: it must not
+    step the clock up (nothing was learned)."""
+    sim = _ResettingSim.make()
+    tuner = _tuner(sim, cap=20.0, refinements=0)
+    _run(tuner, sim, 400)
+    f_before, n = tuner.frequency_hz, len(tuner.history)
+    sim.reset_counter()
+    # run exactly until the glitched interval closes
+    while len(tuner.history) == n:
+        _run(tuner, sim, 1)
+    assert tuner.frequency_hz == f_before
+    assert tuner.history[-1].energy_j < 0  # the glitched interval is recorded as it was read
+
+
+def test_interval_validity():
+    from hwtune.energy.tuner import Interval
+
+    def iv(t0, t1, e):
+        return Interval(t0, t1, e, 1, 8, TABLE[0], "run", 20.0)
+
+    assert iv(0.0, 1.0, 5.0).valid
+    assert not iv(1.0, 1.0, 5.0).valid  # zero-length window
+    assert not iv(2.0, 1.0, 5.0).valid  # time went backwards
+    assert not iv(0.0, 1.0, -5.0).valid  # the counter went down
+    assert not iv(0.0, 1.0, math.nan).valid
+
+
+def test_the_tuner_is_deterministic_for_a_seed():
+    def history(seed):
+        sim = _sim(seed=seed, time_noise=0.03)
+        tuner = _tuner(sim)
+        _run(tuner, sim, 250)
+        return [iv.to_dict() for iv in tuner.history]
+
+    assert history(7) == history(7)

@@ -43,6 +43,8 @@ from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
 
+MAX_PROBE_RETRIES = 2  # a probe whose energy reading went down is run again at most this often
+
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
@@ -76,6 +78,12 @@ class Interval:
     def over_cap(self) -> bool:
         return self.avg_power_w > self.cap_w
 
+    @property
+    def valid(self) -> bool:
+        """False for a reading no decision may rest on: a zero-length or backwards window, or
+        an energy counter that went down (a driver reload, an unhandled wrap) or is not finite."""
+        return self.end_s > self.start_s and math.isfinite(self.energy_j) and self.energy_j >= 0
+
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["avg_power_w"] = self.avg_power_w
@@ -93,6 +101,7 @@ class _Probe:
     busy: float = 0.0
     mem_busy: float = 0.0
     span: float = 0.0
+    retries: int = 0
 
 
 class OnlineTuner:
@@ -123,14 +132,36 @@ class OnlineTuner:
     ) -> None:
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
-        if not batch_sizes or any(b <= 0 for b in batch_sizes):
+        if not batch_sizes or not all(_positive_int(b) for b in batch_sizes):
             raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
+        if not _positive_int(base_batch):
+            raise HwtuneInputError("base batch", base_batch, "a positive integer")
+        if objective not in ("time", "energy", "mix"):
+            raise HwtuneInputError("objective", objective, "time, energy or mix")
+        if lr_rule not in ("linear", "sqrt", "none"):
+            raise HwtuneInputError("lr rule", lr_rule, "linear, sqrt or none")
+        if b_noise is not None and not (b_noise > 0 and math.isfinite(b_noise)):
+            raise HwtuneInputError("b_noise", b_noise, "a positive noise scale (samples)")
+        for name, v in (("margin", margin), ("headroom", headroom)):
+            if not 0 <= v < 1:
+                raise HwtuneInputError(name, v, "a fraction of the cap in [0, 1)")
+        for name, n in (("hold intervals", hold_intervals), ("refinements", refinements)):
+            if not (isinstance(n, int) and n >= 0):
+                raise HwtuneInputError(name, n, "a non-negative integer")
+        if not (recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
+            raise HwtuneInputError("recommit ratio", recommit_ratio, "a finite ratio >= 1")
         if not (control_interval_s > 0 and math.isfinite(control_interval_s)):
             raise HwtuneInputError(
                 "control interval", control_interval_s, "a positive finite time in s"
             )
-        if profile_steps < 1 or warmup_steps < 0:
-            raise HwtuneInputError("profile steps", (warmup_steps, profile_steps), ">= 0 and >= 1")
+        if not (
+            isinstance(profile_steps, int) and isinstance(warmup_steps, int)
+            and profile_steps >= 1 and warmup_steps >= 0
+        ):  # fmt: skip
+            raise HwtuneInputError(
+                "warmup steps, profile steps", (warmup_steps, profile_steps),
+                "integers >= 0 and >= 1",
+            )  # fmt: skip
         self.device = device
         self.cap_w = float(cap_w)
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
@@ -139,6 +170,8 @@ class OnlineTuner:
         table = frequencies_hz or device.capabilities().frequencies_hz
         if not table:
             raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
+        if not all(isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in table):
+            raise HwtuneInputError("frequencies", list(table), "positive finite clocks in Hz")
         self.table = tuple(sorted(float(f) for f in table))
         self.f_ref = self.table[-1]
         self.interval_s = control_interval_s
@@ -253,6 +286,12 @@ class OnlineTuner:
             n = pr.steps - self.warmup_steps
             watts = (self.device.energy_j() - pr.e0) / dt
             util = self.device.utilization()
+            if not (math.isfinite(watts) and watts >= 0):  # the counter went down: a glitch
+                if pr.retries < MAX_PROBE_RETRIES:
+                    self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
+                self._iv_force_close = True
+                self._plan_next_probe()
+                return
             if util is not None:
                 pr.busy, pr.mem_busy = util.gpu, util.memory
             else:
@@ -423,7 +462,9 @@ class OnlineTuner:
             self._make_safe()
         elif iv.phase == "run" and self.phase == "run":
             util = self.device.utilization()
-            if not iv.over_cap and self._refined < self.refinements and iv.steps:
+            if not iv.valid:
+                pass  # a meter glitch: keep the clock, learn nothing from this interval
+            elif not iv.over_cap and self._refined < self.refinements and iv.steps:
                 self._refine(iv, util)
             else:
                 self._control(iv)
@@ -456,6 +497,16 @@ class OnlineTuner:
             "choice": self.choice.best.to_dict() if self.choice else None,
             "b_noise": self.b_noise,
         }
+
+
+def _positive_int(b: object) -> bool:
+    return (
+        isinstance(b, int | float)
+        and not isinstance(b, bool)
+        and math.isfinite(b)
+        and b == int(b)
+        and b > 0
+    )
 
 
 def _spread(batches: list[int]) -> list[int]:
