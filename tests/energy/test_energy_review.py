@@ -6,6 +6,8 @@ the meter misbehaves."""
 from __future__ import annotations
 
 import math
+import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -278,3 +280,193 @@ def test_the_tuner_is_deterministic_for_a_seed():
         return [iv.to_dict() for iv in tuner.history]
 
     assert history(7) == history(7)
+
+
+# -- meters: counters that restart or wrap, clocks that run back, empty and decreasing traces ---
+
+
+def _fake_nvml(readings_mj):
+    m = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        value = 999
+
+    m.NVMLError = NVMLError
+    m.nvmlInit = lambda: None
+    m.nvmlDeviceGetCount = lambda: 1
+    m.nvmlDeviceGetHandleByIndex = lambda i: "h0"
+    m.nvmlDeviceGetName = lambda h: "GPU"
+    it = iter(readings_mj)
+    m.nvmlDeviceGetTotalEnergyConsumption = lambda h: next(it)
+    return m
+
+
+def test_nvml_energy_never_decreases_across_a_counter_restart(monkeypatch):
+    """nvmlDeviceGetTotalEnergyConsumption counts mJ since the driver loaded; after a reload it
+    starts again from 0. 5 000 000 mJ, then +2 000 mJ, then a restart and 3 000 mJ since it:
+    5 J of energy after the first reading, not a drop of 5 kJ."""
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([5_000_000, 5_002_000, 3_000, 4_000]))
+    from hwtune.energy.meters.nvml import NvmlDevice
+
+    dev = NvmlDevice(0)
+    e0 = dev.energy_j()
+    assert e0 == pytest.approx(5_000.0)  # mJ -> J
+    assert dev.energy_j() - e0 == pytest.approx(2.0)
+    assert dev.energy_j() - e0 == pytest.approx(5.0)
+    assert dev.energy_j() - e0 == pytest.approx(6.0)
+    assert dev.counter_resets == 1
+
+
+def test_amdsmi_energy_never_decreases_across_an_accumulator_restart(monkeypatch):
+    m = types.ModuleType("amdsmi")
+
+    class AmdSmiLibraryException(Exception):
+        pass
+
+    m.AmdSmiLibraryException = AmdSmiLibraryException
+    m.amdsmi_init = lambda: None
+    m.amdsmi_get_processor_handles = lambda: ["h0"]
+    it = iter([1_000_000, 1_100_000, 50_000])  # x 15.3 uJ
+    m.amdsmi_get_energy_count = lambda h: {"energy_accumulator": next(it),
+                                            "counter_resolution": 15.3}  # fmt: skip
+    monkeypatch.setitem(sys.modules, "amdsmi", m)
+    from hwtune.energy.meters.amdsmi import AmdSmiDevice
+
+    dev = AmdSmiDevice(0)
+    e0 = dev.energy_j()
+    assert dev.energy_j() - e0 == pytest.approx(100_000 * 15.3e-6)
+    assert dev.energy_j() - e0 == pytest.approx(150_000 * 15.3e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    start=st.integers(0, 10**6 - 1),
+    steps=st.lists(st.integers(0, 10**6 - 1), min_size=1, max_size=30),
+)
+def test_rapl_total_is_the_sum_of_true_increments_across_wraps(tmp_path_factory, start, steps):
+    """energy_uj counts in [0, max_energy_range_uj) and wraps; read at least once per range,
+    the meter's total equals the true energy whatever the number of wraps."""
+    from energy_fakes import write
+
+    from hwtune.energy.meters.rapl import RaplDevice
+
+    rng = 10**6
+    root = tmp_path_factory.mktemp("rapl")
+    z = root / "intel-rapl:0"
+    write(z / "name", "package-0\n")
+    write(z / "max_energy_range_uj", f"{rng}\n")
+    write(z / "energy_uj", f"{start}\n")
+    dev = RaplDevice(root, domains=("package",))
+    e0, raw, true_uj = dev.energy_j(), start, 0
+    for d in steps:
+        raw, true_uj = (raw + d) % rng, true_uj + d
+        write(z / "energy_uj", f"{raw}\n")
+        assert dev.energy_j() - e0 == pytest.approx(true_uj / 1e6)
+
+
+def _rapl_tree(root, rng="262143328850"):
+    from energy_fakes import write
+
+    z = root / "intel-rapl:0"
+    write(z / "name", "package-0\n")
+    write(z / "max_energy_range_uj", f"{rng}\n")
+    write(z / "energy_uj", "1000\n")
+    write(z / "constraint_0_power_limit_uw", "125000000\n")
+    return root
+
+
+@pytest.mark.parametrize("rng", ["0", "-5"])
+def test_rapl_zero_counter_range_is_an_error(tmp_path, rng):
+    """A zero range would turn every wrap into negative energy."""
+    from hwtune.energy.meters.base import MeterError
+    from hwtune.energy.meters.rapl import RaplDevice
+
+    with pytest.raises(MeterError, match="max_energy_range_uj"):
+        RaplDevice(_rapl_tree(tmp_path, rng))
+
+
+@pytest.mark.parametrize("watts", [math.inf, math.nan, 0.0, -1.0])
+def test_rapl_power_limit_must_be_positive_and_finite(tmp_path, watts):
+    from hwtune.energy.meters.base import MeterError
+    from hwtune.energy.meters.rapl import RaplDevice
+
+    dev = RaplDevice(_rapl_tree(tmp_path))
+    with pytest.raises(MeterError) as ei:
+        dev.set_power_limit_w(watts)  # inf used to raise OverflowError from int()
+    assert ei.value.field == "power limit"
+
+
+def _replay(rows):
+    from hwtune.energy.meters.replay import ReplayDevice
+
+    return ReplayDevice([{k: str(v) for k, v in r.items()} for r in rows])
+
+
+@pytest.mark.parametrize(
+    "rows, column",
+    [
+        ([{"time_s": 0, "power_w": 1}, {"time_s": 1, "power_w": ""}], "power_w"),
+        ([{"time_s": 0, "power_w": ""}, {"time_s": 1, "power_w": 3}], "power_w"),
+        ([{"time_s": 0, "power_w": 1, "utilization": 0.5},
+          {"time_s": 1, "power_w": 1, "utilization": ""}], "utilization"),
+    ],
+)  # fmt: skip
+def test_replay_empty_cells_are_one_line_errors(rows, column):
+    from hwtune.energy.meters.base import MeterError
+
+    with pytest.raises(MeterError, match=column):  # used to be KeyError / TypeError on read
+        dev = _replay(rows)
+        dev.advance(0.5)
+        dev.utilization()
+
+
+def test_replay_energy_counter_must_not_decrease():
+    from hwtune.energy.meters.base import MeterError
+
+    rows = [{"time_s": 0, "power_w": 1, "energy_j": 10}, {"time_s": 1, "power_w": 1,
+                                                          "energy_j": 5}]  # fmt: skip
+    with pytest.raises(MeterError, match="never decreases"):
+        _replay(rows)
+
+
+def test_window_over_a_clock_that_ran_back_is_an_error_not_zero_joules():
+    from hwtune.energy.meters import EnergyMonitor
+    from hwtune.energy.meters.base import MeterError
+
+    dev = _replay([{"time_s": 0, "power_w": 10}, {"time_s": 10, "power_w": 10}])
+    mon = EnergyMonitor(dev)
+    dev.seek(5.0)
+    mon.begin("w")
+    dev.seek(2.0)
+    with pytest.raises(MeterError, match="clock went back"):
+        mon.end("w")
+
+
+def test_window_over_a_decreasing_counter_is_an_error_not_zero_joules():
+    from hwtune.energy.meters import EnergyMonitor
+    from hwtune.energy.meters.base import MeterError
+
+    class Dropping:
+        name = "dropping"
+        readings = iter([100.0, 40.0])
+
+        def now_s(self):
+            return 0.0
+
+        def energy_j(self):
+            return next(self.readings)
+
+    mon = EnergyMonitor(Dropping())
+    mon.begin("w")
+    with pytest.raises(MeterError, match="energy went down"):
+        mon.end("w")
+
+
+def test_zero_length_window_is_zero_joules_and_no_division():
+    from hwtune.energy.meters import EnergyMonitor
+
+    dev = _replay([{"time_s": 0, "power_w": 10}, {"time_s": 10, "power_w": 10}])
+    mon = EnergyMonitor(dev)
+    mon.begin("w")
+    m = mon.end("w")
+    assert (m.time_s, m.energy_j, m.avg_power_w) == (0.0, 0.0, 0.0)
