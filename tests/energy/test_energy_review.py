@@ -470,3 +470,88 @@ def test_zero_length_window_is_zero_joules_and_no_division():
     mon.begin("w")
     m = mon.end("w")
     assert (m.time_s, m.energy_j, m.avg_power_w) == (0.0, 0.0, 0.0)
+
+
+# -- models: a NaN reading must not fit a zero-power (or zero-time) model ----------------------
+
+
+def _power_points():
+    from hwtune.energy.power_model import PowerPoint
+
+    return [PowerPoint(f, POWER.power_w(f), 1.0) for f in TABLE[::2]]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"power_w": math.nan},  # used to fit static = dynamic = 0 W: every clock "fits" a cap
+        {"power_w": math.inf},
+        {"f_hz": math.nan},  # used to raise ValueError from round()
+        {"utilization": math.nan},
+        {"mem_utilization": 2.0},
+    ],
+)
+def test_fit_power_model_rejects_non_finite_and_out_of_range_points(bad):
+    from hwtune.energy.power_model import PowerPoint, fit_power_model
+
+    good = {"f_hz": TABLE[-1], "power_w": 40.0, "utilization": 1.0, "mem_utilization": 0.0}
+    with pytest.raises(HwtuneInputError) as ei:
+        fit_power_model([*_power_points(), PowerPoint(**{**good, **bad})], F_MAX)
+    assert ei.value.field == "power point"
+
+
+@pytest.mark.parametrize("f_ref", [0.0, -1e9, math.nan, math.inf])
+def test_fits_reject_a_bad_reference_clock(f_ref):
+    from hwtune.energy.power_model import fit_power_model
+    from hwtune.energy.step_model import StepPoint, fit_step_model
+
+    with pytest.raises(HwtuneInputError, match="reference clock"):
+        fit_power_model(_power_points(), f_ref)
+    sp = [StepPoint(b, f, STEP.step_time_s(b, f)) for b in (1, 8) for f in TABLE[::4]]
+    with pytest.raises(HwtuneInputError, match="reference clock"):
+        fit_step_model(sp, f_ref)  # f_ref 0 used to return a model with f_ref_hz=0
+
+
+@pytest.mark.parametrize(
+    "bad", [{"time_s": math.nan}, {"batch": math.inf}, {"utilization": math.nan}]
+)
+def test_fit_step_model_rejects_non_finite_points(bad):
+    from hwtune.energy.step_model import StepPoint, fit_step_model
+
+    pts = [StepPoint(b, TABLE[-1], STEP.step_time_s(b, TABLE[-1]), 0.8, 0.2) for b in (1, 8)]
+    good = {"batch": 4, "f_hz": TABLE[0], "time_s": 0.1, "utilization": 0.8,
+            "mem_utilization": 0.2}  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="step point"):
+        fit_step_model([*pts, StepPoint(**{**good, **bad})], F_MAX)
+
+
+@pytest.mark.parametrize(
+    "args", [(math.nan, F_MAX), (1, math.nan), (1, math.inf), (1, F_MAX, 0.0), (1, F_MAX, -1.0)]
+)
+def test_step_parts_reject_nan_and_non_positive_clocks(args):
+    model = StepTimeModel(F_MAX, (0.01, 0.001), (0.01, 0.001), fmem_ref_hz=3.2e9)
+    with pytest.raises(HwtuneInputError):
+        model.parts(*args)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"static_w": -5.0}, {"dynamic_w": math.nan}, {"memory_w": -1.0}, {"f_ref_hz": 0.0},
+     {"v_floor": 1.5}],
+)  # fmt: skip
+def test_power_model_rejects_bad_coefficients(kw):
+    args = {"static_w": 8.0, "dynamic_w": 36.0, "f_ref_hz": F_MAX, **kw}
+    with pytest.raises(HwtuneInputError) as ei:
+        PowerModel(**args)
+    assert ei.value.field == next(iter(kw))
+
+
+@pytest.mark.parametrize(
+    "kw", [{"f_ref_hz": 0.0}, {"compute_s": (-0.1, 0.0)}, {"host_s": (math.nan, 0.0)},
+           {"fmem_ref_hz": 0.0}],
+)  # fmt: skip
+def test_step_model_rejects_bad_parts(kw):
+    args = {"f_ref_hz": F_MAX, "compute_s": (0.01, 0.001), **kw}
+    with pytest.raises(HwtuneInputError) as ei:
+        StepTimeModel(**args)
+    assert ei.value.field == next(iter(kw))
