@@ -555,3 +555,43 @@ def test_step_model_rejects_bad_parts(kw):
     with pytest.raises(HwtuneInputError) as ei:
         StepTimeModel(**args)
     assert ei.value.field == next(iter(kw))
+
+
+def test_no_warmup_steps_still_measures_every_probe():
+    """warmup_steps=0 is accepted, but the probe window used to open only after a warm-up
+    step, so no point was ever measured and step_end raised 'profiling' after profiling."""
+    sim = _sim(seed=3, time_noise=0.02)
+    tuner = _tuner(sim, warmup_steps=0)
+    _run(tuner, sim, 300)
+    assert tuner.phase == "run"
+    assert len(tuner.points) >= 6
+    _check_choice(tuner, 20.0)
+
+
+def test_a_clock_that_stands_still_during_a_probe_gets_the_probe_run_again():
+    from hwtune.energy.meters.simulated import SimulatedDevice
+
+    class Frozen(SimulatedDevice):
+        frozen_at = None
+
+        def now_s(self):
+            return self.frozen_at if self.frozen_at is not None else self._t
+
+    sim = _sim(Frozen)
+    tuner = _tuner(sim)
+    probes_before = None
+
+    def freeze():
+        sim.frozen_at = sim._t
+
+    def thaw():
+        nonlocal probes_before
+        sim.frozen_at = None
+        probes_before = len(tuner.points)
+
+    _run(tuner, sim, 300, at={0: freeze, 4: thaw})
+    assert probes_before == 0  # the frozen probe measured nothing ...
+    assert tuner.phase == "run"
+    # ... and was measured again: three batches at the low clock plus the high-clock probes
+    assert sorted({p.batch for p, _, _ in tuner.points if p.f_hz == TABLE[0]}) == [1, 8, 128]
+    _check_choice(tuner, 20.0)

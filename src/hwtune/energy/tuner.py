@@ -214,6 +214,10 @@ class OnlineTuner:
         if self._applied_f != self._f:
             self.device.set_frequency_hz(self._f)
             self._applied_f = self._f
+        if self.phase == "profile" and self.warmup_steps == 0 and self._todo:
+            pr = self._todo[0]
+            if pr.steps == 0 and pr.t0 is None:  # no warm-up: the window opens with the probe
+                self._open_probe_window(pr, self.device.now_s())
         lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
         return StepPlan(self._batch, lr, self._f, self.phase)
 
@@ -274,13 +278,22 @@ class OnlineTuner:
         pr = self._todo[0]
         pr.steps += 1
         if pr.steps == self.warmup_steps:
-            pr.t0, pr.e0 = now, self.device.energy_j()
-            self.device.utilization()  # reset the busy-share window
+            self._open_probe_window(pr, now)
         if pr.steps >= self.warmup_steps + self.profile_steps:
             self._finish_probe(now)
 
+    def _open_probe_window(self, pr: _Probe, now: float) -> None:
+        pr.t0, pr.e0 = now, self.device.energy_j()
+        self.device.utilization()  # reset the busy-share window
+
     def _finish_probe(self, now: float) -> None:
         pr = self._todo.pop(0)
+        if pr.t0 is not None and now <= pr.t0 and pr.retries < MAX_PROBE_RETRIES:
+            # a clock that stood still or ran back: nothing measured, run the probe again
+            self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
+            self._iv_force_close = True
+            self._plan_next_probe()
+            return
         if pr.t0 is not None and now > pr.t0:
             dt = now - pr.t0
             n = pr.steps - self.warmup_steps
