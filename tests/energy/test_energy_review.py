@@ -595,3 +595,60 @@ def test_a_clock_that_stands_still_during_a_probe_gets_the_probe_run_again():
     # ... and was measured again: three batches at the low clock plus the high-clock probes
     assert sorted({p.batch for p, _, _ in tuner.points if p.f_hz == TABLE[0]}) == [1, 8, 128]
     _check_choice(tuner, 20.0)
+
+
+# -- per-stage clocks (Perseus, SOSP'24 §3-4) and the critical-batch model --------------------
+
+
+def _stage(fwd, bwd, mem=0.2):
+    from hwtune.energy.cluster import StageWork
+
+    return StageWork(fwd, bwd, mem)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    times=st.lists(st.floats(0.005, 0.05), min_size=2, max_size=4),
+    m=st.integers(1, 8),
+    tol=st.sampled_from([0.0, 0.05]),
+)
+def test_stage_clocks_never_lengthen_the_step_beyond_tolerance_nor_cost_energy(times, m, tol):
+    from hwtune.energy.cluster import plan_stage_frequencies
+
+    stages = [_stage(t, 2 * t) for t in times]
+    plan = plan_stage_frequencies(stages, m, TABLE, POWER, tol)
+    assert plan.step_time_s <= plan.baseline_step_time_s * (1 + tol) + 1e-9
+    assert plan.energy_j <= plan.baseline_energy_j
+    assert all(f in TABLE for f in plan.frequencies_hz)
+
+
+@pytest.mark.parametrize(
+    "stages, freqs, field",
+    [
+        ([_stage(0.01, 0.02), _stage(0.0, 0.02)], TABLE, "stage 1"),
+        ([_stage(0.01, 0.02), _stage(math.nan, 0.02)], TABLE, "stage 1"),
+        ([_stage(0.01, 0.02, 1.5)], TABLE, "stage 0"),
+        ([_stage(0.01, 0.02)], [], "frequencies"),  # used to be IndexError
+        ([_stage(0.01, 0.02)], [0.0, *TABLE], "frequencies"),  # used to be ZeroDivisionError
+    ],
+)
+def test_stage_planning_bad_input(stages, freqs, field):
+    from hwtune.energy.cluster import plan_stage_frequencies
+
+    with pytest.raises(HwtuneInputError) as ei:
+        plan_stage_frequencies(stages, 4, freqs, POWER)
+    assert ei.value.field == field
+
+
+@pytest.mark.parametrize("kw", [{"b_noise": math.inf}, {"s_min": math.inf}])
+def test_critical_batch_rejects_infinite_parameters(kw):
+    with pytest.raises(HwtuneInputError):
+        CriticalBatch(**{"b_noise": 32.0, "s_min": 1.0, **kw})
+
+
+def test_critical_batch_steps_follow_mccandlish():
+    """S(B) = S_min (1 + B_noise / B) (McCandlish et al. 2018, §2): at B = B_noise twice S_min,
+    and E(B) = E_min (1 + B / B_noise)."""
+    cb = CriticalBatch(b_noise=512.0, s_min=1000.0)
+    assert cb.steps(512.0) == pytest.approx(2000.0)
+    assert cb.examples(512.0) == pytest.approx(cb.e_min * 2.0)
