@@ -14,7 +14,8 @@ Phases (each step is one call of `OnlineTuner.step_begin` then `OnlineTuner.step
    the clock steps down at once to the highest clock whose prediction fits with margin, the
    prediction's dynamic part recalibrated by the interval just measured (one step more when
    the model was off by more than 10%). Below ``cap x (1 - headroom)`` it steps up one clock
-   when the recalibrated prediction fits. A clock that overshot is not re-entered for
+   when the recalibrated prediction fits (for the ``energy`` and ``mix`` objectives never past
+   the committed clock: there the choice, not the cap, is the target). A clock that overshot is not re-entered for
    ``hold_intervals`` intervals. The first ``refinements`` intervals at a committed point are
    added to the fitted points and the choice is made again (a measurement exactly where it
    matters). A new cap (`set_cap`) or a noise scale that moved by more than
@@ -439,7 +440,12 @@ class OnlineTuner:
             self._f = self.table[j]
         elif measured < self.cap_w * (1 - self.headroom) and i + 1 < len(self.table):
             up = self.table[i + 1]
-            if up not in self._held and self._predict(up, k) <= budget:
+            # for time the cap is the only limit on the clock; for energy and mix the committed
+            # clock is the optimum itself, and headroom under the cap is no reason to pass it
+            ceiling = self.table[-1]
+            if self.objective != "time" and self.choice is not None:
+                ceiling = self.choice.best.frequency_hz
+            if up <= ceiling and up not in self._held and self._predict(up, k) <= budget:
                 self._f = up
         if (
             self._estimator is not None
