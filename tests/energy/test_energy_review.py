@@ -672,3 +672,58 @@ def test_the_tuner_reaches_the_offline_optimum_of_its_objective(objective, cap):
     p_max = POWER.power_w(F_MAX, 1.0, 1.0)
     assert got.feasible
     assert cost(got, objective, p_max) <= 1.03 * cost(off, objective, p_max)
+
+
+# -- the online tuner when the meter fails to read ---------------------------------------------
+
+
+def _flaky_sim():
+    from hwtune.energy.meters.base import MeterError
+    from hwtune.energy.meters.simulated import SimulatedDevice
+
+    class Flaky(SimulatedDevice):
+        failing = 0  # the next this-many energy readings fail
+
+        def energy_j(self):
+            if self.failing:
+                self.failing -= 1
+                raise MeterError("energy_uj", "read failed", "a readable counter")
+            return self._e
+
+    return _sim(Flaky)
+
+
+def _fail(sim, n):
+    def go():
+        sim.failing = n
+
+    return go
+
+
+@pytest.mark.parametrize("at_step", [*range(0, 40, 3), 7, 150])
+def test_a_transient_meter_failure_does_not_stop_training(at_step):
+    """A read that fails (a sysfs file briefly unreadable, an NVML call that errs) used to
+    propagate out of step_end and stop the training loop."""
+    sim = _flaky_sim()
+    tuner = _tuner(sim)
+    _run(tuner, sim, 400, at={at_step: _fail(sim, 2)})
+    assert tuner.meter_errors >= 1
+    assert tuner.phase == "run"
+    _check_choice(tuner, 20.0)
+    # every learned point is what it says: its step time is that of its batch and clock (a
+    # failure while a probe closed once shifted the probes, booking batch 8 as batch 128)
+    for pr, step_s, watts in tuner.points:
+        assert step_s == pytest.approx(STEP.step_time_s(pr.batch, pr.f_hz), rel=1e-6)
+        assert watts >= 0
+
+
+def test_a_dead_meter_is_reported_after_max_meter_errors():
+    from hwtune.energy.meters.base import MeterError
+
+    sim = _flaky_sim()
+    tuner = _tuner(sim, max_meter_errors=3)
+    _run(tuner, sim, 20)
+    sim.failing = 10**9
+    with pytest.raises(MeterError, match="read failed"):
+        _run(tuner, sim, 10)
+    assert tuner.meter_errors == 4

@@ -39,7 +39,7 @@ from hwtune.energy.convergence import (
     scale_learning_rate,
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
-from hwtune.energy.meters.base import PowerDevice
+from hwtune.energy.meters.base import MeterError, PowerDevice
 from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
@@ -130,6 +130,7 @@ class OnlineTuner:
         hold_intervals: int = 5,
         recommit_ratio: float = 1.5,
         refinements: int = 2,
+        max_meter_errors: int = 3,
     ) -> None:
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
@@ -146,7 +147,10 @@ class OnlineTuner:
         for name, v in (("margin", margin), ("headroom", headroom)):
             if not 0 <= v < 1:
                 raise HwtuneInputError(name, v, "a fraction of the cap in [0, 1)")
-        for name, n in (("hold intervals", hold_intervals), ("refinements", refinements)):
+        for name, n in (
+            ("hold intervals", hold_intervals), ("refinements", refinements),
+            ("max meter errors", max_meter_errors),
+        ):  # fmt: skip
             if not (isinstance(n, int) and n >= 0):
                 raise HwtuneInputError(name, n, "a non-negative integer")
         if not (recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
@@ -208,7 +212,12 @@ class OnlineTuner:
         self._recover = False
         self._held: dict[float, int] = {}
         self._applied_f: float | None = None
+        self.max_meter_errors = max_meter_errors
+        self.meter_errors = 0  # failed readings so far
+        self._meter_fail_run = 0
+        self._iv_open = False
         self._begin_interval()
+        self._iv_open = True
 
     # -- public API -------------------------------------------------------------------------
     def step_begin(self) -> StepPlan:
@@ -218,11 +227,28 @@ class OnlineTuner:
         if self.phase == "profile" and self.warmup_steps == 0 and self._todo:
             pr = self._todo[0]
             if pr.steps == 0 and pr.t0 is None:  # no warm-up: the window opens with the probe
-                self._open_probe_window(pr, self.device.now_s())
+                try:
+                    self._open_probe_window(pr, self.device.now_s())
+                except MeterError as e:  # t0 stays None: the probe is run again at its end
+                    self._meter_failed(e)
         lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
         return StepPlan(self._batch, lr, self._f, self.phase)
 
     def step_end(self) -> None:
+        """Account the step just run. A failed meter reading (`MeterError`) loses the open
+        interval and the probe in flight (it is run again) and keeps the clock; more than
+        ``max_meter_errors`` failures in a row re-raise the last one."""
+        try:
+            if not self._iv_open:  # the last reading failed: open a new interval from here
+                self._begin_interval()
+                self._iv_open = True
+            else:
+                self._step_end()
+            self._meter_fail_run = 0
+        except MeterError as e:
+            self._meter_failed(e)
+
+    def _step_end(self) -> None:
         now = self.device.now_s()
         self._iv_steps += 1
         if self.phase == "profile":
@@ -230,6 +256,16 @@ class OnlineTuner:
             self._profile_step(now)
         if now - self._iv_t0 >= self.interval_s or self._iv_force_close:
             self._close_interval(now)
+
+    def _meter_failed(self, e: MeterError) -> None:
+        self.meter_errors += 1
+        self._meter_fail_run += 1
+        if self._meter_fail_run > self.max_meter_errors:
+            raise e
+        self._iv_open = False
+        if self.phase == "profile" and self._todo:
+            pr = self._todo[0]
+            self._todo[0] = _Probe(pr.batch, pr.f_hz, retries=pr.retries)
 
     def observe_gradients(self, g_small_sq: float, g_big_sq: float) -> float | None:
         """Feed squared gradient norms to the noise-scale estimator (if the tuner has one)."""
@@ -288,8 +324,12 @@ class OnlineTuner:
         self.device.utilization()  # reset the busy-share window
 
     def _finish_probe(self, now: float) -> None:
-        pr = self._todo.pop(0)
-        if pr.t0 is not None and now <= pr.t0 and pr.retries < MAX_PROBE_RETRIES:
+        pr = self._todo[0]
+        e1, util = 0.0, None
+        if pr.t0 is not None and now > pr.t0:  # read first: a failed read keeps it in flight
+            e1, util = self.device.energy_j(), self.device.utilization()
+        self._todo.pop(0)
+        if (pr.t0 is None or now <= pr.t0) and pr.retries < MAX_PROBE_RETRIES:
             # a clock that stood still or ran back: nothing measured, run the probe again
             self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
             self._iv_force_close = True
@@ -298,8 +338,7 @@ class OnlineTuner:
         if pr.t0 is not None and now > pr.t0:
             dt = now - pr.t0
             n = pr.steps - self.warmup_steps
-            watts = (self.device.energy_j() - pr.e0) / dt
-            util = self.device.utilization()
+            watts = (e1 - pr.e0) / dt
             if not (math.isfinite(watts) and watts >= 0):  # the counter went down: a glitch
                 if pr.retries < MAX_PROBE_RETRIES:
                     self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
