@@ -727,3 +727,28 @@ def test_a_dead_meter_is_reported_after_max_meter_errors():
     with pytest.raises(MeterError, match="read failed"):
         _run(tuner, sim, 10)
     assert tuner.meter_errors == 4
+
+
+@pytest.mark.parametrize("shares", [(1.0, 0.0), (0.8, 0.3), (1.0, 1.0)])
+def test_max_frequency_is_exact_at_the_cap(shares):
+    """The highest clock whose power is at most the cap: a clock's own power is enough, and a
+    hair less is not (the inverse with a 1e-12 slack returned the clock anyway)."""
+    for i, f in enumerate(TABLE):
+        cap = POWER.power_w(f, *shares)
+        assert POWER.max_frequency_hz(cap, TABLE, *shares) == f
+        below = POWER.max_frequency_hz(math.nextafter(cap, 0.0) * (1 - 1e-14), TABLE, *shares)
+        assert below == (TABLE[i - 1] if i else None)
+
+
+def test_an_unreachable_new_cap_is_refused_and_changes_nothing():
+    sim = _sim()
+    tuner = _tuner(sim, cap=20.0)
+    _run(tuner, sim, 200)
+    f_before = tuner.frequency_hz
+    with pytest.raises(HwtuneInputError) as ei:
+        tuner.set_cap(1.0)
+    assert ei.value.field == "power cap" and ei.value.value == 1.0  # the user's cap, not 0.99
+    assert tuner.cap_w == 20.0
+    _run(tuner, sim, 100)
+    assert tuner.frequency_hz == f_before
+    assert not any(iv.over_cap for iv in tuner.history[-5:])

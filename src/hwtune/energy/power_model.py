@@ -17,11 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hwtune.cost.power import (
-    dynamic_power_fraction,
-    frequency_ratio_for_power,
-    power_at_frequency,
-)
+from hwtune.cost.power import dynamic_power_fraction, power_at_frequency
 from hwtune.errors import HwtuneInputError
 
 
@@ -63,11 +59,9 @@ class PowerModel:
 
         Utilization is taken as fixed here; `hwtune.energy.cooptimizer` re-evaluates it per clock.
         """
-        r = frequency_ratio_for_power(
-            self.static_w, self.dynamic_w, cap_w, utilization, self.v_floor,
-            self.memory_w, mem_utilization,
-        )  # fmt: skip
-        fits = [f for f in frequencies_hz if f <= r * self.f_ref_hz * (1 + 1e-12)]
+        # each clock's own power, not the closed-form inverse with a rounding slack: that
+        # slack let a clock a hair over the cap through
+        fits = [f for f in frequencies_hz if self.power_w(f, utilization, mem_utilization) <= cap_w]
         return max(fits) if fits else None
 
     def to_dict(self) -> dict[str, float]:

@@ -280,10 +280,15 @@ class OnlineTuner:
         now = self.device.now_s()
         if self._iv_steps:
             self._close_interval(now)
-        self.cap_w = float(cap_w)
+        old_cap, self.cap_w = self.cap_w, float(cap_w)
         self._held.clear()
         if self.phase == "run":
-            self._commit()
+            try:
+                self._commit()
+            except HwtuneInputError:  # no candidate fits: the call changes nothing
+                self.cap_w = old_cap
+                self._begin_interval()
+                raise
         self._begin_interval()
 
     @property
@@ -414,10 +419,18 @@ class OnlineTuner:
         if not self._fit() or self.step_model is None or self.power_model is None:
             raise HwtuneInputError("profiling", len(self.points), "at least two measured points")
         conv = CriticalBatch(b_noise=self.b_noise, s_min=1.0)
-        self.choice = co_optimize(
-            self.step_model, self.power_model, conv, self.batch_sizes, self.table,
-            self.cap_w * (1 - self.margin), user_batch=self.base_batch, objective=self.objective,
-        )  # fmt: skip
+        try:
+            self.choice = co_optimize(
+                self.step_model, self.power_model, conv, self.batch_sizes, self.table,
+                self.cap_w * (1 - self.margin), user_batch=self.base_batch,
+                objective=self.objective,
+            )  # fmt: skip
+        except HwtuneInputError as e:  # name the cap the user gave, not the cap less margin
+            if e.field != "power cap":
+                raise
+            raise HwtuneInputError(
+                "power cap", self.cap_w, f"{e.expected}, plus the margin of {self.margin:g}"
+            ) from None
         self._b_noise_at_commit = self.b_noise
         self._refined = 0
         self.phase = "run"
