@@ -752,3 +752,22 @@ def test_an_unreachable_new_cap_is_refused_and_changes_nothing():
     _run(tuner, sim, 100)
     assert tuner.frequency_hz == f_before
     assert not any(iv.over_cap for iv in tuner.history[-5:])
+
+
+@pytest.mark.parametrize("seconds", [-1.0, math.nan, math.inf])
+def test_simulated_idle_never_runs_the_clock_back(seconds):
+    from hwtune.energy.meters.base import MeterError
+
+    sim = _sim()
+    with pytest.raises(MeterError, match="idle"):
+        sim.idle(seconds)
+    assert sim.now_s() == 0.0 and sim.energy_j() == 0.0
+
+
+@pytest.mark.parametrize("interval", [0.0, -0.1, math.nan])
+def test_rapl_sampling_interval_must_be_positive(tmp_path, interval):
+    from hwtune.energy.meters.base import MeterError
+    from hwtune.energy.meters.rapl import RaplDevice
+
+    with pytest.raises(MeterError, match="interval"):
+        RaplDevice(_rapl_tree(tmp_path), interval_s=interval)

@@ -49,6 +49,8 @@ class RaplDevice(BaseDevice):
         interval_s: float = 0.1,
     ) -> None:
         super().__init__(clock)
+        if not (interval_s > 0 and math.isfinite(interval_s)):
+            raise MeterError("interval", interval_s, "a positive finite sampling time in s")
         self.root = Path(root)
         self.name = f"rapl:{self.root}"
         self._sleep = sleep
