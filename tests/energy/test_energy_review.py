@@ -771,3 +771,21 @@ def test_rapl_sampling_interval_must_be_positive(tmp_path, interval):
 
     with pytest.raises(MeterError, match="interval"):
         RaplDevice(_rapl_tree(tmp_path), interval_s=interval)
+
+
+def test_the_tuner_passes_eta_and_maxpower_to_the_mix_objective():
+    """eta = 1 with the mix objective is the energy objective (Zeus §3.1); the tuner used to
+    fix eta at 0.5 and weigh time by the cap."""
+    sim_e, sim_m = _sim(seed=1), _sim(seed=1)
+    t_e = _tuner(sim_e, cap=35.0, objective="energy")
+    t_m = _tuner(sim_m, cap=35.0, objective="mix", eta=1.0, max_power_w=60.0)
+    _run(t_e, sim_e, 300)
+    _run(t_m, sim_m, 300)
+    assert (t_m.batch_size, t_m.frequency_hz) == (t_e.batch_size, t_e.frequency_hz)
+
+
+@pytest.mark.parametrize("kw, field", [({"eta": 1.5}, "eta"), ({"max_power_w": 0.0}, "max power")])
+def test_tuner_rejects_bad_eta_and_maxpower(kw, field):
+    with pytest.raises(HwtuneInputError) as ei:
+        _tuner(_sim(), objective="mix", **kw)
+    assert ei.value.field == field

@@ -131,6 +131,8 @@ class OnlineTuner:
         recommit_ratio: float = 1.5,
         refinements: int = 2,
         max_meter_errors: int = 3,
+        eta: float = 0.5,
+        max_power_w: float | None = None,
     ) -> None:
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
@@ -153,6 +155,10 @@ class OnlineTuner:
         ):  # fmt: skip
             if not (isinstance(n, int) and n >= 0):
                 raise HwtuneInputError(name, n, "a non-negative integer")
+        if not 0 <= eta <= 1:
+            raise HwtuneInputError("eta", eta, "an energy weight in [0, 1]")
+        if max_power_w is not None and not (max_power_w > 0 and math.isfinite(max_power_w)):
+            raise HwtuneInputError("max power", max_power_w, "a positive finite power in W")
         if not (recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
             raise HwtuneInputError("recommit ratio", recommit_ratio, "a finite ratio >= 1")
         if not (control_interval_s > 0 and math.isfinite(control_interval_s)):
@@ -172,6 +178,10 @@ class OnlineTuner:
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.base_batch, self.base_lr, self.lr_rule = int(base_batch), base_lr, lr_rule
         self.objective = objective
+        # Zeus's eta and MAXPOWER for the mix objective (`cooptimizer.cost`); MAXPOWER defaults
+        # to the device's maximum power limit when it reports one, as in Zeus
+        self.eta = eta
+        self.max_power_w = max_power_w
         table = frequencies_hz or device.capabilities().frequencies_hz
         if not table:
             raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
@@ -423,7 +433,7 @@ class OnlineTuner:
             self.choice = co_optimize(
                 self.step_model, self.power_model, conv, self.batch_sizes, self.table,
                 self.cap_w * (1 - self.margin), user_batch=self.base_batch,
-                objective=self.objective,
+                objective=self.objective, eta=self.eta, max_power_w=self._max_power(),
             )  # fmt: skip
         except HwtuneInputError as e:  # name the cap the user gave, not the cap less margin
             if e.field != "power cap":
@@ -438,6 +448,14 @@ class OnlineTuner:
         self._f = self.choice.best.frequency_hz
         if self._recover:
             self._f = self.table[0]
+
+    def _max_power(self) -> float | None:
+        """Zeus's MAXPOWER: the given one, else the device's maximum power limit, else None
+        (the co-optimizer then takes the fitted model's power at the top clock, fully busy)."""
+        if self.max_power_w is not None or self.objective != "mix":
+            return self.max_power_w
+        rng = self.device.capabilities().power_limit_range_w
+        return rng[1] if rng and rng[1] > 0 and math.isfinite(rng[1]) else None
 
     def _refine(self, iv: Interval, util: object) -> None:
         """Learn from the committed point itself: add it to the fitted points and choose again
