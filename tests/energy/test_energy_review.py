@@ -789,3 +789,25 @@ def test_tuner_rejects_bad_eta_and_maxpower(kw, field):
     with pytest.raises(HwtuneInputError) as ei:
         _tuner(_sim(), objective="mix", **kw)
     assert ei.value.field == field
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"module_power_w": [60.0, 15.0]}, ("module_power_w",)),
+        ({"module_power_w": [0.0, 0.0]}, ("module_power_w",)),
+        ({"gpu_frequencies_mhz": [-100.0, 1300.5]}, ("gpu_frequencies_mhz",)),
+    ],
+)
+def test_user_profile_with_bad_power_range_or_clocks(tmp_path, rejects, change, words):
+    """module_power_w[1] is the MAXPOWER of `optimize --objective mix`; an inverted or zero
+    range, or a negative clock, is refused when the profile is read."""
+    import yaml
+
+    from hwtune.energy.profiles import get_profile
+
+    data = get_profile("jetson-agx-orin-64gb").model_dump(mode="json")
+    data.update(change, name="mine", aliases=[])
+    f = tmp_path / "mine.yaml"
+    f.write_text(yaml.safe_dump(data))
+    rejects(["energy", "optimize", "--profile", str(f), "--objective", "mix"], "mine.yaml", *words)
