@@ -180,7 +180,8 @@ def optimize_cmd(
             )
             power = prof.default_power_model()
         res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
-                          cap, user_batch=batch, objective=objective, eta=0.5 if eta is None else eta)  # type: ignore[arg-type]  # fmt: skip
+                          cap, user_batch=batch, objective=objective, eta=0.5 if eta is None else eta,  # type: ignore[arg-type]
+                          max_power_w=prof.module_power_w[1])  # fmt: skip
         if plot is not None:
             from hwtune.report.energy_plot import plot_frontier
 

@@ -160,6 +160,17 @@ def plan_stage_frequencies(
         )
     if not (tolerance >= 0 and math.isfinite(tolerance)):
         raise HwtuneInputError("tolerance", tolerance, "a non-negative finite fraction")
+    for i, st in enumerate(stages):
+        if not (
+            st.forward_s > 0 and st.backward_s > 0
+            and math.isfinite(st.forward_s) and math.isfinite(st.backward_s)
+            and 0 <= st.memory_share < 1
+        ):  # fmt: skip
+            raise HwtuneInputError(
+                f"stage {i}", st, "positive finite times and a memory share in [0, 1)"
+            )
+    if not frequencies_hz or not all(f > 0 and math.isfinite(f) for f in frequencies_hz):
+        raise HwtuneInputError("frequencies", list(frequencies_hz), "positive finite clocks in Hz")
     table = sorted(set(float(f) for f in frequencies_hz))
     if abs(table[-1] - power.f_ref_hz) > 1e3:
         raise HwtuneInputError(

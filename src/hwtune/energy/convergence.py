@@ -36,9 +36,9 @@ class CriticalBatch:
     s_min: float
 
     def __post_init__(self) -> None:
-        if not self.b_noise > 0:
+        if not (self.b_noise > 0 and math.isfinite(self.b_noise)):
             raise HwtuneInputError("b_noise", self.b_noise, "a positive noise scale (samples)")
-        if not self.s_min > 0:
+        if not (self.s_min > 0 and math.isfinite(self.s_min)):
             raise HwtuneInputError("s_min", self.s_min, "a positive number of steps")
 
     @property

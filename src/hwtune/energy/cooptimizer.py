@@ -6,8 +6,12 @@ to P(b, f) <= P_max). Steps come from the critical-batch model (`convergence.py`
 the step and power models. Objectives:
 
 - ``time``: time to target; ``energy``: energy to target (steps x T x P);
-- ``mix``: Zeus's cost η·E + (1 − η)·P_ref·T (You, Chung & Chowdhury, NSDI'23, §3.1, with the
-  cap as P_ref in place of the GPU's maximum power limit).
+- ``mix``: Zeus's cost η·E + (1 − η)·MAXPOWER·T (You, Chung & Chowdhury, NSDI'23, §3.1, Eq. 2,
+  MAXPOWER the GPU's maximum power limit). MAXPOWER is a constant of the device, not the cap:
+  weighting time by the cap would change the metric with the cap, so that a looser cap could
+  choose a point that is worse by the metric of the tighter one. ``max_power_w`` names it
+  (the CLI passes the profile's maximum module power); by default it is the model's power at
+  the top clock with the device fully busy.
 
 For each batch the clocks are scanned up the table; power rises with the clock (the f V^2 term
 outgrows the small fall in utilization), so for the time objective the best clock of a batch is
@@ -112,18 +116,21 @@ def evaluate(
         steps=n,
         time_to_target_s=n * t,
         energy_to_target_j=n * t * p,
-        feasible=p <= cap_w * (1 + 1e-12),
+        feasible=p <= cap_w,  # exactly: a point at the cap fits, one above never does
     )
 
 
-def cost(point: OperatingPoint, objective: Objective, cap_w: float, eta: float = 0.5) -> float:
-    """The objective's value of a point (lower is better)."""
+def cost(
+    point: OperatingPoint, objective: Objective, max_power_w: float, eta: float = 0.5
+) -> float:
+    """The objective's value of a point (lower is better); ``max_power_w`` is Zeus's MAXPOWER
+    (NSDI'23 §3.1, Eq. 2), used by ``mix`` only."""
     if objective == "time":
         return point.time_to_target_s
     if objective == "energy":
         return point.energy_to_target_j
     if objective == "mix":
-        return eta * point.energy_to_target_j + (1 - eta) * cap_w * point.time_to_target_s
+        return eta * point.energy_to_target_j + (1 - eta) * max_power_w * point.time_to_target_s
     raise HwtuneInputError("objective", objective, "time, energy or mix")
 
 
@@ -144,12 +151,24 @@ def pareto_frontier(points: Sequence[OperatingPoint]) -> tuple[OperatingPoint, .
 def _check_inputs(
     batch_sizes: Sequence[int], frequencies_hz: Sequence[float], cap_w: float
 ) -> None:
-    if not batch_sizes or any(int(b) != b or b <= 0 for b in batch_sizes):
+    if not batch_sizes or not all(_is_positive_int(b) for b in batch_sizes):
         raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
-    if not frequencies_hz or any(f <= 0 for f in frequencies_hz):
-        raise HwtuneInputError("frequencies", list(frequencies_hz), "positive clocks in Hz")
+    if not frequencies_hz or not all(
+        isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in frequencies_hz
+    ):
+        raise HwtuneInputError("frequencies", list(frequencies_hz), "positive finite clocks in Hz")
     if not (cap_w > 0 and math.isfinite(cap_w)):
         raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
+
+
+def _is_positive_int(b: object) -> bool:
+    return (
+        isinstance(b, int | float)
+        and not isinstance(b, bool)
+        and math.isfinite(b)
+        and b == int(b)
+        and b > 0
+    )
 
 
 def co_optimize(
@@ -162,12 +181,21 @@ def co_optimize(
     user_batch: int | None = None,
     objective: Objective = "time",
     eta: float = 0.5,
+    max_power_w: float | None = None,
 ) -> CoOptResult:
     """Choose (batch, clock) minimizing ``objective`` subject to power <= ``cap_w``.
 
     ``user_batch`` (default: the largest candidate) is the batch the frequency-only baseline
-    keeps. Raises when no candidate fits the cap (the message names the lowest power found)."""
+    keeps. ``max_power_w`` is Zeus's MAXPOWER for ``mix`` (default: the power model at the
+    top clock, fully busy). Raises when no candidate fits the cap (the message names the lowest
+    power found)."""
     _check_inputs(batch_sizes, frequencies_hz, cap_w)
+    if user_batch is not None and not _is_positive_int(user_batch):
+        raise HwtuneInputError("user batch", user_batch, "a positive integer")
+    if max_power_w is not None and not (
+        isinstance(max_power_w, int | float) and max_power_w > 0 and math.isfinite(max_power_w)
+    ):
+        raise HwtuneInputError("max power", max_power_w, "a positive finite power in W")
     if objective not in ("time", "energy", "mix"):
         raise HwtuneInputError("objective", objective, "time, energy or mix")
     if not 0 <= eta <= 1:
@@ -187,7 +215,8 @@ def co_optimize(
             f"at least {lowest.power_w:.2f} W (the lowest power over the candidates: batch "
             f"{lowest.batch} at {lowest.frequency_hz / 1e6:.0f} MHz)",
         )
-    best = min(feasible, key=lambda p: (cost(p, objective, cap_w, eta), -p.frequency_hz))
+    p_max = max_power_w if max_power_w is not None else power.power_w(freqs[-1], 1.0, 1.0)
+    best = min(feasible, key=lambda p: (cost(p, objective, p_max, eta), -p.frequency_hz))
     at_user = [p for p in feasible if p.batch == ub]
     freq_only = max(at_user, key=lambda p: p.frequency_hz) if at_user else None
     return CoOptResult(

@@ -11,16 +11,13 @@ and the result is deterministic.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from hwtune.cost.power import (
-    dynamic_power_fraction,
-    frequency_ratio_for_power,
-    power_at_frequency,
-)
+from hwtune.cost.power import dynamic_power_fraction, power_at_frequency
 from hwtune.errors import HwtuneInputError
 
 
@@ -33,6 +30,16 @@ class PowerModel:
     f_ref_hz: float
     v_floor: float = 0.6
     memory_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("static_w", "dynamic_w", "memory_w"):
+            v = getattr(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                raise HwtuneInputError(name, v, "a non-negative finite power in W")
+        if not (self.f_ref_hz > 0 and math.isfinite(self.f_ref_hz)):
+            raise HwtuneInputError("f_ref_hz", self.f_ref_hz, "a positive finite clock in Hz")
+        if not 0 <= self.v_floor <= 1:
+            raise HwtuneInputError("v_floor", self.v_floor, "a voltage floor ratio in [0, 1]")
 
     def power_w(self, f_hz: float, utilization: float = 1.0, mem_utilization: float = 0.0) -> float:
         """Average power at clock ``f_hz`` with the given busy shares."""
@@ -52,11 +59,9 @@ class PowerModel:
 
         Utilization is taken as fixed here; `hwtune.energy.cooptimizer` re-evaluates it per clock.
         """
-        r = frequency_ratio_for_power(
-            self.static_w, self.dynamic_w, cap_w, utilization, self.v_floor,
-            self.memory_w, mem_utilization,
-        )  # fmt: skip
-        fits = [f for f in frequencies_hz if f <= r * self.f_ref_hz * (1 + 1e-12)]
+        # each clock's own power, not the closed-form inverse with a rounding slack: that
+        # slack let a clock a hair over the cap through
+        fits = [f for f in frequencies_hz if self.power_w(f, utilization, mem_utilization) <= cap_w]
         return max(fits) if fits else None
 
     def to_dict(self) -> dict[str, float]:
@@ -95,6 +100,19 @@ def fit_power_model(
     at least two clocks, as free parameters. Coefficients are kept non-negative (a negative
     static or dynamic power is dropped and the rest refitted)."""
     pts = list(points)
+    if not (isinstance(f_ref_hz, int | float) and f_ref_hz > 0 and math.isfinite(f_ref_hz)):
+        raise HwtuneInputError("reference clock", f_ref_hz, "a positive finite clock in Hz")
+    if v_floor is not None and not 0 <= v_floor <= 1:
+        raise HwtuneInputError("v_floor", v_floor, "a voltage floor ratio in [0, 1]")
+    for p in pts:  # NaN passes every comparison: a NaN reading used to fit a zero-power model
+        if not all(math.isfinite(x) for x in (p.f_hz, p.power_w, p.utilization, p.mem_utilization)):
+            raise HwtuneInputError("power point", p, "finite numbers")
+        if p.f_hz <= 0 or p.power_w < 0 or not 0 <= p.utilization <= 1:
+            raise HwtuneInputError(
+                "power point", p, "f_hz > 0, power_w >= 0, 0 <= utilization <= 1"
+            )
+        if not 0 <= p.mem_utilization <= 1:
+            raise HwtuneInputError("power point", p, "0 <= mem_utilization <= 1")
     if with_memory is None:
         mems = {round(p.mem_utilization, 6) for p in pts}
         with_memory = len(mems) > 1
@@ -103,11 +121,6 @@ def fit_power_model(
         raise HwtuneInputError("power points", len(pts), f"at least {n_par} measured points")
     if len({round(p.f_hz) for p in pts}) < 2:
         raise HwtuneInputError("power points", "one clock", "points at two or more clocks")
-    for p in pts:
-        if p.f_hz <= 0 or p.power_w < 0 or not 0 <= p.utilization <= 1:
-            raise HwtuneInputError(
-                "power point", p, "f_hz > 0, power_w >= 0, 0 <= utilization <= 1"
-            )
     y = np.array([p.power_w for p in pts])
     grid = V_FLOOR_GRID if v_floor is None else (v_floor,)
     best: tuple[float, PowerModel] | None = None

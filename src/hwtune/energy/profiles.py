@@ -4,6 +4,7 @@ a default power model, as data (``profiles/*.yaml``; every figure names its sour
 from __future__ import annotations
 
 import functools
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -67,6 +68,11 @@ class EdgeProfile(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> EdgeProfile:
         f = self.gpu_frequencies_mhz
+        if not all(x > 0 and math.isfinite(x) for x in f):
+            raise ValueError("gpu_frequencies_mhz must be positive finite clocks")
+        lo, hi = self.module_power_w
+        if not (0 <= lo <= hi and hi > 0 and math.isfinite(hi)):  # hi is Zeus's MAXPOWER
+            raise ValueError("module_power_w must be [min, max] with 0 <= min <= max, max > 0")
         if list(f) != sorted(set(f)):
             raise ValueError("gpu_frequencies_mhz must be strictly increasing")
         if abs(f[-1] - self.gpu_max_mhz) > 1e-6:

@@ -13,6 +13,7 @@ share u_mem = memory / T feed the power model.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,11 +56,25 @@ class StepTimeModel:
     host_s: tuple[float, float] = (0.0, 0.0)
     fmem_ref_hz: float | None = None
 
+    def __post_init__(self) -> None:
+        if not (self.f_ref_hz > 0 and math.isfinite(self.f_ref_hz)):
+            raise HwtuneInputError("f_ref_hz", self.f_ref_hz, "a positive finite clock in Hz")
+        for name in ("compute_s", "memory_s", "host_s"):
+            v = getattr(self, name)
+            if len(v) != 2 or not all(x >= 0 and math.isfinite(x) for x in v):
+                raise HwtuneInputError(name, v, "(fixed, per-sample) non-negative finite seconds")
+        if self.fmem_ref_hz is not None and not (
+            self.fmem_ref_hz > 0 and math.isfinite(self.fmem_ref_hz)
+        ):
+            raise HwtuneInputError("fmem_ref_hz", self.fmem_ref_hz, "a positive finite clock in Hz")
+
     def parts(self, batch: float, f_hz: float, fmem_hz: float | None = None) -> StepParts:
-        if batch <= 0:
+        if not (batch > 0 and math.isfinite(batch)):
             raise HwtuneInputError("batch size", batch, "a positive number of samples")
-        if f_hz <= 0:
+        if not (f_hz > 0 and math.isfinite(f_hz)):
             raise HwtuneInputError("frequency", f_hz, "a positive clock in Hz")
+        if fmem_hz is not None and not (fmem_hz > 0 and math.isfinite(fmem_hz)):
+            raise HwtuneInputError("memory frequency", fmem_hz, "a positive clock in Hz")
         r_mem = 1.0
         if fmem_hz is not None and self.fmem_ref_hz:
             r_mem = self.fmem_ref_hz / fmem_hz
@@ -113,7 +128,12 @@ def fit_step_model(points: Sequence[StepPoint], f_ref_hz: float) -> StepTimeMode
     pts = list(points)
     if len(pts) < 2:
         raise HwtuneInputError("step points", len(pts), "at least two measured points")
-    for p in pts:
+    if not (isinstance(f_ref_hz, int | float) and f_ref_hz > 0 and math.isfinite(f_ref_hz)):
+        raise HwtuneInputError("reference clock", f_ref_hz, "a positive finite clock in Hz")
+    for p in pts:  # NaN passes every comparison: a NaN reading used to fit a zero-time model
+        shares = [x for x in (p.utilization, p.mem_utilization) if x is not None]
+        if not all(math.isfinite(x) for x in (p.batch, p.f_hz, p.time_s, *shares)):
+            raise HwtuneInputError("step point", p, "finite numbers")
         if p.batch <= 0 or p.f_hz <= 0 or p.time_s <= 0:
             raise HwtuneInputError("step point", p, "batch > 0, f_hz > 0, time_s > 0")
     b = np.array([p.batch for p in pts], dtype=float)

@@ -14,7 +14,8 @@ Phases (each step is one call of `OnlineTuner.step_begin` then `OnlineTuner.step
    the clock steps down at once to the highest clock whose prediction fits with margin, the
    prediction's dynamic part recalibrated by the interval just measured (one step more when
    the model was off by more than 10%). Below ``cap x (1 - headroom)`` it steps up one clock
-   when the recalibrated prediction fits. A clock that overshot is not re-entered for
+   when the recalibrated prediction fits (for the ``energy`` and ``mix`` objectives never past
+   the committed clock: there the choice, not the cap, is the target). A clock that overshot is not re-entered for
    ``hold_intervals`` intervals. The first ``refinements`` intervals at a committed point are
    added to the fitted points and the choice is made again (a measurement exactly where it
    matters). A new cap (`set_cap`) or a noise scale that moved by more than
@@ -38,10 +39,12 @@ from hwtune.energy.convergence import (
     scale_learning_rate,
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
-from hwtune.energy.meters.base import PowerDevice
+from hwtune.energy.meters.base import MeterError, PowerDevice
 from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
+
+MAX_PROBE_RETRIES = 2  # a probe whose energy reading went down is run again at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,12 @@ class Interval:
     def over_cap(self) -> bool:
         return self.avg_power_w > self.cap_w
 
+    @property
+    def valid(self) -> bool:
+        """False for a reading no decision may rest on: a zero-length or backwards window, or
+        an energy counter that went down (a driver reload, an unhandled wrap) or is not finite."""
+        return self.end_s > self.start_s and math.isfinite(self.energy_j) and self.energy_j >= 0
+
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["avg_power_w"] = self.avg_power_w
@@ -93,6 +102,7 @@ class _Probe:
     busy: float = 0.0
     mem_busy: float = 0.0
     span: float = 0.0
+    retries: int = 0
 
 
 class OnlineTuner:
@@ -120,25 +130,63 @@ class OnlineTuner:
         hold_intervals: int = 5,
         recommit_ratio: float = 1.5,
         refinements: int = 2,
+        max_meter_errors: int = 3,
+        eta: float = 0.5,
+        max_power_w: float | None = None,
     ) -> None:
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
-        if not batch_sizes or any(b <= 0 for b in batch_sizes):
+        if not batch_sizes or not all(_positive_int(b) for b in batch_sizes):
             raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
+        if not _positive_int(base_batch):
+            raise HwtuneInputError("base batch", base_batch, "a positive integer")
+        if objective not in ("time", "energy", "mix"):
+            raise HwtuneInputError("objective", objective, "time, energy or mix")
+        if lr_rule not in ("linear", "sqrt", "none"):
+            raise HwtuneInputError("lr rule", lr_rule, "linear, sqrt or none")
+        if b_noise is not None and not (b_noise > 0 and math.isfinite(b_noise)):
+            raise HwtuneInputError("b_noise", b_noise, "a positive noise scale (samples)")
+        for name, v in (("margin", margin), ("headroom", headroom)):
+            if not 0 <= v < 1:
+                raise HwtuneInputError(name, v, "a fraction of the cap in [0, 1)")
+        for name, n in (
+            ("hold intervals", hold_intervals), ("refinements", refinements),
+            ("max meter errors", max_meter_errors),
+        ):  # fmt: skip
+            if not (isinstance(n, int) and n >= 0):
+                raise HwtuneInputError(name, n, "a non-negative integer")
+        if not 0 <= eta <= 1:
+            raise HwtuneInputError("eta", eta, "an energy weight in [0, 1]")
+        if max_power_w is not None and not (max_power_w > 0 and math.isfinite(max_power_w)):
+            raise HwtuneInputError("max power", max_power_w, "a positive finite power in W")
+        if not (recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
+            raise HwtuneInputError("recommit ratio", recommit_ratio, "a finite ratio >= 1")
         if not (control_interval_s > 0 and math.isfinite(control_interval_s)):
             raise HwtuneInputError(
                 "control interval", control_interval_s, "a positive finite time in s"
             )
-        if profile_steps < 1 or warmup_steps < 0:
-            raise HwtuneInputError("profile steps", (warmup_steps, profile_steps), ">= 0 and >= 1")
+        if not (
+            isinstance(profile_steps, int) and isinstance(warmup_steps, int)
+            and profile_steps >= 1 and warmup_steps >= 0
+        ):  # fmt: skip
+            raise HwtuneInputError(
+                "warmup steps, profile steps", (warmup_steps, profile_steps),
+                "integers >= 0 and >= 1",
+            )  # fmt: skip
         self.device = device
         self.cap_w = float(cap_w)
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.base_batch, self.base_lr, self.lr_rule = int(base_batch), base_lr, lr_rule
         self.objective = objective
+        # Zeus's eta and MAXPOWER for the mix objective (`cooptimizer.cost`); MAXPOWER defaults
+        # to the device's maximum power limit when it reports one, as in Zeus
+        self.eta = eta
+        self.max_power_w = max_power_w
         table = frequencies_hz or device.capabilities().frequencies_hz
         if not table:
             raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
+        if not all(isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in table):
+            raise HwtuneInputError("frequencies", list(table), "positive finite clocks in Hz")
         self.table = tuple(sorted(float(f) for f in table))
         self.f_ref = self.table[-1]
         self.interval_s = control_interval_s
@@ -174,17 +222,43 @@ class OnlineTuner:
         self._recover = False
         self._held: dict[float, int] = {}
         self._applied_f: float | None = None
+        self.max_meter_errors = max_meter_errors
+        self.meter_errors = 0  # failed readings so far
+        self._meter_fail_run = 0
+        self._iv_open = False
         self._begin_interval()
+        self._iv_open = True
 
     # -- public API -------------------------------------------------------------------------
     def step_begin(self) -> StepPlan:
         if self._applied_f != self._f:
             self.device.set_frequency_hz(self._f)
             self._applied_f = self._f
+        if self.phase == "profile" and self.warmup_steps == 0 and self._todo:
+            pr = self._todo[0]
+            if pr.steps == 0 and pr.t0 is None:  # no warm-up: the window opens with the probe
+                try:
+                    self._open_probe_window(pr, self.device.now_s())
+                except MeterError as e:  # t0 stays None: the probe is run again at its end
+                    self._meter_failed(e)
         lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
         return StepPlan(self._batch, lr, self._f, self.phase)
 
     def step_end(self) -> None:
+        """Account the step just run. A failed meter reading (`MeterError`) loses the open
+        interval and the probe in flight (it is run again) and keeps the clock; more than
+        ``max_meter_errors`` failures in a row re-raise the last one."""
+        try:
+            if not self._iv_open:  # the last reading failed: open a new interval from here
+                self._begin_interval()
+                self._iv_open = True
+            else:
+                self._step_end()
+            self._meter_fail_run = 0
+        except MeterError as e:
+            self._meter_failed(e)
+
+    def _step_end(self) -> None:
         now = self.device.now_s()
         self._iv_steps += 1
         if self.phase == "profile":
@@ -192,6 +266,16 @@ class OnlineTuner:
             self._profile_step(now)
         if now - self._iv_t0 >= self.interval_s or self._iv_force_close:
             self._close_interval(now)
+
+    def _meter_failed(self, e: MeterError) -> None:
+        self.meter_errors += 1
+        self._meter_fail_run += 1
+        if self._meter_fail_run > self.max_meter_errors:
+            raise e
+        self._iv_open = False
+        if self.phase == "profile" and self._todo:
+            pr = self._todo[0]
+            self._todo[0] = _Probe(pr.batch, pr.f_hz, retries=pr.retries)
 
     def observe_gradients(self, g_small_sq: float, g_big_sq: float) -> float | None:
         """Feed squared gradient norms to the noise-scale estimator (if the tuner has one)."""
@@ -206,10 +290,15 @@ class OnlineTuner:
         now = self.device.now_s()
         if self._iv_steps:
             self._close_interval(now)
-        self.cap_w = float(cap_w)
+        old_cap, self.cap_w = self.cap_w, float(cap_w)
         self._held.clear()
         if self.phase == "run":
-            self._commit()
+            try:
+                self._commit()
+            except HwtuneInputError:  # no candidate fits: the call changes nothing
+                self.cap_w = old_cap
+                self._begin_interval()
+                raise
         self._begin_interval()
 
     @property
@@ -241,18 +330,36 @@ class OnlineTuner:
         pr = self._todo[0]
         pr.steps += 1
         if pr.steps == self.warmup_steps:
-            pr.t0, pr.e0 = now, self.device.energy_j()
-            self.device.utilization()  # reset the busy-share window
+            self._open_probe_window(pr, now)
         if pr.steps >= self.warmup_steps + self.profile_steps:
             self._finish_probe(now)
 
+    def _open_probe_window(self, pr: _Probe, now: float) -> None:
+        pr.t0, pr.e0 = now, self.device.energy_j()
+        self.device.utilization()  # reset the busy-share window
+
     def _finish_probe(self, now: float) -> None:
-        pr = self._todo.pop(0)
+        pr = self._todo[0]
+        e1, util = 0.0, None
+        if pr.t0 is not None and now > pr.t0:  # read first: a failed read keeps it in flight
+            e1, util = self.device.energy_j(), self.device.utilization()
+        self._todo.pop(0)
+        if (pr.t0 is None or now <= pr.t0) and pr.retries < MAX_PROBE_RETRIES:
+            # a clock that stood still or ran back: nothing measured, run the probe again
+            self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
+            self._iv_force_close = True
+            self._plan_next_probe()
+            return
         if pr.t0 is not None and now > pr.t0:
             dt = now - pr.t0
             n = pr.steps - self.warmup_steps
-            watts = (self.device.energy_j() - pr.e0) / dt
-            util = self.device.utilization()
+            watts = (e1 - pr.e0) / dt
+            if not (math.isfinite(watts) and watts >= 0):  # the counter went down: a glitch
+                if pr.retries < MAX_PROBE_RETRIES:
+                    self._todo.insert(0, _Probe(pr.batch, pr.f_hz, retries=pr.retries + 1))
+                self._iv_force_close = True
+                self._plan_next_probe()
+                return
             if util is not None:
                 pr.busy, pr.mem_busy = util.gpu, util.memory
             else:
@@ -322,10 +429,18 @@ class OnlineTuner:
         if not self._fit() or self.step_model is None or self.power_model is None:
             raise HwtuneInputError("profiling", len(self.points), "at least two measured points")
         conv = CriticalBatch(b_noise=self.b_noise, s_min=1.0)
-        self.choice = co_optimize(
-            self.step_model, self.power_model, conv, self.batch_sizes, self.table,
-            self.cap_w * (1 - self.margin), user_batch=self.base_batch, objective=self.objective,
-        )  # fmt: skip
+        try:
+            self.choice = co_optimize(
+                self.step_model, self.power_model, conv, self.batch_sizes, self.table,
+                self.cap_w * (1 - self.margin), user_batch=self.base_batch,
+                objective=self.objective, eta=self.eta, max_power_w=self._max_power(),
+            )  # fmt: skip
+        except HwtuneInputError as e:  # name the cap the user gave, not the cap less margin
+            if e.field != "power cap":
+                raise
+            raise HwtuneInputError(
+                "power cap", self.cap_w, f"{e.expected}, plus the margin of {self.margin:g}"
+            ) from None
         self._b_noise_at_commit = self.b_noise
         self._refined = 0
         self.phase = "run"
@@ -333,6 +448,14 @@ class OnlineTuner:
         self._f = self.choice.best.frequency_hz
         if self._recover:
             self._f = self.table[0]
+
+    def _max_power(self) -> float | None:
+        """Zeus's MAXPOWER: the given one, else the device's maximum power limit, else None
+        (the co-optimizer then takes the fitted model's power at the top clock, fully busy)."""
+        if self.max_power_w is not None or self.objective != "mix":
+            return self.max_power_w
+        rng = self.device.capabilities().power_limit_range_w
+        return rng[1] if rng and rng[1] > 0 and math.isfinite(rng[1]) else None
 
     def _refine(self, iv: Interval, util: object) -> None:
         """Learn from the committed point itself: add it to the fitted points and choose again
@@ -387,7 +510,12 @@ class OnlineTuner:
             self._f = self.table[j]
         elif measured < self.cap_w * (1 - self.headroom) and i + 1 < len(self.table):
             up = self.table[i + 1]
-            if up not in self._held and self._predict(up, k) <= budget:
+            # for time the cap is the only limit on the clock; for energy and mix the committed
+            # clock is the optimum itself, and headroom under the cap is no reason to pass it
+            ceiling = self.table[-1]
+            if self.objective != "time" and self.choice is not None:
+                ceiling = self.choice.best.frequency_hz
+            if up <= ceiling and up not in self._held and self._predict(up, k) <= budget:
                 self._f = up
         if (
             self._estimator is not None
@@ -423,7 +551,9 @@ class OnlineTuner:
             self._make_safe()
         elif iv.phase == "run" and self.phase == "run":
             util = self.device.utilization()
-            if not iv.over_cap and self._refined < self.refinements and iv.steps:
+            if not iv.valid:
+                pass  # a meter glitch: keep the clock, learn nothing from this interval
+            elif not iv.over_cap and self._refined < self.refinements and iv.steps:
                 self._refine(iv, util)
             else:
                 self._control(iv)
@@ -456,6 +586,16 @@ class OnlineTuner:
             "choice": self.choice.best.to_dict() if self.choice else None,
             "b_noise": self.b_noise,
         }
+
+
+def _positive_int(b: object) -> bool:
+    return (
+        isinstance(b, int | float)
+        and not isinstance(b, bool)
+        and math.isfinite(b)
+        and b == int(b)
+        and b > 0
+    )
 
 
 def _spread(batches: list[int]) -> list[int]:

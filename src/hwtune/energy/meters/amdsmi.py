@@ -67,7 +67,7 @@ class AmdSmiDevice(BaseDevice):
         acc = d.get("energy_accumulator", d.get("power"))
         if acc is None:
             raise MeterError("amdsmi_get_energy_count", sorted(d), "an energy_accumulator field")
-        return float(acc) * float(d["counter_resolution"]) / 1e6
+        return self._monotone(float(acc) * float(d["counter_resolution"]) / 1e6)
 
     def power_w(self) -> float:
         info = self._call("amdsmi_get_power_info", self.handle)

@@ -117,6 +117,9 @@ class BaseDevice:
         self._last_power_sample: tuple[float, float] | None = None  # (t, W) for integration
         self._integrated_j = 0.0
         self._last_energy_sample: tuple[float, float] | None = None  # (t, J) for power
+        self._counter_last: float | None = None  # raw reading of a vendor energy counter, J
+        self._counter_total = 0.0
+        self.counter_resets = 0
 
     # -- clock -------------------------------------------------------------------------
     def now_s(self) -> float:
@@ -131,6 +134,23 @@ class BaseDevice:
             self._integrated_j += 0.5 * (w0 + watts) * max(0.0, t - t0)
         self._last_power_sample = (t, watts)
         return self._integrated_j
+
+    # -- a vendor energy counter that can restart ----------------------------------------
+    def _monotone(self, raw_j: float) -> float:
+        """The counter's reading, kept monotone across restarts of a cumulative counter from
+        zero (NVML's total energy after a driver reload or GPU reset, an AMD accumulator that
+        wraps): a reading below the previous one adds the reading itself, the energy since
+        the restart, so `energy_j` never decreases (the protocol's promise)."""
+        if self._counter_last is None:
+            self._counter_total = raw_j
+        else:
+            step = raw_j - self._counter_last
+            if step < 0:
+                step = raw_j
+                self.counter_resets += 1
+            self._counter_total += step
+        self._counter_last = raw_j
+        return self._counter_total
 
     # -- power from energy (backends that only count energy) ----------------------------
     def _power_from_energy(self, energy_j: float) -> float | None:

@@ -1,7 +1,8 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py, imported only when a device is opened).
 
 NVML API reference (docs.nvidia.com/deploy/nvml-api): ``nvmlDeviceGetTotalEnergyConsumption``
-(mJ since the driver loaded, Volta and later), ``nvmlDeviceGetPowerUsage`` (mW),
+(mJ since the driver loaded, Volta and later; it restarts
+with the driver, which `energy_j` absorbs), ``nvmlDeviceGetPowerUsage`` (mW),
 ``nvmlDeviceGetUtilizationRates`` (percent of the sample period a kernel ran / memory was
 read or written), ``nvmlDeviceGetSupportedGraphicsClocks`` (MHz, per memory clock),
 ``nvmlDeviceSetGpuLockedClocks`` and ``nvmlDeviceSetPowerManagementLimit`` (mW) — the two
@@ -76,7 +77,7 @@ class NvmlDevice(BaseDevice):
             try:
                 mj = self._call("nvmlDeviceGetTotalEnergyConsumption", self.handle)
                 self._energy_counter = True
-                return mj / 1e3
+                return self._monotone(mj / 1e3)
             except UnsupportedOperation:
                 self._energy_counter = False  # pre-Volta: integrate power samples
         self.power_w()

@@ -10,6 +10,7 @@ every 20 minutes (a 2^38 µJ range), so the meter must be read at least that oft
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ class RaplDevice(BaseDevice):
         interval_s: float = 0.1,
     ) -> None:
         super().__init__(clock)
+        if not (interval_s > 0 and math.isfinite(interval_s)):
+            raise MeterError("interval", interval_s, "a positive finite sampling time in s")
         self.root = Path(root)
         self.name = f"rapl:{self.root}"
         self._sleep = sleep
@@ -67,6 +70,8 @@ class RaplDevice(BaseDevice):
                 continue
             rng_file = d / "max_energy_range_uj"
             rng = read_number(rng_file, READ_PRIVILEGE.format(path=rng_file))
+            if not (rng > 0 and math.isfinite(rng)):
+                raise MeterError(str(rng_file), rng, "a positive counter range in uJ")
             zones.append(_Zone(path=d, name=name, max_range_uj=rng))
         if not zones:
             raise MeterError(
@@ -130,8 +135,8 @@ class RaplDevice(BaseDevice):
         files = self._limit_files()
         if not files:
             super().set_power_limit_w(watts)
-        if not watts > 0:
-            raise MeterError("power limit", watts, "a positive power in W")
+        if not (watts > 0 and math.isfinite(watts)):
+            raise MeterError("power limit", watts, "a positive finite power in W")
         each = int(watts * 1e6 / len(files))
         for f in files:
             write_text(f, str(each), WRITE_PRIVILEGE)

@@ -142,6 +142,11 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
             row = {k: float(v) for k, v in r.items() if v not in (None, "")}
         except (TypeError, ValueError):
             raise MeterError(f"{where} line {n}", r, "numbers in every column") from None
+        # the first row's filled cells name the trace's columns; every row fills them all
+        cols = REQUIRED if not rows else tuple(rows[0])
+        empty = next((k for k in cols if k not in row), None)
+        if empty is not None:
+            raise MeterError(f"{where} line {n}", "", f"a number in {empty} (the cell is empty)")
         bad = next((k for k, v in row.items() if not math.isfinite(v)), None)
         if bad is not None:
             raise MeterError(f"{where} line {n}", row[bad], f"a finite number in {bad}")
@@ -149,5 +154,9 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
             raise MeterError(f"{where} line {n}", row["time_s"], "strictly increasing time_s")
         if row["power_w"] < 0:
             raise MeterError(f"{where} line {n}", row["power_w"], "power_w >= 0")
+        if rows and "energy_j" in row and row["energy_j"] < rows[-1]["energy_j"]:
+            raise MeterError(
+                f"{where} line {n}", row["energy_j"], "a cumulative energy_j that never decreases"
+            )
         rows.append(row)
     return rows

@@ -10,6 +10,7 @@ the locked one) whose predicted power fits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,6 +99,8 @@ class SimulatedDevice(BaseDevice):
         return dt
 
     def idle(self, seconds: float) -> None:
+        if not (seconds >= 0 and math.isfinite(seconds)):  # the virtual clock never runs back
+            raise MeterError("idle", seconds, "a non-negative finite number of seconds")
         self._t += seconds
         self._e += self.power_model.static_w * seconds
         self._span += seconds

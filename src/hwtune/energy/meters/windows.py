@@ -48,7 +48,17 @@ class EnergyMonitor:
             raise MeterError("window", name, f"an open window ({shown})")
         t0, e0 = self._open.pop(name)
         t1, e1 = self.device.now_s(), self.device.energy_j()
-        return Measurement(name=name, start_s=t0, time_s=t1 - t0, energy_j=max(0.0, e1 - e0))
+        # a silent 0 J (or a negative time) would pass for a measurement; say it is none
+        if t1 < t0:
+            raise MeterError(
+                f"window {name}", f"clock went back {t0 - t1:g} s", "a clock that runs forward"
+            )
+        if e1 < e0:
+            raise MeterError(
+                f"window {name}", f"energy went down {e0 - e1:g} J",
+                f"a counter that never decreases ({self.device.name})",
+            )  # fmt: skip
+        return Measurement(name=name, start_s=t0, time_s=t1 - t0, energy_j=e1 - e0)
 
     @property
     def open_windows(self) -> tuple[str, ...]:
