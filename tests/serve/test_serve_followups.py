@@ -196,3 +196,10 @@ def test_serve_plan_at_a_silent_ray_address_exits_2_quickly(rejects):
              "--input-len", "128", "--output-len", "4", "--ray", address, "--json"], "--ray",
             f"got '{address}'", "expected a reachable Ray cluster")  # fmt: skip
     assert time.monotonic() - start < 30.0
+
+
+def test_serve_plan_takes_workers_as_study_does(rejects) -> None:
+    """`--workers` (study's name for the same fan-out) is `--processes` on serve plan: the same
+    checks apply to it."""
+    rejects(["serve", "plan", "--workers", "0"], "processes")
+    rejects(["serve", "plan", "--workers", "2", "--ray", "local"], "processes")

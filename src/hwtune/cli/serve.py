@@ -565,7 +565,12 @@ def plan_cmd(
     objective: Annotated[str, typer.Option(help="gpus|cost")] = "gpus",
     disagg: Annotated[bool, typer.Option("--disagg/--no-disagg", help="also disaggregated")] = True,
     processes: Annotated[
-        int | None, typer.Option(help="worker processes (default: all cores)")
+        int | None,
+        typer.Option(
+            "--processes",
+            "--workers",
+            help="worker processes (default: all cores; --workers as in study)",
+        ),
     ] = None,
     ray: Annotated[
         str | None,
