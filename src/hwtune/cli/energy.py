@@ -106,7 +106,9 @@ def optimize_cmd(
     ] = "jetson-agx-orin-64gb",
     cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
     batch: Annotated[int, typer.Option(help="the user's batch (frequency-only baseline)")] = 64,
-    batches: Annotated[str, typer.Option(help="candidate batches")] = "1,2,4,8,16,32,64,128",
+    batches: Annotated[
+        str, typer.Option(help="candidate batches (--batch is always one too)")
+    ] = "1,2,4,8,16,32,64,128",
     b_noise: Annotated[float, typer.Option(help="gradient noise scale B_noise (samples)")] = 32.0,
     s_min: Annotated[float, typer.Option(help="steps to target at unbounded batch (S_min)")] = 1.0,
     model: Annotated[

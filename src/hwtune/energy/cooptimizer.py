@@ -186,7 +186,8 @@ def co_optimize(
     """Choose (batch, clock) minimizing ``objective`` subject to power <= ``cap_w``.
 
     ``user_batch`` (default: the largest candidate) is the batch the frequency-only baseline
-    keeps. ``max_power_w`` is Zeus's MAXPOWER for ``mix`` (default: the power model at the
+    keeps; it is always a candidate too (keeping the current batch is an option), even when
+    ``batch_sizes`` leaves it out. ``max_power_w`` is Zeus's MAXPOWER for ``mix`` (default: the power model at the
     top clock, fully busy). Raises when no candidate fits the cap (the message names the lowest
     power found)."""
     _check_inputs(batch_sizes, frequencies_hz, cap_w)
