@@ -18,3 +18,50 @@ def test_replay_refuses_a_column_the_first_row_left_empty() -> None:
     ]
     with pytest.raises(MeterError, match="energy_j"):
         ReplayDevice(rows)
+
+
+def test_a_glitched_interval_does_not_end_a_recovery() -> None:
+    """An interval whose counter went down (negative energy, `Interval.valid` False) reads as
+    under the cap; it must not clear the tuner's over-the-cap state, which nothing measured
+    contradicts (it used to: ``_recover = iv.over_cap`` for every interval)."""
+    from hwtune.energy.meters.simulated import SimulatedDevice
+    from hwtune.energy.power_model import PowerModel
+    from hwtune.energy.step_model import StepTimeModel
+    from hwtune.energy.tuner import OnlineTuner
+
+    table = tuple(f * 1e6 for f in (306, 408, 510, 612, 714, 816, 918, 1020))
+    power = PowerModel(static_w=8.0, dynamic_w=36.0, f_ref_hz=table[-1], memory_w=6.0)
+    step = StepTimeModel(
+        f_ref_hz=table[-1],
+        compute_s=(0.004, 0.0065),
+        memory_s=(0.013, 0.005),
+        host_s=(0.03, 0.0005),
+    )
+
+    class Resetting(SimulatedDevice):
+        offset = -1e6
+
+        def energy_j(self) -> float:
+            return self._e - self.offset
+
+    sim = Resetting(step, power, table)
+    tuner = OnlineTuner(
+        sim, 20.0, batch_sizes=(8, 16, 32, 64), base_batch=64, b_noise=32.0,
+        control_interval_s=2.0, refinements=0,
+    )  # fmt: skip
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            plan = tuner.step_begin()
+            sim.run_step(plan.batch_size)
+            tuner.step_end()
+
+    run(400)
+    assert tuner.phase == "run"
+    tuner._recover = True  # as after an interval over the cap
+    sim.offset = sim._e  # the counter restarts from zero
+    n = len(tuner.history)
+    while len(tuner.history) == n:
+        run(1)
+    assert not tuner.history[-1].valid
+    assert tuner._recover
