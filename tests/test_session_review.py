@@ -65,3 +65,30 @@ def test_a_glitched_interval_does_not_end_a_recovery() -> None:
         run(1)
     assert not tuner.history[-1].valid
     assert tuner._recover
+
+
+def test_a_refused_new_cap_keeps_the_held_clocks() -> None:
+    """`OnlineTuner.set_cap` with a cap nothing fits is refused and "changes nothing": the
+    clocks held back after an overshoot stay held (they used to be forgotten)."""
+    from hwtune.energy.meters.simulated import SimulatedDevice
+    from hwtune.energy.power_model import PowerModel
+    from hwtune.energy.step_model import StepTimeModel
+    from hwtune.energy.tuner import OnlineTuner
+    from hwtune.errors import HwtuneInputError
+
+    table = tuple(f * 1e6 for f in (306, 408, 510, 612, 714, 816, 918, 1020))
+    power = PowerModel(static_w=8.0, dynamic_w=36.0, f_ref_hz=table[-1], memory_w=6.0)
+    step = StepTimeModel(f_ref_hz=table[-1], compute_s=(0.004, 0.0065), memory_s=(0.013, 0.005))
+    sim = SimulatedDevice(step, power, table)
+    tuner = OnlineTuner(sim, 20.0, batch_sizes=(8, 16, 32, 64), base_batch=64, b_noise=32.0)
+    for _ in range(300):
+        plan = tuner.step_begin()
+        sim.run_step(plan.batch_size)
+        tuner.step_end()
+    assert tuner.phase == "run"
+    tuner._held = {table[-1]: 3}  # as after the top clock overshot
+    with pytest.raises(HwtuneInputError):
+        tuner.set_cap(1.0)
+    assert tuner.cap_w == 20.0
+    # (closing the open interval first counts one interval of the hold down, as any close does)
+    assert table[-1] in tuner._held

@@ -292,12 +292,12 @@ class OnlineTuner:
         if self._iv_steps:
             self._close_interval(now)
         old_cap, self.cap_w = self.cap_w, float(cap_w)
-        self._held.clear()
+        old_held, self._held = self._held, {}
         if self.phase == "run":
             try:
                 self._commit()
             except HwtuneInputError:  # no candidate fits: the call changes nothing
-                self.cap_w = old_cap
+                self.cap_w, self._held = old_cap, old_held
                 self._begin_interval()
                 raise
         self._begin_interval()
