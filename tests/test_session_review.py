@@ -92,3 +92,26 @@ def test_a_refused_new_cap_keeps_the_held_clocks() -> None:
     assert tuner.cap_w == 20.0
     # (closing the open interval first counts one interval of the hold down, as any close does)
     assert table[-1] in tuner._held
+
+
+def test_study_rows_are_put_in_grid_order_whatever_order_they_were_written(tmp_path) -> None:  # noqa: ANN001
+    """`test_study_order.py`'s two-worker case passes whenever the workers happen to finish in
+    grid order; here the file is written out of order on purpose (and a row of another grid is
+    added first), so the reordering itself is what is checked."""
+    import csv
+
+    from hwtune.train.study import COLUMNS, _in_grid_order, grid, run_study
+
+    pts = grid(["llama3.1-8b"], ["h100-sxm-80gb"], ["default"], [8, 16, 32], 16, 4096)
+    path = run_study(pts, tmp_path, workers=1)
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    foreign = dict(rows[0], n_gpus="64")  # a point outside this grid, from an earlier run
+    fields = list(COLUMNS) + ["error"]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows([foreign, *reversed(rows)])
+    _in_grid_order(path, fields, [p.key for p in pts])
+    with path.open(newline="") as f:
+        assert [r["n_gpus"] for r in csv.DictReader(f)] == ["8", "16", "32", "64"]
