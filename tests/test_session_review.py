@@ -115,3 +115,22 @@ def test_study_rows_are_put_in_grid_order_whatever_order_they_were_written(tmp_p
     _in_grid_order(path, fields, [p.key for p in pts])
     with path.open(newline="") as f:
         assert [r["n_gpus"] for r in csv.DictReader(f)] == ["8", "16", "32", "64"]
+
+
+@pytest.mark.parametrize("key", ["capturable", "differentiable"])
+def test_an_unsupported_torch_group_option_set_true_is_refused(key: str) -> None:
+    """README: capturable and differentiable are not supported. A parameter group that sets
+    one to True used to be kept and silently ignored; it is refused in one line (False/None,
+    which ask for nothing, are still kept)."""
+    import torch
+
+    from hwtune.errors import HwtuneInputError
+    from hwtune.optim import AdamW
+
+    opt = AdamW([torch.nn.Parameter(torch.randn(3))])
+    with pytest.raises(HwtuneInputError) as ei:
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(2))], key: True})
+    assert ei.value.field == f"param_groups[1][{key!r}]" and "\n" not in str(ei.value)
+    assert len(opt.param_groups) == 1
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(2))], key: False})
+    assert len(opt.param_groups) == 2
