@@ -320,14 +320,6 @@ def _stage_problem(u: _Units) -> tuple[list[list[str]], list[float], list[float]
     return st, keep_b, seg_b, cost
 
 
-def _stage_dp(u: _Units, limit: float) -> frozenset[str]:
-    st, keep_b, seg_b, cost = _stage_problem(u)
-    plan = chain_optimal(keep_b, seg_b, cost, limit)
-    return frozenset(
-        r for s, k in zip(st, plan.keep, strict=True) if not k for r in s if r in u.saved
-    )
-
-
 def _stage_family(u: _Units) -> list[frozenset[str]]:
     """The stage DP's plans for every limit at once (its final Pareto states). The
     stage model can misjudge a plan's peak (a rebuilt unsaved tensor may join two dropped
@@ -394,14 +386,3 @@ def _rekeep_family(
         k = next(i for i, p in enumerate(peaks) if p <= lim)
         out.append(_rekeep(u, trajectory[k], lim))
     return out
-
-
-def _greedy(u: _Units, limit: float) -> frozenset[str]:
-    """The greedy plan for one limit: the first trajectory plan that fits (none fits: the
-    lowest peak), then re-keeping. Not monotone in the limit on its own (the re-keeping
-    depends on it); ``plan_checkpointing`` takes the best of a limit-free family instead."""
-    trajectory = _greedy_trajectory(u)
-    peaks = [u.evaluate(d)[0] for d in trajectory]
-    fit = [i for i, p in enumerate(peaks) if p <= limit]
-    k = fit[0] if fit else min(range(len(peaks)), key=peaks.__getitem__)
-    return _rekeep(u, trajectory[k], limit)

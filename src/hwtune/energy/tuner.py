@@ -39,6 +39,7 @@ from hwtune.energy.convergence import (
     scale_learning_rate,
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
+from hwtune.energy.cooptimizer import _is_positive_int as _positive_int
 from hwtune.energy.meters.base import MeterError, PowerDevice
 from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
@@ -291,12 +292,12 @@ class OnlineTuner:
         if self._iv_steps:
             self._close_interval(now)
         old_cap, self.cap_w = self.cap_w, float(cap_w)
-        self._held.clear()
+        old_held, self._held = self._held, {}
         if self.phase == "run":
             try:
                 self._commit()
             except HwtuneInputError:  # no candidate fits: the call changes nothing
-                self.cap_w = old_cap
+                self.cap_w, self._held = old_cap, old_held
                 self._begin_interval()
                 raise
         self._begin_interval()
@@ -544,7 +545,8 @@ class OnlineTuner:
         )  # fmt: skip
         self.history.append(iv)
         was_recovering = self._recover
-        self._recover = iv.over_cap
+        # a glitched reading (`Interval.valid`) says nothing about the cap: keep the last verdict
+        self._recover = iv.over_cap if iv.valid else was_recovering
         if iv.phase == "profile" and iv.over_cap:
             if self._todo and self._todo[0].steps and not self._iv_force_close:
                 self._finish_probe(now)  # cut the probe: it measured enough to learn from
@@ -586,16 +588,6 @@ class OnlineTuner:
             "choice": self.choice.best.to_dict() if self.choice else None,
             "b_noise": self.b_noise,
         }
-
-
-def _positive_int(b: object) -> bool:
-    return (
-        isinstance(b, int | float)
-        and not isinstance(b, bool)
-        and math.isfinite(b)
-        and b == int(b)
-        and b > 0
-    )
 
 
 def _spread(batches: list[int]) -> list[int]:

@@ -306,6 +306,8 @@ def _group_field(gi: int | None, key: str) -> str:
 
 #: torch.optim's implementation selectors, accepted for drop-in use where they select nothing
 _TORCH_SELECTORS = ("foreach", "fused")
+#: torch.optim group options these optimizers do not implement (README: not supported)
+_UNSUPPORTED_GROUP_FLAGS = ("capturable", "differentiable")
 
 
 def _no_torch_kernels(name: str, value: Any) -> None:
@@ -326,6 +328,11 @@ def _check_options(values: dict[str, Any], gi: int | None) -> None:
     for key in _TORCH_SELECTORS:
         if key in values:
             _no_torch_kernels(_group_field(gi, key), values[key])
+    for key in _UNSUPPORTED_GROUP_FLAGS:  # a group key torch would act on: not silently kept
+        if values.get(key) not in (None, False):
+            raise HwtuneInputError(
+                _group_field(gi, key), values[key], f"None or False ({key} is not supported)"
+            )
     bits = values["master_weight_bits"]
     if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
         raise HwtuneInputError(

@@ -138,9 +138,11 @@ class BaseDevice:
     # -- a vendor energy counter that can restart ----------------------------------------
     def _monotone(self, raw_j: float) -> float:
         """The counter's reading, kept monotone across restarts of a cumulative counter from
-        zero (NVML's total energy after a driver reload or GPU reset, an AMD accumulator that
-        wraps): a reading below the previous one adds the reading itself, the energy since
-        the restart, so `energy_j` never decreases (the protocol's promise)."""
+        zero (NVML's total energy after a driver reload or GPU reset, AMD SMI's 64-bit
+        accumulator after a reset): a reading below the previous one adds the reading itself,
+        the energy since the restart, so `energy_j` never decreases (the protocol's promise).
+        Not a wrap handler: a counter that wraps at a fixed range (RAPL's) also needs the
+        energy between the last reading and the range, which `RaplDevice` adds itself."""
         if self._counter_last is None:
             self._counter_total = raw_j
         else:

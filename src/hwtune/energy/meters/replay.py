@@ -147,6 +147,11 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
         empty = next((k for k in cols if k not in row), None)
         if empty is not None:
             raise MeterError(f"{where} line {n}", "", f"a number in {empty} (the cell is empty)")
+        extra = next((k for k in row if rows and k not in rows[0]), None)
+        if extra is not None:  # the columns are the first row's: this one would be ignored
+            raise MeterError(
+                f"{where} line {n}", row[extra], f"an empty {extra}, as on the first row"
+            )
         bad = next((k for k, v in row.items() if not math.isfinite(v)), None)
         if bad is not None:
             raise MeterError(f"{where} line {n}", row[bad], f"a finite number in {bad}")
