@@ -486,3 +486,16 @@ def test_an_optimizer_pickled_before_the_new_keys_gets_their_old_meaning(cls, ke
     assert torch.all(q.detach() < 1)  # minimizing
     twin.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
     assert all(twin.param_groups[1][key] is False for key in keys)
+
+
+@pytest.mark.parametrize("cls", [AdamW, SGD, Lion])
+@pytest.mark.parametrize("key", ["capturable", "differentiable"])
+def test_capturable_and_differentiable_keywords(cls, key):
+    """torch's constructor keywords are taken as None or False (a drop-in call passing
+    ``capturable=False`` raised TypeError); True is refused in one line naming the keyword."""
+    p = nn.Parameter(torch.zeros(8))
+    for ok in (None, False):
+        cls([p], lr=0.1, **{key: ok})
+    with pytest.raises(HwtuneInputError) as err:
+        cls([p], lr=0.1, **{key: True})
+    assert str(err.value).startswith(f"{key}: got True") and "\n" not in str(err.value)

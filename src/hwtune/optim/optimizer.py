@@ -322,6 +322,13 @@ def _no_torch_kernels(name: str, value: Any) -> None:
         )
 
 
+def _unsupported_flag(field: str, key: str, value: Any) -> None:
+    """torch's ``capturable`` / ``differentiable``: taken as None or False (what they ask of
+    torch's own implementations does not apply here); anything else is refused."""
+    if value is not None and value is not False:
+        raise HwtuneInputError(field, value, f"None or False ({key} is not supported)")
+
+
 def _check_options(values: dict[str, Any], gi: int | None) -> None:
     """The per-group options every compact optimizer keeps (see `CompactOptimizer`), and torch's
     implementation selectors where a group gives them."""
@@ -329,10 +336,8 @@ def _check_options(values: dict[str, Any], gi: int | None) -> None:
         if key in values:
             _no_torch_kernels(_group_field(gi, key), values[key])
     for key in _UNSUPPORTED_GROUP_FLAGS:  # a group key torch would act on: not silently kept
-        if values.get(key) not in (None, False):
-            raise HwtuneInputError(
-                _group_field(gi, key), values[key], f"None or False ({key} is not supported)"
-            )
+        if key in values:
+            _unsupported_flag(_group_field(gi, key), key, values[key])
     bits = values["master_weight_bits"]
     if not (_is_real(bits) and isinstance(bits, int) and bits in mw.CORRECTION_DTYPES):
         raise HwtuneInputError(
@@ -372,6 +377,9 @@ class CompactOptimizer(torch.optim.Optimizer):
       use as None or False (the defaults; also as keys of a parameter group) and otherwise
       ignored: these optimizers run their own update (``compile`` fuses it, and on GPUs small
       parameters are updated together in buckets). True is refused with a one-line error.
+    - ``capturable``, ``differentiable``: taken as None or False for drop-in calls (also in a
+      group); True is refused (CUDA-graph capture of the step and autograd through it are not
+      supported).
 
     Subclasses set `moments` (names and kinds of their states), implement `rule` (the update on
     fp32 values) and `hyperparameters` (the scalars `rule` reads, per group and step).
@@ -405,9 +413,13 @@ class CompactOptimizer(torch.optim.Optimizer):
         span_elements: int | None = None,
         foreach: bool | None = None,
         fused: bool | None = None,
+        capturable: bool | None = None,
+        differentiable: bool | None = None,
     ) -> None:
         _no_torch_kernels("foreach", foreach)
         _no_torch_kernels("fused", fused)
+        _unsupported_flag("capturable", "capturable", capturable)
+        _unsupported_flag("differentiable", "differentiable", differentiable)
         _check_options(
             {
                 "master_weight_bits": master_weight_bits,
