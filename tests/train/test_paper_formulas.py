@@ -284,3 +284,15 @@ def test_estimator_zero1_is_reduce_scatter_plus_all_gather():
     hand = one_pass(4 * psi) + one_pass(2 * psi)
     assert e.breakdown["dp_comm_exposed"] == pytest.approx(hand, rel=1e-9)
     assert one_pass(2 * psi) == pytest.approx(ring_all_gather(2 * psi, n, link), rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_dualpipev_in_flight_from_its_phases(p):
+    """deepseek-ai/DualPipe ``dualpipev.py`` on rank 0 of p ranks (2p stages, two chunks of
+    L/(2p) layers per rank): step 1 runs 2(p - 1) chunk-0 forwards, step 2 one F0 and one F1
+    (2p live), and the first overlapped F&B of step 4 allocates its forward before its backward
+    frees: 2p + 1 chunks = p + 1/2 micro-batches of the rank's layers (README: PP + 1 stage
+    activations per device, PP = 2p). DualPipe over p ranks holds p + 1 of its L/p-layer stages."""
+    chunks = 2 * (p - 1) + 2 + 1
+    assert in_flight("dualpipev", p, m=4 * p, v=1) == pytest.approx(chunks / 2, rel=1e-12)
+    assert in_flight("dualpipe", p, m=4 * p, v=1) == pytest.approx(p + 1, rel=1e-12)

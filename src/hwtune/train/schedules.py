@@ -14,7 +14,11 @@ Sources (REFERENCES.md, *Pipeline schedules*):
   rank): the ZB-H1 bubble over half-size chunks, p in flight.
 - DualPipe / DualPipeV: DeepSeek-V3 report §3.2.1 Table 2 and deepseek-ai/DualPipe README:
   bubble (p/2-1)(F&B + B - 3W) with F&B an overlapped forward+backward pair (= F + B when
-  nothing overlaps), 2x parameters (DualPipe) and p+1 micro-batches in flight.
+  nothing overlaps), 2x parameters (DualPipe) and PP+1 stage activations in flight, PP the
+  number of stages: DualPipe p+1 micro-batches of its L/p layers; DualPipeV (2p stages of L/(2p)
+  layers on p ranks, the README's "based on the same number of PP stages") 2p+1 half-rank
+  chunks, i.e. p + 1/2 micro-batches of the rank's layers (``dualpipev.py``: 2(p-1) + 2 warm-up
+  forwards on rank 0, and one more allocated by the first overlapped F&B before its B frees).
 """
 
 from __future__ import annotations
@@ -63,8 +67,10 @@ def in_flight(schedule: str, p: int, m: int, v: int) -> float:
         return float(m)
     if schedule == "interleaved":
         return min(float(m), p * (1 + (p - 1) / (p * v)))
-    if schedule in ("dualpipe", "dualpipev"):
+    if schedule == "dualpipe":
         return min(float(m), p + 1.0)
+    if schedule == "dualpipev":
+        return min(float(m), p + 0.5)
     return float(min(m, p))
 
 
