@@ -296,3 +296,28 @@ def test_dualpipev_in_flight_from_its_phases(p):
     chunks = 2 * (p - 1) + 2 + 1
     assert in_flight("dualpipev", p, m=4 * p, v=1) == pytest.approx(chunks / 2, rel=1e-12)
     assert in_flight("dualpipe", p, m=4 * p, v=1) == pytest.approx(p + 1, rel=1e-12)
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_zero2_reduces_every_micro_batch(m):
+    """Rajbhandari et al. SC'20 §5.2 (P_os+g): each gradient is reduce-scattered as soon as the
+    backward produces it and only the rank's shard (2 Psi / Nd bytes) is kept; with m
+    micro-batches per step that is m reduce-scatters, each (n-1)/n S/B + (n-1) alpha (ZeRO-1
+    accumulates the full gradients and reduces once), plus one all-gather of the updated bf16
+    weights. Nothing overlapped here."""
+    n, psi = 8, 8_030_261_248
+    cl = make_cluster("h100-sxm-80gb", n)
+    link = cl.intra_link()
+
+    def one_pass(size: float) -> float:
+        return (n - 1) / n * size / link.bandwidth + (n - 1) * link.latency
+
+    common = dict(dp=n, seq=4096, global_batch=8 * m, grad_reduce_dtype="bf16",
+                  overlap_grad_reduce=False, overlap_param_gather=False)  # fmt: skip
+    z1 = estimate("llama3.1-8b", cl, zero=1, **common)
+    z2 = estimate("llama3.1-8b", cl, zero=2, **common)
+    assert z1.breakdown["dp_comm_exposed"] == pytest.approx(2 * one_pass(2 * psi), rel=1e-9)
+    assert z2.breakdown["dp_comm_exposed"] == pytest.approx(
+        m * one_pass(2 * psi) + one_pass(2 * psi), rel=1e-9
+    )
+    assert z2.comm_volume_bytes["dp_bytes_per_gpu"] == pytest.approx(m * 2 * psi, rel=1e-12)

@@ -646,6 +646,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     t_dp = 0.0
     t_dp_exposed = 0.0
     t_ag = 0.0
+    rounds = 1
     # NIC sharing: an overlapped gradient reduction that crosses the network runs during the
     # backward, when the expert all-to-alls (also across the network) use the same NICs
     share = 2.0 if (ep > 1 and ep_span.domains > 1 and st.overlap_grad_reduce) else 1.0
@@ -665,8 +666,16 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 t_ag += ag_t(expert_local * copies * 2.0, edp_span, cl)
             else:
                 t_dp += ar_t(grad_bytes_expert, edp_span, cl)
+        # ZeRO-2 holds only its shard of the gradients (the memory model divides them by the
+        # data-parallel size), so each micro-batch's backward reduce-scatters its gradients and
+        # frees them (Rajbhandari et al. SC'20 §5.2; DeepSpeed stage 2 reduces every micro-step);
+        # ZeRO-0/1 accumulate the full gradients locally and reduce once per step
+        rounds = m if st.zero == 2 else 1  # gradient reductions per step
         window = (b + rec) if st.overlap_grad_reduce else 0.0
-        t_dp_exposed = max(t_dp - window, t_dp / n_here if st.overlap_grad_reduce else t_dp)
+        t_dp_exposed = rounds * max(
+            t_dp - window, t_dp / n_here if st.overlap_grad_reduce else t_dp
+        )
+        t_dp *= rounds
         if t_ag:
             t_dp_exposed += max(0.0, t_ag - f) if st.overlap_param_gather else t_ag
     else:
@@ -769,7 +778,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         "offload": t_off,
     }
     volume = {
-        "dp_bytes_per_gpu": (t_dp and (grad_bytes_dense + grad_bytes_expert)) or 0.0,
+        "dp_bytes_per_gpu": (t_dp and rounds * (grad_bytes_dense + grad_bytes_expert)) or 0.0,
         "tp_bytes_per_gpu": (4 * here.n_layers * e * tokens * spec.d_model * m) if tp > 1 else 0.0,
         "ep_a2a_bytes_per_gpu": sum(4 * classes[k].a2a_bytes * c for k, c in here.counts) * m
         if ep > 1
