@@ -28,6 +28,12 @@ def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh) -> nn.Module:
     ignore = expert_param_names(model)
     if ignore:
         DDP._set_params_and_buffers_to_ignore_for_model(model, ignore)
+    # no buffer sync in forward (every rank builds identical buffers): torch >= 2.13 names it
+    # forward_sync_buffers and deprecates broadcast_buffers
+    import inspect
+
+    if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:
+        return DDP(model, process_group=dp_mesh.get_group(), forward_sync_buffers=False)
     return DDP(model, process_group=dp_mesh.get_group(), broadcast_buffers=False)
 
 

@@ -94,7 +94,6 @@ class MoE(nn.Module):
 
     def _dispatch(self, tok: torch.Tensor, eid: torch.Tensor):  # noqa: ANN202
         import torch.distributed as dist
-        from torch.distributed.nn.functional import all_to_all_single
 
         n = dist.get_world_size(self.group)
         owner = torch.tensor(self.owner, device=eid.device)[eid]
@@ -103,15 +102,30 @@ class MoE(nn.Module):
         dist.all_to_all_single(recv, send, group=self.group)
         s, rcv = send.tolist(), recv.tolist()
         out_tok = tok.new_empty((sum(rcv), tok.shape[1]))
-        tok_r = all_to_all_single(out_tok, tok, rcv, s, group=self.group)
+        tok_r = _all_to_all_autograd(out_tok, tok, rcv, s, self.group)
         eid_r = eid.new_empty((sum(rcv),))
         dist.all_to_all_single(eid_r, eid, rcv, s, group=self.group)
 
         def back(y: torch.Tensor) -> torch.Tensor:
             buf = y.new_empty((sum(s), y.shape[1]))
-            return all_to_all_single(buf, y, s, rcv, group=self.group)
+            return _all_to_all_autograd(buf, y, s, rcv, self.group)
 
         return tok_r, eid_r, back
+
+
+def _all_to_all_autograd(out: torch.Tensor, x: torch.Tensor, out_splits: list[int],
+                         in_splits: list[int], group) -> torch.Tensor:  # noqa: ANN001  # fmt: skip
+    """A differentiable all-to-all of ``x``'s rows (the backward runs the reverse exchange):
+    torch's functional collective where it has one with autograd (torch >= 2.13 deprecates
+    ``torch.distributed.nn.functional.all_to_all_single``), else that older autograd wrapper."""
+    import torch.distributed._functional_collectives as funcol
+
+    if hasattr(funcol, "all_to_all_single_autograd") and hasattr(funcol, "wait_tensor"):
+        y = funcol.all_to_all_single_autograd(x, out_splits, in_splits, group)
+        return funcol.wait_tensor(y)
+    from torch.distributed.nn.functional import all_to_all_single
+
+    return all_to_all_single(out, x, out_splits, in_splits, group=group)
 
 
 def _split(x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
