@@ -1,0 +1,374 @@
+"""Property-based invariants of the serving simulator over small random workloads and
+configurations: request accounting, KV-block conservation between events, per-step token and
+sequence limits, determinism, closed-loop concurrency, prefix-cache hits, preemption and
+liveness, and two monotonicity checks."""
+
+from __future__ import annotations
+
+import math
+import os
+import types
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+import hwtune.serve.simulator as sim_mod
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.memory import replica_memory
+from hwtune.serve.metrics import summarize
+from hwtune.serve.request import Request, Workload
+from hwtune.serve.scheduler import Replica
+from hwtune.serve.simulator import simulate
+
+MODEL = get_model("llama3.1-8b")
+DEVICE = get_device("h100-sxm-80gb")
+BASE = ReplicaConfig(MODEL, DEVICE)
+POLICIES = ["vllm", "sarathi", "orca", "prefill-first", "sglang", "static"]
+CHUNKED = {"vllm", "sarathi", "sglang"}
+MAX_EVENTS = 400_000
+"""Events one small run may take before it counts as a livelock."""
+
+
+def _settings(n: int):
+    """``n`` examples (times ``HWTUNE_FUZZ`` for a longer campaign by hand)."""
+    return settings(
+        max_examples=n * int(os.environ.get("HWTUNE_FUZZ", "1")),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+
+class Probe:
+    """Checks run between events (KV conservation) and on every batch formed (limits)."""
+
+    def __init__(self) -> None:
+        self.replicas: list[Replica] = []
+        self.events = 0
+        self.steps = 0
+        self.failures: list[str] = []
+        self.preempted_restarts = 0
+
+    def fail(self, msg: str) -> None:
+        if len(self.failures) < 5:
+            self.failures.append(msg)
+
+    def between_events(self, heap) -> None:
+        self.events += 1
+        if self.events > MAX_EVENTS:
+            raise AssertionError("livelock: too many events for a small workload")
+        reqs: dict[int, object] = {}
+        for rep in self.replicas:
+            for r in list(rep.running) + list(rep.waiting):
+                reqs[id(r)] = r
+        for _t, _s, _k, _a, b in heap:  # prompts on their way to a decode replica
+            for r in b if isinstance(b, list) else [b]:
+                if isinstance(r, Request):
+                    reqs[id(r)] = r
+        for rep in self.replicas:
+            bm = rep.blocks
+            if bm.num_blocks > 4_000 and self.events % 53:
+                continue  # a full check of a big cache at every event is too slow
+            bm.check()
+            refs = sum(bm._ref)
+            held = 0
+            for r in list(rep.running) + list(rep.waiting):
+                held += len(r.blocks)
+            for r in reqs.values():
+                if r.handoff is not None and r.handoff[0] is rep:
+                    held += len(r.handoff[1])
+            if refs != held:
+                self.fail(f"replica {rep.idx}: {refs} block references, requests hold {held}")
+            used = bm.used_blocks
+            if not 0 <= used <= bm.num_blocks:
+                self.fail(f"replica {rep.idx}: {used} used of {bm.num_blocks}")
+            if len(bm._free) + len(bm._lru) + sum(1 for x in bm._ref if x) != bm.num_blocks:
+                self.fail(f"replica {rep.idx}: free + evictable + referenced != capacity")
+
+    def on_batch(self, rep: Replica, batch) -> None:
+        if not batch:
+            return
+        self.steps += 1
+        tokens = sum(q for _r, q in batch)
+        if rep.policy in CHUNKED and tokens > rep.budget:
+            self.fail(f"{rep.policy}: {tokens} tokens over the budget {rep.budget}")
+        if rep.policy in ("orca", "prefill-first") and tokens > rep.budget and len(batch) > 1:
+            self.fail(f"{rep.policy}: {tokens} tokens over budget in a batch of {len(batch)}")
+        if len(rep.running) + rep.held > rep.cfg.max_num_seqs:
+            self.fail(f"{len(rep.running)} running + {rep.held} held > max_num_seqs")
+        if len(batch) > rep.cfg.max_num_seqs:
+            self.fail(f"batch of {len(batch)} > max_num_seqs")
+        if len({id(r) for r, _q in batch}) != len(batch):
+            self.fail("a request twice in one batch")
+        for r, q in batch:
+            if q < 1:
+                self.fail(f"request {r.rid} scheduled with {q} tokens")
+            if r.computed + q > len(r.blocks) * rep.cfg.block_size:
+                self.fail(f"request {r.rid}: {r.computed}+{q} tokens in {len(r.blocks)} blocks")
+            if r.computed < r.target and r.computed + q > r.target:
+                self.fail(f"request {r.rid} prefills past its target")
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """Instrument `Replica` and the event heap of the simulator for one run at a time."""
+    state = {"p": Probe()}
+    init, schedule = Replica.__init__, Replica.schedule
+
+    def init_(self, *a, **k):
+        init(self, *a, **k)
+        state["p"].replicas.append(self)
+
+    def schedule_(self, now, cutoff=math.inf):
+        batch, s = schedule(self, now, cutoff)
+        state["p"].on_batch(self, batch)
+        return batch, s
+
+    real = sim_mod.heapq
+
+    def heappop(heap):
+        state["p"].between_events(heap)
+        return real.heappop(heap)
+
+    monkeypatch.setattr(Replica, "__init__", init_)
+    monkeypatch.setattr(Replica, "schedule", schedule_)
+    monkeypatch.setattr(
+        sim_mod, "heapq", types.SimpleNamespace(heappush=real.heappush, heappop=heappop)
+    )
+
+    def fresh() -> Probe:
+        state["p"] = Probe()
+        return state["p"]
+
+    return fresh
+
+
+def _workload(data, n, closed, seed):
+    """Uniform random lengths up to a drawn maximum (numpy from a drawn seed: hypothesis
+    alone mostly draws short prompts, which never fill the cache)."""
+    rng = np.random.default_rng(seed)
+    plen = rng.integers(1, data.draw(st.sampled_from([16, 300, 1500])) + 1, n)
+    olen = rng.integers(1, data.draw(st.sampled_from([4, 60, 300])) + 1, n)
+    groups = data.draw(st.integers(0, 3))
+    prefix = data.draw(st.integers(1, int(plen.min()) - 1)) if groups and plen.min() > 1 else 0
+    g = tuple(int(x) for x in rng.integers(0, groups, n)) if prefix else ()
+    pl = (prefix,) * n if prefix else ()
+    p, o = tuple(int(x) for x in plen), tuple(int(x) for x in olen)
+    if closed:
+        return Workload(p, o, "closed", data.draw(st.integers(1, 12)), (), g, pl)
+    arr = np.cumsum(rng.exponential(1 / data.draw(st.sampled_from([2.0, 20.0, 200.0])), n))
+    arr -= arr[0]
+    return Workload(p, o, "open", 0, tuple(float(a) for a in arr), g, pl)
+
+
+def _config(data, disagg=False):
+    sched = data.draw(st.sampled_from(["vllm", "orca", "static"] if disagg else POLICIES))
+    overlap = data.draw(st.booleans())
+    pp = data.draw(st.sampled_from([1, 1, 2]))
+    spec = data.draw(st.sampled_from([0, 0, 2]))
+    return BASE.with_(
+        scheduler=sched,
+        block_size=data.draw(st.sampled_from([1, 4, 16, 32])),
+        max_num_batched_tokens=data.draw(st.sampled_from([64, 256, 2048])),
+        chunk_size=data.draw(st.sampled_from([32, 512])),
+        max_num_seqs=data.draw(st.integers(1, 16)),
+        gpu_memory_utilization=data.draw(st.sampled_from([0.9, 0.216, 0.216, 0.22, 0.23])),
+        enable_prefix_caching=data.draw(st.booleans()),
+        overlap_schedule=overlap,
+        pp=pp,
+        host_timeline=overlap and pp == 1 and data.draw(st.booleans()),
+        spec_tokens=spec,
+        spec_acceptance=0.7 if spec else 0.0,
+        frontend_tokens_per_s=data.draw(st.sampled_from([None, None, 2000.0])),
+        reserve_to_completion=data.draw(st.booleans()),
+        eager_prefill=data.draw(st.booleans()),
+    )
+
+
+def _check_requests(res, wl, record_tokens):
+    assert len(res.requests) == len(wl)
+    assert sorted(r.rid for r in res.requests) == list(range(len(wl)))
+    dep = res.deployment
+    bs = (dep.prefill or dep.replica).block_size  # prefill replicas look prefixes up
+    for r in res.requests:
+        assert r.generated == r.output == wl.outputs[r.rid]
+        assert r.arrival <= r.first_scheduled <= r.first_token <= r.finish
+        assert r.ttft > 0
+        assert r.blocks == [] and r.handoff is None
+        if r.output > 1:
+            assert r.tpot == pytest.approx((r.e2e - r.ttft) / (r.output - 1), rel=1e-9, abs=1e-15)
+        else:
+            assert math.isnan(r.tpot)
+        if record_tokens:
+            tt = r.token_times
+            assert len(tt) == r.output
+            assert all(a <= b for a, b in zip(tt, tt[1:], strict=False))
+            assert tt[0] == r.first_token and tt[-1] == r.finish
+    log = res.prefix_log
+    if len(log):
+        assert np.all(log[:, 2] <= log[:, 1] - 1)  # the last prompt token is always computed
+        assert np.all(log[:, 2] % bs == 0)
+    assert np.all(res.itl >= 0)
+    assert np.all(res.kv_util <= 1 + 1e-12) and res.kv_peak <= 1 + 1e-12
+
+
+def _end_state(p: Probe):
+    for rep in p.replicas:
+        bm = rep.blocks
+        bm.check()
+        assert bm.used_blocks == 0, f"replica {rep.idx} leaks {bm.used_blocks} blocks"
+        assert not rep.running and not rep.waiting
+        assert rep.inflight == 0
+
+
+def _run(probe, dep, wl, **kw):
+    p = probe()
+    res = simulate(dep, wl, **kw)
+    assert not p.failures, p.failures
+    _end_state(p)
+    return res, p
+
+
+@_settings(30)
+@given(data=st.data(), n=st.integers(1, 40), closed=st.booleans(), seed=st.integers(0, 99))
+def test_aggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
+    cfg = _config(data)
+    try:
+        mem = replica_memory(cfg)
+    except Exception:
+        assume(False)
+    wl = _workload(data, n, closed, seed)
+    assume(max(p + o for p, o in zip(wl.prompts, wl.outputs, strict=True)) <= mem.kv_tokens)
+    reps = data.draw(st.integers(1, 3))
+    router = data.draw(st.sampled_from(["round-robin", "least-tokens"]))
+    res, p = _run(probe, Deployment(cfg, reps, router), wl, record_tokens=True)
+    _check_requests(res, wl, True)
+    event("preempted" if res.preemptions else "not preempted")
+    event("prefix hits" if res.prefix_hit_tokens else "no prefix hits")
+    if closed:  # never more than C requests in flight
+        ev = sorted([(r.arrival, 1) for r in res.requests] + [(r.finish, -1) for r in res.requests])
+        live = max(np.cumsum([d for _t, d in ev]))
+        assert live <= wl.concurrency
+
+
+@_settings(20)
+@given(data=st.data(), n=st.integers(1, 30), closed=st.booleans(), seed=st.integers(0, 99))
+def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
+    dec = _config(data, disagg=True)
+    pre = _config(data, disagg=True)
+    try:
+        mem, pmem = replica_memory(dec), replica_memory(pre)
+    except Exception:
+        assume(False)
+    wl = _workload(data, n, closed, seed)
+    need = max(p + o for p, o in zip(wl.prompts, wl.outputs, strict=True))
+    assume(need <= min(mem.kv_tokens, pmem.kv_tokens))
+    dep = Deployment(dec, data.draw(st.integers(1, 3)),
+                     data.draw(st.sampled_from(["round-robin", "least-tokens"])), pre,
+                     data.draw(st.integers(1, 2)))  # fmt: skip
+    res, _p = _run(probe, dep, wl)
+    _check_requests(res, wl, False)
+
+
+@_settings(15)
+@given(data=st.data(), n=st.integers(1, 40), closed=st.booleans(), seed=st.integers(0, 99))
+def test_same_inputs_same_results(data, n, closed, seed):
+    cfg = _config(data)
+    try:
+        replica_memory(cfg)
+    except Exception:
+        assume(False)
+    wl = _workload(data, n, closed, seed)
+    dep = Deployment(cfg, data.draw(st.integers(1, 2)))
+    try:
+        a = simulate(dep, wl)
+    except Exception:
+        assume(False)  # too long for the cache: refused the same way every time
+    b = simulate(dep, wl)
+    key = [(r.rid, r.first_scheduled, r.first_token, r.finish, r.preemptions) for r in a.requests]
+    assert key == [
+        (r.rid, r.first_scheduled, r.first_token, r.finish, r.preemptions) for r in b.requests
+    ]
+    sa, sb = summarize(a), summarize(b)
+    sa.pop("wall_s")
+    sb.pop("wall_s")
+    assert sa == sb
+
+
+@_settings(20)
+@given(
+    sched=st.sampled_from(POLICIES),
+    n=st.integers(4, 40),
+    prompt=st.integers(200, 1200),
+    output=st.integers(20, 200),
+    conc=st.integers(6, 16),
+    prefix=st.booleans(),
+)
+def test_preempted_requests_restart_and_finish(probe, sched, n, prompt, output, conc, prefix):
+    """A KV cache of a few thousand tokens under FCFS: requests are preempted, prefilled again
+    from scratch and still all finish (no livelock within `MAX_EVENTS`)."""
+    cfg = BASE.with_(scheduler=sched, gpu_memory_utilization=0.216, enable_prefix_caching=prefix,
+                     max_num_batched_tokens=512)  # fmt: skip
+    cap = replica_memory(cfg).kv_tokens
+    assume(prompt + output <= cap)
+    wl = Workload((prompt,) * n, (output,) * n, "closed", conc)
+    restarts = []
+    orig = Replica._preempt
+
+    def watch(self, victim):
+        orig(self, victim)
+        restarts.append((victim.computed, victim.target, victim.prompt + victim.generated))
+
+    p = probe()
+    Replica._preempt = watch
+    try:
+        res = simulate(cfg, wl)
+    finally:
+        Replica._preempt = orig
+    assert not p.failures, p.failures
+    _end_state(p)
+    _check_requests(res, wl, False)
+    assert all(c == 0 and t == want for c, t, want in restarts)
+    event("preempted" if restarts else "not preempted")
+    assert res.preemptions == len(restarts) == sum(r.preemptions for r in res.requests)
+
+
+def test_the_kv_pressure_case_does_preempt(probe):
+    """The preemption test above is not vacuous: this corner of it preempts."""
+    cfg = BASE.with_(gpu_memory_utilization=0.22, max_num_batched_tokens=512)
+    wl = Workload((1000,) * 24, (200,) * 24, "closed", 12)
+    res, _p = _run(probe, cfg, wl)
+    assert res.preemptions > 0
+
+
+@pytest.mark.parametrize("util", [0.25, 0.5, 0.9])
+@pytest.mark.parametrize("rule", ["total", "free"])
+def test_more_device_memory_never_shrinks_the_kv_cache(util, rule):
+    cfg = BASE.with_(gpu_memory_utilization=util, kv_memory_rule=rule)
+    try:
+        small = replica_memory(cfg).kv_blocks
+    except Exception:
+        small = 0
+    big_dev = DEVICE.model_copy(update={"memory_gib": DEVICE.memory_gib * 2})
+    assert replica_memory(cfg.with_(device=big_dev)).kv_blocks >= small
+
+
+@_settings(10)
+@given(seed=st.integers(0, 1000), rate=st.sampled_from([2.0, 8.0, 20.0]), n=st.integers(10, 60))
+def test_a_second_round_robin_replica_does_not_raise_mean_ttft(seed, rate, n):
+    """Open-loop Poisson arrivals: halving each replica's load should not make the mean TTFT
+    worse. Not a theorem (batching can make one replica's shared prefill step cheaper per
+    request), so a 5% + 1 ms tolerance."""
+    rng = np.random.default_rng(seed)
+    p = rng.integers(50, 1500, n)
+    o = rng.integers(5, 100, n)
+    arr = np.cumsum(rng.exponential(1 / rate, n))
+    arr -= arr[0]
+    wl = Workload(tuple(int(x) for x in p), tuple(int(x) for x in o), "open", 0,
+                  tuple(float(a) for a in arr))  # fmt: skip
+    one = summarize(simulate(Deployment(BASE, 1), wl))["ttft_s"]["mean"]
+    two = summarize(simulate(Deployment(BASE, 2), wl))["ttft_s"]["mean"]
+    assert two <= one * 1.05 + 1e-3
