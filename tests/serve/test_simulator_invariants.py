@@ -104,6 +104,8 @@ class Probe:
         if len({id(r) for r, _q in batch}) != len(batch):
             self.fail("a request twice in one batch")
         for r, q in batch:
+            if r not in rep.running:
+                self.fail(f"request {r.rid} in the batch but not running (preempted?)")
             if q < 1:
                 self.fail(f"request {r.rid} scheduled with {q} tokens")
             if r.computed + q > len(r.blocks) * rep.cfg.block_size:
@@ -389,3 +391,21 @@ def test_a_second_round_robin_replica_does_not_raise_mean_ttft(seed, rate, n):
     one = summarize(simulate(Deployment(BASE, 1), wl))["ttft_s"]["mean"]
     two = summarize(simulate(Deployment(BASE, 2), wl))["ttft_s"]["mean"]
     assert two <= one * 1.05 + 1e-3
+
+
+def test_sarathi_never_preempts_a_request_already_in_the_step(probe):
+    """Sarathi takes decodes before partial prefills; with pp = 2 a prompt that was in flight
+    is still prefilling behind later requests that already decode. When its chunk needed a
+    block, the victim (the running list's tail) could be a decode already taken into the
+    step: it was run in that step after losing its cache, left with 1 computed token and no
+    blocks in the queue (and busy there). The victim is now the tail not yet taken."""
+    rng = np.random.default_rng(0)
+    cfg = BASE.with_(scheduler="sarathi", pp=2, chunk_size=32, max_num_seqs=8,
+                     enable_prefix_caching=False)  # fmt: skip
+    cfg = _small_cache(cfg, 1000)
+    p = tuple(int(x) for x in rng.integers(1, 400, 30))
+    o = tuple(int(x) for x in rng.integers(1, 300, 30))
+    wl = Workload(p, o, "closed", 8)
+    res, _p = _run(probe, cfg, wl)
+    assert res.preemptions > 0
+    _check_requests(res, wl, False)

@@ -180,9 +180,15 @@ class Replica:
         self.running.remove(victim)
         self.waiting.appendleft(victim)
 
-    def _victim(self) -> Request | None:
+    def _victim(self, batch: Batch = ()) -> Request | None:
+        """The most recently admitted running request that is neither in flight nor already
+        taken into the step being formed (``batch``): vLLM preempts from the tail of its
+        running list, which holds only requests not yet scheduled this step. Sarathi's order
+        (decodes before partial prefills) takes some from the tail first; preempting one of
+        those would run it in the step after it lost its cache."""
+        taken = {id(r) for r, _q in batch} if batch else ()
         for r in reversed(self.running):
-            if not r.busy:
+            if not r.busy and id(r) not in taken:
                 return r
         return None
 
@@ -404,7 +410,7 @@ class Replica:
                     budget -= q
                     continue
             while not self._grow(r, q):
-                v = self._victim()
+                v = self._victim(batch)
                 if v is None:
                     break
                 if v is r and any(x.busy for x in self.running):
