@@ -409,3 +409,23 @@ def test_sarathi_never_preempts_a_request_already_in_the_step(probe):
     res, _p = _run(probe, cfg, wl)
     assert res.preemptions > 0
     _check_requests(res, wl, False)
+
+
+@_settings(15)
+@given(data=st.data(), n=st.sampled_from([30, 1, 8]), closed=st.booleans(), seed=st.integers(0, 99))
+def test_fast_forward_equals_step_by_step_for_random_runs(data, n, closed, seed):
+    cfg = _config(data)
+    try:
+        mem = replica_memory(cfg)
+    except Exception:
+        assume(False)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
+    dep = Deployment(cfg, data.draw(st.integers(1, 2)))
+    a = simulate(dep, wl, fast=True, record_steps=True)
+    b = simulate(dep, wl, fast=False, record_steps=True)
+    assert a.n_steps == b.n_steps
+    assert a.preemptions == b.preemptions
+    for x, y in zip(a.requests, b.requests, strict=True):
+        assert x.first_token == pytest.approx(y.first_token, rel=1e-9, abs=1e-12)
+        assert x.finish == pytest.approx(y.finish, rel=1e-9, abs=1e-12)
+    assert a.kv_peak == pytest.approx(b.kv_peak)
