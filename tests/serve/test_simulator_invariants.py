@@ -429,3 +429,35 @@ def test_fast_forward_equals_step_by_step_for_random_runs(data, n, closed, seed)
         assert x.first_token == pytest.approx(y.first_token, rel=1e-9, abs=1e-12)
         assert x.finish == pytest.approx(y.finish, rel=1e-9, abs=1e-12)
     assert a.kv_peak == pytest.approx(b.kv_peak)
+
+
+@_settings(15)
+@given(data=st.data(), n=st.sampled_from([30, 1, 8]), closed=st.booleans(), seed=st.integers(0, 99))
+def test_attention_dp_and_engine_holds_keep_every_invariant(probe, data, n, closed, seed):
+    """Attention data parallelism (per-rank token budget), TensorRT-LLM's attention-DP
+    balancing and batch waiting, on a small MoE model."""
+    dp = data.draw(st.sampled_from([2, 1, 4]))
+    cfg = ReplicaConfig(
+        get_model("olmoe-1b-7b"),
+        DEVICE,
+        dp_attention=dp,
+        ep=dp,
+        scheduler=data.draw(st.sampled_from(["orca", "vllm", "sglang", "sarathi"])),
+        max_num_batched_tokens=data.draw(st.sampled_from([256, 64, 2048])),
+        max_num_seqs=data.draw(st.sampled_from([16, 4, 1])),
+        adp_balance_timeout_iters=data.draw(st.sampled_from([0, 3])),
+        batch_wait_timeout_iters=data.draw(st.sampled_from([0, 2])) if dp == 1 else 0,
+        batch_wait_max_tokens_ratio=data.draw(st.sampled_from([0.0, 0.5])),
+        overlap_schedule=data.draw(st.booleans()),
+        enable_prefix_caching=data.draw(st.booleans()),
+    )
+    tokens = data.draw(st.sampled_from([2000, 600, None]))
+    if tokens is not None:
+        cfg = _small_cache(cfg, tokens)
+    try:
+        mem = replica_memory(cfg)
+    except Exception:
+        assume(False)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens)
+    res, _p = _run(probe, cfg, wl, record_tokens=True)
+    _check_requests(res, wl, True)
