@@ -233,6 +233,16 @@ def _check_requests(res, wl, record_tokens):
         assert np.all(log[:, 2] % bs == 0)
     assert np.all(res.itl >= 0)
     assert np.all(res.kv_util <= 1 + 1e-12) and res.kv_peak <= 1 + 1e-12
+    assert np.all(res.kv_util >= -1e-12)
+    s = summarize(res)
+    assert s["requests"] == len(wl)
+    assert 0 <= s["kv_utilization"]["mean"] <= s["kv_utilization"]["max"] + 1e-12
+    assert 0 <= s["prefix_hit_rate"] < 1
+    ot = s["over_time"]
+    assert all(-1e-12 <= u <= 1 + 1e-12 for u in ot["kv_utilization"])
+    assert all(h is None or 0 <= h < 1 for h in ot["prefix_hit_rate"])
+    for k in ("ttft_s", "e2e_s"):
+        assert s[k]["p50"] <= s[k]["p90"] <= s[k]["p99"]
 
 
 def _end_state(p: Probe):
@@ -252,7 +262,7 @@ def _run(probe, dep, wl, **kw):
     return res, p
 
 
-@_settings(30)
+@_settings(20)
 @given(
     data=st.data(), n=st.sampled_from([30, 1, 8, 60]), closed=st.booleans(), seed=st.integers(0, 99)
 )
