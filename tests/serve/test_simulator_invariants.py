@@ -227,6 +227,9 @@ def _check_requests(res, wl, record_tokens):
             assert len(tt) == r.output
             assert all(a <= b for a, b in zip(tt, tt[1:], strict=False))
             assert tt[0] == r.first_token and tt[-1] == r.finish
+    for r in res.requests:  # found at the first admission: whole blocks of the prompt
+        assert 0 <= r.cached_tokens <= r.prompt - 1 and r.cached_tokens % bs == 0
+    assert sum(r.cached_tokens for r in res.requests) <= res.prefix_hit_tokens
     log = res.prefix_log
     if len(log):
         assert np.all(log[:, 2] <= log[:, 1] - 1)  # the last prompt token is always computed
@@ -471,3 +474,15 @@ def test_attention_dp_and_engine_holds_keep_every_invariant(probe, data, n, clos
     wl = _workload(data, n, closed, seed, mem.kv_tokens)
     res, _p = _run(probe, cfg, wl, record_tokens=True)
     _check_requests(res, wl, True)
+
+
+def test_cached_tokens_count_the_first_admission_only(probe):
+    """A request preempted and prefilled again re-finds its own prompt and output blocks in
+    the prefix cache; its ``cached_tokens`` (the per-request report's column) used to add
+    those hits up and exceed its prompt (1504 cached of a 1000-token prompt here)."""
+    cfg = _small_cache(BASE.with_(max_num_batched_tokens=512), 3000)
+    wl = Workload((1000,) * 24, (300,) * 24, "closed", 8, (), (0,) * 24, (640,) * 24)
+    res, _p = _run(probe, cfg, wl)
+    assert res.preemptions > 0 and res.prefix_hit_tokens > 0
+    _check_requests(res, wl, False)
+    assert max(r.cached_tokens for r in res.requests) == 640

@@ -213,13 +213,11 @@ class Replica:
             r.hashed = len(hits)
             r.computed = len(hits) * bs
             r.last_hash = hashes[len(hits) - 1]
-            r.cached_tokens += r.computed
 
     def _unlookup(self, r: Request) -> None:
         """A waiting request that cannot start gives back the cached blocks it found, so
         waiting requests never hold KV memory (vLLM frees them the same way)."""
         if r.blocks:
-            r.cached_tokens -= r.computed
             self.blocks.release(r.blocks)
             r.blocks = []
             r.computed = r.hashed = 0
@@ -502,6 +500,9 @@ class Replica:
             self.prefix_log.append((now, r.target, r.computed))
         if math.isnan(r.first_scheduled):
             r.first_scheduled = now
+            # found in the cache at its first admission, as vLLM's ``num_cached_tokens`` (set
+            # once): a recompute after a preemption re-finds its own prompt and output blocks
+            r.cached_tokens = r.computed
         self._take(r, q, s)
         batch.append((r, q))
 
