@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import hwtune.serve.simulator as sim_mod
+from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import Deployment, ReplicaConfig
@@ -509,3 +510,18 @@ def test_cached_tokens_count_the_first_admission_only(probe):
     assert res.preemptions > 0 and res.prefix_hit_tokens > 0
     _check_requests(res, wl, False)
     assert max(r.cached_tokens for r in res.requests) == 640
+
+
+def test_a_prefill_replica_needs_room_for_the_prompt_only(probe):
+    """A disaggregated prefill replica holds a prompt's KV and hands it over at the first
+    token: a long output that fits the decode replicas' cache but not the prefill replica's
+    used to be refused ("input-len + output-len ... the prefill KV cache")."""
+    pre = _small_cache(BASE, 2000)
+    wl = Workload((500, 1900, 40), (3000, 200, 2500), "closed", 2)
+    res, _p = _run(probe, Deployment(BASE, prefill=pre), wl)
+    _check_requests(res, wl, False)
+    with pytest.raises(HwtuneInputError, match="input-len"):
+        simulate(Deployment(BASE, prefill=pre), Workload((2100,), (1,), "closed", 1))
+    rtc = pre.with_(reserve_to_completion=True)  # then it reserves the output too
+    with pytest.raises(HwtuneInputError, match="input-len . output-len"):
+        simulate(Deployment(BASE, prefill=rtc), Workload((500,), (3000,), "closed", 1))
