@@ -149,7 +149,7 @@ def probe(monkeypatch):
     return fresh
 
 
-def _workload(data, n, closed, seed, cap):
+def _workload(data, n, closed, seed, cap, prompt_cap=None):
     """Uniform random lengths up to a drawn maximum (numpy from a drawn seed: hypothesis
     alone mostly draws short prompts, which never fill the cache)."""
     rng = np.random.default_rng(seed)
@@ -159,6 +159,8 @@ def _workload(data, n, closed, seed, cap):
     olen = rng.integers(1, data.draw(st.sampled_from([300, 60, 4])) + 1, n)
     olen = np.minimum(olen, cap // 2)
     plen = np.minimum(plen, cap - olen)  # every request fits in the cache alone
+    if prompt_cap is not None:  # and its prompt in a prefill replica's
+        plen = np.minimum(plen, prompt_cap)
     if prefix and plen.min() <= prefix:
         groups = prefix = 0
     g = tuple(int(x) for x in rng.integers(0, groups, n)) if prefix else ()
@@ -301,8 +303,11 @@ def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
         mem, pmem = replica_memory(dec), replica_memory(pre)
     except Exception:
         assume(False)
-    cap = min(mem.kv_tokens - dec.spec_tokens, pmem.kv_tokens - pre.spec_tokens)
-    wl = _workload(data, n, closed, seed, cap)
+    if pre.reserve_to_completion:  # it reserves the output as well
+        cap = min(mem.kv_tokens - dec.spec_tokens, pmem.kv_tokens - pre.spec_tokens)
+    else:
+        cap = mem.kv_tokens - dec.spec_tokens
+    wl = _workload(data, n, closed, seed, cap, pmem.kv_tokens)
     dep = Deployment(dec, data.draw(st.integers(1, 3)),
                      data.draw(st.sampled_from(["round-robin", "least-tokens"])), pre,
                      data.draw(st.integers(1, 2)))  # fmt: skip
