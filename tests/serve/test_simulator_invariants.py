@@ -292,7 +292,7 @@ def test_aggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
         assert live <= wl.concurrency
 
 
-@_settings(20)
+@_settings(12)
 @given(
     data=st.data(), n=st.sampled_from([20, 1, 8, 40]), closed=st.booleans(), seed=st.integers(0, 99)
 )
