@@ -45,6 +45,8 @@ class Request:
     finish: float = math.nan
     preemptions: int = 0
     cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache when the request was first admitted (a recompute
+    after a preemption is not counted again)."""
     busy: bool = False
     replica: int = -1
     spec_credit: float = 0.0

@@ -180,9 +180,15 @@ class Replica:
         self.running.remove(victim)
         self.waiting.appendleft(victim)
 
-    def _victim(self) -> Request | None:
+    def _victim(self, batch: Batch = ()) -> Request | None:
+        """The most recently admitted running request that is neither in flight nor already
+        taken into the step being formed (``batch``): vLLM preempts from the tail of its
+        running list, which holds only requests not yet scheduled this step. Sarathi's order
+        (decodes before partial prefills) takes some from the tail first; preempting one of
+        those would run it in the step after it lost its cache."""
+        taken = {id(r) for r, _q in batch} if batch else ()
         for r in reversed(self.running):
-            if not r.busy:
+            if not r.busy and id(r) not in taken:
                 return r
         return None
 
@@ -207,13 +213,11 @@ class Replica:
             r.hashed = len(hits)
             r.computed = len(hits) * bs
             r.last_hash = hashes[len(hits) - 1]
-            r.cached_tokens += r.computed
 
     def _unlookup(self, r: Request) -> None:
         """A waiting request that cannot start gives back the cached blocks it found, so
         waiting requests never hold KV memory (vLLM frees them the same way)."""
         if r.blocks:
-            r.cached_tokens -= r.computed
             self.blocks.release(r.blocks)
             r.blocks = []
             r.computed = r.hashed = 0
@@ -404,7 +408,7 @@ class Replica:
                     budget -= q
                     continue
             while not self._grow(r, q):
-                v = self._victim()
+                v = self._victim(batch)
                 if v is None:
                     break
                 if v is r and any(x.busy for x in self.running):
@@ -496,6 +500,9 @@ class Replica:
             self.prefix_log.append((now, r.target, r.computed))
         if math.isnan(r.first_scheduled):
             r.first_scheduled = now
+            # found in the cache at its first admission, as vLLM's ``num_cached_tokens`` (set
+            # once): a recompute after a preemption re-finds its own prompt and output blocks
+            r.cached_tokens = r.computed
         self._take(r, q, s)
         batch.append((r, q))
 

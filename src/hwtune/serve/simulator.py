@@ -134,14 +134,22 @@ def iteration_model(cfg: ReplicaConfig) -> IterationModel:
     return m
 
 
-def _check_lengths(reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str) -> None:
+def _check_lengths(
+    reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str,
+    prompt_only: bool = False,
+) -> None:  # fmt: skip
+    """Refuse a request that the cache could never hold alone. ``prompt_only``: a prefill
+    replica of a disaggregated deployment, which holds a prompt's KV and never decodes (unless
+    it reserves blocks to completion, `ReplicaConfig.reserve_to_completion`)."""
     cap = mem.kv_tokens * cfg.dp_attention
-    drafts = cfg.decode_queries - 1  # a verification step holds its drafts' KV too
-    field = "input-len + output-len" + (" + spec-tokens" if drafts else "")
+    drafts = 0 if prompt_only else cfg.decode_queries - 1  # a verification step's drafts' KV
+    field = "input-len" if prompt_only else "input-len + output-len"
+    field += " + spec-tokens" if drafts else ""
     for r in reqs:
-        if r.prompt + r.output + drafts > cap:
+        need = r.prompt if prompt_only else r.prompt + r.output + drafts
+        if need > cap:
             raise HwtuneInputError(
-                field, r.prompt + r.output + drafts,
+                field, need,
                 f"at most {cap} tokens, the {what} KV cache of {mem.kv_blocks} blocks of "
                 f"{cfg.block_size} tokens (request {r.rid})",
             )  # fmt: skip
@@ -198,7 +206,7 @@ def simulate(
     _check_lengths(reqs, cfg, mem, "decode" if disagg else "replica")
     if disagg:
         assert pcfg is not None and pmem is not None
-        _check_lengths(reqs, pcfg, pmem, "prefill")
+        _check_lengths(reqs, pcfg, pmem, "prefill", not pcfg.reserve_to_completion)
     entry = preps if disagg else reps
 
     heap: list[tuple[float, int, int, object, object]] = []
