@@ -198,6 +198,15 @@ def _config(data, disagg=False):
     return cfg if tokens is None else _small_cache(cfg, tokens)
 
 
+def _memory_or_redraw(cfg: ReplicaConfig):  # noqa: ANN202
+    """The replica's memory plan; a drawn layout that does not fit (a one-line
+    `HwtuneInputError`) is drawn again. Any other exception is a bug and fails the test."""
+    try:
+        return replica_memory(cfg)
+    except HwtuneInputError:
+        assume(False)
+
+
 def _small_cache(cfg: ReplicaConfig, tokens: int) -> ReplicaConfig:
     """``cfg`` with the smallest ``gpu_memory_utilization`` whose KV cache holds ``tokens``."""
     lo, hi = 0.05, 0.9
@@ -205,7 +214,7 @@ def _small_cache(cfg: ReplicaConfig, tokens: int) -> ReplicaConfig:
         mid = (lo + hi) / 2
         try:
             ok = replica_memory(cfg.with_(gpu_memory_utilization=mid)).kv_tokens >= tokens
-        except Exception:
+        except HwtuneInputError:
             ok = False
         lo, hi = (lo, mid) if ok else (mid, hi)
     return cfg.with_(gpu_memory_utilization=hi)
@@ -275,10 +284,7 @@ def _run(probe, dep, wl, **kw):
 )
 def test_aggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
     cfg = _config(data)
-    try:
-        mem = replica_memory(cfg)
-    except Exception:
-        assume(False)
+    mem = _memory_or_redraw(cfg)
     wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
     reps = data.draw(st.integers(1, 3))
     router = data.draw(st.sampled_from(["round-robin", "least-tokens"]))
@@ -301,7 +307,7 @@ def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
     pre = _config(data, disagg=True)
     try:
         mem, pmem = replica_memory(dec), replica_memory(pre)
-    except Exception:
+    except HwtuneInputError:
         assume(False)
     if pre.reserve_to_completion:  # it reserves the output as well
         cap = min(mem.kv_tokens - dec.spec_tokens, pmem.kv_tokens - pre.spec_tokens)
@@ -319,10 +325,7 @@ def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
 @given(data=st.data(), n=st.integers(1, 40), closed=st.booleans(), seed=st.integers(0, 99))
 def test_same_inputs_same_results(data, n, closed, seed):
     cfg = _config(data)
-    try:
-        mem = replica_memory(cfg)
-    except Exception:
-        assume(False)
+    mem = _memory_or_redraw(cfg)
     wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
     dep = Deployment(cfg, data.draw(st.integers(1, 2)))
     a = simulate(dep, wl)
@@ -402,16 +405,16 @@ def test_more_device_memory_never_shrinks_the_kv_cache(
         cfg = BASE.with_(model=get_model(model), tp=tp, gpu_memory_utilization=util,
                          kv_memory_rule=rule, block_size=block, max_num_seqs=seqs,
                          spec_tokens=spec, kv_dtype=kv)  # fmt: skip
-    except Exception:
+    except HwtuneInputError:
         assume(False)
     try:
         small = replica_memory(cfg).kv_blocks
-    except Exception:
+    except HwtuneInputError:
         small = 0
     big_dev = DEVICE.model_copy(update={"memory_gib": DEVICE.memory_gib * factor})
     try:
         big = replica_memory(cfg.with_(device=big_dev)).kv_blocks
-    except Exception:
+    except HwtuneInputError:
         assert small == 0
         return
     assert big >= small
@@ -457,10 +460,7 @@ def test_sarathi_never_preempts_a_request_already_in_the_step(probe):
 @given(data=st.data(), n=st.sampled_from([30, 1, 8]), closed=st.booleans(), seed=st.integers(0, 99))
 def test_fast_forward_equals_step_by_step_for_random_runs(data, n, closed, seed):
     cfg = _config(data)
-    try:
-        mem = replica_memory(cfg)
-    except Exception:
-        assume(False)
+    mem = _memory_or_redraw(cfg)
     wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
     dep = Deployment(cfg, data.draw(st.integers(1, 2)))
     a = simulate(dep, wl, fast=True, record_steps=True)
@@ -496,10 +496,7 @@ def test_attention_dp_and_engine_holds_keep_every_invariant(probe, data, n, clos
     tokens = data.draw(st.sampled_from([2000, 600, None]))
     if tokens is not None:
         cfg = _small_cache(cfg, tokens)
-    try:
-        mem = replica_memory(cfg)
-    except Exception:
-        assume(False)
+    mem = _memory_or_redraw(cfg)
     wl = _workload(data, n, closed, seed, mem.kv_tokens)
     res, _p = _run(probe, cfg, wl, record_tokens=True)
     _check_requests(res, wl, True)
