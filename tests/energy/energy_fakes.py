@@ -19,3 +19,14 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def run_steps(tuner, sim, steps: int, events=None) -> None:  # noqa: ANN001
+    """Drive an online tuner on a simulated device for ``steps`` training steps; ``events``
+    maps a step index to a call made just before it (a cap change, a power jump)."""
+    for i in range(steps):
+        if events and i in events:
+            events[i]()
+        plan = tuner.step_begin()
+        sim.run_step(plan.batch_size)
+        tuner.step_end()

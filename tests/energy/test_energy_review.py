@@ -11,6 +11,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
+from energy_fakes import run_steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -153,15 +154,6 @@ def _tuner(sim, cap=20.0, **kw):
     return OnlineTuner(sim, cap, **args)
 
 
-def _run(tuner, sim, steps, at=None):
-    for i in range(steps):
-        if at and i in at:
-            at[i]()
-        plan = tuner.step_begin()
-        sim.run_step(plan.batch_size)
-        tuner.step_end()
-
-
 @pytest.mark.parametrize(
     "kw, field",
     [
@@ -226,9 +218,9 @@ def test_a_counter_reset_while_refining_does_not_stop_training():
     sim = _ResettingSim.make()
     tuner = _tuner(sim)
     while tuner.phase != "run":
-        _run(tuner, sim, 1)
+        run_steps(tuner, sim, 1)
     sim.reset_counter()
-    _run(tuner, sim, 200)
+    run_steps(tuner, sim, 200)
     assert tuner.phase == "run"
     _check_choice(tuner, 20.0)
     assert all(p[2] >= 0 for p in tuner.points)  # no negative-power point was learned
@@ -238,7 +230,7 @@ def test_a_counter_reset_while_refining_does_not_stop_training():
 def test_a_counter_reset_while_profiling_is_measured_again(at_step):
     sim = _ResettingSim.make()
     tuner = _tuner(sim)
-    _run(tuner, sim, 300, at={at_step: sim.reset_counter})
+    run_steps(tuner, sim, 300, events={at_step: sim.reset_counter})
     assert tuner.phase == "run"
     _check_choice(tuner, 20.0)
     assert all(p[2] >= 0 for p in tuner.points)
@@ -249,12 +241,12 @@ def test_a_counter_reset_in_steady_state_does_not_raise_the_clock():
     step the clock up (nothing was learned)."""
     sim = _ResettingSim.make()
     tuner = _tuner(sim, cap=20.0, refinements=0)
-    _run(tuner, sim, 400)
+    run_steps(tuner, sim, 400)
     f_before, n = tuner.frequency_hz, len(tuner.history)
     sim.reset_counter()
     # run exactly until the glitched interval closes
     while len(tuner.history) == n:
-        _run(tuner, sim, 1)
+        run_steps(tuner, sim, 1)
     assert tuner.frequency_hz == f_before
     assert tuner.history[-1].energy_j < 0  # the glitched interval is recorded as it was read
 
@@ -276,7 +268,7 @@ def test_the_tuner_is_deterministic_for_a_seed():
     def history(seed):
         sim = _sim(seed=seed, time_noise=0.03)
         tuner = _tuner(sim)
-        _run(tuner, sim, 250)
+        run_steps(tuner, sim, 250)
         return [iv.to_dict() for iv in tuner.history]
 
     assert history(7) == history(7)
@@ -562,7 +554,7 @@ def test_no_warmup_steps_still_measures_every_probe():
     step, so no point was ever measured and step_end raised 'profiling' after profiling."""
     sim = _sim(seed=3, time_noise=0.02)
     tuner = _tuner(sim, warmup_steps=0)
-    _run(tuner, sim, 300)
+    run_steps(tuner, sim, 300)
     assert tuner.phase == "run"
     assert len(tuner.points) >= 6
     _check_choice(tuner, 20.0)
@@ -589,7 +581,7 @@ def test_a_clock_that_stands_still_during_a_probe_gets_the_probe_run_again():
         sim.frozen_at = None
         probes_before = len(tuner.points)
 
-    _run(tuner, sim, 300, at={0: freeze, 4: thaw})
+    run_steps(tuner, sim, 300, events={0: freeze, 4: thaw})
     assert probes_before == 0  # the frozen probe measured nothing ...
     assert tuner.phase == "run"
     # ... and was measured again: three batches at the low clock plus the high-clock probes
@@ -666,7 +658,7 @@ def test_the_tuner_reaches_the_offline_optimum_of_its_objective(objective, cap):
     57% over the energy optimum at a 35 W cap."""
     sim = _sim(seed=int(cap), time_noise=0.02)
     tuner = _tuner(sim, cap=cap, objective=objective)
-    _run(tuner, sim, 400)
+    run_steps(tuner, sim, 400)
     off = co_optimize(STEP, POWER, CONV, BATCHES, TABLE, cap, objective=objective).best
     got = evaluate(tuner.batch_size, tuner.frequency_hz, STEP, POWER, CONV, cap)
     p_max = POWER.power_w(F_MAX, 1.0, 1.0)
@@ -706,7 +698,7 @@ def test_a_transient_meter_failure_does_not_stop_training(at_step):
     propagate out of step_end and stop the training loop."""
     sim = _flaky_sim()
     tuner = _tuner(sim)
-    _run(tuner, sim, 400, at={at_step: _fail(sim, 2)})
+    run_steps(tuner, sim, 400, events={at_step: _fail(sim, 2)})
     assert tuner.meter_errors >= 1
     assert tuner.phase == "run"
     _check_choice(tuner, 20.0)
@@ -722,10 +714,10 @@ def test_a_dead_meter_is_reported_after_max_meter_errors():
 
     sim = _flaky_sim()
     tuner = _tuner(sim, max_meter_errors=3)
-    _run(tuner, sim, 20)
+    run_steps(tuner, sim, 20)
     sim.failing = 10**9
     with pytest.raises(MeterError, match="read failed"):
-        _run(tuner, sim, 10)
+        run_steps(tuner, sim, 10)
     assert tuner.meter_errors == 4
 
 
@@ -743,13 +735,13 @@ def test_max_frequency_is_exact_at_the_cap(shares):
 def test_an_unreachable_new_cap_is_refused_and_changes_nothing():
     sim = _sim()
     tuner = _tuner(sim, cap=20.0)
-    _run(tuner, sim, 200)
+    run_steps(tuner, sim, 200)
     f_before = tuner.frequency_hz
     with pytest.raises(HwtuneInputError) as ei:
         tuner.set_cap(1.0)
     assert ei.value.field == "power cap" and ei.value.value == 1.0  # the user's cap, not 0.99
     assert tuner.cap_w == 20.0
-    _run(tuner, sim, 100)
+    run_steps(tuner, sim, 100)
     assert tuner.frequency_hz == f_before
     assert not any(iv.over_cap for iv in tuner.history[-5:])
 
@@ -779,8 +771,8 @@ def test_the_tuner_passes_eta_and_maxpower_to_the_mix_objective():
     sim_e, sim_m = _sim(seed=1), _sim(seed=1)
     t_e = _tuner(sim_e, cap=35.0, objective="energy")
     t_m = _tuner(sim_m, cap=35.0, objective="mix", eta=1.0, max_power_w=60.0)
-    _run(t_e, sim_e, 300)
-    _run(t_m, sim_m, 300)
+    run_steps(t_e, sim_e, 300)
+    run_steps(t_m, sim_m, 300)
     assert (t_m.batch_size, t_m.frequency_hz) == (t_e.batch_size, t_e.frequency_hz)
 
 

@@ -5,6 +5,7 @@ interval — with noise, with a mid-run change of the chip's power draw, and wit
 from __future__ import annotations
 
 import pytest
+from energy_fakes import run_steps
 from test_cooptimizer import BATCHES, POWER, PROF, STEP, TABLE, brute_force
 
 from hwtune.energy.convergence import CriticalBatch, NoiseScaleEstimator
@@ -16,15 +17,6 @@ from hwtune.errors import HwtuneInputError
 
 WARMUP, PROFILE = 1, 3
 MAX_PROFILE_STEPS = 2 * 3 * (WARMUP + PROFILE) + 2 * (WARMUP + PROFILE)  # 6 probes + 2 re-runs
-
-
-def run(tuner, sim, steps, events=None):
-    for i in range(steps):
-        if events and i in events:
-            events[i]()
-        plan = tuner.step_begin()
-        sim.run_step(plan.batch_size)
-        tuner.step_end()
 
 
 def consecutive_over_cap(tuner):
@@ -41,7 +33,7 @@ def test_reaches_the_optimum_in_bounded_profiling(cap):
     sim = SimulatedDevice(STEP, POWER, TABLE, seed=int(cap), time_noise=0.02)
     tuner = OnlineTuner(sim, cap, BATCHES, base_batch=64, convergence=conv,
                         control_interval_s=2.0, warmup_steps=WARMUP, profile_steps=PROFILE)  # fmt: skip
-    run(tuner, sim, 300)
+    run_steps(tuner, sim, 300)
     assert tuner.phase == "run"
     assert tuner.profile_step_count <= MAX_PROFILE_STEPS
     truth = brute_force(conv, cap)
@@ -72,7 +64,7 @@ def test_live_feedback_when_the_chip_draws_more_then_less(scale):
         t["cool"] = sim.now_s()
         sim.dynamic_scale = 1.0
 
-    run(tuner, sim, 500, {150: hot, 350: cool})
+    run_steps(tuner, sim, 500, {150: hot, 350: cool})
     assert consecutive_over_cap(tuner) <= 1
     runs = [iv for iv in tuner.history if iv.phase == "run"]
     f0 = tuner.choice.best.frequency_hz
@@ -88,9 +80,9 @@ def test_new_cap_is_kept_from_the_next_interval():
     conv = CriticalBatch(32.0, 1000.0)
     sim = SimulatedDevice(STEP, POWER, TABLE, seed=2, time_noise=0.02)
     tuner = OnlineTuner(sim, 30.0, BATCHES, base_batch=64, convergence=conv, control_interval_s=2.0)
-    run(tuner, sim, 200)
+    run_steps(tuner, sim, 200)
     tuner.set_cap(16.0)
-    run(tuner, sim, 200)
+    run_steps(tuner, sim, 200)
     after = [iv for iv in tuner.history if iv.cap_w == 16.0]
     assert after and not any(iv.over_cap for iv in after)
     got = evaluate(tuner.batch_size, tuner.frequency_hz, STEP, POWER, conv, 16.0)
@@ -102,7 +94,7 @@ def test_learning_rate_follows_the_batch():
     sim = SimulatedDevice(STEP, POWER, TABLE, seed=3)
     tuner = OnlineTuner(sim, 20.0, BATCHES, base_batch=64, base_lr=1e-3, lr_rule="sqrt",
                         convergence=conv)  # fmt: skip
-    run(tuner, sim, 100)
+    run_steps(tuner, sim, 100)
     plan = tuner.step_begin()
     assert plan.lr == pytest.approx(1e-3 * (plan.batch_size / 64) ** 0.5)
 
@@ -113,10 +105,10 @@ def test_noise_scale_growth_raises_the_batch():
     est = NoiseScaleEstimator(b_small=4, b_big=64, ema=0.0)
     tuner = OnlineTuner(sim, 25.0, BATCHES, base_batch=64, convergence=est, control_interval_s=2.0)
     tuner.observe_gradients(1.0 + 8.0 / 4, 1.0 + 8.0 / 64)  # B_simple = 8
-    run(tuner, sim, 120)
+    run_steps(tuner, sim, 120)
     small = tuner.batch_size
     tuner.observe_gradients(1.0 + 512.0 / 4, 1.0 + 512.0 / 64)  # B_simple = 512
-    run(tuner, sim, 60)
+    run_steps(tuner, sim, 60)
     assert tuner.b_noise == pytest.approx(512.0)
     assert tuner.batch_size > small
 
