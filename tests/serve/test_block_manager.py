@@ -27,6 +27,7 @@ def test_prefix_hits_share_blocks_and_lru_evicts_oldest():
     assert bm.free_blocks == 4
     hits = bm.lookup([111, 222, 333])
     assert hits == a and bm.used_blocks == 2
+    bm.touch()  # admitted
     bm.release(hits)
     # fill the cache: the never-cached blocks go first, then the least recently freed
     x = bm.allocate(2)
@@ -34,6 +35,7 @@ def test_prefix_hits_share_blocks_and_lru_evicts_oldest():
     y = bm.allocate(1)
     assert y[0] == a[1]  # released tail-first: block a[1] entered the LRU first
     assert bm.lookup([111]) == [a[0]]  # a[0] still cached
+    bm.touch()
     assert bm.lookup([222]) == []  # evicted with its hash
     bm.check()
 
@@ -56,11 +58,52 @@ def test_random_operations_keep_invariants(ops):
             bm.release(held.pop(n % len(held)))
         else:
             hits = bm.lookup([n % 7, (n + 1) % 7])
-            if hits:
+            if hits and n % 2:
+                bm.touch()
                 held.append(hits)
+            else:
+                bm.unlookup(hits)
         assert 0 <= bm.used_blocks <= bm.num_blocks
         bm.check()
     for blocks in held:
         bm.release(blocks)
     assert bm.used_blocks == 0
     bm.check()
+
+
+def test_a_lookup_that_is_not_admitted_leaves_the_lru_order():
+    """vLLM V1 touches a request's cached blocks only once its new blocks fit
+    (``KVCacheManager.allocate_slots``): a request that finds its prefix but cannot start must
+    not make that prefix the most recently used, or it outlives blocks freed after it."""
+    bm = BlockManager(3, 16)
+    a = bm.allocate(1)
+    bm.register(a[0], 111)
+    b = bm.allocate(1)
+    bm.register(b[0], 222)
+    bm.release(a)  # a freed first: least recently used
+    bm.release(b)
+    hits = bm.lookup([111])
+    assert hits == a and bm.free_blocks == 2
+    assert bm.allocate(3) is None  # the pinned block cannot be taken
+    bm.unlookup(hits)  # not admitted
+    bm.check()
+    assert bm.free_blocks == 3
+    assert bm.allocate(2)[1] == a[0]  # the never-cached block, then a: still the oldest
+    assert bm.lookup([111]) == [] and bm.lookup([222]) == b
+
+
+def test_an_admitted_lookup_refreshes_and_an_allocation_skips_pinned_blocks():
+    bm = BlockManager(3, 16)
+    blocks = bm.allocate(3)
+    for i, blk in enumerate(blocks):
+        bm.register(blk, 100 + i)
+    bm.release(blocks)  # LRU order: blocks[2], blocks[1], blocks[0]
+    assert bm.lookup([102]) == [blocks[2]]
+    got = bm.allocate(1)  # passes over the pinned oldest block
+    assert got == [blocks[1]]
+    bm.touch()
+    bm.release([blocks[2]])  # admitted, run, freed: now the most recent
+    bm.release(got)  # evicted, so its hash is gone: a never-cached free block again
+    bm.check()
+    assert bm.allocate(2) == [blocks[1], blocks[0]]  # free first, then the oldest cached
+    assert bm.lookup([102]) == [blocks[2]]

@@ -6,6 +6,12 @@ as in vLLM's automatic prefix caching (vLLM docs, "Automatic Prefix Caching", de
 the prefix tokens up to and including the block). A new request reuses the cached blocks of its
 longest cached prefix. Blocks whose reference count falls to zero stay cached and evictable;
 allocation takes never-cached free blocks first, then evicts the least recently freed (LRU).
+
+A lookup takes its cached blocks only when the request is admitted (`BlockManager.touch`): a
+request that finds its prefix but cannot start gives the blocks back where they were in the LRU
+order (`BlockManager.unlookup`). vLLM V1's ``KVCacheManager.allocate_slots`` returns before it
+touches the computed blocks when the new ones do not fit, so a request waiting on memory does not
+keep its prefix fresh by being looked up at every step.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ class BlockManager:
     """Block allocation, reference counts, the prefix-hash table and its LRU of free blocks."""
 
     __slots__ = ("block_size", "num_blocks", "_free", "_ref", "_hash_of", "_table", "_lru",
-                 "enable_prefix")  # fmt: skip
+                 "_pinned", "enable_prefix")  # fmt: skip
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix: bool = True) -> None:
         self.block_size = block_size
@@ -27,13 +33,16 @@ class BlockManager:
         self._hash_of: list[int | None] = [None] * num_blocks
         self._table: dict[int, int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()
+        self._pinned: list[int] = []
+        """Evictable blocks the pending lookup found: referenced, but left in place in the LRU
+        order until `touch` (admitted) or `unlookup` (not admitted)."""
         self.enable_prefix = enable_prefix
 
     # --- capacity ---------------------------------------------------------------------------
     @property
     def free_blocks(self) -> int:
         """Blocks that an allocation can take: never-cached free plus evictable cached."""
-        return len(self._free) + len(self._lru)
+        return len(self._free) + len(self._lru) - len(self._pinned)
 
     @property
     def used_blocks(self) -> int:
@@ -48,15 +57,24 @@ class BlockManager:
         """``n`` fresh blocks (reference count 1), or None (and nothing taken) if short."""
         if n <= 0:
             return []
-        if n > len(self._free) + len(self._lru):
+        if n > self.free_blocks:
             return None
         out: list[int] = []
         free, ref = self._free, self._ref
-        for _ in range(n):
+        take = n - min(n, len(free))
+        evict: list[int] = []
+        if take:  # least recently freed first, past the pending lookup's blocks
+            for b in self._lru:
+                if ref[b] == 0:
+                    evict.append(b)
+                    if len(evict) == take:
+                        break
+        for i in range(n):
             if free:
                 b = free.pop()
             else:
-                b, _ = self._lru.popitem(last=False)
+                b = evict[i - (n - take)]
+                del self._lru[b]
                 h = self._hash_of[b]
                 if h is not None and self._table.get(h) == b:
                     del self._table[h]
@@ -87,26 +105,50 @@ class BlockManager:
             self._hash_of[block] = h
 
     def lookup(self, hashes: list[int]) -> list[int]:
-        """The cached blocks of the longest prefix of ``hashes``, each referenced once more."""
+        """The cached blocks of the longest prefix of ``hashes``, each referenced once more.
+        Those that were evictable stay in their LRU place, pinned, until `touch` or
+        `unlookup` settles the lookup (one lookup pending at a time)."""
         out: list[int] = []
         if not self.enable_prefix:
             return out
-        table, ref, lru = self._table, self._ref, self._lru
+        assert not self._pinned, "a lookup is pending"
+        table, ref = self._table, self._ref
         for h in hashes:
             b = table.get(h)
             if b is None:
                 break
             if ref[b] == 0:
-                lru.pop(b, None)
+                self._pinned.append(b)
             ref[b] += 1
             out.append(b)
         return out
+
+    def touch(self) -> None:
+        """The pending lookup's request was admitted: its evictable blocks leave the LRU."""
+        for b in self._pinned:
+            del self._lru[b]
+        self._pinned.clear()
+
+    def unlookup(self, blocks: list[int]) -> None:
+        """The pending lookup's request, holding the ``blocks`` it found, was not admitted: drop
+        their references, leaving the evictable ones the lookup found where they were in the
+        LRU order (not refreshed, as `release` would); any other block is released."""
+        ref, lru = self._ref, self._lru
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if ref[b] == 0 and b not in lru:  # not found by the lookup: released as usual
+                if self._hash_of[b] is not None:
+                    lru[b] = None
+                else:
+                    self._free.append(b)
+        self._pinned.clear()
 
     def check(self) -> None:
         """Invariants (for tests): every block is exactly one of free, evictable or referenced."""
         free = set(self._free)
         lru = set(self._lru)
         assert not free & lru
+        assert not self._pinned, "a lookup is pending"
         assert len(free) == len(self._free)
         for b in range(self.num_blocks):
             r = self._ref[b]

@@ -216,9 +216,10 @@ class Replica:
 
     def _unlookup(self, r: Request) -> None:
         """A waiting request that cannot start gives back the cached blocks it found, so
-        waiting requests never hold KV memory (vLLM frees them the same way)."""
+        waiting requests never hold KV memory (vLLM frees them the same way), and leave them
+        where they were in the LRU order (`BlockManager.unlookup`)."""
         if r.blocks:
-            self.blocks.release(r.blocks)
+            self.blocks.unlookup(r.blocks)
             r.blocks = []
             r.computed = r.hashed = 0
             r.last_hash = 0
@@ -496,6 +497,7 @@ class Replica:
         """Move the head of the queue, ``r``, into the running set with ``q`` tokens this step."""
         self.waiting.popleft()
         self.running.append(r)
+        self.blocks.touch()
         if self.blocks.enable_prefix:  # one lookup per admission, however long it waited
             self.prefix_log.append((now, r.target, r.computed))
         if math.isnan(r.first_scheduled):
