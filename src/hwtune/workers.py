@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import TypeVar
@@ -25,6 +27,12 @@ PROBE_TIMEOUT_S = 5.0
 unreachable. Ray's own client retries a silent ``ray://`` address with growing gRPC timeouts
 (5 + 10 + 15 s in ``ray.util.client.worker``, more for a GCS address) and offers no
 ``ray.init`` option to shorten that, so the address is probed first."""
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""A client's HTTP/2 connection preface, then an empty SETTINGS frame (RFC 9113 §3.4, §6.5).
+Both Ray endpoints, the client server (``ray://``) and the GCS (``host:port``), are gRPC servers,
+and a gRPC server answers with its own preface, whose first frame is SETTINGS (type 0x4); a
+service of another kind (an HTTP/1 server, SSH, Redis) answers something else or nothing."""
 
 RAY_CLIENT_PORT = 10001
 """The port of a ``ray://`` address that names none (Ray's ``ray start --ray-client-server-port``
@@ -108,23 +116,52 @@ def ray_endpoint(address: str) -> tuple[str, int] | None:
     return host, int(port_text)
 
 
+def _grpc_answer(end: tuple[str, int], timeout_s: float, tls: bool) -> str | None:
+    """None if a gRPC (HTTP/2) server answers at ``end`` within ``timeout_s``, else why not.
+    With ``tls`` (Ray's ``RAY_USE_TLS``) the endpoint expects a TLS handshake first, so only
+    the TCP connection is checked."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection(end, timeout=timeout_s) as sock:
+            if tls:
+                return None
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            sock.sendall(HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9:
+                sock.settimeout(max(0.1, deadline - time.monotonic()))
+                part = sock.recv(9 - len(head))
+                if not part:
+                    return "closed the connection without a gRPC answer; not a Ray endpoint?"
+                head += part
+    except OSError as e:
+        if isinstance(e, TimeoutError):
+            return f"no answer within {timeout_s:g} s"
+        return (e.strerror or type(e).__name__).lower()
+    if head[3] != 0x4:
+        return "a service answers, but not a gRPC one; not a Ray endpoint?"
+    return None
+
+
 def probe_ray(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Raise `HwtuneInputError` unless something accepts a TCP connection at ``address``'s
-    endpoint (`ray_endpoint`) within ``timeout_s``."""
+    """Raise `HwtuneInputError` unless a gRPC server answers at ``address``'s endpoint
+    (`ray_endpoint`; `HTTP2_PREFACE`) within ``timeout_s`` in all, the host name's lookup
+    included (it runs on a thread that is left behind if the resolver hangs)."""
     end = ray_endpoint(address)
     if end is None:
         return
-    try:
-        with socket.create_connection(end, timeout=timeout_s):
-            pass
-    except OSError as e:
-        if isinstance(e, TimeoutError):
-            why = f"no answer within {timeout_s:g} s"
-        else:
-            why = (e.strerror or type(e).__name__).lower()
+    tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
+    verdict: list[str | None] = []
+    t = threading.Thread(
+        target=lambda: verdict.append(_grpc_answer(end, timeout_s, tls)), daemon=True
+    )
+    t.start()
+    t.join(timeout_s + 0.5)
+    why = verdict[0] if verdict else f"no answer within {timeout_s:g} s (host lookup)"
+    if why is not None:
         raise HwtuneInputError(
             "--ray", address, f"a reachable Ray cluster ({end[0]}:{end[1]}: {why})"
-        ) from None
+        )
 
 
 def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> Iterator[tuple[int, R]]:
