@@ -14,6 +14,7 @@ from hwtune.calibrate.serving_reference import (  # noqa: E402
     LlamaRefConfig,
     ServingReference,
     build_model,
+    cache_argument,
     model_spec,
     step_shape,
 )
@@ -206,10 +207,11 @@ def test_engine_attention_gives_the_masked_decode_its_logits():
         ids = torch.randint(0, cfg.vocab, (3, 20), generator=torch.Generator().manual_seed(0))
         nxt = torch.randint(0, cfg.vocab, (3, 1), generator=torch.Generator().manual_seed(1))
         cache = StaticCache(config=model.config, max_cache_len=21)
+        key = cache_argument(model)
         with torch.inference_mode():
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, use_cache=True, **{key: cache})
             out = model(input_ids=nxt, position_ids=torch.full((3, 1), 20),
-                        past_key_values=cache, use_cache=True)  # fmt: skip
+                        use_cache=True, **{key: cache})  # fmt: skip
         logits[engine] = out.logits
     assert torch.allclose(logits[True], logits[False], atol=1e-5)
     assert logits[False].abs().max() > 1e-2  # not trivially zero

@@ -64,6 +64,13 @@ from hwtune.serve.iteration import IterationModel, StepShape
 from hwtune.serve.profile import CalibrationProfile
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name of ``model.forward``'s KV-cache argument: ``cache`` in newer transformers
+    (``past_key_values`` is deprecated there), ``past_key_values`` before."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 @dataclass(frozen=True)
 class LlamaRefConfig:
     """Shapes of the reference Llama model (Hugging Face ``LlamaConfig`` fields)."""
@@ -314,9 +321,7 @@ class ServingReference:
         """Seconds of one decode step: ``batch`` sequences, ``context`` cached tokens each."""
         from transformers import StaticCache
 
-        # the model's KV-cache argument: ``past_key_values``, ``cache`` in newer transformers
-        params = inspect.signature(self.model.forward).parameters
-        key = "cache" if "cache" in params else "past_key_values"
+        key = cache_argument(self.model)
         cache = StaticCache(config=self.model.config, max_cache_len=context + 1)
         self.model(input_ids=self._ids(batch, context), use_cache=True, logits_to_keep=1,
                    **{key: cache})  # fmt: skip
