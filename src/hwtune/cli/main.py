@@ -249,6 +249,22 @@ app.add_typer(serve_app, name="serve")
 app.command("compile")(compile_cmd)
 
 
+def _one_line_summaries(t: typer.Typer) -> None:
+    """Each command's line in its group's listing: the first paragraph of its docstring with
+    the source's line breaks joined (Typer's rich help keeps them there, breaking a sentence
+    in the middle), unless the command sets its own ``short_help``."""
+    for info in t.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    for group in t.registered_groups:
+        if group.typer_instance is not None:
+            _one_line_summaries(group.typer_instance)
+
+
+_one_line_summaries(app)
+
+
 def main() -> None:
     app()
 
