@@ -68,11 +68,13 @@ Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
 Precision = Annotated[
     str | None,
     typer.Option(
-        help="weight format: bf16|fp16|fp8|fp4 (default: the checkpoint's, from its config.json "
-        "quantization_config, else bf16)"
+        help="weight format: bf16|fp16|fp8|fp4|int4 (int4: weight-only W4A16; default: the "
+        "checkpoint's, from its config.json quantization_config, else bf16)"
     ),
 ]
-KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
+KvPrecision = Annotated[
+    str | None, typer.Option(help="KV-cache format: bf16|fp16|fp8|fp4 (default: bf16)")
+]
 InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
 OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
 Dataset = Annotated[

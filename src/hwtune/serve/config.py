@@ -16,7 +16,13 @@ from hwtune.serve.speculative import expected_tokens_per_step
 
 SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first", "sglang")
 ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int4")
+"""Serving weight formats. int4 is weight-only (W4A16: GPTQ, AWQ, compressed-tensors int4;
+`hwtune.cost.quantized_gemm.WEIGHT_ONLY_FORMATS`): 4-bit weights plus group scales, bf16 math."""
+KV_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+"""KV-cache formats: the weight formats less int4, which the engines modelled here (vLLM,
+SGLang, TensorRT-LLM) do not offer for the KV cache (their ``kv_cache_dtype`` choices are
+auto/bf16/fp16, fp8 variants and, TensorRT-LLM on Blackwell, nvfp4)."""
 
 
 def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
@@ -75,7 +81,8 @@ class ReplicaConfig:
     attention runs data-parallel over ``dp_attention`` groups of ``tp`` GPUs while the MoE layers
     run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
-    on GPUs without FP4 math); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
+    on GPUs without FP4 math; int4 weight-only everywhere, with the checkpoint's group scales,
+    `ModelSpec.weight_group_size`); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
     kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
     native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
@@ -158,8 +165,11 @@ class ReplicaConfig:
             raise HwtuneInputError(
                 "precision", self.weight_dtype, "one of " + ", ".join(PRECISIONS)
             )
-        if self.kv_dtype not in PRECISIONS:
-            raise HwtuneInputError("kv_precision", self.kv_dtype, "one of " + ", ".join(PRECISIONS))
+        if self.kv_dtype not in KV_PRECISIONS:
+            raise HwtuneInputError("kv_precision", self.kv_dtype,
+                                   "one of " + ", ".join(KV_PRECISIONS)
+                                   + (" (int4 is a weight-only format)"
+                                      if self.kv_dtype == "int4" else ""))  # fmt: skip
         if self.scheduler not in SCHEDULERS:
             raise HwtuneInputError("scheduler", self.scheduler, "one of " + ", ".join(SCHEDULERS))
         if not 0 < self.gpu_memory_utilization <= 1:
