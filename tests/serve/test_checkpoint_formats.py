@@ -206,3 +206,71 @@ def test_replica_config_refuses_int4_kv():
 def test_training_planner_refuses_int4(rejects):
     rejects(["plan", "--model", "llama3.1-8b", "--gpus", "8", "--precision", "int4"],
             "precision", "int4", "fp8")  # fmt: skip
+
+
+# --- the checkpoint's KV-cache format as the KV default ----------------------------------------
+@pytest.mark.parametrize(
+    ("quant", "kv"),
+    [
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}, "fp8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "NVFP4"},
+         "fp4"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": None}, None),
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "INT8"}, None),
+        ({"quant_method": "compressed-tensors", "config_groups": {},
+          "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"}}, "fp8"),
+        ({"quant_method": "compressed-tensors", "config_groups": {},
+          "kv_cache_scheme": {"num_bits": 8, "type": "int"}}, None),
+        ({"quant_method": "compressed-tensors", "kv_cache_scheme": None}, None),
+        ({"quant_method": "fp8"}, None),
+    ],
+)  # fmt: skip
+def test_checkpoint_kv_precision(quant, kv):
+    from hwtune.model.hf_config import checkpoint_kv_precision
+
+    assert checkpoint_kv_precision({"quantization_config": quant}) == kv
+    cfg = _llama_8b() | {"quantization_config": quant}
+    assert load_hf_config(cfg).checkpoint_kv_precision == kv
+
+
+def test_kv_format_resolution():
+    from hwtune.serve.config import kv_format
+
+    fp8_kv = _llama_8b() | {"quantization_config": {"quant_method": "modelopt",
+                            "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}  # fmt: skip
+    spec = load_hf_config(fp8_kv)
+    assert kv_format(spec, None) == ("fp8", "checkpoint")
+    assert kv_format(spec, "bf16") == ("bf16", "option")
+    assert kv_format(get_model("llama3.1-8b"), None) == ("bf16", "default")
+    assert kv_format(load_hf_config(KIMI), None) == ("bf16", "default")  # kv_cache_scheme null
+
+
+def _modelopt_folder(tmp_path: Path, kv_algo: str | None) -> Path:
+    # a ModelOpt export: config.json without quantization_config, hf_quant_config.json beside it
+    (tmp_path / "config.json").write_text(json.dumps(_llama_8b()))
+    quant = {"quant_algo": "FP8", "kv_cache_quant_algo": kv_algo, "exclude_modules": ["lm_head"]}
+    doc = {"producer": {"name": "modelopt", "version": "0.19.0"}, "quantization": quant}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_modelopt_fp8_kv_in_a_folder_is_the_serving_default(tmp_path):
+    folder = _modelopt_folder(tmp_path, "FP8")
+    base = ["serve", "--model", str(folder / "config.json"), "--gpu", "h100", *_SHORT, "--json"]
+    doc = _cli(base)
+    assert (doc["precision"], doc["precision_source"]) == ("fp8", "checkpoint")
+    assert (doc["kv_precision"], doc["kv_precision_source"]) == ("fp8", "checkpoint")
+    explicit = _cli([*base, "--kv-precision", "bf16"])  # an explicit option wins
+    assert (explicit["kv_precision"], explicit["kv_precision_source"]) == ("bf16", "option")
+    assert doc["kv_cache_tokens"] > 1.9 * explicit["kv_cache_tokens"]  # 1-byte KV entries
+    same = _cli([*base, "--kv-precision", "fp8"])
+    assert same["kv_precision_source"] == "option"
+    for key in ("ttft_s", "tpot_s", "kv_cache_tokens"):
+        assert doc[key] == same[key]
+
+
+def test_modelopt_without_kv_quantization_keeps_bf16_kv(tmp_path):
+    folder = _modelopt_folder(tmp_path, None)
+    doc = _cli(["serve", "--model", str(folder), "--gpu", "h100", *_SHORT, "--json"])
+    assert doc["precision"] == "fp8"
+    assert (doc["kv_precision"], doc["kv_precision_source"]) == ("bf16", "default")

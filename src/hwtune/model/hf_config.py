@@ -287,6 +287,7 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     fields["quantized_weights"] = _quantized_weights(top)
     fields["checkpoint_precision"] = checkpoint_precision(top)
     fields["weight_group_size"] = weight_group_size(top)
+    fields["checkpoint_kv_precision"] = checkpoint_kv_precision(top)
     return fields
 
 
@@ -402,6 +403,33 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
             else:
                 return None
         return found.pop() if len(found) == 1 else None
+    return None
+
+
+def checkpoint_kv_precision(top: Mapping[str, Any]) -> str | None:
+    """The KV-cache format a checkpoint is quantized for, as a serving KV precision (fp8 or
+    fp4), from its ``quantization_config``; None when it names none (or one hwtune has not).
+
+    - ModelOpt (``quant_method: "modelopt"``, also from a ``hf_quant_config.json`` beside
+      ``config.json``, `_with_modelopt_file`): ``kv_cache_quant_algo`` "FP8" is "fp8",
+      "NVFP4" is "fp4"; null (weights-only exports) or anything else None.
+    - compressed-tensors: ``kv_cache_scheme`` ``{"num_bits": 8, "type": "float"}`` (llm-
+      compressor's FP8 KV cache) is "fp8"; null (Kimi-K2.5) or any other scheme None.
+
+    TensorRT-LLM serves such a checkpoint with that KV cache unless told otherwise
+    (``KvCacheConfig(dtype="auto")`` inherits the checkpoint's ``kv_cache_quant_algo``, FP8 or
+    NVFP4; TensorRT-LLM docs, "Quantization": "FP8 KV Cache", "NVFP4 KV Cache")."""
+    q = _quantization_config(top)
+    if q is None:
+        return None
+    method = str(q.get("quant_method") or "").lower()
+    if method == "modelopt":
+        algo = str(q.get("kv_cache_quant_algo") or "").upper()
+        return {"FP8": "fp8", "NVFP4": "fp4"}.get(algo)
+    scheme = q.get("kv_cache_scheme")
+    if method == "compressed-tensors" and isinstance(scheme, Mapping):
+        float8 = str(scheme.get("type")).lower() == "float" and scheme.get("num_bits") == 8
+        return "fp8" if float8 else None
     return None
 
 

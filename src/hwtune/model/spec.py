@@ -146,6 +146,12 @@ class ModelSpec(FrozenModel):
         description="the weight format the checkpoint ships (its config.json "
         "quantization_config; `hwtune.model.hf_config.checkpoint_precision`), None: 16-bit",
     )
+    checkpoint_kv_precision: Literal["fp8", "fp4"] | None = Field(
+        default=None,
+        description="the KV-cache format the checkpoint is calibrated for (ModelOpt "
+        "kv_cache_quant_algo, compressed-tensors kv_cache_scheme; "
+        "`hwtune.model.hf_config.checkpoint_kv_precision`), None: 16-bit",
+    )
     weight_group_size: int | None = Field(
         default=None,
         description="weights per 16-bit scale of the checkpoint's int4 weights (its "

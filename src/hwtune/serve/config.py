@@ -41,6 +41,20 @@ def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
     return "bf16", "default"
 
 
+def kv_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
+    """The KV-cache format to serve ``model`` with and where it came from, as `weight_format`
+    does for the weights: ``requested`` when given ("option"), else the KV format its
+    checkpoint is quantized for (`ModelSpec.checkpoint_kv_precision`: ModelOpt
+    ``kv_cache_quant_algo`` FP8/NVFP4, compressed-tensors ``kv_cache_scheme`` fp8:
+    "checkpoint"; TensorRT-LLM's ``KvCacheConfig(dtype="auto")`` inherits it), else bf16
+    ("default")."""
+    if requested is not None:
+        return requested, "option"
+    if model.checkpoint_kv_precision is not None:
+        return model.checkpoint_kv_precision, "checkpoint"
+    return "bf16", "default"
+
+
 HOST_OVERHEAD_PER_ITERATION_S = 2.0e-4
 """Engine time per step that does not overlap the GPU (scheduling, input preparation, output
 processing), seconds. vLLM v0.5.3 spent most of an 8B decode step on the CPU (vLLM blog,
