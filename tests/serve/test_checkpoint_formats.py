@@ -274,3 +274,47 @@ def test_modelopt_without_kv_quantization_keeps_bf16_kv(tmp_path):
     doc = _cli(["serve", "--model", str(folder), "--gpu", "h100", *_SHORT, "--json"])
     assert doc["precision"] == "fp8"
     assert (doc["kv_precision"], doc["kv_precision_source"]) == ("bf16", "default")
+
+
+# --- ReplicaConfig built in Python resolves the formats as the CLI does ------------------------
+def test_replica_config_defaults_to_the_checkpoint_formats():
+    from hwtune.serve.config import kv_format, weight_format
+
+    h200 = get_device("h200-sxm-141gb")
+    for name in ("deepseek-v3", "kimi-k2.5", "gpt-oss-20b", "llama3.1-8b"):
+        spec = get_model(name)
+        cfg = ReplicaConfig(spec, h200, tp=8 if spec.moe else 1)
+        assert cfg.weight_dtype == weight_format(spec, None)[0]
+        assert cfg.kv_dtype == kv_format(spec, None)[0]
+    assert ReplicaConfig(get_model("deepseek-v3"), h200, tp=8).weight_dtype == "fp8"
+    assert ReplicaConfig(get_model("kimi-k2.5"), h200, tp=8).weight_dtype == "int4"
+    fp8_kv = load_hf_config(_llama_8b() | {"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}})  # fmt: skip
+    assert (ReplicaConfig(fp8_kv, h200).weight_dtype, ReplicaConfig(fp8_kv, h200).kv_dtype) == (
+        "fp8", "fp8")  # fmt: skip
+
+
+def test_replica_config_keeps_explicit_formats():
+    h200 = get_device("h200-sxm-141gb")
+    cfg = ReplicaConfig(get_model("deepseek-v3"), h200, tp=8, weight_dtype="bf16", kv_dtype="fp16")
+    assert (cfg.weight_dtype, cfg.kv_dtype) == ("bf16", "fp16")
+    assert cfg.with_(tp=4).weight_dtype == "bf16"  # a copy keeps the resolved value
+
+
+def test_published_rows_state_their_formats(monkeypatch):
+    # the validation harness passes each row's precision explicitly, so the Python default
+    # cannot move a published-row prediction
+    from hwtune.serve import published
+
+    if not published.default_csv().is_file():
+        pytest.skip("validation data absent")
+    seen = []
+    real = published.ReplicaConfig
+
+    def spy(*args, **kw):
+        seen.append(("weight_dtype" in kw, "kv_dtype" in kw))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(published, "ReplicaConfig", spy)
+    published.load_rows()
+    assert seen and all(w and k for w, k in seen)

@@ -96,7 +96,8 @@ class ReplicaConfig:
     run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
     on GPUs without FP4 math; int4 weight-only everywhere, with the checkpoint's group scales,
-    `ModelSpec.weight_group_size`); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
+    `ModelSpec.weight_group_size`); ``kv_dtype`` that of the KV cache; either left None is the
+    checkpoint's format, else bf16 (`weight_format`, `kv_format`: what the CLI resolves); ``weight_only_kernel`` the
     kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
     native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
@@ -143,8 +144,8 @@ class ReplicaConfig:
     pp: int = 1
     ep: int = 1
     dp_attention: int = 1
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     max_num_batched_tokens: int = 8192
@@ -170,6 +171,12 @@ class ReplicaConfig:
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
+        # None: the checkpoint's format, else bf16, as the CLI resolves --precision and
+        # --kv-precision (`weight_format`, `kv_format`); a value given is kept as it is
+        if self.weight_dtype is None:
+            object.__setattr__(self, "weight_dtype", weight_format(self.model, None)[0])
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", kv_format(self.model, None)[0])
         for name in ("tp", "pp", "ep", "dp_attention", "block_size", "max_num_batched_tokens",
                      "max_num_seqs", "chunk_size"):  # fmt: skip
             v = getattr(self, name)
