@@ -321,7 +321,9 @@ def _with_modelopt_file(cfg: Mapping[str, Any], path: Path) -> Mapping[str, Any]
     ``hf_quant_config.json`` beside it (``{"producer": {"name": "modelopt"}, "quantization":
     {"quant_algo": "FP8", ...}}``; nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has
     no ``quantization_config``) as ``quantization_config: {quant_method: "modelopt", quant_algo}``,
-    the form newer exports write into ``config.json`` and vLLM reads from either file. A config
+    the form newer exports write into ``config.json`` and vLLM reads from either file (its
+    ``kv_cache_quant_algo``, ``group_size`` and the rest come along: `checkpoint_kv_precision`,
+    `weight_group_size`). A config
     that has its own ``quantization_config``, or a file that cannot be read as that shape, is
     left as it is."""
     if "quantization_config" in cfg or not path.is_file():
