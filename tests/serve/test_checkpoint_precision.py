@@ -54,12 +54,13 @@ def test_unquantized_checkpoints_read_none(name):
 
 
 def test_int4_weight_only_is_not_called_fp4():
-    # Kimi-K2.5: compressed-tensors, int weights of 4 bits in groups of 32 (W4A16)
+    # Kimi-K2.5: compressed-tensors, int weights of 4 bits in groups of 32 (W4A16): int4, a
+    # weight-only format of its own, not fp4
     cfg = json.loads((CONFIGS / "moonshotai--Kimi-K2.5.json").read_text())
     q = cfg["text_config"]["quantization_config"]
     w = q["config_groups"]["group_0"]["weights"]
     assert (q["quant_method"], w["type"], w["num_bits"]) == ("compressed-tensors", "int", 4)
-    assert _spec("moonshotai--Kimi-K2.5").checkpoint_precision is None
+    assert _spec("moonshotai--Kimi-K2.5").checkpoint_precision == "int4"
 
 
 def test_kimi_quantizes_only_its_routed_experts():

@@ -68,11 +68,17 @@ Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
 Precision = Annotated[
     str | None,
     typer.Option(
-        help="weight format: bf16|fp16|fp8|fp4 (default: the checkpoint's, from its config.json "
-        "quantization_config, else bf16)"
+        help="weight format: bf16|fp16|fp8|fp4|int4 (int4: weight-only W4A16; default: the "
+        "checkpoint's, from its config.json quantization_config, else bf16)"
     ),
 ]
-KvPrecision = Annotated[str | None, typer.Option(help="KV-cache format (default: bf16)")]
+KvPrecision = Annotated[
+    str | None,
+    typer.Option(
+        help="KV-cache format: bf16|fp16|fp8|fp4 (default: the checkpoint's, from ModelOpt "
+        "kv_cache_quant_algo or compressed-tensors kv_cache_scheme, else bf16)"
+    ),
+]
 InLen = Annotated[int | None, typer.Option(help="prompt tokens per request (fixed)")]
 OutLen = Annotated[int | None, typer.Option(help="output tokens per request (fixed)")]
 Dataset = Annotated[
@@ -234,10 +240,24 @@ def _precision_source(cfg: ReplicaConfig, precision: str | None) -> str:
     return weight_format(cfg.model, precision)[1]
 
 
-def _precision_words(cfg: ReplicaConfig, precision: str | None) -> str:
-    """The weight format for a human: "fp8 weights (the checkpoint's)"."""
+def _kv_precision_source(cfg: ReplicaConfig, kv_precision: str | None) -> str:
+    """Where the KV-cache format came from: "option", "checkpoint" or "default"
+    (`hwtune.serve.config.kv_format`)."""
+    from hwtune.serve.config import kv_format
+
+    return kv_format(cfg.model, kv_precision)[1]
+
+
+def _precision_words(
+    cfg: ReplicaConfig, precision: str | None, kv_precision: str | None = None
+) -> str:
+    """The weight format for a human: "fp8 weights (the checkpoint's)", and the KV cache's
+    when it is the checkpoint's: "..., fp8 KV cache (the checkpoint's)"."""
     why = {"option": "--precision", "checkpoint": "the checkpoint's", "default": "default"}
-    return f"{cfg.weight_dtype} weights ({why[_precision_source(cfg, precision)]})"
+    words = f"{cfg.weight_dtype} weights ({why[_precision_source(cfg, precision)]})"
+    if _kv_precision_source(cfg, kv_precision) == "checkpoint":
+        words += f", {cfg.kv_dtype} KV cache (the checkpoint's)"
+    return words
 
 
 def _workload(
@@ -341,7 +361,7 @@ def _replica(
 ):  # noqa: ANN202
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
-    from hwtune.serve.config import ReplicaConfig, weight_format
+    from hwtune.serve.config import ReplicaConfig, kv_format, weight_format
     from hwtune.serve.profile import check_profile_device, load_profile
 
     prof = load_profile(profile) if profile is not None else None
@@ -351,7 +371,7 @@ def _replica(
     spec = get_model(model)
     return ReplicaConfig(
         spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
-        weight_dtype=weight_format(spec, precision)[0], kv_dtype=kv_precision or "bf16",
+        weight_dtype=weight_format(spec, precision)[0], kv_dtype=kv_format(spec, kv_precision)[0],
         scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
@@ -499,6 +519,7 @@ def serve(
     doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
                dp_attention=dp_attention, precision=cfg.weight_dtype,
                precision_source=_precision_source(cfg, precision), kv_precision=cfg.kv_dtype,
+               kv_precision_source=_kv_precision_source(cfg, kv_precision),
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=2 if profile else 1, workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
@@ -538,7 +559,7 @@ def serve(
     how = f"{eng}, {scheduler}" if eng else scheduler
     render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
                         f"{len(wl)} requests, {how}; "
-                        f"{_precision_words(cfg, precision)})")  # fmt: skip
+                        f"{_precision_words(cfg, precision, kv_precision)})")  # fmt: skip
 
 
 @serve_app.command("plan")
@@ -641,6 +662,8 @@ def plan_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "precision": base.weight_dtype,
                "precision_source": _precision_source(base, precision),
+               "kv_precision": base.kv_dtype,
+               "kv_precision_source": _kv_precision_source(base, kv_precision),
                "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best, "margin": margin,
@@ -651,7 +674,8 @@ def plan_cmd(
         return
     from hwtune.report.serve_view import render_plan
 
-    title = (f"{base.model.name} on {base.device.name} ({_precision_words(base, precision)}): "
+    words = _precision_words(base, precision, kv_precision)
+    title = (f"{base.model.name} on {base.device.name} ({words}): "
              f"{len(res)} layouts simulated")  # fmt: skip
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
@@ -728,6 +752,8 @@ def calibrate_cmd(
         doc = {"model": base.model.name, "gpu": base.device.name, "runs": rows,
                "precision": base.weight_dtype,
                "precision_source": _precision_source(base, precision),
+               "kv_precision": base.kv_dtype,
+               "kv_precision_source": _kv_precision_source(base, kv_precision),
                "engine": eng and str(eng),
                "correction": corr.model_dump(), "written_to": str(out) if out else None}  # fmt: skip
         _print_json(doc)
@@ -739,7 +765,7 @@ def calibrate_cmd(
 
     con = Console()
     t = Table(title=f"{base.model.name} on {base.device.name} "
-                    f"({_precision_words(base, precision)}): measured, simulated (tier "
+                    f"({_precision_words(base, precision, kv_precision)}): measured, simulated (tier "
                     f"{2 if profile else 1}), corrected", title_justify="left")  # fmt: skip
     for c in ("C", "in", "out", "tp", "TTFT ms", "sim", "corr", "TPOT ms", "sim", "corr"):
         t.add_column(c, justify="right")
@@ -999,7 +1025,7 @@ def emulate_cmd(
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)
     as_engine = f" as {eng}" if eng else ""
     sys.stderr.write(f"emulating {name}{as_engine} on {replicas} x {cfg.device.name} (tp {tp}, "
-                     f"{_precision_words(cfg, precision)}) at "
+                     f"{_precision_words(cfg, precision, kv_precision)}) at "
                      f"{srv.url} (time scale {time_scale:g}); Ctrl-C stops\n")  # fmt: skip
     serve_until_interrupted(srv)
     sys.stderr.write(f"{emu.requests} requests served, {emu.simulations} simulations in "

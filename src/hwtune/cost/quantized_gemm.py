@@ -1,5 +1,6 @@
 """GEMMs whose weights are stored in a narrower format than the math runs in (weight-only
-quantization, e.g. MXFP4/NVFP4 or int4 weights on a GPU without FP4 tensor cores).
+quantization, e.g. MXFP4/NVFP4 weights on a GPU without FP4 tensor cores, or int4 weights on
+any GPU: `WEIGHT_ONLY_FORMATS`).
 
 Source: the roofline of `hwtune.cost.compute.gemm_time` (Williams et al. 2009; tile and wave
 quantization of Anthony et al. 2024 §3), with the weight operand read at its stored width and the
@@ -26,6 +27,35 @@ from hwtune.cost.compute import (
 )
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
+
+WEIGHT_ONLY_FORMATS: tuple[str, ...] = ("int4",)
+"""Weight formats whose math always runs in the activation format (bf16) on dequantized tiles,
+whatever the GPU: int4 W4A16 checkpoints (GPTQ, AWQ, compressed-tensors ``type: int``
+``num_bits: 4``, ModelOpt W4A16_AWQ) run Marlin, Machete or AWQ GEMM kernels, which upcast the
+integer weights to 16 bits in registers (Frantar et al. 2024, §3; vLLM's Machete README), so
+they never use Blackwell's FP4 tensor cores as NVFP4/MXFP4 checkpoints do. On Hopper the
+native (``wgmma``, Machete) kernel is the default, as for fp4 weights there."""
+
+INT4_GROUP_SIZE = 128
+"""Weights per 16-bit scale of int4 weights when the checkpoint does not say: the default
+``group_size`` of GPTQ (``GPTQConfig``, AutoGPTQ's ``BaseQuantizeConfig``) and AWQ (AutoAWQ's
+``q_group_size``; ``AwqConfig``). Checkpoints that state theirs are read instead
+(`ModelSpec.weight_group_size`: Kimi-K2.5's compressed-tensors ``group_size: 32``)."""
+
+
+def weight_bytes_per_element(dtype: str, group_size: int | None = None) -> float:
+    """Bytes one stored weight takes in ``dtype``: `dtype_bytes`, plus for int4 one 16-bit
+    scale per ``group_size`` weights (``INT4_GROUP_SIZE`` when None; -1, one scale per output
+    channel, adds under 0.1% for the K of thousands of LLM GEMMs and is left out, as are the
+    4-bit zero points of asymmetric GPTQ/AWQ groups: 0.004 byte per weight at group size 128). Sources: the
+    GPTQ/AWQ/compressed-tensors packing (int32 words of eight 4-bit weights, fp16/bf16
+    ``scales`` of shape (K / group_size, N)); 0.5 + 2/32 = 0.5625 byte at Kimi-K2.5's 32."""
+    b = dtype_bytes(dtype)
+    if dtype != "int4":
+        return b
+    g = INT4_GROUP_SIZE if group_size is None else group_size
+    return b if g == -1 else b + 2.0 / g
+
 
 WEIGHT_ONLY_KERNELS: tuple[str, ...] = ("wgmma", "marlin", "triton-mxfp4")
 """Kernels of weight-only GEMMs: ``wgmma`` (the architecture's native tensor-core path: CUTLASS
@@ -95,14 +125,17 @@ def serving_gemm_time(
     weight_dtype: str,
     batch: int = 1,
     kernel: str = "wgmma",
+    group_size: int | None = None,
 ) -> float:
     """Seconds for ``batch`` (m x k) @ (k x n) GEMMs whose (k x n) weights are in ``weight_dtype``.
 
     When the device computes in ``weight_dtype`` this is `gemm_time` itself (W8A8 FP8 and the
-    like). Otherwise the math runs in bf16 on dequantized tiles and only the weight read is
-    narrower (weight-only quantization; see the module docstring), by ``kernel``.
+    like). Otherwise, and always for `WEIGHT_ONLY_FORMATS` (int4), the math runs in bf16 on
+    dequantized tiles and only the weight read is narrower (weight-only quantization; see the
+    module docstring), by ``kernel``; int4 weights carry their group scales
+    (`weight_bytes_per_element`, ``group_size``).
     """
-    if supports(device, weight_dtype):
+    if weight_dtype not in WEIGHT_ONLY_FORMATS and supports(device, weight_dtype):
         return gemm_time(m, n, k, device, weight_dtype, batch)
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
@@ -116,17 +149,21 @@ def serving_gemm_time(
         eta = shape_efficiency(m, n, k, device, batch)
     rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
     t_compute = flops / (rate * eta)
-    nbytes = batch * (2.0 * m * k + dtype_bytes(weight_dtype) * k * n + 2.0 * m * n)
+    wb = weight_bytes_per_element(weight_dtype, group_size)
+    nbytes = batch * (2.0 * m * k + wb * k * n + 2.0 * m * n)
     bw_share = share if kernel == "triton-mxfp4" else 1.0
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency * bw_share)
     return max(t_compute, t_mem) + KERNEL_OVERHEAD_S
 
 
 __all__ = [
+    "INT4_GROUP_SIZE",
     "MARLIN_SHARE_ON_HOPPER",
     "TRITON_MXFP4_SHARE_ON_HOPPER",
+    "WEIGHT_ONLY_FORMATS",
     "WEIGHT_ONLY_KERNELS",
     "kernel_share",
     "serving_gemm_time",
     "supports",
+    "weight_bytes_per_element",
 ]

@@ -286,6 +286,8 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     fields["mtp_layers"] = _mtp(r)
     fields["quantized_weights"] = _quantized_weights(top)
     fields["checkpoint_precision"] = checkpoint_precision(top)
+    fields["weight_group_size"] = weight_group_size(top)
+    fields["checkpoint_kv_precision"] = checkpoint_kv_precision(top)
     return fields
 
 
@@ -319,7 +321,9 @@ def _with_modelopt_file(cfg: Mapping[str, Any], path: Path) -> Mapping[str, Any]
     ``hf_quant_config.json`` beside it (``{"producer": {"name": "modelopt"}, "quantization":
     {"quant_algo": "FP8", ...}}``; nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has
     no ``quantization_config``) as ``quantization_config: {quant_method: "modelopt", quant_algo}``,
-    the form newer exports write into ``config.json`` and vLLM reads from either file. A config
+    the form newer exports write into ``config.json`` and vLLM reads from either file (its
+    ``kv_cache_quant_algo``, ``group_size`` and the rest come along: `checkpoint_kv_precision`,
+    `weight_group_size`). A config
     that has its own ``quantization_config``, or a file that cannot be read as that shape, is
     left as it is."""
     if "quantization_config" in cfg or not path.is_file():
@@ -337,11 +341,13 @@ def _with_modelopt_file(cfg: Mapping[str, Any], path: Path) -> Mapping[str, Any]
 # quant_method values whose weights are 8-bit floats (e4m3) or 4-bit floats, by name alone
 _FP8_METHODS = {"fp8", "fbgemm_fp8"}
 _FP4_METHODS = {"mxfp4", "nvfp4"}
+# quant_method values of integer weight-only checkpoints with a ``bits`` width
+_INT_METHODS = {"gptq", "awq"}
 
 
 def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
-    """The weight format a checkpoint ships, as one of the serving precisions (fp8 or fp4), read
-    from its ``config.json`` ``quantization_config`` (Hugging Face *transformers*
+    """The weight format a checkpoint ships, as one of the serving precisions (fp8, fp4 or
+    int4), read from its ``config.json`` ``quantization_config`` (Hugging Face *transformers*
     ``utils/quantization_config.py``); None for an unquantized checkpoint or one this cannot name.
 
     - ``quant_method: "fp8"`` (``FineGrainedFP8Config``: DeepSeek-V3/R1 ``fmt: e4m3``,
@@ -350,16 +356,18 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
     - ``quant_method: "mxfp4"`` (``Mxfp4Config``: gpt-oss, experts only, see
       `_quantized_weights`) and ``"nvfp4"``: "fp4".
     - ``quant_method: "modelopt"`` (NVIDIA TensorRT Model Optimizer, ``ModelOptConfig``):
-      ``quant_algo`` "FP8" is "fp8", "NVFP4" is "fp4"; other algorithms (W4A8_AWQ, ...) None.
+      ``quant_algo`` "FP8" is "fp8", "NVFP4" is "fp4", "W4A16_AWQ" is "int4"; other algorithms
+      (W4A8_AWQ, W8A8_SQ_PER_CHANNEL, ...) None.
     - ``quant_method: "compressed-tensors"`` (vLLM's llm-compressor; ``config_groups.*.weights``
       with ``num_bits`` and ``type``): 8-bit ``"float"`` weights are "fp8", 4-bit ``"float"``
-      weights (NVFP4) "fp4"; groups that disagree give None.
-    - Integer weights are None: int4 weight-only (Kimi-K2.5: compressed-tensors ``num_bits: 4``,
-      ``type: "int"``, ``group_size: 32``; GPTQ, AWQ) and int8. hwtune's serving precisions
-      are bf16|fp16|fp8|fp4, and pricing an int4 checkpoint as fp4 would charge FP4
-      tensor-core math on GPUs that have it (Blackwell), where an int4 W4A16 kernel computes in
-      bf16 on dequantized weights; the serving default stays bf16 and ``--precision fp4`` prices
-      4-bit weight bytes on purpose.
+      weights (NVFP4) "fp4", 4-bit ``"int"`` weights with no quantized input activations
+      (W4A16: Kimi-K2.5, ``group_size: 32``) "int4"; groups that disagree give None.
+    - ``quant_method: "gptq"`` (``GPTQConfig``) and ``"awq"`` (``AwqConfig``) with ``bits: 4``:
+      "int4" (both W4A16 kernels: Marlin / Machete / the AWQ GEMM dequantize to 16 bits).
+    - Integer weights of other widths (int8 W8A8 or W8A16, 3- or 2-bit GPTQ) and int4 weights
+      with int8 activations (W4A8) are None: hwtune's serving precisions have no such format.
+      int4 is weight-only: its math runs in bf16 on dequantized tiles on every GPU, never on
+      FP4 tensor cores (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_FORMATS`).
     - Any other ``quant_method`` (bitsandbytes, HQQ, ...): None, not an error.
 
     A ModelOpt checkpoint that keeps its quantization in a separate ``hf_quant_config.json``
@@ -376,7 +384,10 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
     if method in _FP4_METHODS:
         return "fp4"
     if method == "modelopt":
-        return {"FP8": "fp8", "NVFP4": "fp4"}.get(str(q.get("quant_algo") or "").upper())
+        algos = {"FP8": "fp8", "NVFP4": "fp4", "W4A16_AWQ": "int4"}
+        return algos.get(str(q.get("quant_algo") or "").upper())
+    if method in _INT_METHODS:
+        return "int4" if q.get("bits") == 4 else None
     if method == "compressed-tensors":
         groups = q.get("config_groups")
         if not isinstance(groups, Mapping) or not groups:
@@ -384,11 +395,68 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
         found = set()
         for g in groups.values():
             w = g.get("weights") if isinstance(g, Mapping) else None
-            if not isinstance(w, Mapping) or str(w.get("type")).lower() != "float":
+            if not isinstance(w, Mapping):
                 return None
-            found.add({8: "fp8", 4: "fp4"}.get(w.get("num_bits")))
+            kind = str(w.get("type")).lower()
+            if kind == "float":
+                found.add({8: "fp8", 4: "fp4"}.get(w.get("num_bits")))
+            elif kind == "int" and w.get("num_bits") == 4 and not g.get("input_activations"):
+                found.add("int4")
+            else:
+                return None
         return found.pop() if len(found) == 1 else None
     return None
+
+
+def checkpoint_kv_precision(top: Mapping[str, Any]) -> str | None:
+    """The KV-cache format a checkpoint is quantized for, as a serving KV precision (fp8 or
+    fp4), from its ``quantization_config``; None when it names none (or one hwtune has not).
+
+    - ModelOpt (``quant_method: "modelopt"``, also from a ``hf_quant_config.json`` beside
+      ``config.json``, `_with_modelopt_file`): ``kv_cache_quant_algo`` "FP8" is "fp8",
+      "NVFP4" is "fp4"; null (weights-only exports) or anything else None.
+    - compressed-tensors: ``kv_cache_scheme`` ``{"num_bits": 8, "type": "float"}`` (llm-
+      compressor's FP8 KV cache) is "fp8"; null (Kimi-K2.5) or any other scheme None.
+
+    TensorRT-LLM serves such a checkpoint with that KV cache unless told otherwise
+    (``KvCacheConfig(dtype="auto")`` inherits the checkpoint's ``kv_cache_quant_algo``, FP8 or
+    NVFP4; TensorRT-LLM docs, "Quantization": "FP8 KV Cache", "NVFP4 KV Cache")."""
+    q = _quantization_config(top)
+    if q is None:
+        return None
+    method = str(q.get("quant_method") or "").lower()
+    if method == "modelopt":
+        algo = str(q.get("kv_cache_quant_algo") or "").upper()
+        return {"FP8": "fp8", "NVFP4": "fp4"}.get(algo)
+    scheme = q.get("kv_cache_scheme")
+    if method == "compressed-tensors" and isinstance(scheme, Mapping):
+        float8 = str(scheme.get("type")).lower() == "float" and scheme.get("num_bits") == 8
+        return "fp8" if float8 else None
+    return None
+
+
+def weight_group_size(top: Mapping[str, Any]) -> int | None:
+    """Weights per scale of an int4 checkpoint (`checkpoint_precision` "int4"), from its
+    ``quantization_config``: GPTQ/AWQ ``group_size`` (-1: one scale per output channel),
+    compressed-tensors ``config_groups.*.weights.group_size`` (Kimi-K2.5: 32; strategy
+    ``"channel"``: -1), ModelOpt's ``group_size``; None when the checkpoint is not int4 or
+    does not say (`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE` then applies)."""
+    if checkpoint_precision(top) != "int4":
+        return None
+    q = _quantization_config(top)
+    assert q is not None
+    sizes: list[Any] = [q.get("group_size")]
+    if str(q.get("quant_method")).lower() == "compressed-tensors":
+        sizes = []
+        for g in q["config_groups"].values():
+            w = g["weights"]
+            channel = str(w.get("strategy")).lower() == "channel"
+            sizes.append(-1 if channel else w.get("group_size"))
+    known = {g for g in sizes if isinstance(g, int) and not isinstance(g, bool)}
+    if len(known) != 1 or None in sizes:
+        return None
+    g = known.pop()
+    return g if g == -1 or g >= 1 else None
 
 
 def _norm_kind(r: _Reader, plain: bool) -> str:

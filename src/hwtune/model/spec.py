@@ -141,10 +141,22 @@ class ModelSpec(FrozenModel):
         description="which linear weights a quantized checkpoint stores in its format: all, or "
         "the routed experts only (gpt-oss MXFP4: attention, router, embeddings in bf16)",
     )
-    checkpoint_precision: Literal["fp8", "fp4"] | None = Field(
+    checkpoint_precision: Literal["fp8", "fp4", "int4"] | None = Field(
         default=None,
         description="the weight format the checkpoint ships (its config.json "
         "quantization_config; `hwtune.model.hf_config.checkpoint_precision`), None: 16-bit",
+    )
+    checkpoint_kv_precision: Literal["fp8", "fp4"] | None = Field(
+        default=None,
+        description="the KV-cache format the checkpoint is calibrated for (ModelOpt "
+        "kv_cache_quant_algo, compressed-tensors kv_cache_scheme; "
+        "`hwtune.model.hf_config.checkpoint_kv_precision`), None: 16-bit",
+    )
+    weight_group_size: int | None = Field(
+        default=None,
+        description="weights per 16-bit scale of the checkpoint's int4 weights (its "
+        "quantization_config group_size; -1: one scale per output channel), None: not stated "
+        "(`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE`)",
     )
     n_params_published: float | None = Field(default=None, gt=0)
     n_active_params_published: float | None = Field(default=None, gt=0)
@@ -171,6 +183,10 @@ class ModelSpec(FrozenModel):
             raise ValueError("layer_types has 'chunked' layers but attention_chunk_size is not set")
         if self.moe is not None and self.moe.first_k_dense_layers > self.n_layers:
             raise ValueError("moe.first_k_dense_layers exceeds n_layers")
+        g = self.weight_group_size
+        if g is not None and (isinstance(g, bool) or (g != -1 and g < 1)):
+            raise HwtuneInputError("weight_group_size", g, "a positive number of weights per "
+                                   "scale, or -1 (one scale per output channel)")  # fmt: skip
         return self
 
     # --- derived shapes (no costs here) ---------------------------------------------------

@@ -16,7 +16,13 @@ from hwtune.serve.speculative import expected_tokens_per_step
 
 SCHEDULERS: tuple[str, ...] = ("vllm", "sarathi", "orca", "static", "prefill-first", "sglang")
 ROUTERS: tuple[str, ...] = ("round-robin", "least-tokens")
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "int4")
+"""Serving weight formats. int4 is weight-only (W4A16: GPTQ, AWQ, compressed-tensors int4;
+`hwtune.cost.quantized_gemm.WEIGHT_ONLY_FORMATS`): 4-bit weights plus group scales, bf16 math."""
+KV_PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4")
+"""KV-cache formats: the weight formats less int4, which the engines modelled here (vLLM,
+SGLang, TensorRT-LLM) do not offer for the KV cache (their ``kv_cache_dtype`` choices are
+auto/bf16/fp16, fp8 variants and, TensorRT-LLM on Blackwell, nvfp4)."""
 
 
 def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
@@ -32,6 +38,20 @@ def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
         return requested, "option"
     if model.checkpoint_precision is not None:
         return model.checkpoint_precision, "checkpoint"
+    return "bf16", "default"
+
+
+def kv_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
+    """The KV-cache format to serve ``model`` with and where it came from, as `weight_format`
+    does for the weights: ``requested`` when given ("option"), else the KV format its
+    checkpoint is quantized for (`ModelSpec.checkpoint_kv_precision`: ModelOpt
+    ``kv_cache_quant_algo`` FP8/NVFP4, compressed-tensors ``kv_cache_scheme`` fp8:
+    "checkpoint"; TensorRT-LLM's ``KvCacheConfig(dtype="auto")`` inherits it), else bf16
+    ("default")."""
+    if requested is not None:
+        return requested, "option"
+    if model.checkpoint_kv_precision is not None:
+        return model.checkpoint_kv_precision, "checkpoint"
     return "bf16", "default"
 
 
@@ -75,7 +95,9 @@ class ReplicaConfig:
     attention runs data-parallel over ``dp_attention`` groups of ``tp`` GPUs while the MoE layers
     run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
-    on GPUs without FP4 math); ``kv_dtype`` that of the KV cache; ``weight_only_kernel`` the
+    on GPUs without FP4 math; int4 weight-only everywhere, with the checkpoint's group scales,
+    `ModelSpec.weight_group_size`); ``kv_dtype`` that of the KV cache; either left None is the
+    checkpoint's format, else bf16 (`weight_format`, `kv_format`: what the CLI resolves); ``weight_only_kernel`` the
     kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
     native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
@@ -122,8 +144,8 @@ class ReplicaConfig:
     pp: int = 1
     ep: int = 1
     dp_attention: int = 1
-    weight_dtype: str = "bf16"
-    kv_dtype: str = "bf16"
+    weight_dtype: str | None = None
+    kv_dtype: str | None = None
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     max_num_batched_tokens: int = 8192
@@ -149,6 +171,12 @@ class ReplicaConfig:
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
+        # None: the checkpoint's format, else bf16, as the CLI resolves --precision and
+        # --kv-precision (`weight_format`, `kv_format`); a value given is kept as it is
+        if self.weight_dtype is None:
+            object.__setattr__(self, "weight_dtype", weight_format(self.model, None)[0])
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", kv_format(self.model, None)[0])
         for name in ("tp", "pp", "ep", "dp_attention", "block_size", "max_num_batched_tokens",
                      "max_num_seqs", "chunk_size"):  # fmt: skip
             v = getattr(self, name)
@@ -158,8 +186,11 @@ class ReplicaConfig:
             raise HwtuneInputError(
                 "precision", self.weight_dtype, "one of " + ", ".join(PRECISIONS)
             )
-        if self.kv_dtype not in PRECISIONS:
-            raise HwtuneInputError("kv_precision", self.kv_dtype, "one of " + ", ".join(PRECISIONS))
+        if self.kv_dtype not in KV_PRECISIONS:
+            raise HwtuneInputError("kv_precision", self.kv_dtype,
+                                   "one of " + ", ".join(KV_PRECISIONS)
+                                   + (" (int4 is a weight-only format)"
+                                      if self.kv_dtype == "int4" else ""))  # fmt: skip
         if self.scheduler not in SCHEDULERS:
             raise HwtuneInputError("scheduler", self.scheduler, "one of " + ", ".join(SCHEDULERS))
         if not 0 < self.gpu_memory_utilization <= 1:

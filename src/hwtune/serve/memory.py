@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from hwtune.cost.compute import dtype_bytes
 from hwtune.cost.kv_cache import kv_bytes_per_token, state_bytes_per_sequence
+from hwtune.cost.quantized_gemm import weight_bytes_per_element
 from hwtune.errors import HwtuneInputError
 from hwtune.model.params import embedding_params, routed_expert_params, total_params
 from hwtune.serve.config import WORKSPACE_FIXED_BYTES, ReplicaConfig
@@ -47,14 +48,17 @@ class ReplicaMemory:
 
 
 def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
-    """Weights on one GPU. Embedding and LM head stay 16-bit and are vocabulary-parallel over
-    ``tp``; routed experts are spread over all GPUs of a stage (``ep`` x ``moe_tp``); the other
+    """Weights on one GPU (`weight_bytes_per_element`: int4 adds a 16-bit scale per group of
+    ``ModelSpec.weight_group_size`` weights). Embedding and LM head stay 16-bit and are
+    vocabulary-parallel over ``tp``; routed experts are spread over all GPUs of a stage
+    (``ep`` x ``moe_tp``); the other
     weights are tensor-parallel over ``tp`` (replicated across attention-DP groups); the model is
     cut into ``pp`` stages (the largest holds ceil(L/pp) of L layers). Speculative decoding adds
     a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
     spec = cfg.model
-    wb = dtype_bytes(cfg.weight_dtype)
-    # a checkpoint that quantizes only its experts keeps the rest in bf16 (gpt-oss MXFP4)
+    wb = weight_bytes_per_element(cfg.weight_dtype, spec.weight_group_size)  # int4: + scales
+    # a checkpoint that quantizes only its experts keeps the rest in bf16 (gpt-oss MXFP4,
+    # Kimi-K2.5 int4)
     wo = max(wb, 2.0) if spec.quantized_weights == "experts" else wb
     emb = embedding_params(spec)
     routed = sum(routed_expert_params(spec, i) for i in range(spec.n_layers))
