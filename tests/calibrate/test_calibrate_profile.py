@@ -9,7 +9,7 @@ import math
 import pytest
 import yaml
 from calib_profile_data import make_doc
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
@@ -144,6 +144,7 @@ def test_gemm_rate_within_measured_range(prof, m, n, k):
 
 @given(st.lists(st.floats(1e3, 1e9), min_size=2, max_size=8, unique=True), st.floats(1e8, 1e11))
 @settings(max_examples=60, deadline=None)
+@example(sizes=[1000.0, 1000.0000000000001], bw=1e8)  # sizes one rounding step apart
 def test_elementwise_time_monotone_for_a_constant_bandwidth(sizes, bw):
     prof = DeviceProfile(elementwise=tuple(SizedPoint(op="add", bytes=s, seconds=s / bw)
                                            for s in sizes))  # fmt: skip

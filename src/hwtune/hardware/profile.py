@@ -314,6 +314,12 @@ def _idw_rate(pts: list[GemmPoint], x: tuple[float, ...]) -> float:
     return sum(w) / sum(wi / r for wi, (_, r) in zip(w, near, strict=True))
 
 
+SAME_SIZE_REL = 1e-6
+"""Two measured sizes closer than this (relative) are one size: the slope between them is
+rounding noise (1,000 and 1,000.0000000000001 bytes gave a line that priced 333 bytes at the
+smallest point's time)."""
+
+
 def _interp(curve: list[tuple[float, float]], x: float) -> float:
     """Piecewise-linear y(x) through sorted (x, y) points, constant beyond the ends."""
     if x <= curve[0][0]:
@@ -335,8 +341,8 @@ def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
     if nbytes <= pts[0].bytes:
         a = pts[0]
         prop = a.seconds * nbytes / a.bytes
-        if len(pts) < 2 or pts[1].bytes <= a.bytes:
-            return prop
+        if len(pts) < 2 or pts[1].bytes <= a.bytes * (1 + SAME_SIZE_REL):
+            return prop  # no second size to draw a line through
         b = pts[1]
         line = a.seconds + (nbytes - a.bytes) * (b.seconds - a.seconds) / (b.bytes - a.bytes)
         return min(max(line, prop), a.seconds)
