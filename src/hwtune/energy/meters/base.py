@@ -4,6 +4,12 @@ One protocol covers every backend (NVML, AMD SMI, Jetson sysfs, Linux RAPL, repl
 the simulated device, a user's own simulator): read cumulative energy (J) and power (W), list
 and set clocks or power limits, report what is supported. Backends that cannot do something
 raise `UnsupportedOperation` (a `HwtuneInputError`: the CLI prints one line and exits 2).
+
+Failures: a reading or a control that fails raises `MeterError` and nothing else. Each backend
+converts its library's exceptions (pynvml's ``NVMLError`` subclasses, amdsmi's
+``AmdSmiException``), OSError from sysfs files and malformed values (a non-numeric reading,
+amdsmi's ``"N/A"``) at its boundary, so a caller in a training loop (`OnlineTuner`) can treat a
+`MeterError` as a failed reading and any other exception as a bug.
 """
 
 from __future__ import annotations

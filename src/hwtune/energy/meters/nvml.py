@@ -7,6 +7,11 @@ with the driver, which `energy_j` absorbs), ``nvmlDeviceGetPowerUsage`` (mW),
 read or written), ``nvmlDeviceGetSupportedGraphicsClocks`` (MHz, per memory clock),
 ``nvmlDeviceSetGpuLockedClocks`` and ``nvmlDeviceSetPowerManagementLimit`` (mW) — the two
 setters need root.
+
+Every NVML failure is an ``NVMLError`` (pynvml raises a subclass per return code, e.g.
+``NVMLError_GpuIsLost``, all caught through the base class): `NvmlDevice._call` turns it into a
+`MeterError` (`MeterPermissionError`, `UnsupportedOperation`), so a caller (the online tuner in
+a training loop) sees one kind of meter failure.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ class NvmlDevice(BaseDevice):
     # -- clocks and limits -------------------------------------------------------------------
     def frequencies_hz(self) -> tuple[float, ...]:
         mems = self._call("nvmlDeviceGetSupportedMemoryClocks", self.handle)
+        if not mems:
+            raise MeterError("nvmlDeviceGetSupportedMemoryClocks", list(mems), "a memory clock")
         top = max(mems)
         gfx = self._call("nvmlDeviceGetSupportedGraphicsClocks", self.handle, top)
         return tuple(sorted(float(m) * 1e6 for m in set(gfx)))

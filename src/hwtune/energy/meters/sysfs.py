@@ -1,7 +1,11 @@
-"""Reading and writing sysfs files with errors that name the file and the privilege needed."""
+"""Reading and writing sysfs files with errors that name the file and the privilege needed.
+
+Every failure is a `MeterError` (a missing, unreadable, undecodable or malformed file): the
+meters built on these never leak an OSError or a ValueError into a caller's training loop."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from hwtune.energy.meters.base import MeterError, MeterPermissionError
@@ -19,14 +23,20 @@ def read_text(path: Path, privilege: str) -> str:
         ) from None
     except OSError as e:
         raise MeterError(str(path), e.strerror or "unreadable", "a readable sysfs file") from None
+    except UnicodeDecodeError as e:
+        raise MeterError(str(path), f"undecodable ({e.reason})", "a text sysfs file") from None
 
 
 def read_number(path: Path, privilege: str) -> float:
+    """The first number in ``path``; an error for an empty, non-numeric or non-finite one."""
     text = read_text(path, privilege)
     try:
-        return float(text.split()[0])
+        value = float(text.split()[0])
     except (ValueError, IndexError):
         raise MeterError(str(path), text, "a number") from None
+    if not math.isfinite(value):
+        raise MeterError(str(path), text, "a finite number")
+    return value
 
 
 def write_text(path: Path, value: str, privilege: str) -> None:
