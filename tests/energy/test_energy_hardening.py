@@ -10,9 +10,39 @@ import types
 from types import SimpleNamespace
 
 import pytest
-from energy_fakes import write
+from energy_fakes import run_steps, write
 
+from hwtune.energy.convergence import CriticalBatch
+from hwtune.energy.cooptimizer import co_optimize, evaluate
 from hwtune.energy.meters.base import MeterError
+from hwtune.energy.meters.simulated import SimulatedDevice
+from hwtune.energy.power_model import PowerModel
+from hwtune.energy.step_model import StepTimeModel
+from hwtune.energy.tuner import OnlineTuner
+
+# A small hand-made device: 8 clocks in whole MHz (NVML's unit), a GPT-2-small-like step.
+TABLE = tuple(f * 1e6 for f in (306, 408, 510, 612, 714, 816, 918, 1020))
+POWER = PowerModel(static_w=8.0, dynamic_w=36.0, f_ref_hz=TABLE[-1], v_floor=0.6, memory_w=6.0)
+STEP = StepTimeModel(f_ref_hz=TABLE[-1], compute_s=(0.004, 0.0065), memory_s=(0.013, 0.005),
+                     host_s=(0.03, 0.0005))  # fmt: skip
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+CAP = 20.0
+
+
+def _tuner(device, **kw):
+    args = {"batch_sizes": BATCHES, "base_batch": 64, "b_noise": 32.0,
+            "control_interval_s": 2.0, **kw}  # fmt: skip
+    return OnlineTuner(device, CAP, **args)
+
+
+def _assert_good_choice(tuner):
+    """The tuner committed to a feasible point within 3% of the offline optimum."""
+    conv = CriticalBatch(32.0, 1.0)
+    best = co_optimize(STEP, POWER, conv, BATCHES, TABLE, CAP).best
+    got = evaluate(tuner.batch_size, tuner.frequency_hz, STEP, POWER, conv, CAP)
+    assert tuner.phase == "run" and got.feasible
+    assert got.time_to_target_s <= 1.03 * best.time_to_target_s
+
 
 # -- meters: every failure is a MeterError ------------------------------------------------------
 
@@ -141,3 +171,175 @@ def test_nvml_error_subclass_and_empty_clock_list_are_meter_errors(monkeypatch):
         dev.energy_j()
     with pytest.raises(MeterError, match="nvmlDeviceGetSupportedMemoryClocks"):
         dev.frequencies_hz()  # was ValueError from max([])
+
+
+# -- the online tuner survives a failing meter --------------------------------------------------
+
+
+class _OsErrorSim(SimulatedDevice):
+    """A user's own device reading a file: its energy reading fails with OSError, and its
+    clock change too (``fail_reads`` / ``fail_sets`` calls from now)."""
+
+    fail_reads = 0
+    fail_sets = 0
+
+    def energy_j(self):
+        if self.fail_reads:
+            self.fail_reads -= 1
+            raise OSError(5, "Input/output error", "/sys/fake/energy")
+        return super().energy_j()
+
+    def set_frequency_hz(self, hz):
+        if self.fail_sets:
+            self.fail_sets -= 1
+            raise OSError(16, "Device or resource busy", "/sys/fake/clock")
+        super().set_frequency_hz(hz)
+
+
+@pytest.mark.parametrize("at_step", [0, 5, 13, 40, 150])
+def test_tuner_survives_a_device_raising_oserror(at_step):
+    sim = _OsErrorSim(STEP, POWER, TABLE)
+    tuner = _tuner(sim)
+
+    def fail():
+        sim.fail_reads = 2
+
+    run_steps(tuner, sim, 400, events={at_step: fail})
+    assert tuner.meter_errors >= 1
+    _assert_good_choice(tuner)
+    for pr, step_s, _ in tuner.points:  # every learned point is its own batch and clock
+        assert step_s == pytest.approx(STEP.step_time_s(pr.batch, pr.f_hz), rel=1e-6)
+
+
+@pytest.mark.parametrize("at_step", [0, 9, 60])
+def test_a_failed_clock_change_is_retried_and_its_steps_are_not_learned(at_step):
+    """set_frequency_hz used to be called outside any guard: one failure stopped training."""
+    sim = _OsErrorSim(STEP, POWER, TABLE)
+    tuner = _tuner(sim, warmup_steps=0)
+
+    def fail():
+        sim.fail_sets = 2
+        tuner._applied_f = None  # the next step_begin changes the clock (and fails twice)
+
+    run_steps(tuner, sim, 400, events={at_step: fail})
+    assert tuner.meter_errors == 2 and sim.fail_sets == 0
+    assert sim.frequency_hz() == tuner.frequency_hz  # retried until it took
+    _assert_good_choice(tuner)
+    for pr, step_s, _ in tuner.points:
+        assert step_s == pytest.approx(STEP.step_time_s(pr.batch, pr.f_hz), rel=1e-6)
+
+
+def test_a_clock_that_never_changes_is_reported_after_max_meter_errors():
+    sim = _OsErrorSim(STEP, POWER, TABLE)
+    tuner = _tuner(sim, max_meter_errors=2)
+    run_steps(tuner, sim, 5)
+    sim.fail_sets = 10**9
+    tuner._applied_f = None
+    with pytest.raises(OSError, match="busy"):
+        run_steps(tuner, sim, 10)
+    assert tuner.meter_errors == 3
+
+
+def test_a_programming_error_in_a_device_is_not_swallowed():
+    class Buggy(SimulatedDevice):
+        def energy_j(self):
+            raise ZeroDivisionError("a bug, not a meter failure")
+
+    sim = SimulatedDevice(STEP, POWER, TABLE)
+    tuner = _tuner(sim)
+    run_steps(tuner, sim, 3)
+    tuner.device = Buggy(STEP, POWER, TABLE)
+    with pytest.raises(ZeroDivisionError):
+        run_steps(tuner, tuner.device, 10)
+    assert tuner.meter_errors == 0
+
+
+def _pynvml_over(sim, lost):
+    """A pynvml stand-in whose GPU is the simulated device; ``lost[0]`` calls of the energy
+    counter fail with NVMLError_GpuIsLost (a subclass, as pynvml raises per return code)."""
+    m = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        def __init__(self, value):
+            self.value = value
+            super().__init__(f"NVML error {value}")
+
+    class NVMLError_GpuIsLost(NVMLError):  # noqa: N801 - pynvml's name
+        def __init__(self):
+            super().__init__(15)
+
+    m.NVMLError = NVMLError
+    m.NVML_ERROR_NO_PERMISSION, m.NVML_ERROR_NOT_SUPPORTED, m.NVML_CLOCK_SM = 4, 3, 1
+    m.nvmlInit = lambda: None
+    m.nvmlDeviceGetCount = lambda: 1
+    m.nvmlDeviceGetHandleByIndex = lambda i: "h0"
+    m.nvmlDeviceGetName = lambda h: b"simulated"
+
+    def energy(h):
+        if lost[0]:
+            lost[0] -= 1
+            raise NVMLError_GpuIsLost()
+        return sim.energy_j() * 1e3  # mJ
+
+    m.nvmlDeviceGetTotalEnergyConsumption = energy
+
+    def utilization(h):
+        u = sim.utilization()
+        u = u or SimpleNamespace(gpu=0.0, memory=0.0)  # nothing ran: NVML reads 0%
+        return SimpleNamespace(gpu=100 * u.gpu, memory=100 * u.memory)
+
+    m.nvmlDeviceGetUtilizationRates = utilization
+    m.nvmlDeviceGetSupportedMemoryClocks = lambda h: [2619]
+    m.nvmlDeviceGetSupportedGraphicsClocks = lambda h, mem: [round(f / 1e6) for f in TABLE]
+    m.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: (10_000, 60_000)
+    m.nvmlDeviceSetGpuLockedClocks = lambda h, lo, hi: sim.set_frequency_hz(lo * 1e6)
+    return m
+
+
+@pytest.mark.parametrize("at_step", [2, 30, 150])
+def test_tuner_on_nvml_survives_an_nvml_error_subclass(monkeypatch, at_step):
+    sim = SimulatedDevice(STEP, POWER, TABLE)
+    lost = [0]
+    monkeypatch.setitem(sys.modules, "pynvml", _pynvml_over(sim, lost))
+    from hwtune.energy.meters.nvml import NvmlDevice
+
+    dev = NvmlDevice(0, clock=sim.now_s)
+    tuner = _tuner(dev)
+
+    def fail():
+        lost[0] = 2
+
+    run_steps(tuner, sim, 400, events={at_step: fail})
+    assert tuner.meter_errors >= 1 and lost[0] == 0
+    _assert_good_choice(tuner)
+
+
+def test_mix_objective_reads_the_device_max_power_once_at_construction():
+    """A commit used to read capabilities(); a failure there mid-profile left the tuner in
+    the profile phase with no probe (IndexError at the next step)."""
+
+    class FlakyCaps(SimulatedDevice):
+        calls = 0
+
+        def capabilities(self):
+            self.calls += 1
+            if self.calls > 1:
+                raise MeterError("capabilities", "read failed", "a readable device")
+            return super().capabilities()
+
+    sim = FlakyCaps(STEP, POWER, TABLE, supports_power_limit=True)
+    tuner = _tuner(sim, objective="mix")
+    run_steps(tuner, sim, 300)
+    assert tuner.phase == "run" and tuner.meter_errors == 0
+
+
+def test_set_cap_with_a_failing_meter_applies_the_cap_and_keeps_training():
+    sim = _OsErrorSim(STEP, POWER, TABLE)
+    tuner = _tuner(sim)
+    run_steps(tuner, sim, 300)
+    sim.fail_reads = 2  # closing the interval and opening the next both fail
+    tuner.set_cap(15.0)
+    assert tuner.cap_w == 15.0 and tuner.meter_errors == 2
+    run_steps(tuner, sim, 300)
+    assert tuner.history[-1].cap_w == 15.0
+    assert not any(iv.over_cap for iv in tuner.history[-5:])
