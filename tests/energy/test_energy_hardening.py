@@ -343,3 +343,133 @@ def test_set_cap_with_a_failing_meter_applies_the_cap_and_keeps_training():
     run_steps(tuner, sim, 300)
     assert tuner.history[-1].cap_w == 15.0
     assert not any(iv.over_cap for iv in tuner.history[-5:])
+
+
+# -- RAPL: readings too far apart to tell how often the counter wrapped --------------------------
+
+R_UJ = 1_000_000_000  # a 1 kJ counter range keeps the numbers readable
+
+
+def _rapl(root, clock, limits=None, **kw):
+    """One package zone with a 1 kJ range; ``limits`` maps constraint file names to µW."""
+    from hwtune.energy.meters.rapl import RaplDevice
+
+    z = root / "intel-rapl:0"
+    write(z / "name", "package-0\n")
+    write(z / "energy_uj", "0\n")
+    write(z / "max_energy_range_uj", f"{R_UJ}\n")
+    for name, uw in (
+        limits if limits is not None else {"constraint_0_max_power_uw": 100e6}
+    ).items():
+        write(z / name, f"{int(uw)}\n")
+    return RaplDevice(root, domains=("package",), clock=clock, **kw)
+
+
+def _set_uj(root, uj):
+    write(root / "intel-rapl:0" / "energy_uj", f"{int(uj)}\n")
+
+
+def test_rapl_safe_read_interval_is_range_over_max_power(tmp_path):
+    from energy_fakes import Clock
+
+    dev = _rapl(tmp_path, Clock())
+    assert dev.max_read_interval_s == pytest.approx(10.0)  # 1 kJ at 100 W
+
+
+def test_rapl_reading_after_more_than_a_range_could_pass_raises_and_resyncs(tmp_path):
+    from energy_fakes import Clock
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    e0 = dev.energy_j()
+    clock.t = 10.5  # 100 W x 10.5 s = 1050 J could have passed: 50 J read could be 1050 J
+    _set_uj(tmp_path, 50e6)
+    with pytest.raises(MeterError) as ei:
+        dev.energy_j()  # used to return 50 J as if certain
+    msg = str(ei.value)
+    assert "energy_uj" in msg and "10.5 s" in msg and "at most 10.0 s apart" in msg
+    assert "\n" not in msg and dev.gaps == 1
+    # the counter is read again from here: later deltas are exact
+    clock.t = 11.5
+    _set_uj(tmp_path, 130e6)
+    assert dev.energy_j() - e0 == pytest.approx(50.0 + 80.0)
+    assert dev.gaps == 1
+
+
+def test_rapl_a_delta_that_only_one_wrap_explains_is_kept(tmp_path):
+    from energy_fakes import Clock
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    _set_uj(tmp_path, 900e6)
+    clock.t = 9.0
+    e0 = dev.energy_j()  # 900 J in 9 s: at 100 W, as much as could be, and certain
+    assert e0 == pytest.approx(900.0)
+    clock.t = 20.0  # 11 s later, read 100 J: one wrap = 200 J; two = 1200 J > 100 W x 11 s
+    _set_uj(tmp_path, 100e6)
+    assert dev.energy_j() - e0 == pytest.approx(200.0)
+    assert dev.wraps == 1 and dev.gaps == 0
+    clock.t = 36.0  # 16 s later, read +50 J: an unseen wrap (1050 J) fits in 100 W x 16 s
+    _set_uj(tmp_path, 150e6)
+    with pytest.raises(MeterError, match="wrapped more than once"):
+        dev.energy_j()
+
+
+@pytest.mark.parametrize(
+    "limits, expected_w",
+    [
+        ({}, 500.0),  # no constraint files (DRAM, AMD's energy-only zones): the default
+        ({"constraint_0_max_power_uw": 0}, 500.0),  # zero means unknown, not 0 W
+        ({"constraint_0_max_power_uw": 100e6, "constraint_1_power_limit_uw": 250e6}, 250.0),
+        ({"constraint_0_power_limit_uw": 125e6}, 125.0),
+    ],
+)
+def test_rapl_zone_max_power_is_its_largest_constraint(tmp_path, limits, expected_w):
+    from energy_fakes import Clock
+
+    from hwtune.energy.meters.rapl import DEFAULT_MAX_POWER_W
+
+    assert DEFAULT_MAX_POWER_W == 500.0
+    dev = _rapl(tmp_path, Clock(), limits)
+    assert dev.zones[0].max_power_w == expected_w
+    assert dev.max_read_interval_s == pytest.approx(1000.0 / expected_w)
+
+
+def test_rapl_max_power_can_be_given_and_is_checked(tmp_path):
+    from energy_fakes import Clock
+
+    dev = _rapl(tmp_path, Clock(), max_power_w=20.0)
+    assert dev.max_read_interval_s == pytest.approx(50.0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(MeterError, match="max power"):
+            _rapl(tmp_path, Clock(), max_power_w=bad)
+
+
+def test_tuner_over_rapl_treats_an_uncertain_reading_as_a_failed_one(tmp_path):
+    """The tuner's clock stalls for longer than the safe interval (a checkpoint, a pause):
+    the interval is dropped, not learned as a wrong power."""
+    from energy_fakes import Clock
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    dev.capabilities = lambda: SimpleNamespace(frequencies_hz=TABLE, power_limit_range_w=None)
+    dev.set_frequency_hz = lambda hz: None
+    tuner = _tuner(dev, profile_steps=50)  # a constant-power fake: stay in profiling
+    e = [0.0]
+
+    def step(seconds):  # one training step at 10 W
+        tuner.step_begin()
+        clock.t += seconds
+        e[0] += 10e6 * seconds
+        _set_uj(tmp_path, e[0])
+        tuner.step_end()
+
+    for _ in range(6):
+        step(0.5)
+    assert tuner.meter_errors == 0
+    step(30.0)  # 300 J read, but 100 W x 30 s could hide a wrap: 1300 J
+    assert tuner.meter_errors == 1 and dev.gaps == 1
+    for _ in range(12):
+        step(0.5)
+    assert tuner.meter_errors == 1 and len(tuner.history) >= 3
+    assert all(iv.avg_power_w == pytest.approx(10.0) for iv in tuner.history)
