@@ -473,3 +473,59 @@ def test_tuner_over_rapl_treats_an_uncertain_reading_as_a_failed_one(tmp_path):
         step(0.5)
     assert tuner.meter_errors == 1 and len(tuner.history) >= 3
     assert all(iv.avg_power_w == pytest.approx(10.0) for iv in tuner.history)
+
+
+# -- one clock-table check for the tuner, the co-optimizer, the stage planner, the simulator ----
+
+
+def test_clock_table_sorts_and_drops_repeats():
+    import numpy as np
+
+    from hwtune.energy.meters.base import clock_table
+
+    assert clock_table([1020e6, 306e6, 1020e6, np.int64(510_000_000)]) == (306e6, 510e6, 1020e6)
+    assert clock_table(np.array([2e9, 1e9])) == (1e9, 2e9)
+
+
+@pytest.mark.parametrize("bad", [[], [0.0], [-1e9], [float("nan")], [float("inf")], [True],
+                                 ["1e9"], [None]])  # fmt: skip
+def test_clock_table_refuses_what_is_not_a_clock(bad):
+    from hwtune.energy.meters.base import clock_table
+    from hwtune.errors import HwtuneInputError
+
+    with pytest.raises(HwtuneInputError) as ei:
+        clock_table([*bad, 1e9] if bad else bad, "gpu clocks")
+    assert ei.value.field == "gpu clocks" and "\n" not in str(ei.value)
+    assert ei.value.expected == "positive finite clocks in Hz"
+
+
+def _callers():
+    from hwtune.energy.cluster import StageWork, plan_stage_frequencies
+
+    conv = CriticalBatch(32.0, 1.0)
+    return {
+        "co_optimize": lambda t: co_optimize(STEP, POWER, conv, BATCHES, t, CAP),
+        "plan_stage_frequencies": lambda t: plan_stage_frequencies(
+            [StageWork(0.01, 0.02)], 4, t, POWER
+        ),
+        "OnlineTuner": lambda t: _tuner(SimulatedDevice(STEP, POWER, TABLE), frequencies_hz=t),
+        "SimulatedDevice": lambda t: SimulatedDevice(STEP, POWER, t),
+    }
+
+
+@pytest.mark.parametrize("caller", sorted(_callers()))
+@pytest.mark.parametrize("bad", [[float("nan"), *TABLE], [0.0, *TABLE], ["fast", *TABLE]])
+def test_every_caller_refuses_a_bad_clock_table_with_one_message(caller, bad):
+    """The planner used to raise TypeError for a non-number, and the simulated device took
+    nan clocks; all four now give the same one-line error."""
+    from hwtune.errors import HwtuneInputError
+
+    with pytest.raises(HwtuneInputError) as ei:
+        _callers()[caller](bad)
+    assert str(ei.value) == f"frequencies: got {bad!r}; expected positive finite clocks in Hz"
+
+
+def test_tuner_table_has_no_repeated_clock():
+    """A repeated clock made 'one clock up' a step to the same clock."""
+    tuner = _tuner(SimulatedDevice(STEP, POWER, TABLE), frequencies_hz=[*TABLE, *TABLE])
+    assert tuner.table == TABLE

@@ -40,7 +40,7 @@ from hwtune.energy.convergence import (
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
 from hwtune.energy.cooptimizer import _is_positive_int as _positive_int
-from hwtune.energy.meters.base import Capabilities, MeterError, PowerDevice
+from hwtune.energy.meters.base import Capabilities, MeterError, PowerDevice, clock_table
 from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
@@ -195,9 +195,7 @@ class OnlineTuner:
         table = frequencies_hz or caps.frequencies_hz  # type: ignore[union-attr]
         if not table:
             raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
-        if not all(isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in table):
-            raise HwtuneInputError("frequencies", list(table), "positive finite clocks in Hz")
-        self.table = tuple(sorted(float(f) for f in table))
+        self.table = clock_table(table)
         self.f_ref = self.table[-1]
         self.interval_s = control_interval_s
         self.warmup_steps, self.profile_steps = warmup_steps, profile_steps

@@ -14,7 +14,10 @@ amdsmi's ``"N/A"``) at its boundary, so a caller in a training loop (`OnlineTune
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -193,6 +196,26 @@ class BaseDevice:
         caps = self.capabilities()  # type: ignore[attr-defined]
         names = [k for k, v in caps.to_dict().items() if v is True]
         return f"{self.name} supports: {', '.join(names) or 'nothing'}"
+
+
+def clock_table(frequencies_hz: Iterable[object], field: str = "frequencies") -> tuple[float, ...]:
+    """A table of clocks as every part of `hwtune.energy` takes one (the tuner, the
+    co-optimizer, the stage planner, the simulated device): Hz, ascending, without repeats.
+    An empty table, or a clock that is not a positive finite number, is a one-line
+    `HwtuneInputError` naming ``field``, the clocks given and what was expected."""
+    given = list(frequencies_hz)
+    if not given or not all(_is_clock(f) for f in given):
+        raise HwtuneInputError(field, given, "positive finite clocks in Hz")
+    return tuple(sorted({float(f) for f in given}))  # type: ignore[arg-type]
+
+
+def _is_clock(f: object) -> bool:
+    return (
+        isinstance(f, numbers.Real)
+        and not isinstance(f, bool)
+        and math.isfinite(f)  # type: ignore[arg-type]
+        and f > 0
+    )
 
 
 def nearest_frequency(hz: float, table: tuple[float, ...] | list[float], field: str) -> float:
