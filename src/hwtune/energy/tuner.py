@@ -41,7 +41,7 @@ from hwtune.energy.convergence import (
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
 from hwtune.energy.cooptimizer import _is_positive_int as _positive_int
 from hwtune.energy.meters.base import Capabilities, MeterError, PowerDevice, clock_table
-from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
+from hwtune.energy.power_model import PowerModel, PowerPoint, fit_at_floor, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
 
@@ -651,27 +651,9 @@ def _fit_one_clock(
                        p.utilization, 0.0)
             for p in pts
         ]  # fmt: skip
-        m = _fit_floor(adj, f_ref, v_floor, False)
+        m = fit_at_floor(adj, f_ref, v_floor, False)[0]
         return PowerModel(m.static_w, m.dynamic_w, f_ref, v_floor, prior.memory_w)
-    return _fit_floor(pts, f_ref, v_floor, with_mem)
-
-
-def _fit_floor(pts: list[PowerPoint], f_ref: float, v_floor: float, with_mem: bool) -> PowerModel:
-    import numpy as np
-
-    from hwtune.cost.power import dynamic_power_fraction
-    from hwtune.energy.power_model import nonneg_lstsq
-
-    cols = [
-        np.ones(len(pts)),
-        np.array([p.utilization * dynamic_power_fraction(p.f_hz / f_ref, v_floor) for p in pts]),
-    ]
-    if with_mem:
-        cols.append(np.array([p.mem_utilization for p in pts]))
-    coef = nonneg_lstsq(np.column_stack(cols), np.array([p.power_w for p in pts]))
-    return PowerModel(
-        float(coef[0]), float(coef[1]), f_ref, v_floor, float(coef[2]) if with_mem else 0.0
-    )
+    return fit_at_floor(pts, f_ref, v_floor, with_mem)[0]
 
 
 def _max_run(flags: object) -> int:
