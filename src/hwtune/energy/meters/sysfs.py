@@ -6,15 +6,19 @@ meters built on these never leak an OSError or a ValueError into a caller's trai
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hwtune.energy.meters.base import MeterError, MeterPermissionError
 
 
-def read_text(path: Path, privilege: str) -> str:
-    """The stripped text of ``path``; a one-line error when it is missing or unreadable."""
+@contextmanager
+def _os_errors(path: Path, privilege: str, failed: str, expected: str) -> Iterator[None]:
+    """OSError on ``path`` as a one-line `MeterError`: refused (naming ``privilege``), missing,
+    or ``failed`` (the system's reason when it gives one) where ``expected`` was wanted."""
     try:
-        return path.read_text().strip()
+        yield
     except PermissionError:
         raise MeterPermissionError(str(path), privilege) from None
     except FileNotFoundError:
@@ -22,9 +26,16 @@ def read_text(path: Path, privilege: str) -> str:
             str(path), "missing", "the file to exist (is the driver loaded?)"
         ) from None
     except OSError as e:
-        raise MeterError(str(path), e.strerror or "unreadable", "a readable sysfs file") from None
-    except UnicodeDecodeError as e:
-        raise MeterError(str(path), f"undecodable ({e.reason})", "a text sysfs file") from None
+        raise MeterError(str(path), e.strerror or failed, expected) from None
+
+
+def read_text(path: Path, privilege: str) -> str:
+    """The stripped text of ``path``; a one-line error when it is missing or unreadable."""
+    with _os_errors(path, privilege, "unreadable", "a readable sysfs file"):
+        try:
+            return path.read_text().strip()
+        except UnicodeDecodeError as e:
+            raise MeterError(str(path), f"undecodable ({e.reason})", "a text sysfs file") from None
 
 
 def read_number(path: Path, privilege: str) -> float:
@@ -40,15 +51,5 @@ def read_number(path: Path, privilege: str) -> float:
 
 
 def write_text(path: Path, value: str, privilege: str) -> None:
-    try:
+    with _os_errors(path, privilege, "unwritable", f"a value it accepts ({value})"):
         path.write_text(value)
-    except PermissionError:
-        raise MeterPermissionError(str(path), privilege) from None
-    except FileNotFoundError:
-        raise MeterError(
-            str(path), "missing", "the file to exist (is the driver loaded?)"
-        ) from None
-    except OSError as e:
-        raise MeterError(
-            str(path), e.strerror or "unwritable", f"a value it accepts ({value})"
-        ) from None
