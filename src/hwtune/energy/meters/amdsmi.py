@@ -26,6 +26,8 @@ from hwtune.energy.meters.base import (
     MeterError,
     MeterPermissionError,
     Utilization,
+    check_gpu_index,
+    import_vendor,
     nearest_frequency,
 )
 
@@ -34,24 +36,15 @@ ROOT_HINT = "root (sudo), as `amd-smi set` needs"
 AMDSMI_STATUS_NO_PERM = 10  # amdsmi_wrapper.AMDSMI_STATUS_NO_PERM
 
 
-def _import_amdsmi() -> Any:
-    try:
-        import amdsmi
-    except ImportError:
-        raise MeterError("backend", "amdsmi", INSTALL_HINT) from None
-    return amdsmi
-
-
 class AmdSmiDevice(BaseDevice):
     """One AMD GPU by index."""
 
     def __init__(self, index: int = 0, clock: Callable[[], float] | None = None) -> None:
         super().__init__(clock)
-        self._smi = _import_amdsmi()
+        self._smi = import_vendor("amdsmi", "amdsmi", INSTALL_HINT)
         self._call("amdsmi_init")
         handles = self._call("amdsmi_get_processor_handles")
-        if not 0 <= index < len(handles):
-            raise MeterError("gpu index", index, f"an index below the {len(handles)} GPUs found")
+        check_gpu_index(index, len(handles))
         self.index = index
         self.handle = handles[index]
         self.name = f"amd-gpu{index}"

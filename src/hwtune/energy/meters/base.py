@@ -14,12 +14,13 @@ amdsmi's ``"N/A"``) at its boundary, so a caller in a training loop (`OnlineTune
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from hwtune.errors import HwtuneInputError
 
@@ -196,6 +197,22 @@ class BaseDevice:
         caps = self.capabilities()  # type: ignore[attr-defined]
         names = [k for k, v in caps.to_dict().items() if v is True]
         return f"{self.name} supports: {', '.join(names) or 'nothing'}"
+
+
+def import_vendor(module: str, backend: str, hint: str) -> Any:
+    """A vendor library (pynvml, amdsmi), imported only when its device is opened so that the
+    package works without it; a `MeterError` naming ``backend`` and ``hint`` (how to install
+    it) when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MeterError("backend", backend, hint) from None
+
+
+def check_gpu_index(index: int, count: int) -> None:
+    """A `MeterError` unless ``index`` names one of the ``count`` GPUs a library found."""
+    if not 0 <= index < count:
+        raise MeterError("gpu index", index, f"an index below the {count} GPUs found")
 
 
 def clock_table(frequencies_hz: Iterable[object], field: str = "frequencies") -> tuple[float, ...]:

@@ -26,6 +26,8 @@ from hwtune.energy.meters.base import (
     MeterPermissionError,
     UnsupportedOperation,
     Utilization,
+    check_gpu_index,
+    import_vendor,
     nearest_frequency,
 )
 
@@ -33,24 +35,14 @@ INSTALL_HINT = "nvidia-ml-py installed (pip install 'hwtune[nvidia]') and an NVI
 ROOT_HINT = "root (sudo), as `nvidia-smi -lgc` / `nvidia-smi -pl` need"
 
 
-def _import_nvml() -> Any:
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        raise MeterError("backend", "nvml", INSTALL_HINT) from None
-    return pynvml
-
-
 class NvmlDevice(BaseDevice):
     """One NVIDIA GPU by index."""
 
     def __init__(self, index: int = 0, clock: Callable[[], float] | None = None) -> None:
         super().__init__(clock)
-        self._nv = _import_nvml()
+        self._nv = import_vendor("pynvml", "nvml", INSTALL_HINT)  # nvidia-ml-py
         self._call("nvmlInit")
-        count = self._call("nvmlDeviceGetCount")
-        if not 0 <= index < count:
-            raise MeterError("gpu index", index, f"an index below the {count} GPUs found")
+        check_gpu_index(index, self._call("nvmlDeviceGetCount"))
         self.index = index
         self.handle = self._call("nvmlDeviceGetHandleByIndex", index)
         name = self._call("nvmlDeviceGetName", self.handle)
