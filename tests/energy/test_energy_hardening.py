@@ -529,3 +529,32 @@ def test_tuner_table_has_no_repeated_clock():
     """A repeated clock made 'one clock up' a step to the same clock."""
     tuner = _tuner(SimulatedDevice(STEP, POWER, TABLE), frequencies_hz=[*TABLE, *TABLE])
     assert tuner.table == TABLE
+
+
+def test_a_window_across_an_uncertain_rapl_reading_raises(tmp_path):
+    """Another reader hit the gap (and got the error); the window's own end reading is fine,
+    but its energy would miss the unknown span."""
+    from energy_fakes import Clock
+
+    from hwtune.energy.meters import EnergyMonitor
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    mon = EnergyMonitor(dev)
+    mon.begin("epoch")
+    mon.begin("late")
+    clock.t = 30.0
+    _set_uj(tmp_path, 300e6)
+    with pytest.raises(MeterError):
+        dev.energy_j()  # someone else's reading: 30 s at up to 100 W could hide a wrap
+    clock.t = 31.0
+    _set_uj(tmp_path, 310e6)
+    with pytest.raises(MeterError, match="1 reading.* of unknown energy") as ei:
+        mon.end("epoch")
+    assert "\n" not in str(ei.value)
+    mon.begin("after")
+    clock.t = 32.0
+    _set_uj(tmp_path, 320e6)
+    assert mon.end("after").energy_j == pytest.approx(10.0)
+    with pytest.raises(MeterError, match="unknown energy"):
+        mon.end("late")
