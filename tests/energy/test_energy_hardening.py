@@ -558,3 +558,42 @@ def test_a_window_across_an_uncertain_rapl_reading_raises(tmp_path):
     assert mon.end("after").energy_j == pytest.approx(10.0)
     with pytest.raises(MeterError, match="unknown energy"):
         mon.end("late")
+
+
+def test_tuner_drops_an_interval_across_another_readers_uncertain_rapl_reading(tmp_path):
+    """A stall of 30 s in which the counter truly wrapped once more (1300 J: 43 W) than it
+    shows; another reader (an EnergyMonitor) hits the gap and gets the error. The tuner's
+    interval across it used to be learned as 10 W."""
+    from energy_fakes import Clock
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    dev.capabilities = lambda: SimpleNamespace(frequencies_hz=TABLE, power_limit_range_w=None)
+    dev.set_frequency_hz = lambda hz: None
+    tuner = _tuner(dev, profile_steps=50)  # a constant-power fake: stay in profiling
+    true_uj = [0.0]
+
+    def step(seconds, joules):
+        tuner.step_begin()
+        clock.t += seconds
+        true_uj[0] += joules * 1e6
+        _set_uj(tmp_path, true_uj[0] % R_UJ)
+        tuner.step_end()
+
+    for _ in range(5):
+        step(0.5, 5.0)
+    tuner.step_begin()
+    t_stall = clock.t
+    clock.t += 30.0
+    true_uj[0] += 1300e6
+    _set_uj(tmp_path, true_uj[0] % R_UJ)
+    with pytest.raises(MeterError):
+        dev.energy_j()  # the other reader
+    clock.t += 0.5
+    tuner.step_end()
+    assert tuner.meter_errors == 1
+    for _ in range(10):
+        step(0.5, 5.0)
+    assert len(tuner.history) >= 3
+    assert not any(iv.start_s <= t_stall < iv.end_s for iv in tuner.history)
+    assert all(iv.avg_power_w == pytest.approx(10.0) for iv in tuner.history)

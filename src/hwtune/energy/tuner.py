@@ -40,7 +40,14 @@ from hwtune.energy.convergence import (
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
 from hwtune.energy.cooptimizer import _is_positive_int as _positive_int
-from hwtune.energy.meters.base import Capabilities, MeterError, PowerDevice, clock_table
+from hwtune.energy.meters.base import (
+    Capabilities,
+    MeterError,
+    PowerDevice,
+    check_energy_gaps,
+    clock_table,
+    energy_gaps,
+)
 from hwtune.energy.power_model import PowerModel, PowerPoint, fit_at_floor, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
@@ -108,6 +115,7 @@ class _Probe:
     mem_busy: float = 0.0
     span: float = 0.0
     retries: int = 0
+    gaps: int = 0  # the device's energy_gaps when the window opened
 
 
 class OnlineTuner:
@@ -363,6 +371,7 @@ class OnlineTuner:
 
     def _open_probe_window(self, pr: _Probe, now: float) -> None:
         pr.t0, pr.e0 = now, self.device.energy_j()
+        pr.gaps = energy_gaps(self.device)
         self.device.utilization()  # reset the busy-share window
 
     def _finish_probe(self, now: float) -> None:
@@ -370,6 +379,8 @@ class OnlineTuner:
         e1, util = 0.0, None
         if pr.t0 is not None and now > pr.t0:  # read first: a failed read keeps it in flight
             e1, util = self.device.energy_j(), self.device.utilization()
+            # another reader hit a reading of unknown energy: a failed reading here too
+            check_energy_gaps(self.device, pr.gaps, "probe")
         self._todo.pop(0)
         if (pr.t0 is None or now <= pr.t0) and pr.retries < MAX_PROBE_RETRIES:
             # a clock that stood still or ran back: nothing measured, run the probe again
@@ -565,14 +576,17 @@ class OnlineTuner:
     def _begin_interval(self) -> None:
         self._iv_t0 = self.device.now_s()
         self._iv_e0 = self.device.energy_j()
+        self._iv_gaps = energy_gaps(self.device)
         self._iv_steps = 0
         self._iv_batch, self._iv_f, self._iv_phase = self._batch, self._f, self.phase
         self._iv_cap = self.cap_w
         self._iv_force_close = False
 
     def _close_interval(self, now: float) -> None:
+        e1 = self.device.energy_j()
+        check_energy_gaps(self.device, self._iv_gaps, "interval")
         iv = Interval(
-            start_s=self._iv_t0, end_s=now, energy_j=self.device.energy_j() - self._iv_e0,
+            start_s=self._iv_t0, end_s=now, energy_j=e1 - self._iv_e0,
             steps=self._iv_steps, batch=self._iv_batch, frequency_hz=self._iv_f,
             phase=self._iv_phase, cap_w=self._iv_cap,
         )  # fmt: skip

@@ -199,6 +199,26 @@ class BaseDevice:
         return f"{self.name} supports: {', '.join(names) or 'nothing'}"
 
 
+def energy_gaps(device: PowerDevice) -> int:
+    """Readings so far whose energy the device could not tell and after which its counter went
+    on from an unknown origin (`RaplDevice.gaps`; 0 for devices that do not count them): an
+    energy difference across one is too low. Not part of `PowerDevice`, so that every device
+    written to the protocol still satisfies it."""
+    return int(getattr(device, "gaps", 0))
+
+
+def check_energy_gaps(device: PowerDevice, since: int, what: str) -> None:
+    """A `MeterError` naming ``what`` (a window, an interval) when the device had a reading of
+    unknown energy after ``since`` (its `energy_gaps` then): an energy difference across it
+    would be too low, and reading it as a measurement is what the error prevents."""
+    lost = energy_gaps(device) - since
+    if lost:
+        raise MeterError(
+            what, f"{lost} reading(s) of unknown energy inside it",
+            f"a counter read often enough to tell every delta ({device.name})",
+        )  # fmt: skip
+
+
 def import_vendor(module: str, backend: str, hint: str) -> Any:
     """A vendor library (pynvml, amdsmi), imported only when its device is opened so that the
     package works without it; a `MeterError` naming ``backend`` and ``hint`` (how to install
