@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hwtune.energy.meters.base import clock_table
 from hwtune.energy.power_model import PowerModel
 from hwtune.errors import HwtuneInputError
 from hwtune.train.step_energy import (
@@ -169,9 +170,7 @@ def plan_stage_frequencies(
             raise HwtuneInputError(
                 f"stage {i}", st, "positive finite times and a memory share in [0, 1)"
             )
-    if not frequencies_hz or not all(f > 0 and math.isfinite(f) for f in frequencies_hz):
-        raise HwtuneInputError("frequencies", list(frequencies_hz), "positive finite clocks in Hz")
-    table = sorted(set(float(f) for f in frequencies_hz))
+    table = clock_table(frequencies_hz)
     if abs(table[-1] - power.f_ref_hz) > 1e3:
         raise HwtuneInputError(
             "frequencies",

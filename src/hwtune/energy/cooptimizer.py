@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from hwtune.energy.convergence import CriticalBatch
+from hwtune.energy.meters.base import clock_table
 from hwtune.energy.power_model import PowerModel
 from hwtune.energy.step_model import StepTimeModel
 from hwtune.errors import HwtuneInputError
@@ -150,15 +151,14 @@ def pareto_frontier(points: Sequence[OperatingPoint]) -> tuple[OperatingPoint, .
 
 def _check_inputs(
     batch_sizes: Sequence[int], frequencies_hz: Sequence[float], cap_w: float
-) -> None:
+) -> tuple[float, ...]:
+    """The clock table (`clock_table`), once every input is checked."""
     if not batch_sizes or not all(_is_positive_int(b) for b in batch_sizes):
         raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
-    if not frequencies_hz or not all(
-        isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in frequencies_hz
-    ):
-        raise HwtuneInputError("frequencies", list(frequencies_hz), "positive finite clocks in Hz")
+    table = clock_table(frequencies_hz)
     if not (cap_w > 0 and math.isfinite(cap_w)):
         raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
+    return table
 
 
 def _is_positive_int(b: object) -> bool:
@@ -190,7 +190,7 @@ def co_optimize(
     ``batch_sizes`` leaves it out. ``max_power_w`` is Zeus's MAXPOWER for ``mix`` (default: the power model at the
     top clock, fully busy). Raises when no candidate fits the cap (the message names the lowest
     power found)."""
-    _check_inputs(batch_sizes, frequencies_hz, cap_w)
+    freqs = list(_check_inputs(batch_sizes, frequencies_hz, cap_w))
     if user_batch is not None and not _is_positive_int(user_batch):
         raise HwtuneInputError("user batch", user_batch, "a positive integer")
     if max_power_w is not None and not (
@@ -201,7 +201,6 @@ def co_optimize(
         raise HwtuneInputError("objective", objective, "time, energy or mix")
     if not 0 <= eta <= 1:
         raise HwtuneInputError("eta", eta, "an energy weight in [0, 1]")
-    freqs = sorted(set(float(f) for f in frequencies_hz))
     batches = sorted(set(int(b) for b in batch_sizes))
     ub = int(user_batch) if user_batch is not None else batches[-1]
     if ub not in batches:

@@ -121,30 +121,39 @@ def fit_power_model(
         raise HwtuneInputError("power points", len(pts), f"at least {n_par} measured points")
     if len({round(p.f_hz) for p in pts}) < 2:
         raise HwtuneInputError("power points", "one clock", "points at two or more clocks")
-    y = np.array([p.power_w for p in pts])
     grid = V_FLOOR_GRID if v_floor is None else (v_floor,)
     best: tuple[float, PowerModel] | None = None
     for vf in grid:
-        cols = [
-            np.ones(len(pts)),
-            np.array([p.utilization * dynamic_power_fraction(p.f_hz / f_ref_hz, vf) for p in pts]),
-        ]
-        if with_memory:
-            cols.append(np.array([p.mem_utilization for p in pts]))
-        coef = nonneg_lstsq(np.column_stack(cols), y)
-        resid = float(np.sum((np.column_stack(cols) @ coef - y) ** 2))
-        model = PowerModel(
-            static_w=float(coef[0]),
-            dynamic_w=float(coef[1]),
-            f_ref_hz=f_ref_hz,
-            v_floor=float(vf),
-            memory_w=float(coef[2]) if with_memory else 0.0,
-        )
+        model, resid = fit_at_floor(pts, f_ref_hz, vf, with_memory)
         # ties (a flat residual over v_floor) go to the lower floor, the cube law
         if best is None or resid < best[0] * (1 - 1e-9):
             best = (resid, model)
     assert best is not None
     return best[1]
+
+
+def fit_at_floor(
+    pts: Sequence[PowerPoint], f_ref_hz: float, v_floor: float, with_memory: bool
+) -> tuple[PowerModel, float]:
+    """The non-negative least-squares `PowerModel` at a fixed ``v_floor`` (linear in static,
+    dynamic and, ``with_memory``, memory power) and its sum of squared residuals, W^2. The
+    points are taken as they are: `fit_power_model` checks them."""
+    cols = [
+        np.ones(len(pts)),
+        np.array([p.utilization * dynamic_power_fraction(p.f_hz / f_ref_hz, v_floor) for p in pts]),
+    ]
+    if with_memory:
+        cols.append(np.array([p.mem_utilization for p in pts]))
+    a, y = np.column_stack(cols), np.array([p.power_w for p in pts])
+    coef = nonneg_lstsq(a, y)
+    model = PowerModel(
+        static_w=float(coef[0]),
+        dynamic_w=float(coef[1]),
+        f_ref_hz=f_ref_hz,
+        v_floor=float(v_floor),
+        memory_w=float(coef[2]) if with_memory else 0.0,
+    )
+    return model, float(np.sum((a @ coef - y) ** 2))
 
 
 def nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -40,12 +40,23 @@ from hwtune.energy.convergence import (
 )
 from hwtune.energy.cooptimizer import CoOptResult, Objective, co_optimize
 from hwtune.energy.cooptimizer import _is_positive_int as _positive_int
-from hwtune.energy.meters.base import MeterError, PowerDevice
-from hwtune.energy.power_model import PowerModel, PowerPoint, fit_power_model
+from hwtune.energy.meters.base import (
+    Capabilities,
+    MeterError,
+    PowerDevice,
+    check_energy_gaps,
+    clock_table,
+    energy_gaps,
+)
+from hwtune.energy.power_model import PowerModel, PowerPoint, fit_at_floor, fit_power_model
 from hwtune.energy.step_model import StepPoint, StepTimeModel, fit_step_model
 from hwtune.errors import HwtuneInputError
 
 MAX_PROBE_RETRIES = 2  # a probe whose energy reading went down is run again at most this often
+# What a failed reading or clock change may raise: MeterError, which every hwtune backend
+# raises for any failure (`meters.base`), and OSError, from a user's own device reading a file
+# or a socket. Anything else is a bug and propagates at once.
+METER_FAILURES: tuple[type[Exception], ...] = (MeterError, OSError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +115,7 @@ class _Probe:
     mem_busy: float = 0.0
     span: float = 0.0
     retries: int = 0
+    gaps: int = 0  # the device's energy_gaps when the window opened
 
 
 class OnlineTuner:
@@ -183,12 +195,15 @@ class OnlineTuner:
         # to the device's maximum power limit when it reports one, as in Zeus
         self.eta = eta
         self.max_power_w = max_power_w
-        table = frequencies_hz or device.capabilities().frequencies_hz
+        need_max_power = objective == "mix" and max_power_w is None
+        caps = device.capabilities() if need_max_power or not frequencies_hz else None
+        # the device's maximum power limit, read once here: a constant of the device, and a
+        # reading that failed at a commit mid-profile would leave the tuner without a probe
+        self._device_max_power_w = _max_limit(caps) if need_max_power else None
+        table = frequencies_hz or caps.frequencies_hz  # type: ignore[union-attr]
         if not table:
             raise HwtuneInputError("frequencies", [], f"settable clocks ({device.name} has none)")
-        if not all(isinstance(f, int | float) and f > 0 and math.isfinite(f) for f in table):
-            raise HwtuneInputError("frequencies", list(table), "positive finite clocks in Hz")
-        self.table = tuple(sorted(float(f) for f in table))
+        self.table = clock_table(table)
         self.f_ref = self.table[-1]
         self.interval_s = control_interval_s
         self.warmup_steps, self.profile_steps = warmup_steps, profile_steps
@@ -224,29 +239,39 @@ class OnlineTuner:
         self._held: dict[float, int] = {}
         self._applied_f: float | None = None
         self.max_meter_errors = max_meter_errors
-        self.meter_errors = 0  # failed readings so far
-        self._meter_fail_run = 0
+        self.meter_errors = 0  # failed readings and clock changes so far
+        self._meter_fail_run = 0  # failed readings in a row
+        self._set_fail_run = 0  # failed clock changes in a row
         self._iv_open = False
         self._begin_interval()
         self._iv_open = True
 
     # -- public API -------------------------------------------------------------------------
     def step_begin(self) -> StepPlan:
+        """The plan of the next step. A clock change that fails is tried again at the next
+        step; the step runs at an unknown clock, so its interval and probe are dropped as for a
+        failed reading, and more than ``max_meter_errors`` failures in a row re-raise."""
         if self._applied_f != self._f:
-            self.device.set_frequency_hz(self._f)
-            self._applied_f = self._f
-        if self.phase == "profile" and self.warmup_steps == 0 and self._todo:
+            try:
+                self.device.set_frequency_hz(self._f)
+            except METER_FAILURES as e:
+                self._meter_failed(e, control=True)
+            else:
+                self._applied_f = self._f
+                self._set_fail_run = 0
+        clock_set = self._applied_f == self._f  # else the step runs at an unknown clock
+        if self.phase == "profile" and self.warmup_steps == 0 and self._todo and clock_set:
             pr = self._todo[0]
             if pr.steps == 0 and pr.t0 is None:  # no warm-up: the window opens with the probe
                 try:
                     self._open_probe_window(pr, self.device.now_s())
-                except MeterError as e:  # t0 stays None: the probe is run again at its end
+                except METER_FAILURES as e:  # t0 stays None: the probe is run again at its end
                     self._meter_failed(e)
         lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
         return StepPlan(self._batch, lr, self._f, self.phase)
 
     def step_end(self) -> None:
-        """Account the step just run. A failed meter reading (`MeterError`) loses the open
+        """Account the step just run. A failed meter reading (`METER_FAILURES`) loses the open
         interval and the probe in flight (it is run again) and keeps the clock; more than
         ``max_meter_errors`` failures in a row re-raise the last one."""
         try:
@@ -256,7 +281,7 @@ class OnlineTuner:
             else:
                 self._step_end()
             self._meter_fail_run = 0
-        except MeterError as e:
+        except METER_FAILURES as e:
             self._meter_failed(e)
 
     def _step_end(self) -> None:
@@ -268,10 +293,17 @@ class OnlineTuner:
         if now - self._iv_t0 >= self.interval_s or self._iv_force_close:
             self._close_interval(now)
 
-    def _meter_failed(self, e: MeterError) -> None:
+    def _meter_failed(self, e: Exception, control: bool = False) -> None:
+        """Count a failed reading (or, ``control``, a failed clock change), re-raise it past
+        ``max_meter_errors`` in a row, and drop the open interval and the probe in flight."""
         self.meter_errors += 1
-        self._meter_fail_run += 1
-        if self._meter_fail_run > self.max_meter_errors:
+        if control:
+            self._set_fail_run += 1
+            run = self._set_fail_run
+        else:
+            self._meter_fail_run += 1
+            run = self._meter_fail_run
+        if run > self.max_meter_errors:
             raise e
         self._iv_open = False
         if self.phase == "profile" and self._todo:
@@ -288,9 +320,11 @@ class OnlineTuner:
         """A new cap, effective now (re-chooses when the models are fitted)."""
         if not (cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
-        now = self.device.now_s()
-        if self._iv_steps:
-            self._close_interval(now)
+        if self._iv_open and self._iv_steps:
+            try:
+                self._close_interval(self.device.now_s())
+            except METER_FAILURES as e:  # the interval is lost, the new cap still applies
+                self._meter_failed(e)
         old_cap, self.cap_w = self.cap_w, float(cap_w)
         old_held, self._held = self._held, {}
         if self.phase == "run":
@@ -298,9 +332,9 @@ class OnlineTuner:
                 self._commit()
             except HwtuneInputError:  # no candidate fits: the call changes nothing
                 self.cap_w, self._held = old_cap, old_held
-                self._begin_interval()
+                self._restart_interval()
                 raise
-        self._begin_interval()
+        self._restart_interval()
 
     @property
     def b_noise(self) -> float:
@@ -337,6 +371,7 @@ class OnlineTuner:
 
     def _open_probe_window(self, pr: _Probe, now: float) -> None:
         pr.t0, pr.e0 = now, self.device.energy_j()
+        pr.gaps = energy_gaps(self.device)
         self.device.utilization()  # reset the busy-share window
 
     def _finish_probe(self, now: float) -> None:
@@ -344,6 +379,8 @@ class OnlineTuner:
         e1, util = 0.0, None
         if pr.t0 is not None and now > pr.t0:  # read first: a failed read keeps it in flight
             e1, util = self.device.energy_j(), self.device.utilization()
+            # another reader hit a reading of unknown energy: a failed reading here too
+            check_energy_gaps(self.device, pr.gaps, "probe")
         self._todo.pop(0)
         if (pr.t0 is None or now <= pr.t0) and pr.retries < MAX_PROBE_RETRIES:
             # a clock that stood still or ran back: nothing measured, run the probe again
@@ -455,8 +492,7 @@ class OnlineTuner:
         (the co-optimizer then takes the fitted model's power at the top clock, fully busy)."""
         if self.max_power_w is not None or self.objective != "mix":
             return self.max_power_w
-        rng = self.device.capabilities().power_limit_range_w
-        return rng[1] if rng and rng[1] > 0 and math.isfinite(rng[1]) else None
+        return self._device_max_power_w
 
     def _refine(self, iv: Interval, util: object) -> None:
         """Learn from the committed point itself: add it to the fitted points and choose again
@@ -529,17 +565,28 @@ class OnlineTuner:
             self._f = min(self._f, f_now) if measured > self.cap_w else self._f
 
     # -- intervals ------------------------------------------------------------------------------
+    def _restart_interval(self) -> None:
+        """Open a new interval now; a failed reading leaves it to the next `step_end`."""
+        try:
+            self._begin_interval()
+            self._iv_open = True
+        except METER_FAILURES as e:
+            self._meter_failed(e)
+
     def _begin_interval(self) -> None:
         self._iv_t0 = self.device.now_s()
         self._iv_e0 = self.device.energy_j()
+        self._iv_gaps = energy_gaps(self.device)
         self._iv_steps = 0
         self._iv_batch, self._iv_f, self._iv_phase = self._batch, self._f, self.phase
         self._iv_cap = self.cap_w
         self._iv_force_close = False
 
     def _close_interval(self, now: float) -> None:
+        e1 = self.device.energy_j()
+        check_energy_gaps(self.device, self._iv_gaps, "interval")
         iv = Interval(
-            start_s=self._iv_t0, end_s=now, energy_j=self.device.energy_j() - self._iv_e0,
+            start_s=self._iv_t0, end_s=now, energy_j=e1 - self._iv_e0,
             steps=self._iv_steps, batch=self._iv_batch, frequency_hz=self._iv_f,
             phase=self._iv_phase, cap_w=self._iv_cap,
         )  # fmt: skip
@@ -590,6 +637,12 @@ class OnlineTuner:
         }
 
 
+def _max_limit(caps: Capabilities | None) -> float | None:
+    """The device's maximum power limit (Zeus's MAXPOWER), or None when it reports none."""
+    rng = caps.power_limit_range_w if caps is not None else None
+    return rng[1] if rng and rng[1] > 0 and math.isfinite(rng[1]) else None
+
+
 def _spread(batches: list[int]) -> list[int]:
     """Three profile batches: the smallest, the geometric middle, the largest."""
     if len(batches) <= 3:
@@ -612,27 +665,9 @@ def _fit_one_clock(
                        p.utilization, 0.0)
             for p in pts
         ]  # fmt: skip
-        m = _fit_floor(adj, f_ref, v_floor, False)
+        m = fit_at_floor(adj, f_ref, v_floor, False)[0]
         return PowerModel(m.static_w, m.dynamic_w, f_ref, v_floor, prior.memory_w)
-    return _fit_floor(pts, f_ref, v_floor, with_mem)
-
-
-def _fit_floor(pts: list[PowerPoint], f_ref: float, v_floor: float, with_mem: bool) -> PowerModel:
-    import numpy as np
-
-    from hwtune.cost.power import dynamic_power_fraction
-    from hwtune.energy.power_model import nonneg_lstsq
-
-    cols = [
-        np.ones(len(pts)),
-        np.array([p.utilization * dynamic_power_fraction(p.f_hz / f_ref, v_floor) for p in pts]),
-    ]
-    if with_mem:
-        cols.append(np.array([p.mem_utilization for p in pts]))
-    coef = nonneg_lstsq(np.column_stack(cols), np.array([p.power_w for p in pts]))
-    return PowerModel(
-        float(coef[0]), float(coef[1]), f_ref, v_floor, float(coef[2]) if with_mem else 0.0
-    )
+    return fit_at_floor(pts, f_ref, v_floor, with_mem)[0]
 
 
 def _max_run(flags: object) -> int:

@@ -4,13 +4,23 @@ One protocol covers every backend (NVML, AMD SMI, Jetson sysfs, Linux RAPL, repl
 the simulated device, a user's own simulator): read cumulative energy (J) and power (W), list
 and set clocks or power limits, report what is supported. Backends that cannot do something
 raise `UnsupportedOperation` (a `HwtuneInputError`: the CLI prints one line and exits 2).
+
+Failures: a reading or a control that fails raises `MeterError` and nothing else. Each backend
+converts its library's exceptions (pynvml's ``NVMLError`` subclasses, amdsmi's
+``AmdSmiException``), OSError from sysfs files and malformed values (a non-numeric reading,
+amdsmi's ``"N/A"``) at its boundary, so a caller in a training loop (`OnlineTuner`) can treat a
+`MeterError` as a failed reading and any other exception as a bug.
 """
 
 from __future__ import annotations
 
+import importlib
+import math
+import numbers
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from hwtune.errors import HwtuneInputError
 
@@ -187,6 +197,62 @@ class BaseDevice:
         caps = self.capabilities()  # type: ignore[attr-defined]
         names = [k for k, v in caps.to_dict().items() if v is True]
         return f"{self.name} supports: {', '.join(names) or 'nothing'}"
+
+
+def energy_gaps(device: PowerDevice) -> int:
+    """Readings so far whose energy the device could not tell and after which its counter went
+    on from an unknown origin (`RaplDevice.gaps`; 0 for devices that do not count them): an
+    energy difference across one is too low. Not part of `PowerDevice`, so that every device
+    written to the protocol still satisfies it."""
+    return int(getattr(device, "gaps", 0))
+
+
+def check_energy_gaps(device: PowerDevice, since: int, what: str) -> None:
+    """A `MeterError` naming ``what`` (a window, an interval) when the device had a reading of
+    unknown energy after ``since`` (its `energy_gaps` then): an energy difference across it
+    would be too low, and reading it as a measurement is what the error prevents."""
+    lost = energy_gaps(device) - since
+    if lost:
+        raise MeterError(
+            what, f"{lost} reading(s) of unknown energy inside it",
+            f"a counter read often enough to tell every delta ({device.name})",
+        )  # fmt: skip
+
+
+def import_vendor(module: str, backend: str, hint: str) -> Any:
+    """A vendor library (pynvml, amdsmi), imported only when its device is opened so that the
+    package works without it; a `MeterError` naming ``backend`` and ``hint`` (how to install
+    it) when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MeterError("backend", backend, hint) from None
+
+
+def check_gpu_index(index: int, count: int) -> None:
+    """A `MeterError` unless ``index`` names one of the ``count`` GPUs a library found."""
+    if not 0 <= index < count:
+        raise MeterError("gpu index", index, f"an index below the {count} GPUs found")
+
+
+def clock_table(frequencies_hz: Iterable[object], field: str = "frequencies") -> tuple[float, ...]:
+    """A table of clocks as every part of `hwtune.energy` takes one (the tuner, the
+    co-optimizer, the stage planner, the simulated device): Hz, ascending, without repeats.
+    An empty table, or a clock that is not a positive finite number, is a one-line
+    `HwtuneInputError` naming ``field``, the clocks given and what was expected."""
+    given = list(frequencies_hz)
+    if not given or not all(_is_clock(f) for f in given):
+        raise HwtuneInputError(field, given, "positive finite clocks in Hz")
+    return tuple(sorted({float(f) for f in given}))  # type: ignore[arg-type]
+
+
+def _is_clock(f: object) -> bool:
+    return (
+        isinstance(f, numbers.Real)
+        and not isinstance(f, bool)
+        and math.isfinite(f)  # type: ignore[arg-type]
+        and f > 0
+    )
 
 
 def nearest_frequency(hz: float, table: tuple[float, ...] | list[float], field: str) -> float:

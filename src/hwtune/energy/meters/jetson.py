@@ -21,6 +21,7 @@ The rails give power only; energy is the trapezoid integral of the samples taken
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -183,8 +184,15 @@ class JetsonDevice(BaseDevice):
     def frequencies_hz(self) -> tuple[float, ...]:
         if self.devfreq is None:
             return ()
-        text = read_text(self._devfreq_file("available_frequencies"), READ_PRIVILEGE)
-        return tuple(sorted(float(x) for x in text.split()))
+        path = self._devfreq_file("available_frequencies")
+        text = read_text(path, READ_PRIVILEGE)
+        try:
+            table = sorted(float(x) for x in text.split())
+        except ValueError:
+            raise MeterError(str(path), text, "clocks in Hz separated by spaces") from None
+        if not all(f > 0 and math.isfinite(f) for f in table):
+            raise MeterError(str(path), text, "positive finite clocks in Hz")
+        return tuple(table)
 
     def frequency_hz(self) -> float | None:
         if self.devfreq is None:

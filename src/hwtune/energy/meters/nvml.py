@@ -7,6 +7,11 @@ with the driver, which `energy_j` absorbs), ``nvmlDeviceGetPowerUsage`` (mW),
 read or written), ``nvmlDeviceGetSupportedGraphicsClocks`` (MHz, per memory clock),
 ``nvmlDeviceSetGpuLockedClocks`` and ``nvmlDeviceSetPowerManagementLimit`` (mW) — the two
 setters need root.
+
+Every NVML failure is an ``NVMLError`` (pynvml raises a subclass per return code, e.g.
+``NVMLError_GpuIsLost``, all caught through the base class): `NvmlDevice._call` turns it into a
+`MeterError` (`MeterPermissionError`, `UnsupportedOperation`), so a caller (the online tuner in
+a training loop) sees one kind of meter failure.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from hwtune.energy.meters.base import (
     MeterPermissionError,
     UnsupportedOperation,
     Utilization,
+    check_gpu_index,
+    import_vendor,
     nearest_frequency,
 )
 
@@ -28,24 +35,14 @@ INSTALL_HINT = "nvidia-ml-py installed (pip install 'hwtune[nvidia]') and an NVI
 ROOT_HINT = "root (sudo), as `nvidia-smi -lgc` / `nvidia-smi -pl` need"
 
 
-def _import_nvml() -> Any:
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        raise MeterError("backend", "nvml", INSTALL_HINT) from None
-    return pynvml
-
-
 class NvmlDevice(BaseDevice):
     """One NVIDIA GPU by index."""
 
     def __init__(self, index: int = 0, clock: Callable[[], float] | None = None) -> None:
         super().__init__(clock)
-        self._nv = _import_nvml()
+        self._nv = import_vendor("pynvml", "nvml", INSTALL_HINT)  # nvidia-ml-py
         self._call("nvmlInit")
-        count = self._call("nvmlDeviceGetCount")
-        if not 0 <= index < count:
-            raise MeterError("gpu index", index, f"an index below the {count} GPUs found")
+        check_gpu_index(index, self._call("nvmlDeviceGetCount"))
         self.index = index
         self.handle = self._call("nvmlDeviceGetHandleByIndex", index)
         name = self._call("nvmlDeviceGetName", self.handle)
@@ -90,6 +87,8 @@ class NvmlDevice(BaseDevice):
     # -- clocks and limits -------------------------------------------------------------------
     def frequencies_hz(self) -> tuple[float, ...]:
         mems = self._call("nvmlDeviceGetSupportedMemoryClocks", self.handle)
+        if not mems:
+            raise MeterError("nvmlDeviceGetSupportedMemoryClocks", list(mems), "a memory clock")
         top = max(mems)
         gfx = self._call("nvmlDeviceGetSupportedGraphicsClocks", self.handle, top)
         return tuple(sorted(float(m) * 1e6 for m in set(gfx)))

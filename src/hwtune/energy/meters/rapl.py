@@ -2,10 +2,24 @@
 
 Layout (Linux kernel docs, Documentation/power/powercap/powercap.rst):
 ``<root>/intel-rapl:N/{name,energy_uj,max_energy_range_uj,constraint_0_power_limit_uw,...}``
-for package N, and subzones ``intel-rapl:N:M`` (``core``, ``uncore``, ``dram``). ``energy_uj``
-counts up and wraps to 0 after ``max_energy_range_uj``; a package counter at 200 W wraps about
-every 20 minutes (a 2^38 µJ range), so the meter must be read at least that often. Since Linux
+for package N, and subzones ``intel-rapl:N:M`` (``core``, ``uncore``, ``dram``). Since Linux
 5.10 ``energy_uj`` is readable by root only (CVE-2020-8694, the PLATYPUS power side channel).
+
+Wrap-around (Documentation/ABI/testing/sysfs-class-powercap: ``energy_uj`` is the zone's
+energy counter in µJ, ``max_energy_range_uj`` the range of that counter, and
+``constraint_X_max_power_uw`` / ``constraint_X_power_limit_uw`` the zone's maximum allowed power
+and its power limits): the counter counts up and starts again from 0 past its range, so two
+readings tell the energy between them only up to a whole number of ranges. A reading below the
+previous one is taken as one wrap. Whether a second wrap (or a first one, unseen) could have
+happened depends on the time between the readings: at most ``max_power x dt`` was consumed,
+so a delta ``d`` is certain while ``d + range > max_power x dt``. A package counter with a
+262 kJ range (2^32 units of 61 µJ) at 125 W wraps every 35 minutes; a 65.7 kJ DRAM range
+(15.3 µJ units) at 500 W, every 2 minutes. `RaplDevice` takes ``max_power`` per zone as the
+largest of its ``constraint_*_max_power_uw`` and ``constraint_*_power_limit_uw`` (the firmware
+holds the average power under each limit over that limit's time window, so over seconds a
+package stays near or under its largest one), else ``DEFAULT_MAX_POWER_W``, or the
+``max_power_w`` given; a reading whose delta is not certain raises `MeterError`
+instead of returning a wrong energy (read at least every `RaplDevice.max_read_interval_s`).
 """
 
 from __future__ import annotations
@@ -25,6 +39,10 @@ READ_PRIVILEGE = (
 )
 WRITE_PRIVILEGE = "root (sudo) to write RAPL power limits"
 DEFAULT_ROOT = "/sys/class/powercap"
+# A zone that reports no power limit (DRAM zones, AMD's energy-only zones): a bound above the
+# highest server-CPU package TDP shipping today (AMD EPYC 9965 and Intel Xeon 6980P, 500 W),
+# and far above any DRAM zone. Too high a bound only shortens the safe read interval.
+DEFAULT_MAX_POWER_W = 500.0
 
 
 @dataclass
@@ -32,9 +50,17 @@ class _Zone:
     path: Path
     name: str
     max_range_uj: float
+    max_power_w: float
     last_raw_uj: float | None = None
+    last_t: float = 0.0
     total_uj: float = 0.0
     wraps: int = 0
+    gaps: int = 0  # readings too far apart to tell how often the counter wrapped
+
+    @property
+    def max_read_interval_s(self) -> float:
+        """The longest time between readings in which the counter cannot pass a whole range."""
+        return self.max_range_uj / (self.max_power_w * 1e6)
 
 
 class RaplDevice(BaseDevice):
@@ -47,10 +73,16 @@ class RaplDevice(BaseDevice):
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         interval_s: float = 0.1,
+        max_power_w: float | None = None,
     ) -> None:
+        """``max_power_w``: an upper bound on any one zone's power, W, for the wrap check
+        (default: each zone's largest power constraint, else ``DEFAULT_MAX_POWER_W``)."""
         super().__init__(clock)
         if not (interval_s > 0 and math.isfinite(interval_s)):
             raise MeterError("interval", interval_s, "a positive finite sampling time in s")
+        if max_power_w is not None and not (max_power_w > 0 and math.isfinite(max_power_w)):
+            raise MeterError("max power", max_power_w, "a positive finite power in W")
+        self._max_power_w = max_power_w
         self.root = Path(root)
         self.name = f"rapl:{self.root}"
         self._sleep = sleep
@@ -72,7 +104,7 @@ class RaplDevice(BaseDevice):
             rng = read_number(rng_file, READ_PRIVILEGE.format(path=rng_file))
             if not (rng > 0 and math.isfinite(rng)):
                 raise MeterError(str(rng_file), rng, "a positive counter range in uJ")
-            zones.append(_Zone(path=d, name=name, max_range_uj=rng))
+            zones.append(_Zone(d, name, rng, self._max_power_w or _zone_max_power_w(d)))
         if not zones:
             raise MeterError(
                 str(self.root),
@@ -86,13 +118,24 @@ class RaplDevice(BaseDevice):
     def _read_zone(self, z: _Zone) -> None:
         f = z.path / "energy_uj"
         raw = read_number(f, READ_PRIVILEGE.format(path=f))
-        if z.last_raw_uj is not None:
-            if raw >= z.last_raw_uj:
-                z.total_uj += raw - z.last_raw_uj
-            else:  # wrapped once since the last reading
-                z.total_uj += (z.max_range_uj - z.last_raw_uj) + raw
-                z.wraps += 1
-        z.last_raw_uj = raw
+        now = self.now_s()
+        last, dt = z.last_raw_uj, now - z.last_t
+        z.last_raw_uj, z.last_t = raw, now
+        if last is None:
+            return
+        wrapped = raw < last
+        step = (z.max_range_uj - last) + raw if wrapped else raw - last
+        z.total_uj += step  # the least it can have been
+        z.wraps += int(wrapped)
+        if step + z.max_range_uj <= z.max_power_w * 1e6 * dt:  # a further range could fit
+            z.gaps += 1
+            raise MeterError(
+                str(f),
+                f"{dt:.1f} s since the last reading",
+                f"readings at most {z.max_read_interval_s:.1f} s apart (a range of "
+                f"{z.max_range_uj:.0f} uJ at up to {z.max_power_w:g} W: the energy between "
+                "these two readings is unknown, the counter may have wrapped more than once)",
+            )
 
     def capabilities(self) -> Capabilities:
         lim = self._limit_files()
@@ -117,6 +160,16 @@ class RaplDevice(BaseDevice):
     def wraps(self) -> int:
         return sum(z.wraps for z in self.zones)
 
+    @property
+    def gaps(self) -> int:
+        """Readings that raised because the counter could have wrapped more than once."""
+        return sum(z.gaps for z in self.zones)
+
+    @property
+    def max_read_interval_s(self) -> float:
+        """Read `energy_j` at least this often, or a reading raises `MeterError`."""
+        return min(z.max_read_interval_s for z in self.zones)
+
     def _limit_files(self) -> list[Path]:
         return [
             z.path / "constraint_0_power_limit_uw"
@@ -140,3 +193,19 @@ class RaplDevice(BaseDevice):
         each = int(watts * 1e6 / len(files))
         for f in files:
             write_text(f, str(each), WRITE_PRIVILEGE)
+
+
+def _zone_max_power_w(zone: Path) -> float:
+    """The largest of a zone's ``constraint_*_max_power_uw`` and ``constraint_*_power_limit_uw``
+    (unreadable or zero ones skipped), else ``DEFAULT_MAX_POWER_W``."""
+    found = []
+    for f in sorted(zone.glob("constraint_*_max_power_uw")) + sorted(
+        zone.glob("constraint_*_power_limit_uw")
+    ):
+        try:
+            uw = read_number(f, READ_PRIVILEGE.format(path=f))
+        except MeterError:
+            continue
+        if uw > 0:
+            found.append(uw / 1e6)
+    return max(found, default=DEFAULT_MAX_POWER_W)

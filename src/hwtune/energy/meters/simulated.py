@@ -20,6 +20,7 @@ from hwtune.energy.meters.base import (
     Capabilities,
     MeterError,
     Utilization,
+    clock_table,
     nearest_frequency,
 )
 from hwtune.energy.power_model import PowerModel
@@ -40,10 +41,8 @@ class SimulatedDevice(BaseDevice):
         supports_power_limit: bool = False,
         name: str = "simulated",
     ) -> None:
-        if not frequencies_hz:
-            raise MeterError("frequencies", [], "at least one clock")
         self.step_model, self.power_model = step, power
-        self.table = tuple(sorted(float(f) for f in frequencies_hz))
+        self.table = clock_table(frequencies_hz)
         self.name = name
         self._rng = np.random.default_rng(seed)
         self.time_noise, self.power_noise = time_noise, power_noise

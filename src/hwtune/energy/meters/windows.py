@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from hwtune.energy.meters.base import MeterError, PowerDevice
+from hwtune.energy.meters.base import MeterError, PowerDevice, check_energy_gaps, energy_gaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,23 +31,25 @@ class Measurement:
 
 class EnergyMonitor:
     """Windows over one device. Windows nest and overlap freely; names must be unique among
-    the open ones."""
+    the open ones. A window across a reading the device could not tell the energy of (its
+    ``gaps`` count went up: a RAPL counter read too seldom) raises instead of measuring."""
 
     def __init__(self, device: PowerDevice) -> None:
         self.device = device
-        self._open: dict[str, tuple[float, float]] = {}
+        self._open: dict[str, tuple[float, float, int]] = {}
 
     def begin(self, name: str) -> None:
         if name in self._open:
             raise MeterError("window", name, "a name not already open")
-        self._open[name] = (self.device.now_s(), self.device.energy_j())
+        self._open[name] = (self.device.now_s(), self.device.energy_j(), energy_gaps(self.device))
 
     def end(self, name: str) -> Measurement:
         if name not in self._open:
             shown = ", ".join(self._open) or "none open"
             raise MeterError("window", name, f"an open window ({shown})")
-        t0, e0 = self._open.pop(name)
+        t0, e0, g0 = self._open.pop(name)
         t1, e1 = self.device.now_s(), self.device.energy_j()
+        check_energy_gaps(self.device, g0, f"window {name}")
         # a silent 0 J (or a negative time) would pass for a measurement; say it is none
         if t1 < t0:
             raise MeterError(
