@@ -46,3 +46,66 @@ def test_interleaved_with_two_chunks_on_two_ranks_runs(command):
     args = ["--pp", "2", "--global-batch", "4", "--schedule", "interleaved", "--vpp", "2"]
     r = CliRunner().invoke(app, [command, *extra, *args])
     assert r.exit_code == 0, r.output
+
+
+# ---- 2. amsgrad's third 8-bit state -----------------------------------------------------------
+# hwtune.optim.AdamW (FlashOptim, Gonzalez Ortiz et al. 2026, Table 1): 2 (bf16 weight) + 1 (int8
+# master correction) + 2 (bf16 gradient) + 1 + 1 (8-bit moments) = 7 bytes per parameter, and a
+# 2-byte fp16 scale per 32 elements of each 8-bit state. amsgrad (Reddi et al. 2018, Algorithm 2)
+# keeps max(v) as a third 8-bit state coded as v is: 8 bytes + 3 scales.
+SCALE = 2.0 / 32
+
+
+def _total(optimizer: str) -> float:
+    from hwtune.cost.memory import state_bytes_per_param
+
+    sb = state_bytes_per_param("bf16", optimizer, fp32_grads=False)
+    return sb.weights + sb.grads + sb.optimizer
+
+
+def test_amsgrad_is_8_bytes_per_param_and_adamw_7():
+    assert _total("adam-8bit") == pytest.approx(7 + 2 * SCALE)
+    assert _total("adam-8bit-amsgrad") == pytest.approx(8 + 3 * SCALE)
+
+
+def test_amsgrad_with_gradient_release_drops_the_2_byte_gradient():
+    assert _total("adam-8bit-release") == pytest.approx(5 + 2 * SCALE)
+    assert _total("adam-8bit-release-amsgrad") == pytest.approx(6 + 3 * SCALE)
+
+
+def test_estimate_with_amsgrad_holds_one_more_byte_per_local_parameter():
+    """ZeRO-0, one GPU: the optimizer part grows by exactly (1 + 2/32) bytes x the parameters
+    (the bf16 weights are 2 bytes each), weights and gradients stay."""
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import estimate_memory
+    from hwtune.train.strategy import Strategy
+
+    spec = get_model("llama3.1-8b")
+    cl = make_cluster("h100-sxm-80gb", 1)
+    plain, ams = (
+        estimate_memory(spec, cl, Strategy(zero=0, seq=1024, optimizer=o))
+        for o in ("adam-8bit", "adam-8bit-amsgrad")
+    )
+    n = plain.weights / 2.0
+    assert ams.weights == plain.weights and ams.gradients == plain.gradients
+    assert ams.optimizer - plain.optimizer == pytest.approx(n * (1 + SCALE), rel=1e-9)
+
+
+def test_cli_takes_the_amsgrad_optimizer():
+    import json
+
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    args = ["estimate", "--gpus", "1", "--seq", "1024", "--zero", "0", "--json"]
+    out = {}
+    for o in ("adam-8bit", "adam-8bit-amsgrad"):
+        r = CliRunner().invoke(app, [*args, "--optimizer", o])
+        assert r.exit_code == 0, r.output
+        out[o] = json.loads(r.output)
+    assert out["adam-8bit-amsgrad"]["strategy"]["optimizer"] == "adam-8bit-amsgrad"
+    plain, ams = (out[o]["memory_per_gpu_bytes"] for o in ("adam-8bit", "adam-8bit-amsgrad"))
+    extra = ams["optimizer"] - plain["optimizer"]
+    assert extra == pytest.approx(plain["weights"] / 2.0 * (1 + SCALE), rel=1e-9)

@@ -33,7 +33,10 @@ class StateBytes:
 
 
 def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> StateBytes:
-    """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1)."""
+    """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1).
+
+    The one place these are computed (`hwtune.optim.footprint` measures the same bytes from the
+    tensors' storage, with torch; the planner does not import it)."""
     if precision == "fp32":
         return StateBytes(4.0, 4.0, 8.0)
     g = 4.0 if fp32_grads else 2.0
@@ -41,13 +44,16 @@ def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> S
         return StateBytes(2.0, g, 12.0)
     if optimizer == "adam-bf16":
         return StateBytes(2.0, 2.0, 4.0)
-    scales = 2 * 2.0 / 32  # fp16 scale per 32 elements, two moments
-    if optimizer == "adam-8bit":
-        # 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1 (8-bit moments)
-        return StateBytes(2.0, 2.0, 3.0 + scales)
-    if optimizer == "adam-8bit-release":
-        # gradient release: the gradient is consumed in backward and never held in full
-        return StateBytes(2.0, 0.0, 3.0 + scales)
+    base = optimizer.removesuffix("-amsgrad")
+    if base in ("adam-8bit", "adam-8bit-release"):
+        # hwtune.optim.AdamW: 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1
+        # (8-bit moments), each 8-bit state with an fp16 scale per 32 elements; amsgrad keeps
+        # the running max of the second moment as a third 8-bit state (Reddi et al. 2018,
+        # Algorithm 2): 8 + 3 x 2/32. Gradient release ("-release"): the gradient is consumed
+        # in backward and never held in full.
+        states = 3 if optimizer.endswith("-amsgrad") else 2
+        grads = 0.0 if base == "adam-8bit-release" else 2.0
+        return StateBytes(2.0, grads, 1.0 + states * (1.0 + 2.0 / 32))
     if optimizer == "sgd":
         return StateBytes(2.0, g, 8.0)  # fp32 master + fp32 momentum
     raise ValueError(optimizer)

@@ -39,9 +39,8 @@ from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
 from hwtune.parallel import schedules as S
 from hwtune.parallel.actions import Action, parse_action
-from hwtune.train.strategy import Precision, Recompute, Strategy, check_schedule
+from hwtune.train.strategy import Optimizer, Precision, Recompute, Strategy, check_schedule
 
-Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
 SUBMODULES = ("attention", "mlp", "experts")
 _SEL = re.compile(
     r"^(?:(embedding|head)|layers(?:\.(\*|\d+)|\[(-?\d*):(-?\d*)\]))(?:\.(attention|mlp|experts))?$"

@@ -60,10 +60,13 @@ OPTIMIZER_BYTES_MOVED = {
     "adam-bf16": 16.0,
     "adam-8bit": 14.0,
     "adam-8bit-release": 12.0,
+    "adam-8bit-amsgrad": 14.0 + 2.0,
+    "adam-8bit-release-amsgrad": 12.0 + 2.0,
     "sgd": 22.0,
 }
 """HBM bytes read + written per parameter by one fused optimizer step (weights, gradient,
-master copy, states in; master copy, states, 16-bit weights out)."""
+master copy, states in; master copy, states, 16-bit weights out); amsgrad's 8-bit running max
+of the second moment is read and written once more (+2)."""
 
 HOST_BANDWIDTH = 100e9
 """CPU memory bandwidth a CPU Adam step streams at (bytes/s) when optimizer states are

@@ -18,7 +18,18 @@ from hwtune.model.spec import ModelSpec
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
-Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
+Optimizer = Literal[
+    "adam",
+    "adam-bf16",
+    "adam-8bit",
+    "adam-8bit-release",
+    "adam-8bit-amsgrad",
+    "adam-8bit-release-amsgrad",
+    "sgd",
+]
+"""adam-8bit* = `hwtune.optim.AdamW` (``-release``: ``gradient_release=True``; ``-amsgrad``:
+``amsgrad=True``, a third 8-bit state); bytes per parameter:
+`hwtune.cost.memory.state_bytes_per_param`."""
 SCHEDULES: tuple[str, ...] = (
     "gpipe",
     "1f1b",
