@@ -109,3 +109,34 @@ def test_cli_takes_the_amsgrad_optimizer():
     plain, ams = (out[o]["memory_per_gpu_bytes"] for o in ("adam-8bit", "adam-8bit-amsgrad"))
     extra = ams["optimizer"] - plain["optimizer"]
     assert extra == pytest.approx(plain["weights"] / 2.0 * (1 + SCALE), rel=1e-9)
+
+
+# ---- 3. step energy: one integral of the power model ----------------------------------------
+def test_step_energy_by_hand():
+    """Power = static + u x dynamic at f = f_max (no cap): compute at u = 1, exposed
+    communication at u = COMM_ACTIVITY = 0.3, the rest of the step (a pipeline bubble) at
+    static only; two GPUs. Per GPU: 0.7 s x (100 + 400) + 0.1 s x (100 + 0.3 x 400) + 0.2 s x 100
+    = 350 + 22 + 20 = 392 J."""
+    from types import SimpleNamespace
+
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.train.step_energy import step_energy
+
+    power = SimpleNamespace(static_w=100.0, dynamic_w=400.0, v_floor=0.0, memory_w=50.0)
+    est = SimpleNamespace(
+        step_time_s=1.0,
+        n_gpus=2,
+        tokens_per_step=1000,
+        breakdown={
+            "forward": 0.2,
+            "backward": 0.4,
+            "optimizer": 0.1,
+            "dp_comm_exposed": 0.1,
+            "pipeline_bubble": 0.2,
+        },
+    )
+    se = step_energy(est, make_cluster("h100-sxm-80gb", 2), power)
+    assert se.parts_j == pytest.approx({"compute": 700.0, "communication": 44.0, "idle": 40.0})
+    assert se.energy_j == pytest.approx(784.0)
+    assert se.avg_power_w_per_gpu == pytest.approx(392.0)
+    assert se.energy_per_token_j == pytest.approx(0.784)
