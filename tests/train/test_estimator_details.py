@@ -140,3 +140,43 @@ def test_step_energy_by_hand():
     assert se.energy_j == pytest.approx(784.0)
     assert se.avg_power_w_per_gpu == pytest.approx(392.0)
     assert se.energy_per_token_j == pytest.approx(0.784)
+
+
+# ---- 4. the first stage keeps no second copy of the embedding output -------------------------
+# Korthikanti et al. 2022 §4.2.3: with 1F1B the first stage holds p micro-batches of L/p layers;
+# §4.1/Table 2: with sequence parallelism and selective recomputation a layer keeps 34 s b h / t,
+# of which 2 s b h / t are the two 1-byte dropout masks: 32 s b h / t without dropout. §4.3: the
+# embedding keeps only its dropout mask (s b h / t per micro-batch), so without dropout the first
+# stage holds exactly 32 s b h L / t (times the allocator's FRAGMENTATION); with dropout
+# 34 s b h L / t + s b h p / t.
+@pytest.mark.parametrize("dropout", [False, True])
+def test_gpt3_first_stage_activations_without_an_embedding_copy(dropout):
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import FRAGMENTATION, estimate_memory
+    from hwtune.train.strategy import Strategy
+
+    s, h, L, t, p = 2048, 12288, 96, 8, 8  # GPT-3 175B (Brown et al. 2020, Table 2.1)
+    spec = get_model("gpt3-175b")
+    assert (spec.d_model, spec.n_layers) == (h, L)
+    st = Strategy(tp=t, pp=p, dp=1, micro_batch=1, global_batch=64, seq=s,
+                  sequence_parallel=True, recompute="selective", flash_attention=False,
+                  dropout=dropout)  # fmt: skip
+    mem = estimate_memory(spec, make_cluster("h100-sxm-80gb", 64), st)
+    hand = (34 * s * h * L / t + s * h * p / t) if dropout else 32 * s * h * L / t
+    assert mem.activations == pytest.approx(hand * FRAGMENTATION, rel=1e-12)
+
+
+def test_embedding_keeps_only_its_dropout_mask():
+    from hwtune.cost.memory import ActShape, embedding_activation_bytes
+    from hwtune.model.catalog import get_model
+
+    spec = get_model("gpt3-175b")
+    a = ActShape(tokens=2 * 2048, seq=2048, tp=8, sp=True, act_bytes=2.0)
+    assert embedding_activation_bytes(spec, a) == 0.0
+    # one byte per element of the s b h / t sequence-parallel shard
+    masked = ActShape(tokens=2 * 2048, seq=2048, tp=8, sp=True, act_bytes=2.0, dropout=True)
+    assert embedding_activation_bytes(spec, masked) == 2 * 2048 * 12288 / 8
+    # without sequence parallelism each TP rank holds the whole s b h
+    full = ActShape(tokens=2 * 2048, seq=2048, tp=8, sp=False, act_bytes=2.0, dropout=True)
+    assert embedding_activation_bytes(spec, full) == 2 * 2048 * 12288

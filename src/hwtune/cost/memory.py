@@ -87,6 +87,22 @@ class ActShape:
     loss: str = "fused"  # cross-entropy implementation (LOSS_KERNELS)
 
 
+def embedding_activation_bytes(spec: ModelSpec, a: ActShape) -> float:
+    """Bytes the input embedding keeps for backward for one micro-batch on one rank (the first
+    pipeline stage): its dropout's 1-byte mask, ``s b h / t`` with sequence parallelism (``s b h``
+    without), and nothing without dropout.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    §4.3: the word and position embeddings store no large activations for backward (their
+    gradient scatters into the rows the token ids name), and the embedding dropout needs
+    ``s b h p / t`` bytes over the p micro-batches the first stage holds (§4.2.3).
+    The embedding's output is the first layer's input, which that layer's first norm stores
+    (§4.1, counted in `layer_activation_bytes`); keeping it again would count it twice."""
+    if not a.dropout:
+        return 0.0
+    return a.tokens * spec.d_model / (a.tp if a.sp else 1)
+
+
 def _div(x: int, t: int) -> int:
     return max(1, x // t)
 
