@@ -192,16 +192,16 @@ def test_flash_attention_drops_only_the_5as_over_h_term():
 
 def test_gpt3_first_stage_holds_L_layers_of_activations():
     """Korthikanti §4.2.3: with 1F1B the first stage holds p micro-batches of L/p layers, i.e. L
-    layers: 34 s b h L / t with sequence parallelism and selective recomputation. The estimator
-    adds the embedding output of each in-flight micro-batch (2 s b h / t) and the allocator's
-    FRAGMENTATION factor."""
+    layers: 34 s b h L / t with sequence parallelism and selective recomputation, plus (§4.3) the
+    embedding dropout's 1-byte mask of each in-flight micro-batch, s b h p / t; the estimator
+    adds the allocator's FRAGMENTATION factor."""
     L, t, p = 96, 8, 8
     st = Strategy(tp=t, pp=p, dp=1, micro_batch=1, global_batch=64, seq=S3,
                   sequence_parallel=True, recompute="selective", flash_attention=False,
                   dropout=True)  # fmt: skip
     cl = make_cluster("h100-sxm-80gb", 64)
     mem = estimate_memory(get_model("gpt3-175b"), cl, st)
-    hand = (34 * S3 * H3 * L / t + 2 * S3 * H3 * p / t) * FRAGMENTATION
+    hand = (34 * S3 * H3 * L / t + S3 * H3 * p / t) * FRAGMENTATION
     assert mem.activations == pytest.approx(hand, rel=1e-12)
 
 

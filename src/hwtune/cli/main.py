@@ -137,7 +137,11 @@ def estimate(
     ] = False,
     precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
     optimizer: Annotated[
-        str, typer.Option(help="adam|adam-bf16|adam-8bit|adam-8bit-release|sgd")
+        str,
+        typer.Option(
+            help="adam|adam-bf16|adam-8bit|adam-8bit-release|adam-8bit-amsgrad|"
+            "adam-8bit-release-amsgrad|sgd"
+        ),
     ] = "adam",
     offload: Annotated[
         bool, typer.Option("--offload/--no-offload", help="optimizer states on the CPU")

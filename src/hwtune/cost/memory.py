@@ -33,7 +33,10 @@ class StateBytes:
 
 
 def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> StateBytes:
-    """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1)."""
+    """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1).
+
+    The one place these are computed (`hwtune.optim.footprint` measures the same bytes from the
+    tensors' storage, with torch; the planner does not import it)."""
     if precision == "fp32":
         return StateBytes(4.0, 4.0, 8.0)
     g = 4.0 if fp32_grads else 2.0
@@ -41,13 +44,16 @@ def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> S
         return StateBytes(2.0, g, 12.0)
     if optimizer == "adam-bf16":
         return StateBytes(2.0, 2.0, 4.0)
-    scales = 2 * 2.0 / 32  # fp16 scale per 32 elements, two moments
-    if optimizer == "adam-8bit":
-        # 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1 (8-bit moments)
-        return StateBytes(2.0, 2.0, 3.0 + scales)
-    if optimizer == "adam-8bit-release":
-        # gradient release: the gradient is consumed in backward and never held in full
-        return StateBytes(2.0, 0.0, 3.0 + scales)
+    base = optimizer.removesuffix("-amsgrad")
+    if base in ("adam-8bit", "adam-8bit-release"):
+        # hwtune.optim.AdamW: 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1
+        # (8-bit moments), each 8-bit state with an fp16 scale per 32 elements; amsgrad keeps
+        # the running max of the second moment as a third 8-bit state (Reddi et al. 2018,
+        # Algorithm 2): 8 + 3 x 2/32. Gradient release ("-release"): the gradient is consumed
+        # in backward and never held in full.
+        states = 3 if optimizer.endswith("-amsgrad") else 2
+        grads = 0.0 if base == "adam-8bit-release" else 2.0
+        return StateBytes(2.0, grads, 1.0 + states * (1.0 + 2.0 / 32))
     if optimizer == "sgd":
         return StateBytes(2.0, g, 8.0)  # fp32 master + fp32 momentum
     raise ValueError(optimizer)
@@ -79,6 +85,22 @@ class ActShape:
     ep: int = 1
     moe_imbalance: float = 1.0
     loss: str = "fused"  # cross-entropy implementation (LOSS_KERNELS)
+
+
+def embedding_activation_bytes(spec: ModelSpec, a: ActShape) -> float:
+    """Bytes the input embedding keeps for backward for one micro-batch on one rank (the first
+    pipeline stage): its dropout's 1-byte mask, ``s b h / t`` with sequence parallelism (``s b h``
+    without), and nothing without dropout.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    §4.3: the word and position embeddings store no large activations for backward (their
+    gradient scatters into the rows the token ids name), and the embedding dropout needs
+    ``s b h p / t`` bytes over the p micro-batches the first stage holds (§4.2.3).
+    The embedding's output is the first layer's input, which that layer's first norm stores
+    (§4.1, counted in `layer_activation_bytes`); keeping it again would count it twice."""
+    if not a.dropout:
+        return 0.0
+    return a.tokens * spec.d_model / (a.tp if a.sp else 1)
 
 
 def _div(x: int, t: int) -> int:

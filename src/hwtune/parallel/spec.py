@@ -39,9 +39,8 @@ from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
 from hwtune.parallel import schedules as S
 from hwtune.parallel.actions import Action, parse_action
-from hwtune.train.strategy import Precision, Recompute, Strategy
+from hwtune.train.strategy import Optimizer, Precision, Recompute, Strategy, check_schedule
 
-Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
 SUBMODULES = ("attention", "mlp", "experts")
 _SEL = re.compile(
     r"^(?:(embedding|head)|layers(?:\.(\*|\d+)|\[(-?\d*):(-?\d*)\]))(?:\.(attention|mlp|experts))?$"
@@ -107,14 +106,8 @@ class ScheduleDirective(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _vpp_interleaved(self) -> ScheduleDirective:
-        if self.vpp > 1 and self.name != "interleaved" and self.actions is None:
-            raise HwtuneInputError("vpp", self.vpp, "1 unless the schedule is interleaved")
-        if self.name == "interleaved" and self.vpp < 2 and self.actions is None:
-            # one chunk per rank is plain 1F1B: taking it silently would mislabel the plan
-            raise HwtuneInputError(
-                "vpp", self.vpp, "at least 2 model chunks per rank for the interleaved schedule"
-            )
+    def _explicit_actions(self) -> ScheduleDirective:
+        # a named schedule against the mesh: ParallelSpec._schedule_fits_mesh
         if self.actions is not None and self.vpp > 1:  # explicit actions name their stages
             raise HwtuneInputError(
                 "schedule.vpp", self.vpp, "no vpp beside explicit actions (their stages set it)"
@@ -148,6 +141,12 @@ class ParallelSpec(BaseModel):
     overlap: Overlap = Overlap()
     flash_attention: bool = True
     moe_imbalance: float = Field(default=1.0, ge=1.0)
+
+    @model_validator(mode="after")
+    def _schedule_fits_mesh(self) -> ParallelSpec:
+        if self.schedule.actions is None:  # explicit actions name their own stages
+            check_schedule(self.schedule.name, self.mesh.pp, self.schedule.vpp)
+        return self
 
     # ---- derived -------------------------------------------------------------------------
     @property

@@ -22,6 +22,7 @@ from hwtune.cost import collectives as coll
 from hwtune.cost.compute import attention_kernel_share, attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
     ActShape,
+    embedding_activation_bytes,
     layer_activation_bytes,
     logits_bytes,
     sharded_state_bytes,
@@ -60,10 +61,13 @@ OPTIMIZER_BYTES_MOVED = {
     "adam-bf16": 16.0,
     "adam-8bit": 14.0,
     "adam-8bit-release": 12.0,
+    "adam-8bit-amsgrad": 14.0 + 2.0,
+    "adam-8bit-release-amsgrad": 12.0 + 2.0,
     "sgd": 22.0,
 }
 """HBM bytes read + written per parameter by one fused optimizer step (weights, gradient,
-master copy, states in; master copy, states, 16-bit weights out)."""
+master copy, states in; master copy, states, 16-bit weights out); amsgrad's 8-bit running max
+of the second moment is read and written once more (+2)."""
 
 HOST_BANDWIDTH = 100e9
 """CPU memory bandwidth a CPU Adam step streams at (bytes/s) when optimizer states are
@@ -975,8 +979,8 @@ def _activations(
             if recompute == "full":
                 biggest_layer = max(biggest_layer, layer_activation_bytes(spec, lt, moe, a, "none"))
         acts = per_mb * flight
-        if r == 0:  # the embedding output kept for its backward
-            acts += a.act_bytes * a.tokens * spec.d_model * flight / (a.tp if a.sp else 1)
+        if r == 0:  # the embedding's dropout mask (Korthikanti §4.3)
+            acts += embedding_activation_bytes(spec, a) * flight
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if r == pp - 1:
             transient += logits_bytes(spec, a.tokens, a.tp, a.loss)

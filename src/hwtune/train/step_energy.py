@@ -1,11 +1,12 @@
 """Energy of one training step from the estimator's breakdown (used by the planner's energy
 objective and by `hwtune energy step`).
 
-Energy per step integrates `hwtune.cost.power.power_at_frequency` over the estimator's step
-breakdown on every GPU: static power over the whole step; dynamic power at the (power-capped)
-clock while compute runs; ``comm_activity`` of it while exposed communication runs (NCCL
-kernels keep a few SMs and the copy engines busy, not the tensor cores: an ASSUMPTION, 0.3 by
-default, to be replaced by a measurement); static only through pipeline bubbles.
+Energy per step integrates the power model over the estimator's step breakdown on every GPU
+(`hwtune.cost.power.step_energy_j`, the integral of `power_at_frequency`, for each part): static
+power over the whole step; dynamic power at the (power-capped) clock while compute runs;
+``comm_activity`` of it while exposed communication runs (NCCL kernels keep a few SMs and the
+copy engines busy, not the tensor cores: an ASSUMPTION, 0.3 by default, to be replaced by a
+measurement); static only through pipeline bubbles.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hwtune.cost.power import clock_fraction, device_power_figures, power_at_frequency
+from hwtune.cost.power import clock_fraction, device_power_figures, step_energy_j
 
 
 class PowerFigures(Protocol):
@@ -74,23 +75,27 @@ def step_energy(
     cap = cl.power_cap_w  # type: ignore[attr-defined]
     if power is None:
         static, dyn = device_power_figures(dev)
-        v_floor, mem_w = 0.0, 0.0
+        v_floor = 0.0
         f_ratio = clock_fraction(dev, cap) if cap is not None else clock_fraction(dev, dev.tdp_w)
     else:
-        static, dyn, v_floor, mem_w = power.static_w, power.dynamic_w, power.v_floor, power.memory_w
+        static, dyn, v_floor = power.static_w, power.dynamic_w, power.v_floor
         f_ratio = 1.0 if cap is None else clock_fraction(dev, cap)
     bd = est.breakdown  # type: ignore[attr-defined]
     t = est.step_time_s  # type: ignore[attr-defined]
     compute = sum(bd.get(k, 0.0) for k in COMPUTE_PARTS)
     comm = sum(bd.get(k, 0.0) for k in COMM_PARTS)
-    p_busy = power_at_frequency(static, dyn, f_ratio, 1.0, v_floor, mem_w, 0.0)
-    p_comm = power_at_frequency(static, dyn, f_ratio, comm_activity, v_floor)
     idle = max(0.0, t - compute - comm)
     n = est.n_gpus  # type: ignore[attr-defined]
+
+    def part(seconds: float, activity: float) -> float:
+        # static power over ``seconds``, dynamic power over ``activity`` of them; no DRAM term
+        # (the breakdown does not split memory-bound time out of compute)
+        return n * step_energy_j(seconds, activity * seconds, static, dyn, f_ratio, v_floor)
+
     parts = {
-        "compute": n * p_busy * compute,
-        "communication": n * p_comm * comm,
-        "idle": n * static * idle,
+        "compute": part(compute, 1.0),
+        "communication": part(comm, comm_activity),
+        "idle": part(idle, 0.0),
     }
     total = sum(parts.values())
     tokens = est.tokens_per_step  # type: ignore[attr-defined]

@@ -18,7 +18,18 @@ from hwtune.model.spec import ModelSpec
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
-Optimizer = Literal["adam", "adam-bf16", "adam-8bit", "adam-8bit-release", "sgd"]
+Optimizer = Literal[
+    "adam",
+    "adam-bf16",
+    "adam-8bit",
+    "adam-8bit-release",
+    "adam-8bit-amsgrad",
+    "adam-8bit-release-amsgrad",
+    "sgd",
+]
+"""adam-8bit* = `hwtune.optim.AdamW` (``-release``: ``gradient_release=True``; ``-amsgrad``:
+``amsgrad=True``, a third 8-bit state); bytes per parameter:
+`hwtune.cost.memory.state_bytes_per_param`."""
 SCHEDULES: tuple[str, ...] = (
     "gpipe",
     "1f1b",
@@ -40,6 +51,33 @@ def expert_data_parallel(tp: int, cp: int, dp: int, ep: int) -> int:
     so an EP group is ``ep`` consecutive ranks (stride 1) and an expert-DP group strides by
     ``ep``; the expert GEMMs keep their full width (`hwtune.model.lowering.ffn_ops`)."""
     return max(1, tp * cp * dp // ep)
+
+
+def check_schedule(schedule: str, pp: int, vpp: int) -> None:
+    """One-line errors for a pipeline schedule that does not fit ``pp`` and ``vpp``.
+
+    The one rule for `Strategy.validate_for` and the compile spec (`hwtune.parallel.spec`): a
+    schedule other than 1F1B, and model chunks (``vpp > 1``), need pipeline parallelism
+    (``pp > 1``); ``vpp > 1`` needs the interleaved schedule; and the interleaved schedule needs
+    ``pp > 1`` and at least 2 chunks per rank (one chunk per rank is plain 1F1B: taking it
+    silently would mislabel the estimate). Checked in this order, so that following each error
+    leads to a valid layout (``--schedule interleaved --vpp 2`` at ``pp=1`` names vpp first,
+    then the schedule), never back to the previous error."""
+    if pp == 1 and vpp > 1:
+        raise HwtuneInputError(
+            "vpp", vpp, "1 without pipeline parallelism (pp=1; more chunks need pp > 1 and the "
+            "interleaved schedule)",
+        )  # fmt: skip
+    if pp == 1 and schedule != "1f1b":
+        raise HwtuneInputError(
+            "schedule", schedule, "1f1b (the default) without pipeline parallelism (pp=1)"
+        )
+    if vpp > 1 and schedule != "interleaved":
+        raise HwtuneInputError("vpp", vpp, "1 unless the schedule is interleaved")
+    if schedule == "interleaved" and vpp < 2:
+        raise HwtuneInputError(
+            "vpp", vpp, "at least 2 model chunks per rank for the interleaved schedule"
+        )
 
 
 class Strategy(BaseModel):
@@ -179,13 +217,7 @@ class Strategy(BaseModel):
         chunks = self.pp * self.vpp
         if self.pp > 1 and model.n_layers < chunks:
             raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
-        if self.vpp > 1 and self.schedule not in ("interleaved",):
-            raise HwtuneInputError("vpp", self.vpp, "1 unless --schedule interleaved")
-        if self.schedule == "interleaved" and self.pp > 1 and self.vpp < 2:
-            # one chunk per rank is plain 1F1B: taking it silently would mislabel the estimate
-            raise HwtuneInputError(
-                "vpp", self.vpp, "at least 2 model chunks per rank for the interleaved schedule"
-            )
+        check_schedule(self.schedule, self.pp, self.vpp)
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
             raise HwtuneInputError(
                 "global_batch", gb,
@@ -201,12 +233,6 @@ class Strategy(BaseModel):
         if self.precision == "fp32" and self.optimizer != "adam":
             raise HwtuneInputError("optimizer", self.optimizer, "adam with fp32 training")
         # switches that would change nothing here are errors, not silently ignored
-        if self.pp == 1 and self.vpp > 1:
-            raise HwtuneInputError("vpp", self.vpp, "1 without pipeline parallelism (pp=1)")
-        if self.pp == 1 and self.schedule != "1f1b":
-            raise HwtuneInputError(
-                "schedule", self.schedule, "1f1b (the default) without pipeline parallelism (pp=1)"
-            )
         if self.fp8_recipe != "delayed" and self.precision != "fp8":
             raise HwtuneInputError("fp8_recipe", self.fp8_recipe, "delayed unless precision is fp8")
         if model.moe is None:
