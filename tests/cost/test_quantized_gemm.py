@@ -63,11 +63,12 @@ def test_marlin_is_the_slower_of_its_padded_math_and_the_full_bandwidth_read(m, 
     """Marlin on Hopper: the rows padded to 16 at the measured share of the GEMM rate, or the
     operands read at the memory bandwidth, whichever takes longer (so never faster than that
     read)."""
-    from hwtune.cost.compute import dtype_bytes
     from hwtune.cost.quantized_gemm import MARLIN_SHARE_ON_HOPPER
 
-    b = serving_gemm_time(m, n, k, H200, "fp4", batch, kernel="marlin") - KERNEL_OVERHEAD_S
-    nbytes = batch * (2.0 * m * k + dtype_bytes("fp4") * k * n + 2.0 * m * n)
+    b = serving_gemm_time(m, n, k, H200, "fp4", batch, kernel="marlin", group_size=32)
+    b -= KERNEL_OVERHEAD_S
+    per_weight = 0.5 + 1 / 32  # MXFP4: 4 bits and one 8-bit scale per 32 (OCP MX v1.0)
+    nbytes = batch * (2.0 * m * k + per_weight * k * n + 2.0 * m * n)
     t_mem = nbytes / (H200.memory_bandwidth_si * H200.memory_bw_efficiency)
     rate = H200.peak_flops("bf16") * H200.gemm_fraction("bf16") * MARLIN_SHARE_ON_HOPPER
     t_math = 2.0 * (-(-m // 16) * 16) * n * k * batch / rate

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,10 @@ from hwtune.serve.config import ReplicaConfig
 from hwtune.serve.iteration import IterationModel, StepShape
 from hwtune.serve.memory import weight_bytes_per_gpu
 
-MODELS = Path("/work/shared/models")
+# the Hugging Face configs the package ships (copies of ../shared/models)
+MODELS = Path(str(resources.files("hwtune.model").joinpath("configs")))
 KIMI = MODELS / "moonshotai--Kimi-K2.5.json"
-if not KIMI.is_file():  # the copy shipped with the package
-    from importlib import resources
-
-    MODELS = Path(str(resources.files("hwtune.model").joinpath("configs")))
-    KIMI = MODELS / "moonshotai--Kimi-K2.5.json"
+GPT_OSS = MODELS / "openai--gpt-oss-120b.json"
 
 
 def _llama_8b() -> dict:
@@ -104,7 +102,15 @@ def test_int4_bytes_per_weight():
     assert weight_bytes_per_element("int4", 32) == pytest.approx(0.5 + 2 / 32)
     assert weight_bytes_per_element("int4") == pytest.approx(0.5 + 2 / INT4_GROUP_SIZE)
     assert weight_bytes_per_element("int4", -1) == 0.5
-    assert weight_bytes_per_element("fp4", 32) == 0.5  # group scales are counted for int4 only
+    assert weight_bytes_per_element("bf16", 32) == 2.0 and weight_bytes_per_element("fp8") == 1.0
+
+
+def test_fp4_bytes_per_weight_carry_the_block_scales():
+    """OCP MX v1.0: MXFP4 blocks of 32 share one 8-bit (E8M0) scale; NVFP4 blocks of 16 share
+    one FP8 (E4M3) scale, the default when the checkpoint does not say."""
+    assert weight_bytes_per_element("fp4", 32) == pytest.approx(0.5 + 1 / 32)
+    assert weight_bytes_per_element("fp4") == pytest.approx(0.5 + 1 / 16)
+    assert load_hf_config(GPT_OSS).weight_group_size == 32
     assert weight_bytes_per_element("bf16") == 2.0
 
 
@@ -164,10 +170,11 @@ def test_int4_on_hopper_is_priced_as_fp4_weight_only():
     assert serving_gemm_time(*big, h100, "int4") == serving_gemm_time(*big, h100, "fp4")
     assert serving_gemm_time(*big, h100, "int4") == pytest.approx(
         serving_gemm_time(*big, h100, "bf16"), rel=1e-9)  # fmt: skip
-    # memory-bound: int4 reads its scales too, a little more than fp4
+    # memory-bound: the bytes per weight decide; in groups of 32, int4's 16-bit scales are a
+    # little more than MXFP4's 8-bit ones (0.5625 against 0.53125 byte)
     small = (1, 8192, 8192)
-    fp4, int4 = serving_gemm_time(*small, h100, "fp4"), serving_gemm_time(*small, h100, "int4")
-    assert fp4 < int4 < 1.05 * fp4
+    fp4, int4 = (serving_gemm_time(*small, h100, f, group_size=32) for f in ("fp4", "int4"))
+    assert fp4 < int4 < 1.07 * fp4
 
 
 def test_int4_prefill_on_blackwell_runs_at_the_bf16_rate_while_fp4_is_faster():

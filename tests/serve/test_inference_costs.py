@@ -12,11 +12,15 @@ from hwtune.hardware.catalog import get_device
 from hwtune.hardware.cluster import make_cluster
 
 
-def test_fp4_weights_on_hopper_read_half_a_byte_per_weight():
+@pytest.mark.parametrize(("group", "per_weight"), [(32, 0.5 + 1 / 32), (None, 0.5 + 1 / 16)])
+def test_fp4_weights_on_hopper_read_half_a_byte_per_weight_and_their_scales(group, per_weight):
+    """4 bits per weight plus one 8-bit scale per block: MXFP4's 32 (OCP MX v1.0), NVFP4's 16
+    (the default)."""
     dev = get_device("h100-sxm-80gb")  # no FP4 tensor cores
     k, n = 8192, 32768  # enough output tiles to fill the SMs: the weight read dominates
-    t = serving_gemm_time(1, n, k, dev, "fp4")
-    read = (0.5 * k * n + 2 * k + 2 * n) / (dev.memory_bandwidth_si * dev.memory_bw_efficiency)
+    t = serving_gemm_time(1, n, k, dev, "fp4", group_size=group)
+    bw = dev.memory_bandwidth_si * dev.memory_bw_efficiency
+    read = (per_weight * k * n + 2 * k + 2 * n) / bw
     assert t == pytest.approx(read + KERNEL_OVERHEAD_S, rel=1e-6)
     # large m: compute-bound at the bf16 rate, like a bf16 GEMM
     big = serving_gemm_time(8192, n, k, dev, "fp4")

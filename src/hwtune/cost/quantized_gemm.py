@@ -42,19 +42,40 @@ INT4_GROUP_SIZE = 128
 ``q_group_size``; ``AwqConfig``). Checkpoints that state theirs are read instead
 (`ModelSpec.weight_group_size`: Kimi-K2.5's compressed-tensors ``group_size: 32``)."""
 
+FP4_GROUP_SIZE = 16
+"""Weights per 8-bit scale of fp4 weights when the checkpoint does not say: NVFP4's block of 16
+values sharing one FP8 (E4M3) scale, plus one FP32 scale per tensor (NVIDIA, "Introducing
+NVFP4 for Efficient and Accurate Low-Precision Inference", 2025; TensorRT Model Optimizer's
+NVFP4 ``group_size: 16``). MXFP4 checkpoints (gpt-oss) state theirs: blocks of 32 with one
+E8M0 scale (OCP Microscaling Formats (MX) Specification v1.0, 2023, §5;
+`hwtune.model.hf_config.weight_group_size`)."""
+
 
 def weight_bytes_per_element(dtype: str, group_size: int | None = None) -> float:
-    """Bytes one stored weight takes in ``dtype``: `dtype_bytes`, plus for int4 one 16-bit
-    scale per ``group_size`` weights (``INT4_GROUP_SIZE`` when None; -1, one scale per output
-    channel, adds under 0.1% for the K of thousands of LLM GEMMs and is left out, as are the
-    4-bit zero points of asymmetric GPTQ/AWQ groups: 0.004 byte per weight at group size 128). Sources: the
-    GPTQ/AWQ/compressed-tensors packing (int32 words of eight 4-bit weights, fp16/bf16
-    ``scales`` of shape (K / group_size, N)); 0.5 + 2/32 = 0.5625 byte at Kimi-K2.5's 32."""
+    """Bytes one stored weight takes in ``dtype``: `dtype_bytes`, plus its share of the group
+    scales:
+
+    - int4: one 16-bit scale per ``group_size`` weights (``INT4_GROUP_SIZE`` when None; -1, one
+      scale per output channel, adds under 0.1% for the K of thousands of LLM GEMMs and is left
+      out, as are the 4-bit zero points of asymmetric GPTQ/AWQ groups: 0.004 byte per weight at
+      group size 128). Sources: the GPTQ/AWQ/compressed-tensors packing (int32 words of eight
+      4-bit weights, fp16/bf16 ``scales`` of shape (K / group_size, N)); 0.5 + 2/32 = 0.5625
+      byte at Kimi-K2.5's 32.
+    - fp4: one 8-bit scale per ``group_size`` weights (``FP4_GROUP_SIZE``, NVFP4's 16, when
+      None): 0.5 + 1/32 = 0.53125 byte for MXFP4 (gpt-oss), 0.5625 for NVFP4; the per-tensor
+      FP32 scale is left out.
+
+    The native FP4 tensor-core path (`hwtune.cost.compute.gemm_time` on Blackwell) reads its
+    operands at `dtype_bytes`, without the scales (at most 12.5% of a memory-bound GEMM's
+    bytes)."""
     b = dtype_bytes(dtype)
-    if dtype != "int4":
-        return b
-    g = INT4_GROUP_SIZE if group_size is None else group_size
-    return b if g == -1 else b + 2.0 / g
+    if dtype == "int4":
+        g = INT4_GROUP_SIZE if group_size is None else group_size
+        return b if g == -1 else b + 2.0 / g
+    if dtype == "fp4":
+        g = FP4_GROUP_SIZE if group_size is None else group_size
+        return b if g == -1 else b + 1.0 / g
+    return b
 
 
 WEIGHT_ONLY_KERNELS: tuple[str, ...] = ("wgmma", "marlin", "triton-mxfp4")
@@ -157,6 +178,7 @@ def serving_gemm_time(
 
 
 __all__ = [
+    "FP4_GROUP_SIZE",
     "INT4_GROUP_SIZE",
     "MARLIN_SHARE_ON_HOPPER",
     "TRITON_MXFP4_SHARE_ON_HOPPER",

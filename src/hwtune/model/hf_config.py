@@ -436,15 +436,23 @@ def checkpoint_kv_precision(top: Mapping[str, Any]) -> str | None:
 
 
 def weight_group_size(top: Mapping[str, Any]) -> int | None:
-    """Weights per scale of an int4 checkpoint (`checkpoint_precision` "int4"), from its
+    """Weights per scale of a 4-bit checkpoint. int4 (`checkpoint_precision` "int4"), from its
     ``quantization_config``: GPTQ/AWQ ``group_size`` (-1: one scale per output channel),
     compressed-tensors ``config_groups.*.weights.group_size`` (Kimi-K2.5: 32; strategy
     ``"channel"``: -1), ModelOpt's ``group_size``; None when the checkpoint is not int4 or
-    does not say (`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE` then applies)."""
-    if checkpoint_precision(top) != "int4":
+    does not say (`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE` then applies).
+
+    For an fp4 checkpoint, the block of values sharing one 8-bit scale: 32 for MXFP4
+    (``quant_method: "mxfp4"``, gpt-oss; OCP MX v1.0 §5), else the ``group_size`` it states
+    (ModelOpt NVFP4 and compressed-tensors write 16), else None
+    (`hwtune.cost.quantized_gemm.FP4_GROUP_SIZE`, NVFP4's 16)."""
+    fmt = checkpoint_precision(top)
+    if fmt not in ("int4", "fp4"):
         return None
     q = _quantization_config(top)
     assert q is not None
+    if fmt == "fp4" and str(q.get("quant_method")).lower() == "mxfp4":
+        return 32
     sizes: list[Any] = [q.get("group_size")]
     if str(q.get("quant_method")).lower() == "compressed-tensors":
         sizes = []

@@ -154,9 +154,10 @@ class ModelSpec(FrozenModel):
     )
     weight_group_size: int | None = Field(
         default=None,
-        description="weights per 16-bit scale of the checkpoint's int4 weights (its "
-        "quantization_config group_size; -1: one scale per output channel), None: not stated "
-        "(`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE`)",
+        description="weights per scale of the checkpoint's 4-bit weights (int4: 16-bit "
+        "scales, its quantization_config group_size, -1: one per output channel; fp4: 8-bit "
+        "scales, MXFP4 32, NVFP4 16), None: not stated "
+        "(`hwtune.cost.quantized_gemm.INT4_GROUP_SIZE`, `FP4_GROUP_SIZE`)",
     )
     n_params_published: float | None = Field(default=None, gt=0)
     n_active_params_published: float | None = Field(default=None, gt=0)
