@@ -120,12 +120,26 @@ def _shares(est: Estimate) -> dict[str, float]:
 
 
 def saturating_resource(prev: ScalePoint, cur: ScalePoint) -> str:
-    """The resource whose share of the step grew the most between two points."""
-    if not prev.shares or not cur.shares:
+    """The resource that accounts for most of the GPU time per token added between two points.
+
+    Strong or weak, a perfectly scaling job keeps its GPU-seconds per token (``n_gpus /
+    throughput``) constant; scaling efficiency falls exactly as they grow. Each share of the
+    step (exposed communication of a dimension, bubble, recomputation) times the GPU-seconds
+    per token is that part's GPU time per token, so the growth of the total splits into the
+    growth of each part plus the rest (the compute kernels themselves, which lose efficiency
+    as per-GPU work shrinks). The resource named is the part that grew most, provided it grew
+    more than the rest; a share that grew while the step shrank does not saturate anything.
+    """
+    if not prev.shares or not cur.shares or prev.throughput <= 0 or cur.throughput <= 0:
         return "memory (no strategy fits)"
-    growth = {k: cur.shares.get(k, 0.0) - prev.shares.get(k, 0.0) for k in SHARE_KEYS}
+    t0 = prev.n_gpus / prev.throughput  # GPU-seconds per token
+    t1 = cur.n_gpus / cur.throughput
+    if t1 <= t0:
+        return "none (GPU time per token did not grow)"
+    growth = {k: cur.shares.get(k, 0.0) * t1 - prev.shares.get(k, 0.0) * t0 for k in SHARE_KEYS}
     k, g = max(growth.items(), key=lambda kv: kv[1])
-    if g <= 0.005:
+    rest = (t1 - t0) - sum(growth.values())
+    if g <= 0 or g <= rest:
         return "none dominant (per-GPU work shrinks: kernels get smaller and less efficient)"
     return RESOURCE[k]
 
