@@ -4,7 +4,12 @@ plot. Expected values are computed by hand in the comments."""
 
 from __future__ import annotations
 
-from hwtune.train.scaling import RESOURCE, ScalePoint, saturating_resource
+import pytest
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
+from hwtune.model.spec import ModelSpec
+from hwtune.train.scaling import RESOURCE, ScalePoint, saturating_resource, scale_sweep
 
 
 def _pt(n: int, thr: float, shares: dict[str, float]) -> ScalePoint:
@@ -32,3 +37,50 @@ def test_nothing_saturates_when_gpu_time_per_token_falls():
     # e.g. offload no longer needed), though the tensor-parallel share grew 0 -> 10%
     prev, cur = _pt(100, 1000.0, {"tp": 0.0}), _pt(200, 2400.0, {"tp": 0.1})
     assert saturating_resource(prev, cur).startswith("none (")
+
+
+# ------------------------------------------------------------------ bad lists
+S = ["scale", "--seq", "2048"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "value", "expected"),
+    [
+        # a repeated count was dropped without a word; an unsorted list was reordered
+        (["-m", "llama3.1-8b", "--gpus", "8,8,16", "--global-batch", "64"], "--gpus", "8,8,16",
+         "once"),
+        (["-m", "llama3.1-8b", "--gpus", "16,8", "--global-batch", "64"], "--gpus", "16,8",
+         "increasing"),
+        # 1.0 made every step short of exactly linear (rounding included) a knee
+        (["-m", "llama3.1-8b", "--gpus", "8,16", "--knees", "0.9,1"], "--knees", "0.9,1",
+         "(0, 1)"),
+        (["-m", "llama3.1-8b", "--gpus", "8,16", "--knees", "0.9,0.9"], "--knees", "0.9,0.9",
+         "once"),
+        # repeated rows in the batch and model-size sweeps
+        (["-m", "llama3.1-8b", "--global-batches", "64,64", "--fixed-gpus", "8"],
+         "--global-batches", "64,64", "once"),
+        (["-m", "llama3.1-8b,LLAMA3.1-8B", "--fixed-gpus", "8"], "--model", "LLAMA3.1-8B",
+         "once"),
+    ],
+)  # fmt: skip
+def test_repeated_unsorted_and_degenerate_lists_are_errors(rejects, args, field, value, expected):
+    rejects([*S, *args], field, value, expected)
+
+
+def _tiny() -> ModelSpec:
+    return ModelSpec(n_layers=2, d_model=256, n_heads=4, ffn_hidden=512, vocab=1000)
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        (dict(gpus=[8, 8, 16]), "gpus"),  # was deduplicated silently
+        (dict(gpus=[8, 16], fractions=(0.9, 1.0)), "knees"),
+        (dict(gpus=[8, 16], fractions=(0.5, 0.5)), "knees"),
+    ],
+)
+def test_scale_sweep_rejects_repeats_and_a_fraction_of_one(kw, field):
+    with pytest.raises(HwtuneInputError) as ei:
+        scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n), seq=1024,
+                    global_batch=64, **kw)  # fmt: skip
+    assert ei.value.field == field

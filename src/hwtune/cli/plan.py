@@ -414,16 +414,29 @@ def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: A
 
 
 def _fractions(text: str) -> list[float]:
-    """``--knees``: fractions of linear scaling in (0, 1], comma-separated."""
+    """``--knees``: distinct fractions of linear scaling in (0, 1), comma-separated (1 would
+    make any step short of exactly linear a knee)."""
     try:
         fr = [float(x) for x in text.split(",")]
     except ValueError:
         fr = []
-    if not fr or not all(0 < f <= 1 for f in fr):
+    if not fr or not all(0 < f < 1 for f in fr):
         raise HwtuneInputError(
-            "--knees", text, "fractions in (0, 1] separated by commas, e.g. 0.9,0.5"
+            "--knees", text, "fractions in (0, 1) separated by commas, e.g. 0.9,0.5"
         )
+    if len(set(fr)) != len(fr):
+        raise HwtuneInputError("--knees", text, "each fraction once")
     return fr
+
+
+def _distinct(items: list, text: str, field: str, increasing: bool = False) -> list:
+    """A swept list: each value once (a repeat would be a duplicate row or silently dropped)
+    and, for accelerator counts, in increasing order (the order of the table and the knees)."""
+    if len(set(items)) != len(items):
+        raise HwtuneInputError(field, text, "each value once")
+    if increasing and items != sorted(items):
+        raise HwtuneInputError(field, text, "increasing values, e.g. 8,16,32")
+    return items
 
 
 def _sweep_options(
@@ -499,6 +512,7 @@ def scale_cmd(
         mk = lambda n: make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,  # noqa: E731
                                     scaleup_domain=scaleup_domain)  # fmt: skip
         if len(names) > 1 or global_batches is not None:
+            _distinct([get_model(n).name for n in names], model, "--model")  # aliases too
             # model-size or global-batch sweep at a fixed accelerator count
             _sweep_options(names, global_batch, global_batches, gpus=gpus, policy=policy,
                            seqs_per_gpu=seqs_per_gpu, knees=knees, plot=plot)  # fmt: skip
@@ -506,7 +520,8 @@ def scale_cmd(
             rows = []
             items = [(n, 1024 if global_batch is None else global_batch) for n in names] if (
                 len(names) > 1
-            ) else [(names[0], b) for b in positive_ints(global_batches or "", "--global-batches")]  # fmt: skip
+            ) else [(names[0], b) for b in _distinct(positive_ints(global_batches or "", "--global-batches"),
+                                                      global_batches or "", "--global-batches")]  # fmt: skip
             with progress_bar("sweep", not as_json) as cb:
                 for i, (n, gb) in enumerate(items):
                     if cb:
@@ -549,7 +564,11 @@ def scale_cmd(
         if plot is not None:
             output_path(plot, "--plot", plot_suffixes())
         spec = get_model(names[0])
-        ns = positive_ints(gpus, "--gpus") if gpus is not None else [2**k for k in range(3, 14)]
+        ns = (
+            _distinct(positive_ints(gpus, "--gpus"), gpus, "--gpus", increasing=True)
+            if gpus is not None
+            else [2**k for k in range(3, 14)]
+        )
         with progress_bar("accelerators", not as_json) as cb:
             res = scale_sweep(spec, mk, ns, seq, policy=policy,
                               global_batch=1024 if global_batch is None else global_batch,

@@ -157,9 +157,11 @@ def scale_sweep(
     **plan_kw: object,
 ) -> ScaleResult:
     """Best strategy at each accelerator count; knees and regime changes."""
-    ns = sorted(set(int(g) for g in gpus))
+    ns = sorted(int(g) for g in gpus)
     if not ns or ns[0] < 1:
         raise HwtuneInputError("gpus", list(gpus), "positive accelerator counts")
+    if len(set(ns)) != len(ns):
+        raise HwtuneInputError("gpus", list(gpus), "each accelerator count once")
     if policy not in ("strong", "weak"):
         raise HwtuneInputError(
             "policy", policy, "strong (fixed global batch) or weak (fixed per-GPU batch)"
@@ -176,8 +178,11 @@ def scale_sweep(
                     "seqs_per_gpu", spg, f"whole sequences at every count ({n} GPUs: {spg * n:g})"
                 )
     for f in fractions:
-        if not (isinstance(f, int | float) and 0 < f <= 1):
-            raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1]")
+        # 1 would call any step short of exactly linear a knee (rounding included)
+        if not (isinstance(f, int | float) and 0 < f < 1):
+            raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1)")
+    if len(set(fractions)) != len(fractions):
+        raise HwtuneInputError("knees", list(fractions), "each fraction once")
     points: list[ScalePoint] = []
     for i, n in enumerate(ns):
         if progress:
