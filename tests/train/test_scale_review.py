@@ -84,3 +84,23 @@ def test_scale_sweep_rejects_repeats_and_a_fraction_of_one(kw, field):
         scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n), seq=1024,
                     global_batch=64, **kw)  # fmt: skip
     assert ei.value.field == field
+
+
+# ------------------------------------------------------------------ plan: hardware and network
+P = ["plan", "-m", "llama3.1-8b", "--seq", "2048", "--gpus", "16", "--global-batch", "64"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "value", "expected"),
+    [
+        # an empty item was skipped; a repeated GPU (or an alias of one) was a repeated row
+        (["--gpu", "h100-sxm-80gb,,b200"], "--gpu", "h100-sxm-80gb,,b200", "names"),
+        (["--gpu", "h100-sxm-80gb,"], "--gpu", "h100-sxm-80gb,", "names"),
+        (["--gpu", "b200,b200"], "--gpu", "b200,b200", "once"),
+        (["--gpu", "H100-SXM-80GB,h100-sxm-80gb"], "--gpu", "H100-SXM-80GB", "once"),
+        # a repeated what-if value was a repeated row
+        (["--what-if", "nic=100,100"], "--what-if nic", "100", "once"),
+    ],
+)  # fmt: skip
+def test_plan_repeated_or_empty_hardware_and_network_values(rejects, args, field, value, expected):
+    rejects([*P, *args], field, value, expected)

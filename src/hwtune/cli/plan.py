@@ -81,15 +81,19 @@ def make_clusters(
 
     if cluster is not None:
         return [load_cluster_file(cluster)]
-    names = [g.strip() for g in gpu.split(",") if g.strip()]
-    if not names:
-        raise HwtuneInputError("gpu", gpu, "one or more catalog GPU names, comma-separated")
-    return [
+    names = [g.strip() for g in gpu.split(",")]
+    if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a GPU to skip
+        raise HwtuneInputError("--gpu", gpu, "one or more catalog GPU names, comma-separated")
+    clusters = [
         make_cluster(
             n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain
         )
         for n in names
     ]
+    devices = [cl.device.name for cl in clusters]  # an alias and its name are the same GPU
+    if len(set(devices)) != len(devices):
+        raise HwtuneInputError("--gpu", gpu, "each GPU once")
+    return clusters
 
 
 def _used_only_with(

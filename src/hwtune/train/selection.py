@@ -95,6 +95,8 @@ def network_whatif(
     if not 0 < target_efficiency <= 1:
         raise HwtuneInputError("target_efficiency", target_efficiency, "a fraction in (0, 1]")
     key = WHATIF_FIELDS[field]
+    if len(set(values)) != len(values):  # a repeated value would be a repeated row
+        raise HwtuneInputError(f"--what-if {field}", list(values), "each value once")
     points = []
     for i, v in enumerate(values):
         if progress:
