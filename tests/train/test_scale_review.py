@@ -4,12 +4,16 @@ plot. Expected values are computed by hand in the comments."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import make_cluster
 from hwtune.model.spec import ModelSpec
+from hwtune.train import scaling
 from hwtune.train.scaling import RESOURCE, ScalePoint, saturating_resource, scale_sweep
+from hwtune.train.strategy import make_strategy
 
 
 def _pt(n: int, thr: float, shares: dict[str, float]) -> ScalePoint:
@@ -104,3 +108,34 @@ P = ["plan", "-m", "llama3.1-8b", "--seq", "2048", "--gpus", "16", "--global-bat
 )  # fmt: skip
 def test_plan_repeated_or_empty_hardware_and_network_values(rejects, args, field, value, expected):
     rejects([*P, *args], field, value, expected)
+
+
+# ------------------------------------------------------------------ regimes and knee order
+def _fake_plan(thr: dict[int, float], offload_below: int):
+    """A stand-in for the search: at n GPUs a data-parallel ZeRO-1 strategy at ``thr[n]``
+    tokens/s, with the optimizer offloaded below ``offload_below`` GPUs, and no exposed parts."""
+
+    def plan(spec, cl, gb, seq, **kw):  # noqa: ANN001, ANN202, ARG001
+        n = cl.n_gpus
+        st = make_strategy(dp=n, zero=1, offload_optimizer=n < offload_below)
+        est = SimpleNamespace(strategy=st, tokens_per_s=thr[n], breakdown={}, step_time_s=1.0)
+        return SimpleNamespace(top=[est])
+
+    return plan
+
+
+def test_offload_is_a_regime_and_knees_come_in_sweep_order(monkeypatch):
+    thr = {8: 800.0, 16: 1600.0, 32: 2400.0, 64: 2600.0}
+    monkeypatch.setattr(scaling, "plan", _fake_plan(thr, offload_below=32))
+    res = scaling.scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n),
+                              [8, 16, 32, 64], 1024, global_batch=64)  # fmt: skip
+    # first point 100 tokens/s per GPU; 8->16: 800/8/100 = 1.0; 16->32: 800/16/100 = 0.5
+    # (below 0.9, not below 0.5); 32->64: 200/32/100 = 0.0625 (below 0.5)
+    # offload stops at 32: a regime change there (it was not one: the regime left it out)
+    assert [(k.kind, k.n_gpus, k.fraction) for k in res.knees] == [
+        ("efficiency", 32, 0.9),
+        ("regime", 32, None),
+        ("efficiency", 64, 0.5),
+    ]
+    assert "offload" in res.points[0].regime and "offload" not in res.points[2].regime
+    assert "offload" in res.knees[1].detail

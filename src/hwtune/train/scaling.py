@@ -58,6 +58,12 @@ class ScalePoint:
     def label(self) -> str:
         return strategy_label(self.best.strategy) if self.best else "no strategy fits"
 
+    @property
+    def regime(self) -> str:
+        """The strategy's regime (parallel shape, ZeRO stage, recomputation, offload): what a
+        regime change compares and the plot shades."""
+        return _regime(self.best) if self.best else "no strategy fits"
+
 
 @dataclass
 class Knee:
@@ -110,8 +116,10 @@ def _regime(est: Estimate) -> str:
     dims = {"tensor": st.tp, "pipeline": st.pp, "context": st.cp, "expert": st.ep}
     heavy = [k for k, v in dims.items() if v >= 4]
     shape = "+".join(heavy) + "-heavy" if heavy else "data-parallel"
-    return f"{shape}, ZeRO-{st.zero}" + (
-        f", {st.recompute} recompute" if st.recompute != "none" else ""
+    return (
+        f"{shape}, ZeRO-{st.zero}"
+        + (f", {st.recompute} recompute" if st.recompute != "none" else "")
+        + (", optimizer offload" if st.offload_optimizer else "")
     )
 
 
@@ -226,7 +234,7 @@ def scale_sweep(
                 )  # fmt: skip
             )
         for a, b in zip(valid, valid[1:], strict=False):
-            ra, rb = _regime(a.best), _regime(b.best)  # type: ignore[arg-type]
+            ra, rb = a.regime, b.regime
             if ra != rb:
                 knees.append(
                     Knee(
@@ -236,4 +244,5 @@ def scale_sweep(
                         resource=saturating_resource(a, b),
                     )  # fmt: skip
                 )
+    knees.sort(key=lambda k: (k.n_gpus, k.kind != "efficiency"))  # in the order of the sweep
     return ScaleResult(points, knees, policy)
