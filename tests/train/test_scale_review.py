@@ -11,6 +11,7 @@ import pytest
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import make_cluster
 from hwtune.model.spec import ModelSpec
+from hwtune.report.scale_plot import plot_scaling
 from hwtune.train import scaling
 from hwtune.train.scaling import RESOURCE, ScalePoint, saturating_resource, scale_sweep
 from hwtune.train.strategy import make_strategy
@@ -139,3 +140,39 @@ def test_offload_is_a_regime_and_knees_come_in_sweep_order(monkeypatch):
     ]
     assert "offload" in res.points[0].regime and "offload" not in res.points[2].regime
     assert "offload" in res.knees[1].detail
+
+
+# ------------------------------------------------------------------ the plot
+def test_plot_keeps_labels_inside_and_superlinear_points_in_view(monkeypatch, tmp_path):
+    import matplotlib.pyplot as plt
+
+    # 16 GPUs at 2000 tokens/s: 125 per GPU against 100 at 8, an efficiency of 1.25 (the
+    # first count offloads); 16->32: 400/16/100 = 0.25 and 32->64: 200/32/100 = 0.0625, both
+    # knees at 32, each labelled with the long "none dominant" resource
+    thr = {8: 800.0, 16: 2000.0, 32: 2400.0, 64: 2600.0}
+    monkeypatch.setattr(scaling, "plan", _fake_plan(thr, offload_below=16))
+    res = scaling.scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n),
+                              [8, 16, 32, 64], 1024, global_batch=64)  # fmt: skip
+    assert [(k.n_gpus, k.fraction) for k in res.knees if k.kind == "efficiency"] == [
+        (32, 0.9),
+        (32, 0.5),
+    ]
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)  # keep the figure to inspect it
+    out = plot_scaling(res, tmp_path / "s.png", "fake")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = figs[0]
+    fig.canvas.draw()
+    ax1, ax2 = fig.axes
+    assert ax2.get_ylim()[1] >= 1.25  # was fixed at 1.1: the point was cut off
+    box = ax1.get_window_extent()
+    texts = ax1.texts
+    # the two regimes the sweep lists are named on the plot, each once
+    assert sorted(t.get_text() for t in texts if "ZeRO" in t.get_text()) == sorted(
+        {p.regime for p in res.points}
+    )
+    for t in texts:  # regime names fell under the axis, knee labels ran over the right axis
+        bb = t.get_window_extent()
+        assert box.x0 - 1 <= bb.x0 and bb.x1 <= box.x1 + 1, t.get_text()
+        assert box.y0 - 1 <= bb.y0 and bb.y1 <= box.y1 + 1, t.get_text()
+    plt.close(fig)
