@@ -4,10 +4,13 @@ plot. Expected values are computed by hand in the comments."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
+from typer.testing import CliRunner
 
+from hwtune.cli.main import app
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import make_cluster
 from hwtune.model.spec import ModelSpec
@@ -176,3 +179,26 @@ def test_plot_keeps_labels_inside_and_superlinear_points_in_view(monkeypatch, tm
         assert box.x0 - 1 <= bb.x0 and bb.x1 <= box.x1 + 1, t.get_text()
         assert box.y0 - 1 <= bb.y0 and bb.y1 <= box.y1 + 1, t.get_text()
     plt.close(fig)
+
+
+# ------------------------------------------------------------------ the JSON document
+def test_json_has_what_the_table_shows_and_names_the_catalog_gpu():
+    args = [*S, "-m", "llama3.1-8b", "--gpu", "h100", "--gpus", "8,16", "--global-batch", "32"]
+    r = CliRunner().invoke(app, [*args, "--json", "--knees", "0.5,0.8"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    # the table's title says the sequence; the catalog resolves the alias "h100"
+    assert (doc["gpu"], doc["seq"], doc["precision"]) == ("h100-sxm-80gb", 2048, "bf16")
+    assert doc["knee_fractions"] == [0.8, 0.5]
+    for p in doc["points"]:
+        assert p["fits"] is True
+        # the table's "exposed comm": the communication shares, not bubble or recomputation
+        sh = p["exposed_share"]
+        assert p["exposed_comm_share"] == pytest.approx(
+            sh["tp"] + sh["cp"] + sh["ep"] + sh["dp"] + sh["pp_p2p"]
+        )
+        assert p["regime"].startswith(("data-parallel", "tensor", "pipeline", "context"))
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "200"}).output
+    assert "h100-sxm-80gb" in table
+    for p in doc["points"]:
+        assert f"{p['exposed_comm_share']:.1%}" in table and p["strategy"] in table

@@ -540,7 +540,14 @@ def scale_cmd(
             if as_json:
                 sys.stdout.write(
                     json.dumps(
-                        {"gpu": cl.device.name, "n_gpus": cl.n_gpus, "points": rows}, indent=2
+                        {
+                            "gpu": cl.device.name,
+                            "n_gpus": cl.n_gpus,
+                            "seq": seq,
+                            "precision": precision,
+                            "points": rows,
+                        },
+                        indent=2,
                     )
                     + "\n"
                 )
@@ -581,20 +588,27 @@ def scale_cmd(
     except HwtuneInputError as e:
         fail(e)
         return
+    device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {
         "model": spec.name,
-        "gpu": gpu,
+        "gpu": device,
         "policy": res.policy,
+        "seq": seq,
+        "precision": precision,
+        "knee_fractions": sorted(fr, reverse=True),
         "points": [
             {
                 "n_gpus": p.n_gpus,
                 "global_batch": p.global_batch,
+                "fits": p.best is not None,
                 "tokens_per_s": p.throughput,
                 "tokens_per_s_per_gpu": p.throughput / p.n_gpus,
                 "scaling_efficiency": p.efficiency,
                 "mfu": p.best.mfu if p.best else None,
+                "exposed_comm_share": p.exposed_comm,
                 "exposed_share": p.shares,
                 "strategy": p.label,
+                "regime": p.regime,
             }
             for p in res.points
         ],
@@ -603,12 +617,12 @@ def scale_cmd(
     if plot:
         from hwtune.report.scale_plot import plot_scaling
 
-        plot_scaling(res, plot, f"{spec.name} on {gpu}: {res.policy} scaling")
+        plot_scaling(res, plot, f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
         doc["plot"] = str(plot)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
-    t = Table(title=f"{spec.name} on {gpu}: {res.policy} scaling, seq {seq}")
+    t = Table(title=f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
     for col in (
         "GPUs",
         "batch",
@@ -621,10 +635,9 @@ def scale_cmd(
     ):
         t.add_column(col, justify="left" if col == "best strategy" else "right")
     for p in res.points:
-        comm = sum(v for k, v in p.shares.items() if k in ("tp", "cp", "ep", "dp", "pp_p2p"))
         t.add_row(
             str(p.n_gpus), str(p.global_batch), f"{p.throughput:,.0f}", f"{p.throughput / p.n_gpus:,.0f}",
-            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}" if p.best else "-", f"{comm:.1%}", p.label,
+            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}" if p.best else "-", f"{p.exposed_comm:.1%}", p.label,
         )  # fmt: skip
     out.print(t)
     for k in res.knees:

@@ -33,6 +33,8 @@ SHARE_KEYS = {
     "recompute": "recompute",
 }
 
+COMM_KEYS = ("tp", "cp", "ep", "dp", "pp_p2p")  # the shares that are exposed communication
+
 RESOURCE = {
     "tp": "scale-up link (tensor-parallel traffic)",
     "cp": "network (context-parallel K/V exchange)",
@@ -57,6 +59,11 @@ class ScalePoint:
     @property
     def label(self) -> str:
         return strategy_label(self.best.strategy) if self.best else "no strategy fits"
+
+    @property
+    def exposed_comm(self) -> float:
+        """Share of the step spent in exposed communication (all dimensions together)."""
+        return sum(self.shares.get(k, 0.0) for k in COMM_KEYS)
 
     @property
     def regime(self) -> str:
