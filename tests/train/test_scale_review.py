@@ -202,3 +202,15 @@ def test_json_has_what_the_table_shows_and_names_the_catalog_gpu():
     assert "h100-sxm-80gb" in table
     for p in doc["points"]:
         assert f"{p['exposed_comm_share']:.1%}" in table and p["strategy"] in table
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "value"),
+    [
+        # the sweep replaced the flag's value without a word
+        (["--nic-gbps", "200", "--what-if", "nic=100,400"], "--nic-gbps", "200"),
+        (["--scaleup-domain", "4", "--what-if", "domain=8,16"], "--scaleup-domain", "4"),
+    ],
+)
+def test_a_network_flag_the_what_if_sweeps_is_an_error(rejects, args, field, value):
+    rejects([*P, *args], field, value, "--what-if")

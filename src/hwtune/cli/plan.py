@@ -251,6 +251,10 @@ def plan_cmd(
                   base=software)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
+            for flag, value, swept in (("--nic-gbps", nic_gbps, "nic"),
+                                       ("--scaleup-domain", scaleup_domain, "domain")):  # fmt: skip
+                if value is not None and field.strip() == swept:  # the sweep would replace it
+                    raise HwtuneInputError(flag, value, f"no value with --what-if {swept}")
             try:
                 values = [float(x) for x in vals.split(",")]
             except ValueError:
