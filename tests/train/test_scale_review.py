@@ -214,3 +214,21 @@ def test_json_has_what_the_table_shows_and_names_the_catalog_gpu():
 )
 def test_a_network_flag_the_what_if_sweeps_is_an_error(rejects, args, field, value):
     rejects([*P, *args], field, value, "--what-if")
+
+
+def test_hardware_comparison_reports_progress_per_gpu():
+    from hwtune.model.catalog import get_model
+    from hwtune.train.selection import compare_hardware
+
+    calls = []
+    clusters = [make_cluster(g, 8) for g in ("h100-sxm-80gb", "b200")]
+    compare_hardware(
+        get_model("llama3.1-8b"),
+        clusters,
+        32,
+        2048,
+        progress=lambda d, t: calls.append((d, t)),
+        top_k=1,
+    )
+    # the bar stood at 0/1 for the whole comparison: before each GPU, then done
+    assert calls == [(0, 2), (1, 2), (2, 2)]

@@ -268,8 +268,8 @@ def plan_cmd(
             _render_whatif(spec.name, field, pts, least, target, as_json)
             return
         if compare:
-            with progress_bar("hardware", not as_json):
-                choices = compare_hardware(spec, clusters, gb, seq, **kw)  # type: ignore[arg-type]
+            with progress_bar("hardware", not as_json) as cb:
+                choices = compare_hardware(spec, clusters, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
             _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
             return
         cl = clusters[0]

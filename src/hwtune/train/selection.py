@@ -43,11 +43,15 @@ def compare_hardware(
     seq: int,
     tokens_to_train: float = 1e12,
     price_per_gpu_hour: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
     **plan_kw: object,
 ) -> list[HardwareChoice]:
-    """Plan the job on each cluster; fastest first. Infeasible devices come last with no figures."""
+    """Plan the job on each cluster; fastest first. Infeasible devices come last with no figures.
+    ``progress(done, total)`` is called before each cluster and once all are planned."""
     out = []
-    for cl in clusters:
+    for i, cl in enumerate(clusters):
+        if progress:
+            progress(i, len(clusters))
         r = plan(spec, cl, global_batch, seq, price_per_gpu_hour=price_per_gpu_hour,
                  tokens_to_train=tokens_to_train, **plan_kw)  # type: ignore[arg-type]  # fmt: skip
         if not r.top:
@@ -61,6 +65,8 @@ def compare_hardware(
         cost = price * best.n_gpus * ttt / 3600.0 if price is not None else None
         energy = objective_value("energy", best, cl) * tokens_to_train
         out.append(HardwareChoice(cl, r, ttt, cost, energy))
+    if progress:
+        progress(len(clusters), len(clusters))
     out.sort(key=lambda h: (h.time_to_train_s is None, h.time_to_train_s or 0.0))
     return out
 
