@@ -232,3 +232,26 @@ def test_hardware_comparison_reports_progress_per_gpu():
     )
     # the bar stood at 0/1 for the whole comparison: before each GPU, then done
     assert calls == [(0, 2), (1, 2), (2, 2)]
+
+
+# ------------------------------------------------------------------ checked before any search
+def test_a_bad_count_or_network_value_stops_the_sweep_before_any_search(monkeypatch):
+    from hwtune.train import selection
+
+    searched = []
+
+    def plan(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        searched.append(1)
+        raise AssertionError("searched before the bad value was seen")
+
+    monkeypatch.setattr(scaling, "plan", plan)
+    monkeypatch.setattr(selection, "plan", plan)
+    # 12 GPUs are not whole 8-GPU nodes; it comes after two good counts
+    with pytest.raises(HwtuneInputError, match="12"):
+        scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n), [8, 16, 12], 1024,
+                    global_batch=64)  # fmt: skip
+    # a NIC of -5 Gb/s after two good ones
+    with pytest.raises(HwtuneInputError, match="-5"):
+        selection.network_whatif(_tiny(), make_cluster("h100-sxm-80gb", 16), "nic",
+                                 [100.0, 200.0, -5.0], 64, 1024)  # fmt: skip
+    assert searched == []

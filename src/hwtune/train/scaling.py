@@ -198,12 +198,14 @@ def scale_sweep(
             raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1)")
     if len(set(fractions)) != len(fractions):
         raise HwtuneInputError("knees", list(fractions), "each fraction once")
+    # a bad GPU or network option, or a count the nodes do not divide, is an error (not an empty
+    # point), found before the first search
+    clusters = [cluster_for(n) for n in ns]
     points: list[ScalePoint] = []
-    for i, n in enumerate(ns):
+    for i, (n, cl) in enumerate(zip(ns, clusters, strict=True)):
         if progress:
             progress(i, len(ns))
         gb = int(global_batch) if policy == "strong" else round(seqs_per_gpu * n)  # type: ignore[arg-type, operator]
-        cl = cluster_for(n)  # a bad GPU or network option is an error, not an empty point
         try:
             r = plan(spec, cl, gb, seq, **plan_kw)  # type: ignore[arg-type]
         except NoLayoutError:

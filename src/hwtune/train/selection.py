@@ -103,10 +103,8 @@ def network_whatif(
     key = WHATIF_FIELDS[field]
     if len(set(values)) != len(values):  # a repeated value would be a repeated row
         raise HwtuneInputError(f"--what-if {field}", list(values), "each value once")
-    points = []
-    for i, v in enumerate(values):
-        if progress:
-            progress(i, len(values))
+    clusters = []  # every value is checked before the first search
+    for v in values:
         if not math.isfinite(v) or (field == "domain" and v != int(v)):
             kind = "a whole number of GPUs" if field == "domain" else "a finite number"
             raise HwtuneInputError(f"--what-if {field}", v, kind)
@@ -114,9 +112,13 @@ def network_whatif(
         if field == "domain":
             upd["gpus_per_node"] = min(cluster.gpus_per_node, int(v))
         try:
-            cl = Cluster(**{**cluster.__dict__, **upd})
+            clusters.append(Cluster(**{**cluster.__dict__, **upd}))
         except ValidationError as e:  # a NIC <= 0, a domain that does not nest, etc.
             raise from_validation_error(e, where=f"--what-if {field}") from None
+    points = []
+    for i, (v, cl) in enumerate(zip(values, clusters, strict=True)):
+        if progress:
+            progress(i, len(values))
         r = plan(spec, cl, global_batch, seq, constraints=constraints, **plan_kw)  # type: ignore[arg-type]
         thr = r.top[0].tokens_per_s if r.top else 0.0
         points.append(WhatIfPoint(float(v), r, thr, 0.0))
