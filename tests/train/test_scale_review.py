@@ -255,3 +255,15 @@ def test_a_bad_count_or_network_value_stops_the_sweep_before_any_search(monkeypa
         selection.network_whatif(_tiny(), make_cluster("h100-sxm-80gb", 16), "nic",
                                  [100.0, 200.0, -5.0], 64, 1024)  # fmt: skip
     assert searched == []
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        # named "cluster.n_gpus", an option the command does not have
+        (["-m", "llama3.1-8b", "--gpus", "8,12", "--global-batch", "48"], "--gpus"),
+        (["-m", "llama3.1-8b", "--global-batches", "64", "--fixed-gpus", "12"], "--fixed-gpus"),
+    ],
+)
+def test_a_count_that_is_not_whole_nodes_names_its_flag(rejects, args, field):
+    rejects([*S, *args], field, "12", "gpus_per_node=8")

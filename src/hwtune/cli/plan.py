@@ -517,8 +517,17 @@ def scale_cmd(
         names = [x.strip() for x in model.split(",") if x.strip()]
         if not names:
             raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
-        mk = lambda n: make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,  # noqa: E731
+        count_flag = "--gpus" if len(names) == 1 and global_batches is None else "--fixed-gpus"
+
+        def mk(n: int):  # noqa: ANN202
+            try:
+                return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                                     scaleup_domain=scaleup_domain)  # fmt: skip
+            except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
+                if e.field.endswith("n_gpus"):
+                    raise HwtuneInputError(count_flag, n, e.expected) from None
+                raise
+
         if len(names) > 1 or global_batches is not None:
             _distinct([get_model(n).name for n in names], model, "--model")  # aliases too
             # model-size or global-batch sweep at a fixed accelerator count
