@@ -267,3 +267,9 @@ def test_a_bad_count_or_network_value_stops_the_sweep_before_any_search(monkeypa
 )
 def test_a_count_that_is_not_whole_nodes_names_its_flag(rejects, args, field):
     rejects([*S, *args], field, "12", "gpus_per_node=8")
+
+
+@pytest.mark.parametrize("models", ["llama3.1-8b,,qwen3-8b", "llama3.1-8b,"])
+def test_an_empty_model_item_is_an_error(rejects, models):
+    # the empty item was skipped: "a," swept one model's accelerators instead of two models
+    rejects([*S, "-m", models, "--fixed-gpus", "8"], "--model", models, "comma-separated")

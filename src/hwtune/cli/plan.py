@@ -514,8 +514,8 @@ def scale_cmd(
     from hwtune.train.search import plan, strategy_label
 
     try:
-        names = [x.strip() for x in model.split(",") if x.strip()]
-        if not names:
+        names = [x.strip() for x in model.split(",")]
+        if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a model to skip
             raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
         count_flag = "--gpus" if len(names) == 1 and global_batches is None else "--fixed-gpus"
 
