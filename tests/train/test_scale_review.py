@@ -122,7 +122,8 @@ def _fake_plan(thr: dict[int, float], offload_below: int):
     def plan(spec, cl, gb, seq, **kw):  # noqa: ANN001, ANN202, ARG001
         n = cl.n_gpus
         st = make_strategy(dp=n, zero=1, offload_optimizer=n < offload_below)
-        est = SimpleNamespace(strategy=st, tokens_per_s=thr[n], breakdown={}, step_time_s=1.0)
+        est = SimpleNamespace(strategy=st, tokens_per_s=thr[n], breakdown={}, step_time_s=1.0,
+                              mfu=0.5)  # fmt: skip
         return SimpleNamespace(top=[est])
 
     return plan
@@ -273,3 +274,14 @@ def test_a_count_that_is_not_whole_nodes_names_its_flag(rejects, args, field):
 def test_an_empty_model_item_is_an_error(rejects, models):
     # the empty item was skipped: "a," swept one model's accelerators instead of two models
     rejects([*S, "-m", models, "--fixed-gpus", "8"], "--model", models, "comma-separated")
+
+
+def test_knees_carry_the_marginal_fraction_they_fell_to(monkeypatch):
+    thr = {8: 800.0, 16: 1600.0, 32: 2400.0, 64: 2600.0}
+    monkeypatch.setattr(scaling, "plan", _fake_plan(thr, offload_below=0))
+    res = scaling.scale_sweep(_tiny(), lambda n: make_cluster("h100-sxm-80gb", n),
+                              [8, 16, 32, 64], 1024, global_batch=64)  # fmt: skip
+    # 16->32: 800/16/100 = 0.5; 32->64: 200/32/100 = 0.0625 (see above)
+    eff = [(k.n_gpus, k.from_gpus, k.marginal) for k in res.knees if k.kind == "efficiency"]
+    assert eff == [(32, 16, pytest.approx(0.5)), (64, 32, pytest.approx(0.0625))]
+    assert "50% of linear" in res.knees[0].detail and "from 16 GPUs" in res.knees[0].detail

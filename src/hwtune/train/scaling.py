@@ -79,6 +79,10 @@ class Knee:
     detail: str
     fraction: float | None = None
     resource: str = ""
+    # efficiency knees: the marginal throughput per added GPU of the step into this count, as a
+    # fraction of linear (what fell below ``fraction``), and the count the step starts from
+    marginal: float | None = None
+    from_gpus: int | None = None
 
 
 @dataclass
@@ -231,15 +235,19 @@ def scale_sweep(
     knees: list[Knee] = []
     if len(valid) >= 2:
         vn = [p.n_gpus for p in valid]
+        marg = marginal_fractions(vn, [p.throughput for p in valid])
         for f, n in find_knees(vn, [p.throughput for p in valid], fractions):
             idx = vn.index(n)
             knees.append(
                 Knee(
                     "efficiency",
                     int(n),
-                    f"marginal throughput per added GPU below {f:.0%} of linear",
+                    f"marginal throughput per added GPU from {vn[idx - 1]} GPUs "
+                    f"{marg[idx]:.0%} of linear, below {f:.0%}",
                     f,
                     saturating_resource(valid[idx - 1], valid[idx]),
+                    marg[idx],
+                    vn[idx - 1],
                 )  # fmt: skip
             )
         for a, b in zip(valid, valid[1:], strict=False):
