@@ -285,3 +285,15 @@ def test_knees_carry_the_marginal_fraction_they_fell_to(monkeypatch):
     eff = [(k.n_gpus, k.from_gpus, k.marginal) for k in res.knees if k.kind == "efficiency"]
     assert eff == [(32, 16, pytest.approx(0.5)), (64, 32, pytest.approx(0.0625))]
     assert "50% of linear" in res.knees[0].detail and "from 16 GPUs" in res.knees[0].detail
+
+
+def test_a_regime_change_alone_still_says_there_is_no_knee(monkeypatch):
+    # linear throughput (100 tokens/s per GPU everywhere), the optimizer offloaded at 8 GPUs
+    # only: one regime change at 16 and no efficiency knee
+    thr = {8: 800.0, 16: 1600.0, 32: 3200.0}
+    monkeypatch.setattr(scaling, "plan", _fake_plan(thr, offload_below=16))
+    r = CliRunner().invoke(app, [*S, "-m", "llama3.1-8b", "--gpus", "8,16,32", "--global-batch",
+                                 "64"], env={"COLUMNS": "200"})  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "best strategy changes" in r.output
+    assert "no knee in the sweep" in r.output  # was left out when a regime change was listed

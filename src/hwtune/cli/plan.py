@@ -665,7 +665,7 @@ def scale_cmd(
             if not fitting
             else "one count fits: no scaling to measure (give two or more --gpus that fit)"
         )
-    elif not res.knees:
+    elif not any(k.kind == "efficiency" for k in res.knees):  # regime changes are no knee
         out.print("no knee in the sweep: scaling stays above the thresholds")
     if plot:
         out.print(f"plot: {plot}")
