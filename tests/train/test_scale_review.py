@@ -297,3 +297,13 @@ def test_a_regime_change_alone_still_says_there_is_no_knee(monkeypatch):
     assert r.exit_code == 0, r.output
     assert "best strategy changes" in r.output
     assert "no knee in the sweep" in r.output  # was left out when a regime change was listed
+
+
+def test_a_count_with_no_fit_shows_dashes_not_zero_throughput():
+    # 405B needs more than 8 GPUs' memory (810 GB of bf16 weights alone > 8 x 80 GB)
+    args = [*S, "-m", "llama3.1-405b", "--gpus", "8,16", "--global-batch", "16"]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.startswith("│    8 "))
+    assert "no strategy fits" in row and "0.0%" not in row
+    assert [c.strip() for c in row.split("│")[3:8]] == ["-"] * 5

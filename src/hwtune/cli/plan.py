@@ -648,9 +648,12 @@ def scale_cmd(
     ):
         t.add_column(col, justify="left" if col == "best strategy" else "right")
     for p in res.points:
+        if not p.best:  # no throughput, efficiency or share to show: dashes, not zeros
+            t.add_row(str(p.n_gpus), str(p.global_batch), "-", "-", "-", "-", "-", p.label)
+            continue
         t.add_row(
             str(p.n_gpus), str(p.global_batch), f"{p.throughput:,.0f}", f"{p.throughput / p.n_gpus:,.0f}",
-            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}" if p.best else "-", f"{p.exposed_comm:.1%}", p.label,
+            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}", f"{p.exposed_comm:.1%}", p.label,
         )  # fmt: skip
     out.print(t)
     for k in res.knees:
