@@ -307,3 +307,25 @@ def test_a_count_with_no_fit_shows_dashes_not_zero_throughput():
     row = next(line for line in r.output.splitlines() if line.startswith("│    8 "))
     assert "no strategy fits" in row and "0.0%" not in row
     assert [c.strip() for c in row.split("│")[3:8]] == ["-"] * 5
+
+
+@pytest.mark.parametrize(("objective", "metric"), [("energy", "energy_j"), ("cost", "cost_usd")])
+def test_hardware_comparison_orders_by_the_objective(objective, metric):
+    from hwtune.model.catalog import get_model
+    from hwtune.train.selection import compare_hardware
+
+    # the MI300X here is faster than the H100 and H200 but spends more energy; it has no
+    # catalog price, so the cost comparison leaves it out
+    gpus = ["h100-sxm-80gb", "h200", "b200"] + (["mi300x"] if objective == "energy" else [])
+    clusters = [make_cluster(g, 16) for g in gpus]
+    out = compare_hardware(get_model("llama3.1-8b"), clusters, 64, 2048, objective=objective,
+                           top_k=1)  # fmt: skip
+    values = [getattr(h, metric) for h in out]
+    assert values == sorted(values)  # was ordered by time to train whatever the objective
+
+
+def test_hardware_comparison_says_its_order():
+    r = CliRunner().invoke(app, [*P, "--gpu", "h100-sxm-80gb,b200", "--objective", "energy",
+                                 "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["objective"] == "energy"

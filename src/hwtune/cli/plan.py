@@ -270,7 +270,7 @@ def plan_cmd(
         if compare:
             with progress_bar("hardware", not as_json) as cb:
                 choices = compare_hardware(spec, clusters, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
-            _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
+            _render_hardware(spec.name, gb, seq, tokens, choices, as_json, objective)
             return
         cl = clusters[0]
         with progress_bar("layouts", not as_json) as cb:
@@ -343,7 +343,7 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> Non
     )
 
 
-def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: ANN001
+def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None:  # noqa: ANN001
     rows = []
     for h in choices:
         best = h.result.top[0] if h.result.top else None
@@ -362,9 +362,9 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: 
         )
     if as_json:
         sys.stdout.write(json.dumps({"model": name, "global_batch": gb, "seq": seq, "tokens": tokens,
-                                     "hardware": rows}, indent=2) + "\n")  # fmt: skip
+                                     "objective": objective, "hardware": rows}, indent=2) + "\n")  # fmt: skip
         return
-    t = Table(title=f"{name}: {tokens:.3g} tokens, batch {gb} x {seq}")
+    t = Table(title=f"{name}: {tokens:.3g} tokens, batch {gb} x {seq}, best by {objective} first")
     for col in (
         "GPU",
         "GPUs",

@@ -46,8 +46,10 @@ def compare_hardware(
     progress: Callable[[int, int], None] | None = None,
     **plan_kw: object,
 ) -> list[HardwareChoice]:
-    """Plan the job on each cluster; fastest first. Infeasible devices come last with no figures.
-    ``progress(done, total)`` is called before each cluster and once all are planned."""
+    """Plan the job on each cluster; best first under the plan's objective (``objective`` in
+    ``plan_kw``: throughput and time-to-train by time to train, cost by cost, energy by energy).
+    Infeasible devices come last with no figures. ``progress(done, total)`` is called before
+    each cluster and once all are planned."""
     out = []
     for i, cl in enumerate(clusters):
         if progress:
@@ -67,7 +69,10 @@ def compare_hardware(
         out.append(HardwareChoice(cl, r, ttt, cost, energy))
     if progress:
         progress(len(clusters), len(clusters))
-    out.sort(key=lambda h: (h.time_to_train_s is None, h.time_to_train_s or 0.0))
+    metric = {"cost": "cost_usd", "energy": "energy_j"}.get(
+        str(plan_kw.get("objective", "throughput")), "time_to_train_s"
+    )
+    out.sort(key=lambda h: (getattr(h, metric) is None, getattr(h, metric) or 0.0))
     return out
 
 
