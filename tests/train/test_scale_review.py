@@ -329,3 +329,14 @@ def test_hardware_comparison_says_its_order():
                                  "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["objective"] == "energy"
+
+
+def test_what_if_json_says_which_job_it_swept():
+    r = CliRunner().invoke(app, [*P, "--gpu", "h100", "--what-if", "nic=100,400", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    # P: 16 GPUs, batch 64 x 2048; "h100" is the catalog's h100-sxm-80gb
+    assert (doc["gpu"], doc["n_gpus"], doc["global_batch"], doc["seq"]) == (
+        "h100-sxm-80gb", 16, 64, 2048,
+    )  # fmt: skip
+    assert [p["value"] for p in doc["points"]] == [100.0, 400.0]

@@ -265,7 +265,7 @@ def plan_cmd(
             with progress_bar(f"what-if {field}", not as_json) as cb:
                 pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
                                             target, progress=cb, **kw)  # fmt: skip
-            _render_whatif(spec.name, field, pts, least, target, as_json)
+            _render_whatif(spec.name, clusters[0], gb, seq, field, pts, least, target, as_json)
             return
         if compare:
             with progress_bar("hardware", not as_json) as cb:
@@ -389,7 +389,7 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None
     out.print(t)
 
 
-def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: ANN001
+def _render_whatif(name, cl, gb, seq, field, pts, least, target, as_json) -> None:  # noqa: ANN001
     rows = [
         {
             "value": p.value,
@@ -400,10 +400,14 @@ def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: A
         for p in pts
     ]
     if as_json:
-        sys.stdout.write(json.dumps({"model": name, "field": field, "target_efficiency": target,
-                                     "least_value": least, "points": rows}, indent=2) + "\n")  # fmt: skip
+        sys.stdout.write(json.dumps({"model": name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
+                                     "global_batch": gb, "seq": seq, "field": field,
+                                     "target_efficiency": target, "least_value": least,
+                                     "points": rows}, indent=2) + "\n")  # fmt: skip
         return
-    t = Table(title=f"{name}: what-if {field}")
+    t = Table(
+        title=f"{name} on {cl.n_gpus} x {cl.device.name}, batch {gb} x {seq}: what-if {field}"
+    )
     for col in (field, "tokens/s", "vs best", "best strategy"):
         t.add_column(col, justify="right" if col != "best strategy" else "left")
     for r in rows:
