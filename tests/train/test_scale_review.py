@@ -340,3 +340,16 @@ def test_what_if_json_says_which_job_it_swept():
         "h100-sxm-80gb", 16, 64, 2048,
     )  # fmt: skip
     assert [p["value"] for p in doc["points"]] == [100.0, 400.0]
+
+
+def test_a_batch_with_no_layout_is_a_no_fit_row_not_the_end_of_the_sweep():
+    # 2-token sequences allow no context parallelism, the 8-GPU NVLink domain caps tensor
+    # parallelism at 8 and 32 layers pipeline parallelism at 32: 8 x 32 = 256 < 1024 GPUs
+    # without data parallelism, so batch 1 cannot be laid out; batch 64 can (dp 64 x 16)
+    args = [*S[:1], "-m", "llama3.1-8b", "--seq", "2", "--global-batches", "1,64", "--fixed-gpus",
+            "1024", "--json"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output  # was exit 2 for the whole sweep
+    rows = json.loads(r.output)["points"]
+    assert [row["global_batch"] for row in rows] == [1, 64]
+    assert rows[0]["strategy"] is None and rows[1]["strategy"] is not None

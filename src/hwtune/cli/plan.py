@@ -515,7 +515,7 @@ def scale_cmd(
     from hwtune.hardware.cluster import make_cluster
     from hwtune.model.catalog import get_model
     from hwtune.train.scaling import scale_sweep
-    from hwtune.train.search import plan, strategy_label
+    from hwtune.train.search import NoLayoutError, plan, strategy_label
 
     try:
         names = [x.strip() for x in model.split(",")]
@@ -548,8 +548,11 @@ def scale_cmd(
                     if cb:
                         cb(i, len(items))
                     spec = get_model(n)
-                    r = plan(spec, cl, gb, seq, precision=precision, top_k=1)
-                    b = r.top[0] if r.top else None
+                    try:
+                        r = plan(spec, cl, gb, seq, precision=precision, top_k=1)
+                        b = r.top[0] if r.top else None
+                    except NoLayoutError:  # as in an accelerator sweep: a point with no fit
+                        b = None
                     rows.append({"model": spec.name, "global_batch": gb,
                                  "tokens_per_s": b.tokens_per_s if b else 0.0, "mfu": b.mfu if b else None,
                                  "model_tflops_per_gpu": b.model_tflops_per_gpu if b else None,
