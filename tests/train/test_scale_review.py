@@ -353,3 +353,13 @@ def test_a_batch_with_no_layout_is_a_no_fit_row_not_the_end_of_the_sweep():
     rows = json.loads(r.output)["points"]
     assert [row["global_batch"] for row in rows] == [1, 64]
     assert rows[0]["strategy"] is None and rows[1]["strategy"] is not None
+
+
+def test_a_model_that_does_not_fit_shows_dashes_in_a_model_sweep():
+    # 405B's bf16 weights alone (810 GB) exceed 8 x 80 GB
+    args = [*S, "-m", "llama3.1-8b,llama3.1-405b", "--fixed-gpus", "8", "--global-batch", "64"]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if "llama3.1-405b" in line)
+    assert [c.strip() for c in row.split("│")[3:6]] == ["-", "-", "no fit"]  # was "0" tokens/s
+    assert "seq 2048" in r.output

@@ -572,12 +572,14 @@ def scale_cmd(
                     + "\n"
                 )
                 return
-            t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}")
+            t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}, seq {seq}")
             for col in ("model", "global batch", "tokens/s", "MFU", "best strategy"):
                 t.add_column(col)
             for r_ in rows:
-                t.add_row(r_["model"], str(r_["global_batch"]), f"{r_['tokens_per_s']:,.0f}",
-                          f"{r_['mfu']:.1%}" if r_["mfu"] else "-", r_["strategy"] or "no fit")  # fmt: skip
+                fits = r_["strategy"] is not None  # no fit: dashes, not 0 tokens/s
+                t.add_row(r_["model"], str(r_["global_batch"]),
+                          f"{r_['tokens_per_s']:,.0f}" if fits else "-",
+                          f"{r_['mfu']:.1%}" if fits else "-", r_["strategy"] or "no fit")  # fmt: skip
             out.print(t)
             return
         if fixed_gpus is not None:
