@@ -301,7 +301,7 @@ def test_a_regime_change_alone_still_says_there_is_no_knee(monkeypatch):
 
 def test_a_count_with_no_fit_shows_dashes_not_zero_throughput():
     # 405B needs more than 8 GPUs' memory (810 GB of bf16 weights alone > 8 x 80 GB)
-    args = [*S, "-m", "llama3.1-405b", "--gpus", "8,16", "--global-batch", "16"]
+    args = [*S, "-m", "llama3.1-405b", "--gpus", "8,32", "--global-batch", "16"]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if line.startswith("│    8 "))
@@ -363,3 +363,17 @@ def test_a_model_that_does_not_fit_shows_dashes_in_a_model_sweep():
     row = next(line for line in r.output.splitlines() if "llama3.1-405b" in line)
     assert [c.strip() for c in row.split("│")[3:6]] == ["-", "-", "no fit"]  # was "0" tokens/s
     assert "seq 2048" in r.output
+
+
+def test_a_sweep_where_nothing_fits_exits_1_and_says_how_much_memory_is_missing():
+    args = [*S, "-m", "llama3.1-405b", "--gpus", "8,16", "--global-batch", "16"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 1, r.output  # as `hwtune plan` for an impossible job (was 0)
+    pts = json.loads(r.output)["points"]
+    assert [p["fits"] for p in pts] == [False, False]
+    # at least the bf16 weights of 4e11 parameters, sharded over 8 GPUs, beyond 80 GiB each
+    capacity = make_cluster("h100-sxm-80gb", 8).device.memory_gib * 2**30
+    assert pts[0]["shortfall_bytes"] >= 4e11 * 2 / 8 - capacity
+    assert 0 < pts[1]["shortfall_bytes"] < pts[0]["shortfall_bytes"]  # twice the GPUs
+    table = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
+    assert table.exit_code == 1 and "GiB more per GPU" in table.output

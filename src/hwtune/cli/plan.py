@@ -631,6 +631,7 @@ def scale_cmd(
                 "exposed_share": p.shares,
                 "strategy": p.label,
                 "regime": p.regime,
+                "shortfall_bytes": p.shortfall_bytes,
             }
             for p in res.points
         ],
@@ -641,8 +642,11 @@ def scale_cmd(
 
         plot_scaling(res, plot, f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
         doc["plot"] = str(plot)
+    fitting = sum(1 for p in res.points if p.best)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        if not fitting:  # as `hwtune plan`: an impossible job exits 1
+            raise typer.Exit(1)
         return
     t = Table(title=f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
     for col in (
@@ -658,7 +662,10 @@ def scale_cmd(
         t.add_column(col, justify="left" if col == "best strategy" else "right")
     for p in res.points:
         if not p.best:  # no throughput, efficiency or share to show: dashes, not zeros
-            t.add_row(str(p.n_gpus), str(p.global_batch), "-", "-", "-", "-", "-", p.label)
+            short = p.shortfall_bytes
+            label = p.label + (f" (the closest needs {short / GIB:.1f} GiB more per GPU)"
+                               if short is not None else "")  # fmt: skip
+            t.add_row(str(p.n_gpus), str(p.global_batch), "-", "-", "-", "-", "-", label)
             continue
         t.add_row(
             str(p.n_gpus), str(p.global_batch), f"{p.throughput:,.0f}", f"{p.throughput / p.n_gpus:,.0f}",
@@ -670,7 +677,6 @@ def scale_cmd(
             f"[bold]{k.n_gpus} GPUs[/bold]: {k.detail}"
             + (f" — saturating: {k.resource}" if k.resource else "")
         )
-    fitting = sum(1 for p in res.points if p.best)
     if fitting < 2:
         out.print(
             "no strategy fits at any count: no scaling to measure"
@@ -681,3 +687,5 @@ def scale_cmd(
         out.print("no knee in the sweep: scaling stays above the thresholds")
     if plot:
         out.print(f"plot: {plot}")
+    if not fitting:
+        raise typer.Exit(1)

@@ -61,6 +61,14 @@ class ScalePoint:
         return strategy_label(self.best.strategy) if self.best else "no strategy fits"
 
     @property
+    def shortfall_bytes(self) -> float | None:
+        """Where no strategy fits: the least memory per GPU the closest one lacks (None where
+        one fits, or where no layout of the GPUs divides the job)."""
+        if self.best is not None or self.result is None or not self.result.shortfall:
+            return None
+        return self.result.shortfall[0]
+
+    @property
     def exposed_comm(self) -> float:
         """Share of the step spent in exposed communication (all dimensions together)."""
         return sum(self.shares.get(k, 0.0) for k in COMM_KEYS)
