@@ -377,3 +377,10 @@ def test_a_sweep_where_nothing_fits_exits_1_and_says_how_much_memory_is_missing(
     assert 0 < pts[1]["shortfall_bytes"] < pts[0]["shortfall_bytes"]  # twice the GPUs
     table = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert table.exit_code == 1 and "GiB more per GPU" in table.output
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [("12", "gpus_per_node=8"), ("0", "greater than 0")])
+def test_plan_names_gpus_for_a_count_the_nodes_do_not_take(rejects, gpus, expected):
+    # named "cluster.n_gpus", an option plan does not have
+    args = ["plan", "-m", "llama3.1-8b", "--seq", "2048", "--global-batch", "64"]
+    rejects([*args, "--gpus", gpus, "--gpu", "h100-sxm-80gb,b200"], "--gpus", gpus, expected)

@@ -84,12 +84,18 @@ def make_clusters(
     names = [g.strip() for g in gpu.split(",")]
     if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a GPU to skip
         raise HwtuneInputError("--gpu", gpu, "one or more catalog GPU names, comma-separated")
-    clusters = [
-        make_cluster(
-            n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain
-        )
-        for n in names
-    ]
+    try:
+        clusters = [
+            make_cluster(
+                n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                scaleup_domain=scaleup_domain,
+            )
+            for n in names
+        ]  # fmt: skip
+    except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
+        if e.field.endswith("n_gpus"):
+            raise HwtuneInputError("--gpus", gpus, e.expected) from None
+        raise
     devices = [cl.device.name for cl in clusters]  # an alias and its name are the same GPU
     if len(set(devices)) != len(devices):
         raise HwtuneInputError("--gpu", gpu, "each GPU once")
