@@ -384,3 +384,12 @@ def test_plan_names_gpus_for_a_count_the_nodes_do_not_take(rejects, gpus, expect
     # named "cluster.n_gpus", an option plan does not have
     args = ["plan", "-m", "llama3.1-8b", "--seq", "2048", "--global-batch", "64"]
     rejects([*args, "--gpus", gpus, "--gpu", "h100-sxm-80gb,b200"], "--gpus", gpus, expected)
+
+
+def test_offload_time_that_grows_is_named_the_host_link():
+    # 100 -> 200 GPUs at 1000 -> 1600 tokens/s: 0.1 -> 0.125 GPU-s per token; the offload part
+    # 0 -> 0.16 x 0.125 = 0.02 of the 0.025 grown (the estimator's "offload" time was left out
+    # of the parts, so it counted as compute)
+    prev, cur = _pt(100, 1000.0, {"offload": 0.0}), _pt(200, 1600.0, {"offload": 0.16})
+    assert saturating_resource(prev, cur) == RESOURCE["offload"]
+    assert "offload" in RESOURCE["offload"]

@@ -31,6 +31,7 @@ SHARE_KEYS = {
     "pp_p2p": "pp_p2p",
     "bubble": "pipeline_bubble",
     "recompute": "recompute",
+    "offload": "offload",
 }
 
 COMM_KEYS = ("tp", "cp", "ep", "dp", "pp_p2p")  # the shares that are exposed communication
@@ -43,6 +44,7 @@ RESOURCE = {
     "pp_p2p": "network (pipeline point-to-point)",
     "bubble": "pipeline bubble (too few micro-batches per pipeline)",
     "recompute": "memory (recomputation forced by capacity)",
+    "offload": "host link (optimizer states offloaded by capacity)",
 }
 
 
