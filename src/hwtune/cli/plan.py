@@ -484,7 +484,9 @@ def scale_cmd(
     gpu: Annotated[str, typer.Option(help="catalog GPU name")] = "h100-sxm-80gb",
     gpus: Annotated[
         str | None,
-        typer.Option(help="accelerator counts, comma-separated (default 8..8192, powers of 2)"),
+        typer.Option(
+            help="increasing accelerator counts, comma-separated (default 8..8192, powers of 2)"
+        ),
     ] = None,
     fixed_gpus: Annotated[
         int | None, typer.Option(help="accelerators for model-size or batch sweeps (default 1024)")
@@ -509,7 +511,8 @@ def scale_cmd(
     seq: Annotated[int, typer.Option()] = 8192,
     precision: Annotated[str, typer.Option()] = "bf16",
     knees: Annotated[
-        str | None, typer.Option(help="fractions of linear scaling that mark a knee (0.9,0.5)")
+        str | None,
+        typer.Option(help="fractions of linear scaling in (0, 1) that mark a knee (0.9,0.5)"),
     ] = None,
     plot: Annotated[
         Path | None, typer.Option(help="write a plot here (PNG, or .pdf, .svg, ...)")
