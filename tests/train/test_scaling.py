@@ -95,7 +95,10 @@ def test_saturating_resource_is_the_share_that_grew_most():
     # dp grew by 0.20, bubble by 0.05, tp by 0.02
     assert saturating_resource(prev, cur) == RESOURCE["dp"]
     assert "NIC" in saturating_resource(prev, cur)
-    prev2, cur2 = _pt(8, {"bubble": 0.01}), _pt(16, {"bubble": 0.2, "dp": 0.05})
+    # 8 -> 16 GPUs at 8 -> 12.5 tokens/s: 1 -> 1.28 GPU-seconds per token; the compute rest
+    # stays 0.99 x 1 = 0.75 x 1.28 ~ 0.96, the bubble's part grows 0.01 -> 0.256
+    prev2 = ScalePoint(8, 64, None, None, 8.0, shares={"bubble": 0.01})  # type: ignore[arg-type]
+    cur2 = ScalePoint(16, 64, None, None, 12.5, shares={"bubble": 0.2, "dp": 0.05})  # type: ignore[arg-type]
     assert "bubble" in saturating_resource(prev2, cur2)
 
 

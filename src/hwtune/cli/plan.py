@@ -81,15 +81,25 @@ def make_clusters(
 
     if cluster is not None:
         return [load_cluster_file(cluster)]
-    names = [g.strip() for g in gpu.split(",") if g.strip()]
-    if not names:
-        raise HwtuneInputError("gpu", gpu, "one or more catalog GPU names, comma-separated")
-    return [
-        make_cluster(
-            n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps, scaleup_domain=scaleup_domain
-        )
-        for n in names
-    ]
+    names = [g.strip() for g in gpu.split(",")]
+    if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a GPU to skip
+        raise HwtuneInputError("--gpu", gpu, "one or more catalog GPU names, comma-separated")
+    try:
+        clusters = [
+            make_cluster(
+                n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                scaleup_domain=scaleup_domain,
+            )
+            for n in names
+        ]  # fmt: skip
+    except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
+        if e.field.endswith("n_gpus"):
+            raise HwtuneInputError("--gpus", gpus, e.expected) from None
+        raise
+    devices = [cl.device.name for cl in clusters]  # an alias and its name are the same GPU
+    if len(set(devices)) != len(devices):
+        raise HwtuneInputError("--gpu", gpu, "each GPU once")
+    return clusters
 
 
 def _used_only_with(
@@ -247,6 +257,10 @@ def plan_cmd(
                   base=software)  # fmt: skip
         if what_if:
             field, _, vals = what_if.partition("=")
+            for flag, value, swept in (("--nic-gbps", nic_gbps, "nic"),
+                                       ("--scaleup-domain", scaleup_domain, "domain")):  # fmt: skip
+                if value is not None and field.strip() == swept:  # the sweep would replace it
+                    raise HwtuneInputError(flag, value, f"no value with --what-if {swept}")
             try:
                 values = [float(x) for x in vals.split(",")]
             except ValueError:
@@ -257,12 +271,12 @@ def plan_cmd(
             with progress_bar(f"what-if {field}", not as_json) as cb:
                 pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
                                             target, progress=cb, **kw)  # fmt: skip
-            _render_whatif(spec.name, field, pts, least, target, as_json)
+            _render_whatif(spec.name, clusters[0], gb, seq, field, pts, least, target, as_json)
             return
         if compare:
-            with progress_bar("hardware", not as_json):
-                choices = compare_hardware(spec, clusters, gb, seq, **kw)  # type: ignore[arg-type]
-            _render_hardware(spec.name, gb, seq, tokens, choices, as_json)
+            with progress_bar("hardware", not as_json) as cb:
+                choices = compare_hardware(spec, clusters, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
+            _render_hardware(spec.name, gb, seq, tokens, choices, as_json, objective)
             return
         cl = clusters[0]
         with progress_bar("layouts", not as_json) as cb:
@@ -335,7 +349,7 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> Non
     )
 
 
-def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: ANN001
+def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None:  # noqa: ANN001
     rows = []
     for h in choices:
         best = h.result.top[0] if h.result.top else None
@@ -354,9 +368,9 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: 
         )
     if as_json:
         sys.stdout.write(json.dumps({"model": name, "global_batch": gb, "seq": seq, "tokens": tokens,
-                                     "hardware": rows}, indent=2) + "\n")  # fmt: skip
+                                     "objective": objective, "hardware": rows}, indent=2) + "\n")  # fmt: skip
         return
-    t = Table(title=f"{name}: {tokens:.3g} tokens, batch {gb} x {seq}")
+    t = Table(title=f"{name}: {tokens:.3g} tokens, batch {gb} x {seq}, best by {objective} first")
     for col in (
         "GPU",
         "GPUs",
@@ -381,7 +395,7 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json) -> None:  # noqa: 
     out.print(t)
 
 
-def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: ANN001
+def _render_whatif(name, cl, gb, seq, field, pts, least, target, as_json) -> None:  # noqa: ANN001
     rows = [
         {
             "value": p.value,
@@ -392,10 +406,14 @@ def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: A
         for p in pts
     ]
     if as_json:
-        sys.stdout.write(json.dumps({"model": name, "field": field, "target_efficiency": target,
-                                     "least_value": least, "points": rows}, indent=2) + "\n")  # fmt: skip
+        sys.stdout.write(json.dumps({"model": name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
+                                     "global_batch": gb, "seq": seq, "field": field,
+                                     "target_efficiency": target, "least_value": least,
+                                     "points": rows}, indent=2) + "\n")  # fmt: skip
         return
-    t = Table(title=f"{name}: what-if {field}")
+    t = Table(
+        title=f"{name} on {cl.n_gpus} x {cl.device.name}, batch {gb} x {seq}: what-if {field}"
+    )
     for col in (field, "tokens/s", "vs best", "best strategy"):
         t.add_column(col, justify="right" if col != "best strategy" else "left")
     for r in rows:
@@ -414,16 +432,29 @@ def _render_whatif(name, field, pts, least, target, as_json) -> None:  # noqa: A
 
 
 def _fractions(text: str) -> list[float]:
-    """``--knees``: fractions of linear scaling in (0, 1], comma-separated."""
+    """``--knees``: distinct fractions of linear scaling in (0, 1), comma-separated (1 would
+    make any step short of exactly linear a knee)."""
     try:
         fr = [float(x) for x in text.split(",")]
     except ValueError:
         fr = []
-    if not fr or not all(0 < f <= 1 for f in fr):
+    if not fr or not all(0 < f < 1 for f in fr):
         raise HwtuneInputError(
-            "--knees", text, "fractions in (0, 1] separated by commas, e.g. 0.9,0.5"
+            "--knees", text, "fractions in (0, 1) separated by commas, e.g. 0.9,0.5"
         )
+    if len(set(fr)) != len(fr):
+        raise HwtuneInputError("--knees", text, "each fraction once")
     return fr
+
+
+def _distinct(items: list, text: str, field: str, increasing: bool = False) -> list:
+    """A swept list: each value once (a repeat would be a duplicate row or silently dropped)
+    and, for accelerator counts, in increasing order (the order of the table and the knees)."""
+    if len(set(items)) != len(items):
+        raise HwtuneInputError(field, text, "each value once")
+    if increasing and items != sorted(items):
+        raise HwtuneInputError(field, text, "increasing values, e.g. 8,16,32")
+    return items
 
 
 def _sweep_options(
@@ -453,7 +484,9 @@ def scale_cmd(
     gpu: Annotated[str, typer.Option(help="catalog GPU name")] = "h100-sxm-80gb",
     gpus: Annotated[
         str | None,
-        typer.Option(help="accelerator counts, comma-separated (default 8..8192, powers of 2)"),
+        typer.Option(
+            help="increasing accelerator counts, comma-separated (default 8..8192, powers of 2)"
+        ),
     ] = None,
     fixed_gpus: Annotated[
         int | None, typer.Option(help="accelerators for model-size or batch sweeps (default 1024)")
@@ -478,7 +511,8 @@ def scale_cmd(
     seq: Annotated[int, typer.Option()] = 8192,
     precision: Annotated[str, typer.Option()] = "bf16",
     knees: Annotated[
-        str | None, typer.Option(help="fractions of linear scaling that mark a knee (0.9,0.5)")
+        str | None,
+        typer.Option(help="fractions of linear scaling in (0, 1) that mark a knee (0.9,0.5)"),
     ] = None,
     plot: Annotated[
         Path | None, typer.Option(help="write a plot here (PNG, or .pdf, .svg, ...)")
@@ -490,15 +524,25 @@ def scale_cmd(
     from hwtune.hardware.cluster import make_cluster
     from hwtune.model.catalog import get_model
     from hwtune.train.scaling import scale_sweep
-    from hwtune.train.search import plan, strategy_label
+    from hwtune.train.search import NoLayoutError, plan, strategy_label
 
     try:
-        names = [x.strip() for x in model.split(",") if x.strip()]
-        if not names:
+        names = [x.strip() for x in model.split(",")]
+        if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a model to skip
             raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
-        mk = lambda n: make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,  # noqa: E731
+        count_flag = "--gpus" if len(names) == 1 and global_batches is None else "--fixed-gpus"
+
+        def mk(n: int):  # noqa: ANN202
+            try:
+                return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                                     scaleup_domain=scaleup_domain)  # fmt: skip
+            except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
+                if e.field.endswith("n_gpus"):
+                    raise HwtuneInputError(count_flag, n, e.expected) from None
+                raise
+
         if len(names) > 1 or global_batches is not None:
+            _distinct([get_model(n).name for n in names], model, "--model")  # aliases too
             # model-size or global-batch sweep at a fixed accelerator count
             _sweep_options(names, global_batch, global_batches, gpus=gpus, policy=policy,
                            seqs_per_gpu=seqs_per_gpu, knees=knees, plot=plot)  # fmt: skip
@@ -506,14 +550,18 @@ def scale_cmd(
             rows = []
             items = [(n, 1024 if global_batch is None else global_batch) for n in names] if (
                 len(names) > 1
-            ) else [(names[0], b) for b in positive_ints(global_batches or "", "--global-batches")]  # fmt: skip
+            ) else [(names[0], b) for b in _distinct(positive_ints(global_batches or "", "--global-batches"),
+                                                      global_batches or "", "--global-batches")]  # fmt: skip
             with progress_bar("sweep", not as_json) as cb:
                 for i, (n, gb) in enumerate(items):
                     if cb:
                         cb(i, len(items))
                     spec = get_model(n)
-                    r = plan(spec, cl, gb, seq, precision=precision, top_k=1)
-                    b = r.top[0] if r.top else None
+                    try:
+                        r = plan(spec, cl, gb, seq, precision=precision, top_k=1)
+                        b = r.top[0] if r.top else None
+                    except NoLayoutError:  # as in an accelerator sweep: a point with no fit
+                        b = None
                     rows.append({"model": spec.name, "global_batch": gb,
                                  "tokens_per_s": b.tokens_per_s if b else 0.0, "mfu": b.mfu if b else None,
                                  "model_tflops_per_gpu": b.model_tflops_per_gpu if b else None,
@@ -521,17 +569,26 @@ def scale_cmd(
             if as_json:
                 sys.stdout.write(
                     json.dumps(
-                        {"gpu": cl.device.name, "n_gpus": cl.n_gpus, "points": rows}, indent=2
+                        {
+                            "gpu": cl.device.name,
+                            "n_gpus": cl.n_gpus,
+                            "seq": seq,
+                            "precision": precision,
+                            "points": rows,
+                        },
+                        indent=2,
                     )
                     + "\n"
                 )
                 return
-            t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}")
+            t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}, seq {seq}")
             for col in ("model", "global batch", "tokens/s", "MFU", "best strategy"):
                 t.add_column(col)
             for r_ in rows:
-                t.add_row(r_["model"], str(r_["global_batch"]), f"{r_['tokens_per_s']:,.0f}",
-                          f"{r_['mfu']:.1%}" if r_["mfu"] else "-", r_["strategy"] or "no fit")  # fmt: skip
+                fits = r_["strategy"] is not None  # no fit: dashes, not 0 tokens/s
+                t.add_row(r_["model"], str(r_["global_batch"]),
+                          f"{r_['tokens_per_s']:,.0f}" if fits else "-",
+                          f"{r_['mfu']:.1%}" if fits else "-", r_["strategy"] or "no fit")  # fmt: skip
             out.print(t)
             return
         if fixed_gpus is not None:
@@ -549,7 +606,11 @@ def scale_cmd(
         if plot is not None:
             output_path(plot, "--plot", plot_suffixes())
         spec = get_model(names[0])
-        ns = positive_ints(gpus, "--gpus") if gpus is not None else [2**k for k in range(3, 14)]
+        ns = (
+            _distinct(positive_ints(gpus, "--gpus"), gpus, "--gpus", increasing=True)
+            if gpus is not None
+            else [2**k for k in range(3, 14)]
+        )
         with progress_bar("accelerators", not as_json) as cb:
             res = scale_sweep(spec, mk, ns, seq, policy=policy,
                               global_batch=1024 if global_batch is None else global_batch,
@@ -558,20 +619,28 @@ def scale_cmd(
     except HwtuneInputError as e:
         fail(e)
         return
+    device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {
         "model": spec.name,
-        "gpu": gpu,
+        "gpu": device,
         "policy": res.policy,
+        "seq": seq,
+        "precision": precision,
+        "knee_fractions": sorted(fr, reverse=True),
         "points": [
             {
                 "n_gpus": p.n_gpus,
                 "global_batch": p.global_batch,
+                "fits": p.best is not None,
                 "tokens_per_s": p.throughput,
                 "tokens_per_s_per_gpu": p.throughput / p.n_gpus,
                 "scaling_efficiency": p.efficiency,
                 "mfu": p.best.mfu if p.best else None,
+                "exposed_comm_share": p.exposed_comm,
                 "exposed_share": p.shares,
                 "strategy": p.label,
+                "regime": p.regime,
+                "shortfall_bytes": p.shortfall_bytes,
             }
             for p in res.points
         ],
@@ -580,12 +649,15 @@ def scale_cmd(
     if plot:
         from hwtune.report.scale_plot import plot_scaling
 
-        plot_scaling(res, plot, f"{spec.name} on {gpu}: {res.policy} scaling")
+        plot_scaling(res, plot, f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
         doc["plot"] = str(plot)
+    fitting = sum(1 for p in res.points if p.best)
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        if not fitting:  # as `hwtune plan`: an impossible job exits 1
+            raise typer.Exit(1)
         return
-    t = Table(title=f"{spec.name} on {gpu}: {res.policy} scaling, seq {seq}")
+    t = Table(title=f"{spec.name} on {device}: {res.policy} scaling, seq {seq}")
     for col in (
         "GPUs",
         "batch",
@@ -598,10 +670,15 @@ def scale_cmd(
     ):
         t.add_column(col, justify="left" if col == "best strategy" else "right")
     for p in res.points:
-        comm = sum(v for k, v in p.shares.items() if k in ("tp", "cp", "ep", "dp", "pp_p2p"))
+        if not p.best:  # no throughput, efficiency or share to show: dashes, not zeros
+            short = p.shortfall_bytes
+            label = p.label + (f" (the closest needs {short / GIB:.1f} GiB more per GPU)"
+                               if short is not None else "")  # fmt: skip
+            t.add_row(str(p.n_gpus), str(p.global_batch), "-", "-", "-", "-", "-", label)
+            continue
         t.add_row(
             str(p.n_gpus), str(p.global_batch), f"{p.throughput:,.0f}", f"{p.throughput / p.n_gpus:,.0f}",
-            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}" if p.best else "-", f"{comm:.1%}", p.label,
+            f"{p.efficiency:.1%}", f"{p.best.mfu:.1%}", f"{p.exposed_comm:.1%}", p.label,
         )  # fmt: skip
     out.print(t)
     for k in res.knees:
@@ -609,14 +686,15 @@ def scale_cmd(
             f"[bold]{k.n_gpus} GPUs[/bold]: {k.detail}"
             + (f" — saturating: {k.resource}" if k.resource else "")
         )
-    fitting = sum(1 for p in res.points if p.best)
     if fitting < 2:
         out.print(
             "no strategy fits at any count: no scaling to measure"
             if not fitting
             else "one count fits: no scaling to measure (give two or more --gpus that fit)"
         )
-    elif not res.knees:
+    elif not any(k.kind == "efficiency" for k in res.knees):  # regime changes are no knee
         out.print("no knee in the sweep: scaling stays above the thresholds")
     if plot:
         out.print(f"plot: {plot}")
+    if not fitting:
+        raise typer.Exit(1)

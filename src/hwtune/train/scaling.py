@@ -31,7 +31,10 @@ SHARE_KEYS = {
     "pp_p2p": "pp_p2p",
     "bubble": "pipeline_bubble",
     "recompute": "recompute",
+    "offload": "offload",
 }
+
+COMM_KEYS = ("tp", "cp", "ep", "dp", "pp_p2p")  # the shares that are exposed communication
 
 RESOURCE = {
     "tp": "scale-up link (tensor-parallel traffic)",
@@ -41,6 +44,7 @@ RESOURCE = {
     "pp_p2p": "network (pipeline point-to-point)",
     "bubble": "pipeline bubble (too few micro-batches per pipeline)",
     "recompute": "memory (recomputation forced by capacity)",
+    "offload": "host link (optimizer states offloaded by capacity)",
 }
 
 
@@ -58,6 +62,25 @@ class ScalePoint:
     def label(self) -> str:
         return strategy_label(self.best.strategy) if self.best else "no strategy fits"
 
+    @property
+    def shortfall_bytes(self) -> float | None:
+        """Where no strategy fits: the least memory per GPU the closest one lacks (None where
+        one fits, or where no layout of the GPUs divides the job)."""
+        if self.best is not None or self.result is None or not self.result.shortfall:
+            return None
+        return self.result.shortfall[0]
+
+    @property
+    def exposed_comm(self) -> float:
+        """Share of the step spent in exposed communication (all dimensions together)."""
+        return sum(self.shares.get(k, 0.0) for k in COMM_KEYS)
+
+    @property
+    def regime(self) -> str:
+        """The strategy's regime (parallel shape, ZeRO stage, recomputation, offload): what a
+        regime change compares and the plot shades."""
+        return _regime(self.best) if self.best else "no strategy fits"
+
 
 @dataclass
 class Knee:
@@ -66,6 +89,10 @@ class Knee:
     detail: str
     fraction: float | None = None
     resource: str = ""
+    # efficiency knees: the marginal throughput per added GPU of the step into this count, as a
+    # fraction of linear (what fell below ``fraction``), and the count the step starts from
+    marginal: float | None = None
+    from_gpus: int | None = None
 
 
 @dataclass
@@ -110,8 +137,10 @@ def _regime(est: Estimate) -> str:
     dims = {"tensor": st.tp, "pipeline": st.pp, "context": st.cp, "expert": st.ep}
     heavy = [k for k, v in dims.items() if v >= 4]
     shape = "+".join(heavy) + "-heavy" if heavy else "data-parallel"
-    return f"{shape}, ZeRO-{st.zero}" + (
-        f", {st.recompute} recompute" if st.recompute != "none" else ""
+    return (
+        f"{shape}, ZeRO-{st.zero}"
+        + (f", {st.recompute} recompute" if st.recompute != "none" else "")
+        + (", optimizer offload" if st.offload_optimizer else "")
     )
 
 
@@ -120,12 +149,26 @@ def _shares(est: Estimate) -> dict[str, float]:
 
 
 def saturating_resource(prev: ScalePoint, cur: ScalePoint) -> str:
-    """The resource whose share of the step grew the most between two points."""
-    if not prev.shares or not cur.shares:
+    """The resource that accounts for most of the GPU time per token added between two points.
+
+    Strong or weak, a perfectly scaling job keeps its GPU-seconds per token (``n_gpus /
+    throughput``) constant; scaling efficiency falls exactly as they grow. Each share of the
+    step (exposed communication of a dimension, bubble, recomputation) times the GPU-seconds
+    per token is that part's GPU time per token, so the growth of the total splits into the
+    growth of each part plus the rest (the compute kernels themselves, which lose efficiency
+    as per-GPU work shrinks). The resource named is the part that grew most, provided it grew
+    more than the rest; a share that grew while the step shrank does not saturate anything.
+    """
+    if not prev.shares or not cur.shares or prev.throughput <= 0 or cur.throughput <= 0:
         return "memory (no strategy fits)"
-    growth = {k: cur.shares.get(k, 0.0) - prev.shares.get(k, 0.0) for k in SHARE_KEYS}
+    t0 = prev.n_gpus / prev.throughput  # GPU-seconds per token
+    t1 = cur.n_gpus / cur.throughput
+    if t1 <= t0:
+        return "none (GPU time per token did not grow)"
+    growth = {k: cur.shares.get(k, 0.0) * t1 - prev.shares.get(k, 0.0) * t0 for k in SHARE_KEYS}
     k, g = max(growth.items(), key=lambda kv: kv[1])
-    if g <= 0.005:
+    rest = (t1 - t0) - sum(growth.values())
+    if g <= 0 or g <= rest:
         return "none dominant (per-GPU work shrinks: kernels get smaller and less efficient)"
     return RESOURCE[k]
 
@@ -143,9 +186,11 @@ def scale_sweep(
     **plan_kw: object,
 ) -> ScaleResult:
     """Best strategy at each accelerator count; knees and regime changes."""
-    ns = sorted(set(int(g) for g in gpus))
+    ns = sorted(int(g) for g in gpus)
     if not ns or ns[0] < 1:
         raise HwtuneInputError("gpus", list(gpus), "positive accelerator counts")
+    if len(set(ns)) != len(ns):
+        raise HwtuneInputError("gpus", list(gpus), "each accelerator count once")
     if policy not in ("strong", "weak"):
         raise HwtuneInputError(
             "policy", policy, "strong (fixed global batch) or weak (fixed per-GPU batch)"
@@ -162,14 +207,19 @@ def scale_sweep(
                     "seqs_per_gpu", spg, f"whole sequences at every count ({n} GPUs: {spg * n:g})"
                 )
     for f in fractions:
-        if not (isinstance(f, int | float) and 0 < f <= 1):
-            raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1]")
+        # 1 would call any step short of exactly linear a knee (rounding included)
+        if not (isinstance(f, int | float) and 0 < f < 1):
+            raise HwtuneInputError("knees", f, "fractions of linear scaling in (0, 1)")
+    if len(set(fractions)) != len(fractions):
+        raise HwtuneInputError("knees", list(fractions), "each fraction once")
+    # a bad GPU or network option, or a count the nodes do not divide, is an error (not an empty
+    # point), found before the first search
+    clusters = [cluster_for(n) for n in ns]
     points: list[ScalePoint] = []
-    for i, n in enumerate(ns):
+    for i, (n, cl) in enumerate(zip(ns, clusters, strict=True)):
         if progress:
             progress(i, len(ns))
         gb = int(global_batch) if policy == "strong" else round(seqs_per_gpu * n)  # type: ignore[arg-type, operator]
-        cl = cluster_for(n)  # a bad GPU or network option is an error, not an empty point
         try:
             r = plan(spec, cl, gb, seq, **plan_kw)  # type: ignore[arg-type]
         except NoLayoutError:
@@ -195,19 +245,23 @@ def scale_sweep(
     knees: list[Knee] = []
     if len(valid) >= 2:
         vn = [p.n_gpus for p in valid]
+        marg = marginal_fractions(vn, [p.throughput for p in valid])
         for f, n in find_knees(vn, [p.throughput for p in valid], fractions):
             idx = vn.index(n)
             knees.append(
                 Knee(
                     "efficiency",
                     int(n),
-                    f"marginal throughput per added GPU below {f:.0%} of linear",
+                    f"marginal throughput per added GPU from {vn[idx - 1]} GPUs "
+                    f"{marg[idx]:.0%} of linear, below {f:.0%}",
                     f,
                     saturating_resource(valid[idx - 1], valid[idx]),
+                    marg[idx],
+                    vn[idx - 1],
                 )  # fmt: skip
             )
         for a, b in zip(valid, valid[1:], strict=False):
-            ra, rb = _regime(a.best), _regime(b.best)  # type: ignore[arg-type]
+            ra, rb = a.regime, b.regime
             if ra != rb:
                 knees.append(
                     Knee(
@@ -217,4 +271,5 @@ def scale_sweep(
                         resource=saturating_resource(a, b),
                     )  # fmt: skip
                 )
+    knees.sort(key=lambda k: (k.n_gpus, k.kind != "efficiency"))  # in the order of the sweep
     return ScaleResult(points, knees, policy)

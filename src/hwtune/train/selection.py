@@ -43,11 +43,17 @@ def compare_hardware(
     seq: int,
     tokens_to_train: float = 1e12,
     price_per_gpu_hour: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
     **plan_kw: object,
 ) -> list[HardwareChoice]:
-    """Plan the job on each cluster; fastest first. Infeasible devices come last with no figures."""
+    """Plan the job on each cluster; best first under the plan's objective (``objective`` in
+    ``plan_kw``: throughput and time-to-train by time to train, cost by cost, energy by energy).
+    Infeasible devices come last with no figures. ``progress(done, total)`` is called before
+    each cluster and once all are planned."""
     out = []
-    for cl in clusters:
+    for i, cl in enumerate(clusters):
+        if progress:
+            progress(i, len(clusters))
         r = plan(spec, cl, global_batch, seq, price_per_gpu_hour=price_per_gpu_hour,
                  tokens_to_train=tokens_to_train, **plan_kw)  # type: ignore[arg-type]  # fmt: skip
         if not r.top:
@@ -61,7 +67,12 @@ def compare_hardware(
         cost = price * best.n_gpus * ttt / 3600.0 if price is not None else None
         energy = objective_value("energy", best, cl) * tokens_to_train
         out.append(HardwareChoice(cl, r, ttt, cost, energy))
-    out.sort(key=lambda h: (h.time_to_train_s is None, h.time_to_train_s or 0.0))
+    if progress:
+        progress(len(clusters), len(clusters))
+    metric = {"cost": "cost_usd", "energy": "energy_j"}.get(
+        str(plan_kw.get("objective", "throughput")), "time_to_train_s"
+    )
+    out.sort(key=lambda h: (getattr(h, metric) is None, getattr(h, metric) or 0.0))
     return out
 
 
@@ -95,10 +106,10 @@ def network_whatif(
     if not 0 < target_efficiency <= 1:
         raise HwtuneInputError("target_efficiency", target_efficiency, "a fraction in (0, 1]")
     key = WHATIF_FIELDS[field]
-    points = []
-    for i, v in enumerate(values):
-        if progress:
-            progress(i, len(values))
+    if len(set(values)) != len(values):  # a repeated value would be a repeated row
+        raise HwtuneInputError(f"--what-if {field}", list(values), "each value once")
+    clusters = []  # every value is checked before the first search
+    for v in values:
         if not math.isfinite(v) or (field == "domain" and v != int(v)):
             kind = "a whole number of GPUs" if field == "domain" else "a finite number"
             raise HwtuneInputError(f"--what-if {field}", v, kind)
@@ -106,9 +117,13 @@ def network_whatif(
         if field == "domain":
             upd["gpus_per_node"] = min(cluster.gpus_per_node, int(v))
         try:
-            cl = Cluster(**{**cluster.__dict__, **upd})
+            clusters.append(Cluster(**{**cluster.__dict__, **upd}))
         except ValidationError as e:  # a NIC <= 0, a domain that does not nest, etc.
             raise from_validation_error(e, where=f"--what-if {field}") from None
+    points = []
+    for i, (v, cl) in enumerate(zip(values, clusters, strict=True)):
+        if progress:
+            progress(i, len(values))
         r = plan(spec, cl, global_batch, seq, constraints=constraints, **plan_kw)  # type: ignore[arg-type]
         thr = r.top[0].tokens_per_s if r.top else 0.0
         points.append(WhatIfPoint(float(v), r, thr, 0.0))
