@@ -140,3 +140,28 @@ def test_utilization_from_gpu_load_and_no_devfreq(tmp_path):
     assert bare.frequency_hz() is None
     with pytest.raises(MeterError, match="devfreq"):
         bare.set_frequency_hz(306e6)
+
+
+def test_a_failed_background_sample_is_raised_once_and_sampling_goes_on(tmp_path):
+    """A rail that cannot be read for a moment (a garbled sysfs value) used to end the sampler
+    thread with a traceback, leaving later windows integrated over one long gap in silence."""
+    import time
+
+    root = make_tree(tmp_path, NX_RAILS)
+    dev = JetsonDevice(root)
+    dev.start_sampling(hz=500)
+    try:
+        h = root / "sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3"
+        write(h / "curr1_input", "garbled\n")
+        deadline = time.monotonic() + 5
+        while dev.sampler_errors == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        set_rail(root, "1-0040", 1, 3000)
+        assert dev.sampler_errors >= 1
+        time.sleep(0.05)
+        assert dev._sampler is not None and dev._sampler.is_alive()  # still sampling
+    finally:
+        dev.stop_sampling()
+    with pytest.raises(MeterError):
+        dev.energy_j()
+    assert dev.energy_j() >= 0  # raised once

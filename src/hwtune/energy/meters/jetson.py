@@ -136,6 +136,9 @@ class JetsonDevice(BaseDevice):
         self._lock = threading.Lock()
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
+        self._sampler_error: MeterError | None = None
+        self.sampler_errors = 0
+        """Background samples that failed (`start_sampling`)."""
 
     # -- power and energy ----------------------------------------------------------------
     def rail_power_w(self) -> dict[str, float]:
@@ -149,6 +152,14 @@ class JetsonDevice(BaseDevice):
         return watts
 
     def energy_j(self) -> float:
+        """Energy integrated from the samples so far, J. Raises the `MeterError` of a
+        background sample that failed since the last call (once): the energy across that gap
+        is integrated from the samples around it, so a window that spans it is less exact and
+        the caller should know (the online tuner drops that interval)."""
+        with self._lock:
+            err, self._sampler_error = self._sampler_error, None
+        if err is not None:
+            raise err
         self.power_w()
         with self._lock:
             return self._integrated_j
@@ -160,9 +171,14 @@ class JetsonDevice(BaseDevice):
         self._stop.clear()
         period = 1.0 / hz
 
-        def run() -> None:
+        def run() -> None:  # a failed sample is kept for `energy_j` to raise; sampling goes on
             while not self._stop.wait(period):
-                self.power_w()
+                try:
+                    self.power_w()
+                except MeterError as e:
+                    with self._lock:
+                        self._sampler_error = e
+                        self.sampler_errors += 1
 
         self._sampler = threading.Thread(target=run, name="hwtune-jetson-sampler", daemon=True)
         self._sampler.start()
