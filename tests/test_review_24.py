@@ -1,0 +1,38 @@
+"""Review of the 2026-12-02 changes (serve int4/fp4 scales, scale/plan exit codes, ...)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from hwtune.cli.main import app
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.iteration import IterationModel
+from hwtune.serve.memory import weight_bytes_per_gpu
+
+
+def _invoke(args: list[str]):  # noqa: ANN202
+    return CliRunner().invoke(app, args)
+
+
+# --- a checkpoint's group size belongs to its own format ----------------------------------------
+@pytest.mark.parametrize(("model", "other"), [("gpt-oss-120b", "int4"), ("kimi-k2.5", "fp4")])
+def test_checkpoint_group_size_does_not_carry_over_to_another_format(model, other):
+    # gpt-oss ships MXFP4 in blocks of 32; served as int4 its groups are int4's default (128),
+    # not MXFP4's block. Kimi-K2.5 ships int4 in groups of 32; served as fp4 it is NVFP4's 16.
+    spec = get_model(model)
+    plain = spec.model_copy(update={"checkpoint_precision": None, "weight_group_size": None})
+    dev = get_device("h100-sxm-80gb")
+    cfg = ReplicaConfig(spec, dev, tp=8, weight_dtype=other)
+    ref = ReplicaConfig(plain, dev, tp=8, weight_dtype=other)
+    assert cfg.weight_group_size is None
+    assert weight_bytes_per_gpu(cfg) == weight_bytes_per_gpu(ref)
+    # the GEMMs read the same bytes (memory-bound decode GEMM of a routed expert's size)
+    m_cfg, m_ref = IterationModel(cfg), IterationModel(ref)
+    k, n = spec.d_model, 4 * spec.d_model
+    assert m_cfg._gemm(1, n, k, expert=True) == m_ref._gemm(1, n, k, expert=True)
+    # served in its own format the checkpoint's group size applies
+    own = ReplicaConfig(spec, dev, tp=8)
+    assert own.weight_group_size == spec.weight_group_size == 32
