@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -36,3 +38,25 @@ def test_checkpoint_group_size_does_not_carry_over_to_another_format(model, othe
     # served in its own format the checkpoint's group size applies
     own = ReplicaConfig(spec, dev, tp=8)
     assert own.weight_group_size == spec.weight_group_size == 32
+
+
+# --- exit 1 when nothing fits, as `hwtune plan` -------------------------------------------------
+_NO_FIT = ["--model", "llama3.1-405b", "--gpu", "h100", "--seq", "4096"]
+
+
+def test_plan_exits_1_when_nothing_fits():  # the reference the others follow
+    assert _invoke(["plan", *_NO_FIT, "--gpus", "8", "--json"]).exit_code == 1
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_scale_batch_sweep_where_nothing_fits_exits_1(as_json):
+    r = _invoke(["scale", *_NO_FIT, "--fixed-gpus", "8", "--global-batches", "8,16", *as_json])
+    assert r.exit_code == 1, r.output
+    if as_json:
+        assert all(p["strategy"] is None for p in json.loads(r.stdout)["points"])
+
+
+def test_scale_batch_sweep_where_one_point_fits_exits_0():
+    r = _invoke(["scale", "--model", "llama3.1-8b", "--gpu", "h100", "--seq", "4096",
+                 "--fixed-gpus", "8", "--global-batches", "8,16", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output

@@ -580,6 +580,8 @@ def scale_cmd(
                     )
                     + "\n"
                 )
+                if not any(r_["strategy"] for r_ in rows):  # as `hwtune plan`: exit 1
+                    raise typer.Exit(1)
                 return
             t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}, seq {seq}")
             for col in ("model", "global batch", "tokens/s", "MFU", "best strategy"):
@@ -590,6 +592,9 @@ def scale_cmd(
                           f"{r_['tokens_per_s']:,.0f}" if fits else "-",
                           f"{r_['mfu']:.1%}" if fits else "-", r_["strategy"] or "no fit")  # fmt: skip
             out.print(t)
+            if not any(r_["strategy"] for r_ in rows):  # as `hwtune plan`: an impossible job
+                out.print("no strategy fits at any point of the sweep")
+                raise typer.Exit(1)
             return
         if fixed_gpus is not None:
             raise HwtuneInputError(
