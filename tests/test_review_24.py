@@ -60,3 +60,25 @@ def test_scale_batch_sweep_where_one_point_fits_exits_0():
     r = _invoke(["scale", "--model", "llama3.1-8b", "--gpu", "h100", "--seq", "4096",
                  "--fixed-gpus", "8", "--global-batches", "8,16", "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_plan_gpu_list_where_no_gpu_fits_exits_1(as_json):
+    r = _invoke(["plan", *_NO_FIT[:2], "--gpu", "h100,a100", "--gpus", "8", "--seq", "4096",
+                 *as_json])  # fmt: skip
+    assert r.exit_code == 1, r.output
+
+
+def test_plan_gpu_list_where_one_gpu_fits_exits_0():
+    r = _invoke(["plan", "--model", "llama3.1-8b", "--gpu", "h100,a100", "--gpus", "8",
+                 "--seq", "4096", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_plan_what_if_where_no_value_fits_exits_1(as_json):
+    r = _invoke(["plan", *_NO_FIT, "--gpus", "8", "--what-if", "nic=100,400", *as_json])
+    assert r.exit_code == 1, r.output
+    if not as_json:  # says so, with dashes rather than 0 tokens/s
+        assert "no strategy fits at any nic" in r.output
+        assert "keeps 90%" not in r.output and "0.0%" not in r.output
