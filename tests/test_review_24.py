@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from hwtune.cli.main import app
 from hwtune.hardware.catalog import get_device
+from hwtune.hardware.profile import DeviceProfile, SizedPoint
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import ReplicaConfig
 from hwtune.serve.iteration import IterationModel
@@ -82,3 +83,17 @@ def test_plan_what_if_where_no_value_fits_exits_1(as_json):
     if not as_json:  # says so, with dashes rather than 0 tokens/s
         assert "no strategy fits at any nic" in r.output
         assert "keeps 90%" not in r.output and "0.0%" not in r.output
+
+
+# --- profile: a near-repeat of the smallest size does not hide the next size -----------------
+def test_below_the_smallest_size_the_line_runs_to_the_next_distinct_size():
+    # a fixed 5 us launch plus bytes at 10 GB/s, measured at 1,000 B twice (one rounding step
+    # apart) and at 1 MB: a 100-byte op still pays about the launch cost (the line through
+    # 1,000 B and 1 MB), not a tenth of the smallest point's time (proportional scaling)
+    def t(s: float) -> float:
+        return 5e-6 + s / 1e10
+
+    sizes = (1000.0, 1000.0000000000001, 1e6)
+    prof = DeviceProfile(elementwise=tuple(SizedPoint(op="add", bytes=s, seconds=t(s))
+                                           for s in sizes))  # fmt: skip
+    assert prof.elementwise_time(100.0) == pytest.approx(t(100.0), rel=1e-9)
