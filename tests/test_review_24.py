@@ -97,3 +97,16 @@ def test_below_the_smallest_size_the_line_runs_to_the_next_distinct_size():
     prof = DeviceProfile(elementwise=tuple(SizedPoint(op="add", bytes=s, seconds=t(s))
                                            for s in sizes))  # fmt: skip
     assert prof.elementwise_time(100.0) == pytest.approx(t(100.0), rel=1e-9)
+
+
+# --- scale_sweep: a fractional accelerator count is an error, not truncated -------------------
+@pytest.mark.parametrize("gpus", [[8.5, 16], [8, 16.0], [True, 8]])
+def test_scale_sweep_refuses_counts_that_are_not_whole(gpus):
+    from hwtune.errors import HwtuneInputError
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.train.scaling import scale_sweep
+
+    with pytest.raises(HwtuneInputError) as ei:
+        scale_sweep(get_model("llama3.1-8b"), lambda n: make_cluster("h100-sxm-80gb", n), gpus,
+                    1024, global_batch=64)  # fmt: skip
+    assert ei.value.field == "gpus" and "whole" in str(ei.value)
