@@ -272,11 +272,15 @@ def plan_cmd(
                 pts, least = network_whatif(spec, clusters[0], field.strip(), values, gb, seq,
                                             target, progress=cb, **kw)  # fmt: skip
             _render_whatif(spec.name, clusters[0], gb, seq, field, pts, least, target, as_json)
+            if not any(p.result.top for p in pts):  # an impossible job at every value: exit 1
+                raise typer.Exit(1)
             return
         if compare:
             with progress_bar("hardware", not as_json) as cb:
                 choices = compare_hardware(spec, clusters, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
             _render_hardware(spec.name, gb, seq, tokens, choices, as_json, objective)
+            if not any(h.result.top for h in choices):  # an impossible job on every GPU: exit 1
+                raise typer.Exit(1)
             return
         cl = clusters[0]
         with progress_bar("layouts", not as_json) as cb:
@@ -417,13 +421,17 @@ def _render_whatif(name, cl, gb, seq, field, pts, least, target, as_json) -> Non
     for col in (field, "tokens/s", "vs best", "best strategy"):
         t.add_column(col, justify="right" if col != "best strategy" else "left")
     for r in rows:
+        fits = r["strategy"] is not None  # no fit: dashes, not 0 tokens/s and 0.0%
         t.add_row(
             f"{r['value']:g}",
-            f"{r['tokens_per_s']:,.0f}",
-            f"{r['efficiency']:.1%}",
+            f"{r['tokens_per_s']:,.0f}" if fits else "-",
+            f"{r['efficiency']:.1%}" if fits else "-",
             r["strategy"] or "no fit",
         )
     out.print(t)
+    if not any(r["strategy"] for r in rows):
+        out.print(f"no strategy fits at any {field} in the sweep")
+        return
     out.print(
         f"least {field} keeping {target:.0%} of the best throughput: {least:g}"
         if least is not None
@@ -580,6 +588,8 @@ def scale_cmd(
                     )
                     + "\n"
                 )
+                if not any(r_["strategy"] for r_ in rows):  # as `hwtune plan`: exit 1
+                    raise typer.Exit(1)
                 return
             t = Table(title=f"sweep on {cl.n_gpus} x {cl.device.name}, seq {seq}")
             for col in ("model", "global batch", "tokens/s", "MFU", "best strategy"):
@@ -590,6 +600,9 @@ def scale_cmd(
                           f"{r_['tokens_per_s']:,.0f}" if fits else "-",
                           f"{r_['mfu']:.1%}" if fits else "-", r_["strategy"] or "no fit")  # fmt: skip
             out.print(t)
+            if not any(r_["strategy"] for r_ in rows):  # as `hwtune plan`: an impossible job
+                out.print("no strategy fits at any point of the sweep")
+                raise typer.Exit(1)
             return
         if fixed_gpus is not None:
             raise HwtuneInputError(

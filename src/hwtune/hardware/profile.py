@@ -333,7 +333,7 @@ def _interp(curve: list[tuple[float, float]], x: float) -> float:
 def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
     """Seconds at ``nbytes`` on one op's sorted curve (see `DeviceProfile.elementwise_time`).
 
-    Below the smallest size: the line through the two smallest points (a fixed cost plus bytes
+    Below the smallest size: the line through the two smallest sizes (a fixed cost plus bytes
     over bandwidth, t = t0 + S / B, the latency-bandwidth model of Hockney, Parallel Computing
     1994), kept between proportional scaling and the smallest point's time. Proportional
     scaling alone sent a small kernel's time to zero, below the launch cost every measured
@@ -341,9 +341,10 @@ def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
     if nbytes <= pts[0].bytes:
         a = pts[0]
         prop = a.seconds * nbytes / a.bytes
-        if len(pts) < 2 or pts[1].bytes <= a.bytes * (1 + SAME_SIZE_REL):
+        # the next size apart from the smallest (one a rounding step away is the same size)
+        b = next((p for p in pts[1:] if p.bytes > a.bytes * (1 + SAME_SIZE_REL)), None)
+        if b is None:
             return prop  # no second size to draw a line through
-        b = pts[1]
         line = a.seconds + (nbytes - a.bytes) * (b.seconds - a.seconds) / (b.bytes - a.bytes)
         return min(max(line, prop), a.seconds)
     for a, b in zip(pts, pts[1:], strict=False):

@@ -95,8 +95,8 @@ class ReplicaConfig:
     attention runs data-parallel over ``dp_attention`` groups of ``tp`` GPUs while the MoE layers
     run over all ``tp * dp_attention`` GPUs of a stage, expert-parallel over ``ep`` and tensor-
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
-    on GPUs without FP4 math; int4 weight-only everywhere, with the checkpoint's group scales,
-    `ModelSpec.weight_group_size`); ``kv_dtype`` that of the KV cache; either left None is the
+    on GPUs without FP4 math; int4 weight-only everywhere; 4-bit weights with their group scales,
+    `weight_group_size`); ``kv_dtype`` that of the KV cache; either left None is the
     checkpoint's format, else bf16 (`weight_format`, `kv_format`: what the CLI resolves); ``weight_only_kernel`` the
     kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
     native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
@@ -267,6 +267,16 @@ class ReplicaConfig:
     def moe_tp(self) -> int:
         """Tensor parallelism inside each expert: the stage's GPUs left after expert parallelism."""
         return self.stage_gpus // self.ep
+
+    @property
+    def weight_group_size(self) -> int | None:
+        """Weights per scale of the served weights: the checkpoint's
+        (`ModelSpec.weight_group_size`) when they are served in the format the checkpoint
+        ships (`ModelSpec.checkpoint_precision`), else None (the format's default,
+        `hwtune.cost.quantized_gemm.INT4_GROUP_SIZE` / `FP4_GROUP_SIZE`): gpt-oss's MXFP4 block
+        of 32 says nothing about the groups of an int4 quantization of it."""
+        m = self.model
+        return m.weight_group_size if self.weight_dtype == m.checkpoint_precision else None
 
     @property
     def effective_device(self) -> Device:

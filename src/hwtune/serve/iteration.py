@@ -226,7 +226,7 @@ class IterationModel:
             return gemm_time(m, n, k, self.dev, "bf16", batch)
         return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch,
                                  self.cfg.weight_only_kernel,
-                                 self.spec.weight_group_size)  # fmt: skip
+                                 self.cfg.weight_group_size)  # fmt: skip
 
     def _moe(self, t: int, ta: int) -> tuple[float, float, float]:
         """(GEMM, memory, collective) seconds of one MoE layer for ``t`` tokens of the stage."""

@@ -49,14 +49,13 @@ class ReplicaMemory:
 
 def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     """Weights on one GPU (`weight_bytes_per_element`: int4 adds a 16-bit scale per group of
-    ``ModelSpec.weight_group_size`` weights). Embedding and LM head stay 16-bit and are
-    vocabulary-parallel over ``tp``; routed experts are spread over all GPUs of a stage
-    (``ep`` x ``moe_tp``); the other
-    weights are tensor-parallel over ``tp`` (replicated across attention-DP groups); the model is
-    cut into ``pp`` stages (the largest holds ceil(L/pp) of L layers). Speculative decoding adds
-    a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
+    `ReplicaConfig.weight_group_size` weights, fp4 an 8-bit one per block). Embedding and LM
+    head stay 16-bit and are vocabulary-parallel over ``tp``; routed experts are spread over
+    all GPUs of a stage (``ep`` x ``moe_tp``); the other weights are tensor-parallel over
+    ``tp`` (replicated across attention-DP groups); the model is cut into ``pp`` stages (the
+    largest holds ceil(L/pp) of L layers). Speculative decoding adds a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
     spec = cfg.model
-    wb = weight_bytes_per_element(cfg.weight_dtype, spec.weight_group_size)  # int4: + scales
+    wb = weight_bytes_per_element(cfg.weight_dtype, cfg.weight_group_size)  # 4-bit: + scales
     # a checkpoint that quantizes only its experts keeps the rest in bf16 (gpt-oss MXFP4,
     # Kimi-K2.5 int4)
     wo = max(wb, 2.0) if spec.quantized_weights == "experts" else wb

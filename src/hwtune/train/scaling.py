@@ -14,6 +14,7 @@ fixed (global batch = per-GPU batch x GPUs).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -186,9 +187,12 @@ def scale_sweep(
     **plan_kw: object,
 ) -> ScaleResult:
     """Best strategy at each accelerator count; knees and regime changes."""
+    # whole counts only: int() would truncate 8.5 to 8 without a word
+    if not gpus or not all(
+        isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 1 for g in gpus
+    ):
+        raise HwtuneInputError("gpus", list(gpus), "positive whole accelerator counts")
     ns = sorted(int(g) for g in gpus)
-    if not ns or ns[0] < 1:
-        raise HwtuneInputError("gpus", list(gpus), "positive accelerator counts")
     if len(set(ns)) != len(ns):
         raise HwtuneInputError("gpus", list(gpus), "each accelerator count once")
     if policy not in ("strong", "weak"):
