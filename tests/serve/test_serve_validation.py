@@ -275,7 +275,7 @@ def test_inferencex_vllm_gptoss_moe_kernel_follows_the_image(measured, kernel):
 def test_tier3_correction_fitted_to_five_runs_predicts_the_others_better(subset_predictions):
     """Tier 3 (`hwtune.serve.correction`): per engine, model and GPU, maps fitted to five runs
     predict that group's other runs of the subset. Full run (VALIDATION.md, "Tier 3"): TTFT
-    15.9%, TPOT 6.0% median held-out error with five fitting runs; tier 1 24.4% / 9.6%. On
+    15.9%, TPOT 6.0% median held-out error with five fitting runs; tier 1 24.2% / 9.5%. On
     this subset's groups of more than five rows: TTFT 24.5% (tier 1) -> 18.4% (tier 3), TPOT
     4.9%."""
     import collections
