@@ -4,6 +4,7 @@ errors that name the flag the user typed rather than the Python field."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -157,3 +158,96 @@ def test_rapl_a_zone_that_fails_does_not_leave_the_others_unread(tmp_path):
     assert dram.total_uj == pytest.approx(7e6) and dram.last_t == 1.0
     _set(root, 50.0)
     assert dev.energy_j() == pytest.approx(57.0)
+
+
+# -- 2. CLI errors name the flag the user typed, not the Python field -------------------------
+
+SMALL = ["-m", "llama3.1-8b", "--gpus", "8"]
+
+
+def _options(command: str) -> set[str]:
+    """Every option string of ``hwtune COMMAND`` (what its --help lists)."""
+    import typer
+
+    from hwtune.cli.main import app
+
+    cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "words"),
+    [
+        # dp = 8: 12 sequences are not whole micro-batches of 1 on every data-parallel rank
+        (["estimate", *SMALL, "--global-batch", "12"], "--global-batch", ("12",)),
+        (["estimate", *SMALL, "--global-batch", "0"], "--global-batch", ("0",)),  # pydantic
+        (["estimate", *SMALL, "--micro-batch", "0"], "--micro-batch", ("0",)),  # pydantic
+        # no --global-batch: dp*micro-batch = 1 sequence, under DualPipe's 2*pp micro-batches;
+        # the flag that fixes it is named
+        (
+            ["estimate", "--gpus", "2", "--pp", "2", "--schedule", "dualpipe"],
+            "--global-batch",
+            ("DualPipe",),
+        ),
+        (["plan", *SMALL, "--global-batch", "-3"], "--global-batch", ("-3",)),
+        (["plan", *SMALL, "--global-batch-tokens", "0"], "--global-batch-tokens", ("0",)),
+        (
+            ["plan", *SMALL, "--seq", "4096", "--global-batch-tokens", "1000"],
+            "--global-batch-tokens",
+            ("1000", "--seq"),
+        ),
+        (
+            ["plan", *SMALL, "--objective", "cost", "--price-per-gpu-hour", "-1"],
+            "--price-per-gpu-hour",
+            ("-1",),
+        ),
+        (["scale", "--gpus", "8,16", "--global-batch", "0"], "--global-batch", ("0",)),
+        (
+            ["scale", "-m", "llama3.1-8b,llama3.1-70b", "--fixed-gpus", "8", "--global-batch", "0"],
+            "--global-batch",
+            ("0",),
+        ),
+        # 0.3 x 8 GPUs = 2.4 sequences: not whole
+        (
+            ["scale", "--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "0.3"],
+            "--seqs-per-gpu",
+            ("0.3", "2.4"),
+        ),
+        (
+            ["scale", "--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "nan"],
+            "--seqs-per-gpu",
+            ("nan",),
+        ),
+    ],
+)
+def test_batch_errors_name_the_flag_and_every_flag_named_exists(rejects, args, flag, words):
+    line = rejects(args, flag, *words)
+    assert f"error: {flag}: got" in line  # the flag is the field, not a Python name
+    assert "global_batch" not in line.split(";")[0] and "seqs_per_gpu" not in line
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
+    assert named <= _options(args[0]), named - _options(args[0])
+
+
+def test_the_python_api_keeps_its_field_names():
+    from hwtune.errors import HwtuneInputError
+    from hwtune.train.scaling import scale_sweep
+
+    for kw, field in ((dict(policy="strong", global_batch=0), "global_batch"),
+                      (dict(policy="weak", seqs_per_gpu=0.3), "seqs_per_gpu")):  # fmt: skip
+        with pytest.raises(HwtuneInputError) as ei:
+            scale_sweep(None, None, [8, 16], 4096, **kw)
+        assert ei.value.field == field
+
+
+def test_flag_error_renames_only_the_fields_it_is_given():
+    from hwtune.cli.parsing import flag_error
+    from hwtune.errors import HwtuneInputError
+
+    flags = {"global_batch": "--global-batch"}
+    for field in ("global_batch", "strategy.global_batch"):
+        e = flag_error(HwtuneInputError(field, 7, "x"), flags)
+        assert (e.field, e.value, e.expected) == ("--global-batch", 7, "x")
+    other = HwtuneInputError("cluster.global_batch", 7, "x")  # not a strategy field: kept
+    assert flag_error(other, flags) is other
+    tp = HwtuneInputError("tp", 3, "x")
+    assert flag_error(tp, flags) is tp
