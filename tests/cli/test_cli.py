@@ -122,7 +122,7 @@ def test_unknown_schedule():
         (("--recompute", "sometimes"), "recompute"),
         (("--precision", "fp9"), "precision"),
         (("--zero", "4"), "zero"),
-        (("--gpus", "8", "--global-batch", "12"), "global_batch"),
+        (("--gpus", "8", "--global-batch", "12"), "--global-batch"),
         (("--ep", "2", "--gpus", "2"), "ep"),
         (("--sequence-parallel",), "sequence_parallel"),
         (("--gpu", "a100-sxm4-80gb", "--precision", "fp8"), "precision"),

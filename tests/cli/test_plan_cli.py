@@ -146,7 +146,7 @@ def test_contradicting_constraint_exits_2_with_one_line():
         (["--global-batch-tokens", "65536"], "both"),  # with --global-batch 16 as well
         (["--what-if", "latency=1,2"], "latency"),
         (["--gpu", "h100-sxm-80gbx"], "h100"),
-        (["--global-batch", "0"], "global_batch"),  # not the default 512
+        (["--global-batch", "0"], "--global-batch"),  # not the default 512
     ],
 )
 def test_plan_bad_input_exits_2_naming_it(args, word):
@@ -160,7 +160,7 @@ def test_plan_bad_input_exits_2_naming_it(args, word):
 def test_global_batch_tokens_must_be_whole_sequences():
     r = run("plan", "--model", "llama3.1-8b", "--gpus", "8", "--seq", "4096",
             "--global-batch-tokens", "1000")  # fmt: skip
-    assert r.exit_code == 2 and "global_batch_tokens" in r.stderr
+    assert r.exit_code == 2 and "--global-batch-tokens" in r.stderr
 
 
 def test_global_batch_tokens_is_sequences_times_seq():

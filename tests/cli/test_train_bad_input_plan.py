@@ -29,8 +29,11 @@ JOB = ["plan", "-m", "llama3.1-8b", "--gpus", "8", "--global-batch", "16", "--se
         (["--max", "pp=abc"], "--max pp"),  # was ValueError traceback
         (["--max", "pp=0"], "--max pp"),
         (["--max", "foo=2"], "--max"),  # was ignored
-        (["--objective", "cost", "--price-per-gpu-hour", "-1"], "price_per_gpu_hour"),
-        (["--objective", "cost", "--price-per-gpu-hour", "nan"], "price_per_gpu_hour"),  # NaN JSON
+        (["--objective", "cost", "--price-per-gpu-hour", "-1"], "--price-per-gpu-hour"),
+        (
+            ["--objective", "cost", "--price-per-gpu-hour", "nan"],
+            "--price-per-gpu-hour",
+        ),  # NaN JSON
         (["--objective", "time-to-train", "--tokens", "-1"], "tokens"),
         (["--objective", "time-to-train", "--tokens", "inf"], "tokens"),  # Infinity in JSON
         (["--what-if", "nic=100,abc"], "--what-if"),  # was ValueError traceback

@@ -23,9 +23,12 @@ S = ["scale", "-m", "llama3.1-8b", "--seq", "2048"]
         (["--global-batches", "32,abc", "--fixed-gpus", "8"], "--global-batches"),  # traceback
         (["--global-batches", "32,0", "--fixed-gpus", "8"], "--global-batches"),  # a no-fit row
         (["--gpus", "8", "--global-batch", "64", "--seq", "0"], "seq"),  # ZeroDivisionError
-        (["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "nan"], "seqs_per_gpu"),
-        (["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "-1"], "seqs_per_gpu"),  # ->1
-        (["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "0.3"], "seqs_per_gpu"),  # 2.4->2
+        (["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "nan"], "--seqs-per-gpu"),
+        (["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "-1"], "--seqs-per-gpu"),  # ->1
+        (
+            ["--gpus", "8,16", "--policy", "weak", "--seqs-per-gpu", "0.3"],
+            "--seqs-per-gpu",
+        ),  # 2.4->2
         (["--gpus", "8", "--gpu", "nosuch"], "gpu"),  # was 'no strategy fits', exit 0
         (["--gpus", "8,16", "--global-batch", "64", "--plot", "/nonexistent-dir/x.png"], "--plot"),
         (["--gpus", "8,16", "--global-batch", "64", "--plot", "x.foo"], "--plot"),

@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
-from hwtune.cli.parsing import cluster_only
+from hwtune.cli.parsing import cluster_only, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -70,6 +70,9 @@ class _OneLineErrors(TyperGroup):
         # not standalone: an Exit's code comes back as the value; commands return None
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
+
+# the strategy's fields that `estimate`'s flags spell otherwise (`parsing.flag_error`)
+ESTIMATE_FLAGS = {"global_batch": "--global-batch", "micro_batch": "--micro-batch"}
 
 app = typer.Typer(
     cls=_OneLineErrors,
@@ -216,7 +219,7 @@ def estimate(
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
+        _fail(flag_error(e, ESTIMATE_FLAGS))
         return
     if as_json:
         doc = est.to_dict()

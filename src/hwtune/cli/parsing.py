@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
@@ -18,6 +18,16 @@ def positive_ints(text: str, field: str) -> list[int]:
     if not out or any(x <= 0 for x in out):
         raise HwtuneInputError(field, text, "positive integers separated by commas, e.g. 8,16,32")
     return out
+
+
+def flag_error(e: HwtuneInputError, flags: Mapping[str, str]) -> HwtuneInputError:
+    """``e`` naming the flag the user typed instead of the Python field that a check below the
+    CLI named (the strategy's, the search's and the scaling sweep's checks name the API's
+    fields): ``flags`` maps a field, bare or under pydantic's ``strategy.`` prefix, to the
+    command's option that set it (``global_batch`` -> ``--global-batch``). Each command passes
+    only its own options; any other error comes back unchanged."""
+    flag = flags.get(e.field.removeprefix("strategy."))
+    return e if flag is None else HwtuneInputError(flag, e.value, e.expected)
 
 
 def cluster_only(**options: object) -> None:

@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hwtune.cli.parsing import cluster_only, output_path, plot_suffixes, positive_ints
+from hwtune.cli.parsing import (
+    cluster_only,
+    flag_error,
+    output_path,
+    plot_suffixes,
+    positive_ints,
+)
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -122,7 +128,10 @@ def _used_only_with(
 
 
 def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) -> int:
-    for name, v in (("global_batch", global_batch), ("global_batch_tokens", global_batch_tokens)):
+    for name, v in (
+        ("--global-batch", global_batch),
+        ("--global-batch-tokens", global_batch_tokens),
+    ):
         if v is not None and v < 1:
             raise HwtuneInputError(name, v, "a positive integer")
     if global_batch is not None and global_batch_tokens is not None:
@@ -132,7 +141,7 @@ def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) 
     if global_batch_tokens is not None:
         if global_batch_tokens % seq:
             raise HwtuneInputError(
-                "global_batch_tokens", global_batch_tokens, f"a multiple of --seq {seq}"
+                "--global-batch-tokens", global_batch_tokens, f"a multiple of --seq {seq}"
             )
         return global_batch_tokens // seq
     return 512 if global_batch is None else global_batch
@@ -288,7 +297,12 @@ def plan_cmd(
         if objective == "cost" and r.top:
             objective_value("cost", r.top[0], cl, price_per_gpu_hour)  # names a missing price
     except HwtuneInputError as e:
-        fail(e)
+        # the search names its job's fields; the batch in sequences is --global-batch's value
+        # only when --global-batch-tokens did not give it
+        flags = {"price_per_gpu_hour": "--price-per-gpu-hour"}
+        if global_batch_tokens is None:
+            flags["global_batch"] = "--global-batch"
+        fail(flag_error(e, flags))
         return
     _render_plan(spec.name, cl, gb, seq, r, as_json, objective, price_per_gpu_hour, tokens)
 
@@ -629,8 +643,9 @@ def scale_cmd(
                               global_batch=1024 if global_batch is None else global_batch,
                               seqs_per_gpu=1.0 if seqs_per_gpu is None else seqs_per_gpu,
                               fractions=fr, progress=cb, precision=precision, top_k=1)  # fmt: skip
-    except HwtuneInputError as e:
-        fail(e)
+    except HwtuneInputError as e:  # the sweep's and the search's checks name their fields
+        batch_flag = "--global-batches" if global_batches is not None else "--global-batch"
+        fail(flag_error(e, {"global_batch": batch_flag, "seqs_per_gpu": "--seqs-per-gpu"}))
         return
     device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {

@@ -42,7 +42,7 @@ Framework = Annotated[
 Zero3Gather = Annotated[
     str,
     typer.Option(
-        help="with --zero 3: layer (FSDP: a transformer block, the next prefetched) | module "
+        help="with ZeRO stage 3: layer (FSDP: a transformer block, the next prefetched) | module "
         "(DeepSpeed: per nn.Module under its live-parameter cap) | parameter (DeepSpeed of "
         "2021: one synchronous all-gather per parameter, none overlapped)"
     ),

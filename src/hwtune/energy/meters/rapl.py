@@ -20,11 +20,18 @@ holds the average power under each limit over that limit's time window, so over 
 package stays near or under its largest one), else ``DEFAULT_MAX_POWER_W``, or the
 ``max_power_w`` given; a reading whose delta is not certain raises `MeterError`
 instead of returning a wrong energy (read at least every `RaplDevice.max_read_interval_s`).
+
+Long windows: there is no kernel-side accumulator, so a caller that reads the counters less
+often than that (an `EnergyMonitor` window around a long epoch, a training step stalled by a
+checkpoint) calls `RaplDevice.start_sampling`: a daemon thread reads every zone's counter at a
+quarter of `RaplDevice.max_read_interval_s` (the counters are exact, so the sampling rate only
+has to keep each delta certain), and `RaplDevice.stop_sampling` ends it.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +50,9 @@ DEFAULT_ROOT = "/sys/class/powercap"
 # highest server-CPU package TDP shipping today (AMD EPYC 9965 and Intel Xeon 6980P, 500 W),
 # and far above any DRAM zone. Too high a bound only shortens the safe read interval.
 DEFAULT_MAX_POWER_W = 500.0
+# `RaplDevice.start_sampling` by default reads every quarter of the safe interval (three
+# missed or late ticks in a row still leave every delta certain), but not more often than this
+MIN_SAMPLING_INTERVAL_S = 0.05
 
 
 @dataclass
@@ -87,6 +97,17 @@ class RaplDevice(BaseDevice):
         self.name = f"rapl:{self.root}"
         self._sleep = sleep
         self.interval_s = interval_s
+        # the zones' counter state is shared with the sampler thread (`start_sampling`)
+        self._lock = threading.Lock()
+        self._sampler: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._sampler_error: MeterError | None = None
+        self.sampling_interval_s: float | None = None
+        """The background sampler's period, s, while it runs (`start_sampling`), else None."""
+        self.samples = 0
+        """Background readings of every zone so far (`start_sampling`), failed ones included."""
+        self.sampler_errors = 0
+        """Background readings that failed (`start_sampling`)."""
         self.zones = self._discover(tuple(domains))
 
     def _discover(self, domains: tuple[str, ...]) -> list[_Zone]:
@@ -115,6 +136,19 @@ class RaplDevice(BaseDevice):
             self._read_zone(z)
         return zones
 
+    def _read_zones(self) -> None:
+        """Read every zone (under the lock), then raise the first failure: a zone that could
+        not be read does not leave the others unread, and so closer to their own limit."""
+        first: MeterError | None = None
+        with self._lock:
+            for z in self.zones:
+                try:
+                    self._read_zone(z)
+                except MeterError as e:
+                    first = first or e
+        if first is not None:
+            raise first
+
     def _read_zone(self, z: _Zone) -> None:
         f = z.path / "energy_uj"
         raw = read_number(f, READ_PRIVILEGE.format(path=f))
@@ -134,7 +168,8 @@ class RaplDevice(BaseDevice):
                 f"{dt:.1f} s since the last reading",
                 f"readings at most {z.max_read_interval_s:.1f} s apart (a range of "
                 f"{z.max_range_uj:.0f} uJ at up to {z.max_power_w:g} W: the energy between "
-                "these two readings is unknown, the counter may have wrapped more than once)",
+                "these two readings is unknown, the counter may have wrapped more than once; "
+                "RaplDevice.start_sampling() reads it in the background)",
             )
 
     def capabilities(self) -> Capabilities:
@@ -144,9 +179,69 @@ class RaplDevice(BaseDevice):
         )
 
     def energy_j(self) -> float:
-        for z in self.zones:
-            self._read_zone(z)
-        return sum(z.total_uj for z in self.zones) / 1e6
+        """Energy of the selected zones since the device was opened, J. Raises the first
+        `MeterError` of a background reading that failed since the last call (once, without
+        reading): a reading too late to be certain also counts in `gaps`, so a window across it
+        raises as well (`EnergyMonitor`, the online tuner's intervals)."""
+        with self._lock:
+            err, self._sampler_error = self._sampler_error, None
+        if err is not None:
+            raise err
+        self._read_zones()
+        with self._lock:
+            return sum(z.total_uj for z in self.zones) / 1e6
+
+    def default_sampling_interval_s(self) -> float:
+        """A quarter of `max_read_interval_s`, at least ``MIN_SAMPLING_INTERVAL_S``."""
+        return max(MIN_SAMPLING_INTERVAL_S, self.max_read_interval_s / 4)
+
+    @property
+    def sampling(self) -> bool:
+        """Whether the background sampler runs (`start_sampling`)."""
+        return self._sampler is not None
+
+    def start_sampling(self, interval_s: float | None = None) -> None:
+        """Read every zone's counter in a daemon thread every ``interval_s`` (default
+        `default_sampling_interval_s`), so that readings any time apart stay exact (a window
+        longer than `max_read_interval_s`). A failed background reading is kept and raised once
+        by the next `energy_j`; sampling goes on. A no-op while sampling; `stop_sampling` ends it.
+        """
+        if self._sampler is not None:
+            return
+        if interval_s is None:
+            interval_s = self.default_sampling_interval_s()
+        elif not (interval_s > 0 and math.isfinite(interval_s)):
+            raise MeterError("sampling interval", interval_s, "a positive finite time in s")
+        elif interval_s > self.max_read_interval_s:
+            raise MeterError(
+                "sampling interval", interval_s,
+                f"at most max_read_interval_s, {self.max_read_interval_s:g} s",
+            )  # fmt: skip
+        self._stop.clear()
+        self.sampling_interval_s = float(interval_s)
+
+        def run(period: float = self.sampling_interval_s) -> None:
+            while not self._stop.wait(period):
+                try:
+                    self._read_zones()
+                except MeterError as e:
+                    with self._lock:
+                        self._sampler_error = self._sampler_error or e
+                        self.sampler_errors += 1
+                with self._lock:
+                    self.samples += 1
+
+        self._sampler = threading.Thread(target=run, name="hwtune-rapl-sampler", daemon=True)
+        self._sampler.start()
+
+    def stop_sampling(self) -> None:
+        """End the background sampler (a no-op when none runs); a failure it kept is still
+        raised by the next `energy_j`."""
+        if self._sampler is not None:
+            self._stop.set()
+            self._sampler.join()
+            self._sampler = None
+            self.sampling_interval_s = None
 
     def power_w(self) -> float:
         """Average power since the previous call (sampling ``interval_s`` on the first)."""
@@ -158,16 +253,19 @@ class RaplDevice(BaseDevice):
 
     @property
     def wraps(self) -> int:
-        return sum(z.wraps for z in self.zones)
+        with self._lock:
+            return sum(z.wraps for z in self.zones)
 
     @property
     def gaps(self) -> int:
         """Readings that raised because the counter could have wrapped more than once."""
-        return sum(z.gaps for z in self.zones)
+        with self._lock:
+            return sum(z.gaps for z in self.zones)
 
     @property
     def max_read_interval_s(self) -> float:
-        """Read `energy_j` at least this often, or a reading raises `MeterError`."""
+        """Read `energy_j` at least this often (or `start_sampling`), or a reading raises
+        `MeterError`."""
         return min(z.max_read_interval_s for z in self.zones)
 
     def _limit_files(self) -> list[Path]:

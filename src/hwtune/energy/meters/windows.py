@@ -32,7 +32,13 @@ class Measurement:
 class EnergyMonitor:
     """Windows over one device. Windows nest and overlap freely; names must be unique among
     the open ones. A window across a reading the device could not tell the energy of (its
-    ``gaps`` count went up: a RAPL counter read too seldom) raises instead of measuring."""
+    ``gaps`` count went up: a RAPL counter read too seldom) raises instead of measuring.
+
+    The monitor reads the device only at ``begin`` and ``end`` and starts no thread: a window
+    longer than a RAPL device's ``max_read_interval_s`` needs ``device.start_sampling()``
+    first (and ``stop_sampling()`` after), as does a Jetson window that should integrate more
+    than its two end samples. Whoever opened the device owns that thread, since a device is
+    often shared (several monitors, the online tuner) and outlives any one window."""
 
     def __init__(self, device: PowerDevice) -> None:
         self.device = device
