@@ -231,7 +231,7 @@ def test_mlp_of_an_moe_model_is_refused(tmp_path, rejects):
         ),
         (
             ["--pp", "2", "--global-batch", "2", "--schedule", "dualpipe"],
-            "global_batch",
+            "--global-batch",
             ["2", "DualPipe"],
         ),
         (
@@ -239,7 +239,7 @@ def test_mlp_of_an_moe_model_is_refused(tmp_path, rejects):
             "schedule",
             ["dualpipev"],
         ),
-        (["--dp", "4", "--global-batch", "6"], "global_batch", ["6"]),
+        (["--dp", "4", "--global-batch", "6"], "--global-batch", ["6"]),
         (["--dp", "2", "--gpus", "3"], "mesh", ["3"]),
         (["--cp", "3", "--seq", "4096"], "seq", ["4096"]),
         (["--tp", "3"], "tp", ["3"]),

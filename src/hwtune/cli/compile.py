@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import output_path, plot_suffixes
+from hwtune.cli.parsing import flag_error, output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 GPU_DEFAULT = "h100-sxm-80gb"
@@ -136,7 +136,11 @@ def compile_cmd(
 
             run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
     except HwtuneInputError as e:
-        _fail(e)
+        # a batch the flags set is named by its flag (`parsing.flag_error`); one from the
+        # strategy file keeps the file's key
+        given = {n: "--" + n.replace("_", "-") for n in ("global_batch", "micro_batch")
+                 if flags.get(n) is not None}  # fmt: skip
+        _fail(flag_error(e, given))
         return
     doc = {"model": spec_model.name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
            "plan": plan.summary(), "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json")}  # fmt: skip

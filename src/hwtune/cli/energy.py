@@ -13,7 +13,13 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import output_path, plot_suffixes, positive_ints
+from hwtune.cli.parsing import (
+    ESTIMATE_FLAGS,
+    flag_error,
+    output_path,
+    plot_suffixes,
+    positive_ints,
+)
 from hwtune.errors import HwtuneInputError
 
 app = typer.Typer(
@@ -349,7 +355,7 @@ def step_cmd(
                        global_batch=global_batch, seq=seq)  # fmt: skip
         se = step_energy(est, cl)
     except HwtuneInputError as e:
-        _fail(e)
+        _fail(flag_error(e, ESTIMATE_FLAGS))
         return
     if as_json:
         _emit({"model": model, "gpu": cl.device.name, **se.to_dict()})

@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
-from hwtune.cli.parsing import cluster_only, flag_error
+from hwtune.cli.parsing import ESTIMATE_FLAGS, cluster_only, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -70,9 +70,6 @@ class _OneLineErrors(TyperGroup):
         # not standalone: an Exit's code comes back as the value; commands return None
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
 
-
-# the strategy's fields that `estimate`'s flags spell otherwise (`parsing.flag_error`)
-ESTIMATE_FLAGS = {"global_batch": "--global-batch", "micro_batch": "--micro-batch"}
 
 app = typer.Typer(
     cls=_OneLineErrors,

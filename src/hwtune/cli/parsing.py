@@ -20,6 +20,10 @@ def positive_ints(text: str, field: str) -> list[int]:
     return out
 
 
+ESTIMATE_FLAGS = {"global_batch": "--global-batch", "micro_batch": "--micro-batch"}
+"""The strategy's fields that the flags of `estimate` (and `energy step`) spell otherwise."""
+
+
 def flag_error(e: HwtuneInputError, flags: Mapping[str, str]) -> HwtuneInputError:
     """``e`` naming the flag the user typed instead of the Python field that a check below the
     CLI named (the strategy's, the search's and the scaling sweep's checks name the API's
