@@ -265,3 +265,18 @@ def test_compile_and_energy_step_name_the_batch_flag_the_user_typed(rejects, tmp
     f.write_text("mesh: {dp: 8}\nglobal_batch: 3\n")
     msg = rejects(["compile", "--gpus", "8", "--strategy", str(f)], "global_batch", "3")
     assert msg.startswith("error: global_batch: got 3;")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [(["estimate", "--seq", "0"], "--seq"), (["estimate", "--moe-imbalance", "0.5"], "--moe-imbalance"),
+     (["estimate", "--sequence-parallel", "--tp", "1"], "--sequence-parallel"),
+     (["estimate", "--overlap-a2a"], "--overlap-a2a"), (["estimate", "--gpus", "0"], "--gpus"),
+     (["energy", "step", "--gpus", "0"], "--gpus"), (["plan", "--seq", "0"], "--seq"),
+     (["scale", "--seq", "0", "--gpus", "8,16"], "--seq")],
+)  # fmt: skip
+def test_estimate_plan_and_scale_name_the_flags_of_the_strategy_fields(args, flag, rejects):
+    """The strategy's and cluster's checks name their fields (strategy.seq, cluster.n_gpus,
+    overlap_moe_a2a); the command names the flag that set them."""
+    msg = rejects(args, flag)
+    assert msg.startswith(f"error: {flag}: got ")

@@ -124,7 +124,7 @@ def test_unknown_schedule():
         (("--zero", "4"), "zero"),
         (("--gpus", "8", "--global-batch", "12"), "--global-batch"),
         (("--ep", "2", "--gpus", "2"), "ep"),
-        (("--sequence-parallel",), "sequence_parallel"),
+        (("--sequence-parallel",), "--sequence-parallel"),
         (("--gpu", "a100-sxm4-80gb", "--precision", "fp8"), "precision"),
     ],
 )

@@ -15,7 +15,7 @@ def test_cluster_check_names_the_field_not_the_whole_cluster(rejects):
 
 
 def test_energy_step_cluster_check_is_short_too(rejects):
-    out = rejects(["energy", "step", "--gpus", "12"], "n_gpus", "12")
+    out = rejects(["energy", "step", "--gpus", "12"], "--gpus", "12")
     assert "Device(" not in out
 
 

@@ -19,7 +19,7 @@ from hwtune.cli.main import app
         (["--nic-gbps", "inf"], "nic_gbps_per_gpu"),
         (["--gpus-per-node", "0"], "gpus_per_node"),  # was replaced by 8
         (["--scaleup-domain", "0"], "scaleup_domain"),  # was replaced by the preset's
-        (["--moe-imbalance", "inf"], "moe_imbalance"),
+        (["--moe-imbalance", "inf"], "--moe-imbalance"),
         (["--zero", "-1"], "zero"),  # the internal "default" sentinel, not a stage
         (["--tp", "-1"], "strategy.tp"),  # was named as a derived dp=-8
     ],
@@ -31,12 +31,12 @@ def test_bad_numbers_are_named(rejects, args, field):
 @pytest.mark.parametrize(
     ("args", "field"),
     [
-        (["--fp8-recipe", "current"], "fp8_recipe"),  # bf16 training: no fp8 casts
+        (["--fp8-recipe", "current"], "--fp8-recipe"),  # bf16 training: no fp8 casts
         (["--schedule", "interleaved", "--vpp", "2"], "vpp"),  # pp=1: no pipeline
         (["--schedule", "dualpipe"], "schedule"),
-        (["--moe-imbalance", "2"], "moe_imbalance"),  # dense model: no experts
-        (["--overlap-a2a"], "overlap_moe_a2a"),
-        (["--moe-dispatch", "deepep"], "moe_dispatch"),
+        (["--moe-imbalance", "2"], "--moe-imbalance"),  # dense model: no experts
+        (["--overlap-a2a"], "--overlap-a2a"),
+        (["--moe-dispatch", "deepep"], "--moe-dispatch"),
     ],
 )
 def test_ignored_options_are_errors(rejects, args, field):

@@ -46,7 +46,7 @@ def test_cluster_cross_field_checks_name_the_field(tmp_path, rejects):
     f.write_text("device: h100\nn_gpus: 12\n")
     line = rejects(["estimate", "--cluster", str(f)], "c.yaml.n_gpus")
     assert "got 12" in line and "Device(" not in line
-    line = rejects(["estimate", "--gpus-per-node", "3"], "cluster.n_gpus")
+    line = rejects(["estimate", "--gpus-per-node", "3"], "--gpus", "8")
     assert "Device(" not in line
     rejects(["estimate", "--scaleup-domain", "3"], "cluster.scaleup_domain")
 

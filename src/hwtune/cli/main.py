@@ -216,7 +216,10 @@ def estimate(
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
     except HwtuneInputError as e:
-        _fail(flag_error(e, ESTIMATE_FLAGS))
+        flags = ESTIMATE_FLAGS if cluster is None else {
+            k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")
+        }  # fmt: skip
+        _fail(flag_error(e, flags))
         return
     if as_json:
         doc = est.to_dict()

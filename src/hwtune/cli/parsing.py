@@ -20,8 +20,15 @@ def positive_ints(text: str, field: str) -> list[int]:
     return out
 
 
-ESTIMATE_FLAGS = {"global_batch": "--global-batch", "micro_batch": "--micro-batch"}
-"""The strategy's fields that the flags of `estimate` (and `energy step`) spell otherwise."""
+ESTIMATE_FLAGS = {
+    "global_batch": "--global-batch", "micro_batch": "--micro-batch", "seq": "--seq",
+    "vpp": "--vpp", "moe_imbalance": "--moe-imbalance", "sequence_parallel": "--sequence-parallel",
+    "overlap_moe_a2a": "--overlap-a2a", "fp8_recipe": "--fp8-recipe", "moe_dispatch": "--moe-dispatch",
+    "cluster.n_gpus": "--gpus",
+}  # fmt: skip
+"""The strategy's (and the cluster's GPU count's) fields that the flags of `estimate` and
+`energy step` spell otherwise. Not ``attention_kernel``, which a ``--framework`` preset also
+sets; ``cluster.n_gpus`` only where no ``--cluster`` file gave it."""
 
 
 def flag_error(e: HwtuneInputError, flags: Mapping[str, str]) -> HwtuneInputError:
