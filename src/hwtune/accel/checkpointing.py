@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hwtune.accel.training import saved_roots
 from hwtune.accel.workload import Graph
 from hwtune.errors import HwtuneInputError
@@ -111,6 +113,45 @@ def _chain_dp(
 
 
 def _pareto(states: dict) -> dict:
+    """The states no earlier one dominates, in the order (recompute, kept, largest run,
+    current run): a state goes if an earlier one is no larger in kept, largest and current run
+    (recompute is sorted ascending). Dominated by an earlier state is the same as dominated by
+    an earlier kept one (dominance is transitive), so blocks of states are tested at once
+    against the front so far and against the earlier states of their block."""
+    if len(states) <= 64:
+        return _pareto_small(states)
+    keys = list(states)
+    a = np.array(keys, dtype=np.float64)
+    order = np.lexsort((a[:, 2], a[:, 1], a[:, 0], a[:, 3]))
+    a = a[order, :3]
+    front = np.empty_like(a)
+    n_front = 0
+    keep = np.zeros(len(keys), dtype=bool)
+    block = 128
+    for i0 in range(0, len(keys), block):
+        b = a[i0 : i0 + block]
+        f = front[:n_front]
+        # only front states no larger than the block's largest can dominate one of it
+        f = f[(f[:, 0] <= b[:, 0].max()) & (f[:, 1] <= b[:, 1].max()) & (f[:, 2] <= b[:, 2].max())]
+        dom = (
+            (f[None, :, 0] <= b[:, None, 0])
+            & (f[None, :, 1] <= b[:, None, 1])
+            & (f[None, :, 2] <= b[:, None, 2])
+        ).any(axis=1)
+        within = (
+            (b[None, :, 0] <= b[:, None, 0])
+            & (b[None, :, 1] <= b[:, None, 1])
+            & (b[None, :, 2] <= b[:, None, 2])
+        )
+        dom |= np.tril(within, -1).any(axis=1)
+        keep[i0 : i0 + block] = ~dom
+        new = b[~dom]
+        front[n_front : n_front + len(new)] = new
+        n_front += len(new)
+    return {keys[k]: states[keys[k]] for k in order[keep]}
+
+
+def _pareto_small(states: dict) -> dict:
     items = sorted(states.items(), key=lambda kv: (kv[0][3], kv[0][0], kv[0][1], kv[0][2]))
     front: list[tuple] = []
     out = {}
@@ -172,6 +213,19 @@ class _Units:
             o = g.root(x.output)
             self.preds[o] = [g.root(t) for t in x.inputs if g.tensors[t].kind == "activation"]
         self._memo: dict[frozenset[str], tuple[float, float, int]] = {}
+        # the same structure by index, for _evaluate: units in graph order (a layer reads only
+        # roots written by earlier layers, so every consumer of a unit comes after it)
+        units = list(self.bytes)
+        self._index = {r: i for i, r in enumerate(units)}
+        self._units = units
+        self._topo = len(units) == len(self.order) and all(
+            self._index[p] < i for i, r in enumerate(units) for p in self.preds[r]
+        )
+        self._preds_i = [[self._index[p] for p in self.preds[r]] for r in units]
+        self._unsaved_i = [r not in self.saved for r in units]
+        self._bytes_i = [self.bytes[r] for r in units]
+        self._cost_i = [self.cost[r] for r in units]
+        self._all_kept = sum(self.bytes[r] for r in self.saved)
 
     def evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """(peak, recompute cost, kept bytes) of a plan under the module's memory model."""
@@ -181,6 +235,50 @@ class _Units:
         return got
 
     def _evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
+        """The dropped saved units and their ancestors through unsaved or dropped units are
+        rebuilt; the segments are the connected groups of those. The recomputation is summed
+        with ``math.fsum`` (exactly rounded, so it does not depend on the summation order)."""
+        if not self._topo:
+            return self._evaluate_generic(dropped)
+        index, preds = self._index, self._preds_i
+        # rebuilt when a rebuilt unit reads it: unsaved, or saved and dropped
+        expand = self._unsaved_i[:]
+        needed = [False] * len(preds)
+        idx = [index[r] for r in dropped]
+        for i in idx:
+            expand[i] = needed[i] = True
+        top = max(idx, default=-1)
+        bts, cost = self._bytes_i, self._cost_i
+        kept_b = self._all_kept - sum([bts[i] for i in idx])
+        # consumers first: a needed unit needs what it reads that is rebuilt, and is in one
+        # segment with it (union-find over the needed units)
+        parent = list(range(top + 1))
+        got = []
+        for i in range(top, -1, -1):
+            if needed[i]:
+                got.append(i)
+                for p in preds[i]:
+                    if expand[p]:
+                        needed[p] = True
+                        while parent[p] != p:
+                            parent[p] = parent[parent[p]]
+                            p = parent[p]
+                        j = i
+                        while parent[j] != j:
+                            j = parent[j]
+                        if p != j:
+                            parent[p] = j
+        seg: dict[int, int] = {}
+        for i in got:
+            j = i
+            while parent[j] != j:
+                j = parent[j]
+            seg[j] = seg.get(j, 0) + bts[i]
+        rec = math.fsum([cost[i] for i in got])
+        return kept_b + max(seg.values(), default=0), rec, kept_b
+
+    def _evaluate_generic(self, dropped: frozenset[str]) -> tuple[float, float, int]:
+        """``_evaluate`` for a graph whose units are not in producer order (a root written twice)."""
         kept_b = sum(self.bytes[r] for r in self.saved if r not in dropped)
         needed: set[str] = set()
         stack = list(dropped)
@@ -209,7 +307,7 @@ class _Units:
         for r in needed:
             k = find(r)
             seg[k] = seg.get(k, 0) + self.bytes[r]
-        rec = sum(self.cost[r] for r in needed)
+        rec = math.fsum(self.cost[r] for r in needed)
         return kept_b + max(seg.values(), default=0), rec, kept_b
 
 
@@ -223,7 +321,8 @@ def plan_checkpointing(
     Every method builds a family of candidate plans that does not depend on the limit, scores
     each with the exact memory model (``_Units.evaluate``) and returns the cheapest that fits
     (none fits: the smallest peak). So the recomputation never grows when the limit is
-    loosened, and a plan said to fit does fit."""
+    loosened, and a plan said to fit does fit. Recomputation costs are summed exactly rounded
+    (``math.fsum``), so the plan does not depend on set order (``PYTHONHASHSEED``)."""
     if not (limit_bytes > 0 and math.isfinite(limit_bytes)):
         raise HwtuneInputError("memory_limit", limit_bytes, "a positive finite number of bytes")
     if method not in ("auto", "chain", "greedy"):
@@ -248,9 +347,11 @@ def plan_checkpointing(
         for d in _rekeep_family(u, trajectory, sorted({v[1] for v in pool.values()})):
             add(d, "greedy")
     smallest = min(v[1] for v in pool.values())
-    fits = [(v[2], v[1], sorted(d), d) for d, v in pool.items() if v[1] <= limit_bytes]
-    lowest = [(v[1], v[2], sorted(d), d) for d, v in pool.items()]
-    dropped = min(fits or lowest)[3]  # cheapest that fits; else the smallest peak
+    fits = {d: (v[2], v[1]) for d, v in pool.items() if v[1] <= limit_bytes}
+    rank = fits or {d: (v[1], v[2]) for d, v in pool.items()}
+    # cheapest that fits (else the smallest peak), then the smaller peak (recompute), then names
+    best = min(rank.values())
+    dropped = min((sorted(d), d) for d, k in rank.items() if k == best)[1]
     name, peak, rec, kept_b = pool[dropped]
     return CheckpointPlan(
         dropped=dropped,
@@ -316,7 +417,7 @@ def _stage_problem(u: _Units) -> tuple[list[list[str]], list[float], list[float]
                     units.add(p)
                     stack.append(p)
         seg_b.append(float(sum(u.bytes[r] for r in units)))
-        cost.append(sum(u.cost[r] for r in units))
+        cost.append(math.fsum(u.cost[r] for r in units))
     return st, keep_b, seg_b, cost
 
 
