@@ -1,5 +1,6 @@
 """The fast checkpointing planner gives the plans of a straightforward one: `_Units.evaluate`
-(index sweep, union-find) equals a plain set-based re-evaluation, the numpy Pareto filter
+(index sweep, union-find) and `evaluate_adding` (the greedy's one-more-dropped plans, from the
+segments of the plan before) equal a plain set-based re-evaluation, the numpy Pareto filter
 equals the pairwise one, and `plan_checkpointing` returns the same plan when both are swapped
 for the plain versions; the plan's peak is exact, it fits, recomputation is monotone in the
 limit, and the plan does not depend on PYTHONHASHSEED."""
@@ -53,6 +54,10 @@ def _plain_evaluate(u, dropped):
     return kept + seg, math.fsum(u.cost[r] for r in needed), kept
 
 
+def _plain_adding(u, dropped, more):
+    return [_plain_evaluate(u, dropped | {r}) for r in more]
+
+
 @pytest.mark.parametrize("name", ["resnet18", "gpt2"])
 def test_evaluate_equals_plain_re_evaluation(name):
     g = _graphs()[name]
@@ -64,6 +69,8 @@ def test_evaluate_equals_plain_re_evaluation(name):
         d = frozenset(r for r in saved if rng.random() < p)
         assert u._evaluate(d) == _plain_evaluate(u, d)
         assert u._evaluate_generic(d) == _plain_evaluate(u, d)
+        more = [r for r in saved if r not in d]
+        assert u.evaluate_adding(d, more) == _plain_adding(u, d, more)
 
 
 def test_numpy_pareto_equals_pairwise():
@@ -97,6 +104,7 @@ def test_plans_equal_plain_planner(name, monkeypatch):
     )
     fast = {m: [p.to_dict() for p in _plans(g, fracs, m)] for m in methods}
     monkeypatch.setattr(ck._Units, "_evaluate", _plain_evaluate)
+    monkeypatch.setattr(ck._Units, "evaluate_adding", _plain_adding)
     if name == "gpt2":
         monkeypatch.setattr(ck, "_pareto", ck._pareto_small)
     plain = {m: [p.to_dict() for p in _plans(g, fracs, m)] for m in methods}

@@ -225,6 +225,10 @@ class _Units:
         self._bytes_i = [self.bytes[r] for r in units]
         self._cost_i = [self.cost[r] for r in units]
         self._all_kept = sum(self.bytes[r] for r in self.saved)
+        self._cons_i: list[list[int]] = [[] for _ in units]
+        for i, ps in enumerate(self._preds_i):
+            for q in ps:
+                self._cons_i[q].append(i)
 
     def evaluate(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """(peak, recompute cost, kept bytes) of a plan under the module's memory model."""
@@ -275,6 +279,67 @@ class _Units:
             seg[j] = seg.get(j, 0) + bts[i]
         rec = math.fsum([cost[i] for i in got])
         return kept_b + max(seg.values(), default=0), rec, kept_b
+
+    def evaluate_adding(
+        self, dropped: frozenset[str], more: list[str]
+    ) -> list[tuple[float, float, int]]:
+        """``evaluate(dropped | {r})`` for each ``r`` in ``more`` (saved, not dropped), from
+        ``dropped``'s segments: ``r`` and what it newly rebuilds (unsaved or dropped ancestors
+        not rebuilt yet) form one segment with every segment they read from and with the
+        segments of the rebuilt units that read ``r``. (The same numbers; memoized too.)"""
+        if not self._topo:
+            return [self.evaluate(dropped | {r}) for r in more]
+        index, preds, cons = self._index, self._preds_i, self._cons_i
+        bts, cost = self._bytes_i, self._cost_i
+        expand = self._unsaved_i[:]
+        needed = [False] * len(preds)
+        idx = [index[r] for r in dropped]
+        for i in idx:
+            expand[i] = needed[i] = True
+        kept_b = self._all_kept - sum([bts[i] for i in idx])
+        parent = list(range(len(preds)))
+        got = []
+        for i in range(max(idx, default=-1), -1, -1):
+            if needed[i]:
+                got.append(i)
+                for q in preds[i]:
+                    if expand[q]:
+                        needed[q] = True
+                        while parent[q] != q:
+                            q = parent[q]
+                        j = i
+                        while parent[j] != j:
+                            j = parent[j]
+                        if q != j:
+                            parent[q] = j
+        root = {}
+        seg: dict[int, int] = {}
+        for i in got:
+            j = i
+            while parent[j] != j:
+                j = parent[j]
+            root[i] = j
+            seg[j] = seg.get(j, 0) + bts[i]
+        base_cost = [cost[i] for i in got]
+        out = []
+        for r in more:
+            i0 = index[r]
+            new, stack, joined = {i0}, [i0], {root[c] for c in cons[i0] if needed[c]}
+            while stack:
+                for q in preds[stack.pop()]:
+                    if q in new:
+                        continue
+                    if needed[q]:
+                        joined.add(root[q])
+                    elif expand[q]:
+                        new.add(q)
+                        stack.append(q)
+            merged = sum([bts[q] for q in new]) + sum([seg[j] for j in joined])
+            rest = max([b for j, b in seg.items() if j not in joined], default=0)
+            rec = math.fsum(base_cost + [cost[q] for q in new])
+            kept = kept_b - bts[i0]
+            out.append(self._memo.setdefault(dropped | {r}, (kept + max(merged, rest), rec, kept)))
+        return out
 
     def _evaluate_generic(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """``_evaluate`` for a graph whose units are not in producer order (a root written twice)."""
@@ -505,10 +570,8 @@ def _greedy_trajectory(u: _Units) -> list[frozenset[str]]:
     out = [dropped]
     while len(dropped) < len(u.saved):
         best = None
-        for r in cands:
-            if r in dropped:
-                continue
-            p, c, _ = u.evaluate(dropped | {r})
+        rest = [r for r in cands if r not in dropped]
+        for r, (p, c, _) in zip(rest, u.evaluate_adding(dropped, rest), strict=True):
             gain = peak - p
             score = (gain > 0, gain / max(c - rec, 1e-30), u.bytes[r] / max(u.cost[r], 1e-30))
             if best is None or score > best[0]:
