@@ -597,3 +597,26 @@ def test_tuner_drops_an_interval_across_another_readers_uncertain_rapl_reading(t
     assert len(tuner.history) >= 3
     assert not any(iv.start_s <= t_stall < iv.end_s for iv in tuner.history)
     assert all(iv.avg_power_w == pytest.approx(10.0) for iv in tuner.history)
+
+
+def test_a_gap_before_a_window_begins_is_not_the_windows(tmp_path):
+    """Opened, then read again only after a long pause (a model load): the first reading
+    finds the gap, but the window that begins there measures from it; a window already open
+    across the gap still refuses."""
+    from energy_fakes import Clock
+
+    from hwtune.energy.meters import EnergyMonitor
+
+    clock = Clock()
+    dev = _rapl(tmp_path, clock)
+    mon = EnergyMonitor(dev)
+    mon.begin("run")
+    clock.t = 60.0  # 60 s at up to 100 W could hide a wrap of the 1 kJ counter
+    _set_uj(tmp_path, 500e6)
+    mon.begin("step")  # the gap is before this window
+    assert dev.gaps == 1
+    clock.t = 61.0
+    _set_uj(tmp_path, 550e6)
+    assert mon.end("step").energy_j == pytest.approx(50.0)
+    with pytest.raises(MeterError, match="unknown energy"):
+        mon.end("run")

@@ -45,9 +45,22 @@ class EnergyMonitor:
         self._open: dict[str, tuple[float, float, int]] = {}
 
     def begin(self, name: str) -> None:
+        """Open window ``name``. A first reading that finds the RAPL counter read too seldom
+        before it (a gap: say, a long model load since the device was opened) concerns the
+        energy before this window, not in it: the counter goes on from that reading, so it is
+        read once more and the window starts there. Windows already open still see the gap
+        at their ``end``."""
         if name in self._open:
             raise MeterError("window", name, "a name not already open")
-        self._open[name] = (self.device.now_s(), self.device.energy_j(), energy_gaps(self.device))
+        dev = self.device
+        gaps = energy_gaps(dev)
+        try:
+            e0 = dev.energy_j()
+        except MeterError:
+            if energy_gaps(dev) == gaps:
+                raise  # not a gap: a failed reading
+            e0 = dev.energy_j()
+        self._open[name] = (dev.now_s(), e0, energy_gaps(dev))
 
     def end(self, name: str) -> Measurement:
         if name not in self._open:
