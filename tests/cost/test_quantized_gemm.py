@@ -104,3 +104,17 @@ def test_triton_mxfp4_is_its_share_slower_in_both_regimes(m, n, k):
     b = serving_gemm_time(m, n, k, H200, "fp4", kernel="triton-mxfp4") - KERNEL_OVERHEAD_S
     assert b == pytest.approx(a / TRITON_MXFP4_SHARE_ON_HOPPER, rel=1e-9)
     assert kernel_share(A100, "triton-mxfp4") == 1.0
+
+
+def test_native_fp4_gemm_reads_both_operands_with_their_nvfp4_block_scales():
+    """On a GPU with FP4 math, a memory-bound GEMM reads activations and weights as NVFP4:
+    4 bits and one FP8 scale per 16 values (0.5625 byte), and writes bf16."""
+    from hwtune.cost.compute import gemm_time
+    from hwtune.hardware.catalog import get_device
+
+    b200 = get_device("b200")
+    assert b200.peak_tflops.fp4
+    m, n, k = 1, 32768, 8192
+    t = gemm_time(m, n, k, b200, "fp4") - KERNEL_OVERHEAD_S
+    nbytes = (0.5 + 1 / 16) * (m * k + k * n) + 2.0 * m * n
+    assert t == pytest.approx(nbytes / (b200.memory_bandwidth_si * b200.memory_bw_efficiency))

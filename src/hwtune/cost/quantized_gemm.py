@@ -20,6 +20,7 @@ reads the 4-bit weights at the memory bandwidth.
 from __future__ import annotations
 
 from hwtune.cost.compute import (
+    FP4_GROUP_SIZE,
     KERNEL_OVERHEAD_S,
     dtype_bytes,
     gemm_time,
@@ -42,14 +43,6 @@ INT4_GROUP_SIZE = 128
 ``q_group_size``; ``AwqConfig``). Checkpoints that state theirs are read instead
 (`ModelSpec.weight_group_size`: Kimi-K2.5's compressed-tensors ``group_size: 32``)."""
 
-FP4_GROUP_SIZE = 16
-"""Weights per 8-bit scale of fp4 weights when the checkpoint does not say: NVFP4's block of 16
-values sharing one FP8 (E4M3) scale, plus one FP32 scale per tensor (NVIDIA, "Introducing
-NVFP4 for Efficient and Accurate Low-Precision Inference", 2025; TensorRT Model Optimizer's
-NVFP4 ``group_size: 16``). MXFP4 checkpoints (gpt-oss) state theirs: blocks of 32 with one
-E8M0 scale (OCP Microscaling Formats (MX) Specification v1.0, 2023, §5;
-`hwtune.model.hf_config.weight_group_size`)."""
-
 
 def weight_bytes_per_element(dtype: str, group_size: int | None = None) -> float:
     """Bytes one stored weight takes in ``dtype``: `dtype_bytes`, plus its share of the group
@@ -65,9 +58,8 @@ def weight_bytes_per_element(dtype: str, group_size: int | None = None) -> float
       None): 0.5 + 1/32 = 0.53125 byte for MXFP4 (gpt-oss), 0.5625 for NVFP4; the per-tensor
       FP32 scale is left out.
 
-    The native FP4 tensor-core path (`hwtune.cost.compute.gemm_time` on Blackwell) reads its
-    operands at `dtype_bytes`, without the scales (at most 12.5% of a memory-bound GEMM's
-    bytes)."""
+    The native FP4 tensor-core path (`hwtune.cost.compute.gemm_time` on Blackwell) reads
+    both operands in NVFP4 blocks (``FP4_GROUP_SIZE``)."""
     b = dtype_bytes(dtype)
     if dtype == "int4":
         g = INT4_GROUP_SIZE if group_size is None else group_size
