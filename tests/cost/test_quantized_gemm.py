@@ -118,3 +118,15 @@ def test_native_fp4_gemm_reads_both_operands_with_their_nvfp4_block_scales():
     t = gemm_time(m, n, k, b200, "fp4") - KERNEL_OVERHEAD_S
     nbytes = (0.5 + 1 / 16) * (m * k + k * n) + 2.0 * m * n
     assert t == pytest.approx(nbytes / (b200.memory_bandwidth_si * b200.memory_bw_efficiency))
+
+
+def test_an_fp4_kv_cache_keeps_its_nvfp4_block_scales():
+    """An NVFP4 KV cache stores 4 bits and one FP8 scale per 16 values: 0.5625 byte per
+    element against fp8's 1 and bf16's 2."""
+    from hwtune.cost.kv_cache import kv_bytes_per_token
+    from hwtune.model.catalog import get_model
+
+    spec = get_model("llama3.1-8b")
+    bf16, fp8, fp4 = (kv_bytes_per_token(spec, d) for d in ("bf16", "fp8", "fp4"))
+    assert bf16 == 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads of 128, 2 bytes
+    assert fp8 == pytest.approx(bf16 / 2) and fp4 == pytest.approx(bf16 * 0.5625 / 2)

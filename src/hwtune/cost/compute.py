@@ -76,13 +76,15 @@ NVFP4 for Efficient and Accurate Low-Precision Inference", 2025; TensorRT Model 
 NVFP4 ``group_size: 16``). MXFP4 checkpoints (gpt-oss) state theirs: blocks of 32 with one
 E8M0 scale (OCP Microscaling Formats (MX) Specification v1.0, 2023, §5;
 `hwtune.model.hf_config.weight_group_size`). The native FP4 GEMM (`gemm_time` on a GPU with
-FP4 math) reads both operands in NVFP4 blocks (`_operand_bytes`); weight-only fp4 weights
+FP4 math) reads both operands in NVFP4 blocks (`stored_bytes`); weight-only fp4 weights
 (`hwtune.cost.quantized_gemm.weight_bytes_per_element`) read the checkpoint's block."""
 
 
-def _operand_bytes(dtype: str) -> float:
-    """Bytes one GEMM operand element takes in ``dtype`` as the tensor cores read it: fp4 with
-    its NVFP4 block scale (one byte per `FP4_GROUP_SIZE`), the others `dtype_bytes`."""
+def stored_bytes(dtype: str) -> float:
+    """Bytes one element of a GEMM operand or of the KV cache takes in ``dtype`` as the GPU
+    reads it: fp4 with its NVFP4 block scale (one byte per `FP4_GROUP_SIZE`; TensorRT-LLM's
+    NVFP4 KV cache keeps the same blocks), the others `dtype_bytes` (fp8's per-tensor scales
+    are negligible)."""
     b = _DTYPE_BYTES[dtype]
     return b + 1.0 / FP4_GROUP_SIZE if dtype == "fp4" else b
 
@@ -193,7 +195,7 @@ def gemm_time(
         rate = prof.gemm_rate(m, n, k, dtype, batch)
         if rate is not None:
             return flops / rate + extra
-    eb = _operand_bytes(dtype)
+    eb = stored_bytes(dtype)
     speedup = 2.0 if dtype == "fp8" else (4.0 if dtype == "fp4" else 1.0)
     eta = shape_efficiency(m, n, k, device, batch, speedup) * alignment_efficiency(n, k, dtype)
     t_compute = flops / (device.peak_flops(dtype) * device.gemm_fraction(dtype) * eta)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwtune.cost.compute import KERNEL_OVERHEAD_S, attention_time, dtype_bytes
+from hwtune.cost.compute import KERNEL_OVERHEAD_S, attention_time, stored_bytes
 from hwtune.hardware.device import Device
 from hwtune.model.lowering import layer_classes
 from hwtune.model.spec import ModelSpec
@@ -117,7 +117,7 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str, tp: int = 1, pp: int = 1)
     """Bytes of KV cache one token occupies on one rank (all its layers; the largest pipeline
     stage, ceil(L/pp) layers of the model's average mix). Sliding-window layers are counted per
     token (see the module docstring); linear-attention layers hold no per-token entry."""
-    eb = dtype_bytes(kv_dtype)
+    eb = stored_bytes(kv_dtype)
     total = 0.0
     for (ltype, _moe), idx in layer_classes(spec).items():
         total += attention_shape(spec, ltype, tp).kv_elems_per_token * eb * len(idx)
@@ -159,7 +159,7 @@ def prefill_attention_time(
     if pair_count <= 0:
         return 0.0
     flops = pair_count * shape.flops_per_key
-    io = kv_tokens_read * shape.kv_elems_per_token * dtype_bytes(kv_dtype)
+    io = kv_tokens_read * shape.kv_elems_per_token * stored_bytes(kv_dtype)
     # Q read and O written in 16 bits: heads * (d_qk + d_v) = flops_per_key / 2 elements per token
     io += 2.0 * new_tokens * shape.flops_per_key / 2.0
     return attention_time(flops, io, device, "bf16", backward=False)
@@ -186,7 +186,7 @@ def decode_attention_time(
     if shape.kind == "linear":
         return linear_attention_time(shape, n_seqs * queries, n_seqs, device)
     flops = ctx_tokens * shape.decode_flops_per_key * queries
-    nbytes = ctx_tokens * shape.kv_elems_per_token * dtype_bytes(kv_dtype)
+    nbytes = ctx_tokens * shape.kv_elems_per_token * stored_bytes(kv_dtype)
     t_flops = flops / (device.peak_flops(math_dtype) * device.attention_fwd_efficiency)
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     return max(t_flops, t_mem) + DECODE_ATTENTION_KERNELS * KERNEL_OVERHEAD_S

@@ -53,6 +53,7 @@ from hwtune.cost.compute import (
     dtype_bytes,
     gemm_time,
     memory_time,
+    stored_bytes,
 )
 from hwtune.cost.inference_collectives import serving_all_reduce_time
 from hwtune.cost.kv_cache import (
@@ -417,7 +418,7 @@ class IterationModel:
         if pairs <= 0:
             return 0.0
         fpk = shape.flops_per_key
-        io = kv * shape.kv_elems_per_token * dtype_bytes(self.kvd) + self.act * new * fpk / 2.0
+        io = kv * shape.kv_elems_per_token * stored_bytes(self.kvd) + self.act * new * fpk / 2.0
         return attention_time(pairs * fpk, io, self.dev, self.math, backward=False)
 
     def breakdown(self, s: StepShape) -> dict[str, float]:
