@@ -216,9 +216,11 @@ def estimate(
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
     except HwtuneInputError as e:
-        flags = ESTIMATE_FLAGS if cluster is None else {
-            k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")
-        }  # fmt: skip
+        # the GPU count is --gpus's (typed, or its default 8) unless --dp made it dp*tp*pp*cp;
+        # with --cluster it is the file's
+        flags = {k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")}
+        if cluster is None:
+            flags["cluster.n_gpus"] = "dp*tp*pp*cp" if gpus is None and dp else "--gpus"
         _fail(flag_error(e, flags))
         return
     if as_json:
