@@ -3,6 +3,80 @@ error naming a flag the user did not set."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from hwtune.energy.meters import EnergyMonitor
+from hwtune.energy.meters.base import MeterError
+from hwtune.energy.meters.rapl import RaplDevice
+
+R_UJ = 1_000_000_000  # 1 kJ range at up to 100 W: read at least every 10 s
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _device(root: Path, clock: _Clock) -> RaplDevice:
+    z = root / "intel-rapl:0"
+    _write(z / "name", "package-0\n")
+    _write(z / "energy_uj", "0\n")
+    _write(z / "max_energy_range_uj", f"{R_UJ}\n")
+    _write(z / "constraint_0_max_power_uw", "100000000\n")
+    return RaplDevice(root, domains=("package",), clock=clock)
+
+
+def _set(root: Path, joules: float) -> None:
+    _write(root / "intel-rapl:0" / "energy_uj", f"{int(joules * 1e6) % R_UJ}\n")
+
+
+def _wait(cond, timeout_s: float = 5.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "background sampler did not tick"
+        time.sleep(0.002)
+
+
+def test_a_gap_the_sampler_found_before_a_window_begins_is_not_the_windows(tmp_path):
+    """With the sampler running, a gap (the process stalled past the safe interval) is found by
+    the thread and kept for the next `energy_j`. `EnergyMonitor.begin` re-baselines after a gap
+    its own first reading finds, but raised this one as "a failed reading": the gap had been
+    counted before begin looked at the count. A window already open across it still refuses."""
+    clock = _Clock()
+    dev = _device(tmp_path, clock)
+    mon = EnergyMonitor(dev)
+    mon.begin("run")
+    dev.start_sampling(0.005)
+    try:
+        clock.t = 60.0  # 60 s at up to 100 W could hide a wrap of the 1 kJ counter
+        _set(tmp_path, 500.0)
+        _wait(lambda: dev.gaps == 1 and dev.sampler_errors == 1)
+        mon.begin("step")  # the gap is before this window
+        clock.t = 61.0
+        _set(tmp_path, 550.0)
+        n = dev.samples
+        _wait(lambda: dev.samples >= n + 2)
+        assert mon.end("step").energy_j == pytest.approx(50.0)
+        with pytest.raises(MeterError, match="unknown energy"):
+            mon.end("run")
+    finally:
+        dev.stop_sampling()
+    assert dev.gaps == 1
+
 
 def test_estimate_does_not_name_gpus_for_a_count_derived_from_dp(rejects):
     """Without --gpus, estimate derives the GPU count from --dp*--tp*--pp*--cp; a bad count

@@ -102,6 +102,13 @@ class MeterError(HwtuneInputError):
     """A meter cannot do what was asked (missing file, bad value); one line, CLI exit 2."""
 
 
+class EnergyGapError(MeterError):
+    """A reading whose energy the device could not tell, counted in its `energy_gaps` (a RAPL
+    counter read too seldom): the energy before it is lost, the counter goes on from it. Raised
+    by the reading that found it, or, found by a background sampler, by the next `energy_j`;
+    `EnergyMonitor.begin` starts a window after one."""
+
+
 class MeterPermissionError(MeterError):
     """Reading or writing ``path`` was refused; the message names the privilege needed."""
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwtune.energy.meters.base import BaseDevice, Capabilities, MeterError
+from hwtune.energy.meters.base import BaseDevice, Capabilities, EnergyGapError, MeterError
 from hwtune.energy.meters.sysfs import read_number, read_text, write_text
 
 READ_PRIVILEGE = (
@@ -163,7 +163,7 @@ class RaplDevice(BaseDevice):
         z.wraps += int(wrapped)
         if step + z.max_range_uj <= z.max_power_w * 1e6 * dt:  # a further range could fit
             z.gaps += 1
-            raise MeterError(
+            raise EnergyGapError(
                 str(f),
                 f"{dt:.1f} s since the last reading",
                 f"readings at most {z.max_read_interval_s:.1f} s apart (a range of "

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
-from hwtune.energy.meters.base import MeterError, PowerDevice, check_energy_gaps, energy_gaps
+from hwtune.energy.meters.base import (
+    EnergyGapError,
+    MeterError,
+    PowerDevice,
+    check_energy_gaps,
+    energy_gaps,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,18 +52,19 @@ class EnergyMonitor:
 
     def begin(self, name: str) -> None:
         """Open window ``name``. A first reading that finds the RAPL counter read too seldom
-        before it (a gap: say, a long model load since the device was opened) concerns the
-        energy before this window, not in it: the counter goes on from that reading, so it is
-        read once more and the window starts there. Windows already open still see the gap
-        at their ``end``."""
+        before it (a gap: say, a long model load since the device was opened), or raises the
+        gap a background sampler found before it (`EnergyGapError`), concerns the energy
+        before this window, not in it: the counter goes on from that reading, so it is read
+        once more and the window starts there. Windows already open still see the gap at their
+        ``end``."""
         if name in self._open:
             raise MeterError("window", name, "a name not already open")
         dev = self.device
         gaps = energy_gaps(dev)
         try:
             e0 = dev.energy_j()
-        except MeterError:
-            if energy_gaps(dev) == gaps:
+        except MeterError as e:
+            if not isinstance(e, EnergyGapError) and energy_gaps(dev) == gaps:
                 raise  # not a gap: a failed reading
             e0 = dev.energy_j()
         self._open[name] = (dev.now_s(), e0, energy_gaps(dev))
