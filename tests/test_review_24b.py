@@ -78,6 +78,66 @@ def test_a_gap_the_sampler_found_before_a_window_begins_is_not_the_windows(tmp_p
     assert dev.gaps == 1
 
 
+class _HookLock:
+    """A lock that, once the sampler thread has counted a gap and released the lock, runs
+    ``hook`` before the thread goes on: the moment between counting the gap and keeping its
+    error for `energy_j`."""
+
+    def __init__(self, dev: RaplDevice) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._dev = dev
+        self.hook = None
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+        import threading
+
+        hook = self.hook
+        if (
+            hook is not None
+            and threading.current_thread().name == "hwtune-rapl-sampler"
+            and sum(z.gaps for z in self._dev.zones) == 1
+        ):
+            self.hook = None
+            hook()
+
+
+def test_a_sampler_gap_is_counted_and_kept_for_energy_j_at_once(tmp_path):
+    """The thread counted a gap under the lock and kept its error for `energy_j` under a second
+    hold of the lock: a window opened in between (begin: no error kept yet, the gap already
+    counted in its baseline) began cleanly, then its end raised that gap from before it."""
+    clock = _Clock()
+    dev = _device(tmp_path, clock)
+    lock = _HookLock(dev)
+    dev._lock = lock  # type: ignore[assignment]
+    mon = EnergyMonitor(dev)
+    began = []
+
+    def open_window() -> None:
+        mon.begin("step")
+        began.append(dev.gaps)
+
+    lock.hook = open_window
+    dev.start_sampling(0.005)
+    try:
+        clock.t = 60.0
+        _set(tmp_path, 500.0)
+        _wait(lambda: dev.sampler_errors == 1)
+        assert began == [1]  # the window began after the gap, in that moment
+        clock.t = 61.0
+        _set(tmp_path, 550.0)
+        n = dev.samples
+        _wait(lambda: dev.samples >= n + 2)
+        assert mon.end("step").energy_j == pytest.approx(50.0)
+    finally:
+        dev.stop_sampling()
+
+
 def test_estimate_does_not_name_gpus_for_a_count_derived_from_dp(rejects):
     """Without --gpus, estimate derives the GPU count from --dp*--tp*--pp*--cp; a bad count
     was reported as '--gpus: got -1', a flag the user never typed."""

@@ -136,9 +136,13 @@ class RaplDevice(BaseDevice):
             self._read_zone(z)
         return zones
 
-    def _read_zones(self) -> None:
+    def _read_zones(self, background: bool = False) -> None:
         """Read every zone (under the lock), then raise the first failure: a zone that could
-        not be read does not leave the others unread, and so closer to their own limit."""
+        not be read does not leave the others unread, and so closer to their own limit.
+        ``background`` (the sampler thread): count the reading and keep the failure for the
+        next `energy_j` instead, under the same hold of the lock as the readings, so that no
+        `energy_j` sees a gap counted whose error is not kept yet (a window begun there would
+        have raised that earlier gap at its end)."""
         first: MeterError | None = None
         with self._lock:
             for z in self.zones:
@@ -146,6 +150,12 @@ class RaplDevice(BaseDevice):
                     self._read_zone(z)
                 except MeterError as e:
                     first = first or e
+            if background:
+                self.samples += 1
+                if first is not None:
+                    self._sampler_error = self._sampler_error or first
+                    self.sampler_errors += 1
+                return
         if first is not None:
             raise first
 
@@ -222,14 +232,7 @@ class RaplDevice(BaseDevice):
 
         def run(period: float = self.sampling_interval_s) -> None:
             while not self._stop.wait(period):
-                try:
-                    self._read_zones()
-                except MeterError as e:
-                    with self._lock:
-                        self._sampler_error = self._sampler_error or e
-                        self.sampler_errors += 1
-                with self._lock:
-                    self.samples += 1
+                self._read_zones(background=True)
 
         self._sampler = threading.Thread(target=run, name="hwtune-rapl-sampler", daemon=True)
         self._sampler.start()
