@@ -165,9 +165,12 @@ class JetsonDevice(BaseDevice):
             return self._integrated_j
 
     def start_sampling(self, hz: float = 100.0) -> None:
-        """Sample power in a background thread (energy accuracy inside long windows)."""
+        """Sample power in a background thread (energy accuracy inside long windows), ``hz``
+        times a second (positive and finite). A no-op while sampling."""
         if self._sampler is not None:
             return
+        if not (hz > 0 and math.isfinite(hz)):
+            raise MeterError("sampling rate", hz, "a positive finite rate in Hz")
         self._stop.clear()
         period = 1.0 / hz
 
