@@ -62,8 +62,8 @@ def test_a_gap_the_sampler_found_before_a_window_begins_is_not_the_windows(tmp_p
     mon.begin("run")
     dev.start_sampling(0.005)
     try:
+        _set(tmp_path, 500.0)  # (the energy first: the gap is found at the new time)
         clock.t = 60.0  # 60 s at up to 100 W could hide a wrap of the 1 kJ counter
-        _set(tmp_path, 500.0)
         _wait(lambda: dev.gaps == 1 and dev.sampler_errors == 1)
         mon.begin("step")  # the gap is before this window
         clock.t = 61.0
@@ -125,8 +125,8 @@ def test_a_sampler_gap_is_counted_and_kept_for_energy_j_at_once(tmp_path):
     lock.hook = open_window
     dev.start_sampling(0.005)
     try:
+        _set(tmp_path, 500.0)  # (the energy first: the window begins after it)
         clock.t = 60.0
-        _set(tmp_path, 500.0)
         _wait(lambda: dev.sampler_errors == 1)
         assert began == [1]  # the window began after the gap, in that moment
         clock.t = 61.0
