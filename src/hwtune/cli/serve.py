@@ -122,7 +122,11 @@ TokenBudget = Annotated[int, typer.Option(help="token budget per step")]
 Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
-    str, typer.Option(help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync)")
+    str,
+    typer.Option(
+        help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync) | "
+        "triton-mxfp4 (triton_kernels' MXFP4 MoE)"
+    ),
 ]
 EagerPrefill = Annotated[
     bool | None,

@@ -72,7 +72,7 @@ def accuracy_line(acc: dict[str, Any]) -> str:
     return (
         f"track record: on {acc['rows']} published runs of {acc['description']}, throughput "
         f"median error {acc['median_abs_error']:.1%} (p90 {acc['p90_abs_error']:.0%}), "
-        f"predicted {abs(bias):.0%} {lean} than measured at the median (VALIDATION.md)"
+        f"predicted {abs(bias):.1%} {lean} than measured at the median (VALIDATION.md)"
     )
 
 
