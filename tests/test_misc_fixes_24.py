@@ -273,7 +273,11 @@ def test_compile_and_energy_step_name_the_batch_flag_the_user_typed(rejects, tmp
      (["estimate", "--sequence-parallel", "--tp", "1"], "--sequence-parallel"),
      (["estimate", "--overlap-a2a"], "--overlap-a2a"), (["estimate", "--gpus", "0"], "--gpus"),
      (["energy", "step", "--gpus", "0"], "--gpus"), (["plan", "--seq", "0"], "--seq"),
-     (["scale", "--seq", "0", "--gpus", "8,16"], "--seq")],
+     (["scale", "--seq", "0", "--gpus", "8,16"], "--seq"),
+     (["size", "--micro-batch", "0"], "--micro-batch"), (["size", "--precision", "FP8"], "--precision"),
+     (["study", "--models", "llama3.1-8b", "--scales", "8", "--seq", "0", "-o", "unused"], "--seq"),
+     (["estimate", "--precision", "FP8"], "--precision"), (["plan", "--precision", "FP8"], "--precision"),
+     (["scale", "--precision", "FP8", "--gpus", "8,16"], "--precision")],
 )  # fmt: skip
 def test_estimate_plan_and_scale_name_the_flags_of_the_strategy_fields(args, flag, rejects):
     """The strategy's and cluster's checks name their fields (strategy.seq, cluster.n_gpus,

@@ -15,12 +15,12 @@ from hwtune.cli.main import app
 @pytest.mark.parametrize(
     ("args", "field", "words"),
     [
-        (["--tp", "0"], "tp", ("0",)),  # was ZeroDivisionError
-        (["--tp", "-1"], "tp", ("-1",)),  # was a table of negative shapes
-        (["--micro-batch", "0"], "micro_batch", ("0",)),  # was ZeroDivisionError
-        (["--micro-batch", "-2"], "micro_batch", ("-2",)),  # was a table
-        (["--seq", "0"], "seq", ("0",)),  # was ZeroDivisionError
-        (["--seq", "-5"], "seq", ("-5",)),  # was ZeroDivisionError
+        (["--tp", "0"], "--tp", ("0",)),  # was ZeroDivisionError
+        (["--tp", "-1"], "--tp", ("-1",)),  # was a table of negative shapes
+        (["--micro-batch", "0"], "--micro-batch", ("0",)),  # was ZeroDivisionError
+        (["--micro-batch", "-2"], "--micro-batch", ("-2",)),  # was a table
+        (["--seq", "0"], "--seq", ("0",)),  # was ZeroDivisionError
+        (["--seq", "-5"], "--seq", ("-5",)),  # was ZeroDivisionError
         (["--precision", "FP8"], "precision", ("FP8", "fp8")),  # was KeyError
         (["--precision", "fp4"], "precision", ("fp4",)),
         (["--gpu", "a100-sxm4-80gb", "--precision", "fp8"], "precision", ("a100",)),
@@ -28,7 +28,7 @@ from hwtune.cli.main import app
         (["--target", "inf"], "target", ("inf", "positive")),
         (["--target", "-7B"], "target", ("'-7B'",)),  # was named as -7000000000.0
         (["--target", "0"], "target", ("'0'",)),
-        (["--target", "7B", "--micro-batch", "-1", "--seq", "-1"], "micro_batch", ()),  # 1 token
+        (["--target", "7B", "--micro-batch", "-1", "--seq", "-1"], "--micro-batch", ()),  # 1 token
         (["--target", "7B", "--tp", "2"], "--tp", ("--target",)),  # tp was ignored
         (["--tolerance", "0.1"], "--tolerance", ("--target",)),  # was ignored
     ],
@@ -55,8 +55,8 @@ STUDY = ["study", "--models", "llama3.1-8b", "--scales", "8", "--global-batch", 
         (["--scales", "12"], "n_gpus", ("12", "gpus_per_node")),  # was a "no fit" row
         (["--scales", "8,8"], "scales", ("8", "twice")),  # the point ran and was written twice
         (["--models", "llama3.1-8b,llama3.1-8b"], "models", ("llama3.1-8b",)),
-        (["--global-batch", "0"], "global_batch", ("0",)),  # was a "no fit" row
-        (["--seq", "-1"], "seq", ("-1",)),
+        (["--global-batch", "0"], "--global-batch", ("0",)),  # was a "no fit" row
+        (["--seq", "-1"], "--seq", ("-1",)),
         (["--precision", "FP8"], "precision", ("FP8",)),
         (["--gpus", "a100-sxm4-80gb", "--precision", "fp8"], "precision", ("a100",)),
         (["--models", "nosuch"], "model", ("nosuch",)),  # was a "no fit" row

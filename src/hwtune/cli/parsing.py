@@ -24,7 +24,7 @@ ESTIMATE_FLAGS = {
     "global_batch": "--global-batch", "micro_batch": "--micro-batch", "seq": "--seq",
     "vpp": "--vpp", "moe_imbalance": "--moe-imbalance", "sequence_parallel": "--sequence-parallel",
     "overlap_moe_a2a": "--overlap-a2a", "fp8_recipe": "--fp8-recipe", "moe_dispatch": "--moe-dispatch",
-    "cluster.n_gpus": "--gpus",
+    "precision": "--precision", "cluster.n_gpus": "--gpus",
 }  # fmt: skip
 """The strategy's (and the cluster's GPU count's) fields that the flags of `estimate` and
 `energy step` spell otherwise. Not ``attention_kernel``, which a ``--framework`` preset also

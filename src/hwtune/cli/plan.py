@@ -299,7 +299,8 @@ def plan_cmd(
     except HwtuneInputError as e:
         # the search names its job's fields; the batch in sequences is --global-batch's value
         # only when --global-batch-tokens did not give it
-        flags = {"price_per_gpu_hour": "--price-per-gpu-hour", "seq": "--seq"}
+        flags = {"price_per_gpu_hour": "--price-per-gpu-hour", "seq": "--seq",
+                 "precision": "--precision"}  # fmt: skip
         if global_batch_tokens is None:
             flags["global_batch"] = "--global-batch"
         fail(flag_error(e, flags))
@@ -646,7 +647,7 @@ def scale_cmd(
     except HwtuneInputError as e:  # the sweep's and the search's checks name their fields
         batch_flag = "--global-batches" if global_batches is not None else "--global-batch"
         fail(flag_error(e, {"global_batch": batch_flag, "seqs_per_gpu": "--seqs-per-gpu",
-                            "seq": "--seq"}))  # fmt: skip
+                            "seq": "--seq", "precision": "--precision"}))  # fmt: skip
         return
     device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hwtune.cli.parsing import positive_ints
+from hwtune.cli.parsing import flag_error, positive_ints
 from hwtune.cli.plan import fail, out, progress_bar
 from hwtune.errors import HwtuneInputError
 
@@ -80,7 +80,8 @@ def size_cmd(
                 dtype=precision,
             )
     except HwtuneInputError as e:
-        fail(e)
+        fail(flag_error(e, {"seq": "--seq", "micro_batch": "--micro-batch", "tp": "--tp",
+                            "precision": "--precision"}))  # fmt: skip
         return
     if target is None:
         rows = [{"gemm": i.where, "shape_mnk": list(i.shape), "efficiency": i.efficiency,
@@ -188,7 +189,8 @@ def study_cmd(
             path = run_study(pts, output, workers=workers, ray_address=ray, progress=cb,
                              notice=lambda line: sys.stderr.write(f"note: {line}\n"))  # fmt: skip
     except HwtuneInputError as e:
-        fail(e)
+        fail(flag_error(e, {"seq": "--seq", "global_batch": "--global-batch",
+                            "precision": "--precision"}))  # fmt: skip
         return
     with path.open() as f:
         rows = list(csv.DictReader(f))
