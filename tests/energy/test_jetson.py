@@ -165,3 +165,26 @@ def test_a_failed_background_sample_is_raised_once_and_sampling_goes_on(tmp_path
     with pytest.raises(MeterError):
         dev.energy_j()
     assert dev.energy_j() >= 0  # raised once
+
+
+def test_threads_starting_sampling_together_start_one_sampler(tmp_path):
+    import threading
+
+    dev = JetsonDevice(make_tree(tmp_path, NX_RAILS))
+    barrier = threading.Barrier(8)
+
+    def start() -> None:
+        barrier.wait()
+        dev.start_sampling(hz=50)
+
+    starters = [threading.Thread(target=start) for _ in range(8)]
+    for t in starters:
+        t.start()
+    for t in starters:
+        t.join()
+    try:
+        alive = [t for t in threading.enumerate() if t.name == "hwtune-jetson-sampler"]
+        assert len(alive) == 1
+    finally:
+        dev.stop_sampling()
+    assert not [t for t in threading.enumerate() if t.name == "hwtune-jetson-sampler"]

@@ -135,6 +135,7 @@ class JetsonDevice(BaseDevice):
         self.devfreq = find_gpu_devfreq(self.root)
         self._lock = threading.Lock()
         self._sampler: threading.Thread | None = None
+        self._sampling_guard = threading.Lock()
         self._stop = threading.Event()
         self._sampler_error: MeterError | None = None
         self.sampler_errors = 0
@@ -167,32 +168,35 @@ class JetsonDevice(BaseDevice):
     def start_sampling(self, hz: float = 100.0) -> None:
         """Sample power in a background thread (energy accuracy inside long windows), ``hz``
         times a second (positive and finite). A no-op while sampling."""
-        if self._sampler is not None:
-            return
-        if not (hz > 0 and math.isfinite(hz)):
-            raise MeterError("sampling rate", hz, "a positive finite rate in Hz")
-        self._stop.clear()
-        period = 1.0 / hz
+        with self._sampling_guard:  # one owner at a time starts or stops it
+            if self._sampler is not None:
+                return
+            if not (hz > 0 and math.isfinite(hz)):
+                raise MeterError("sampling rate", hz, "a positive finite rate in Hz")
+            self._stop.clear()
+            period = 1.0 / hz
 
-        def run() -> None:  # a failed sample is kept for `energy_j` to raise; sampling goes on
-            while not self._stop.wait(period):
-                try:
-                    self.power_w()
-                except MeterError as e:
-                    with self._lock:
-                        self._sampler_error = e
-                        self.sampler_errors += 1
+            def run() -> None:  # a failed sample is kept for `energy_j` to raise; sampling goes on
+                while not self._stop.wait(period):
+                    try:
+                        self.power_w()
+                    except MeterError as e:
+                        with self._lock:
+                            self._sampler_error = e
+                            self.sampler_errors += 1
 
-        self._sampler = threading.Thread(target=run, name="hwtune-jetson-sampler", daemon=True)
-        self._sampler.start()
+            self._sampler = threading.Thread(target=run, name="hwtune-jetson-sampler", daemon=True)
+            self._sampler.start()
 
     def stop_sampling(self) -> None:
-        if self._sampler is not None:
-            self._stop.set()
-            self._sampler.join()
-            self._sampler = None
+        with self._sampling_guard:  # one owner at a time starts or stops it
+            if self._sampler is not None:
+                self._stop.set()
+                self._sampler.join()
+                self._sampler = None
 
     # -- clocks --------------------------------------------------------------------------
+
     def _devfreq_file(self, name: str) -> Path:
         if self.devfreq is None:
             raise MeterError(

@@ -100,6 +100,7 @@ class RaplDevice(BaseDevice):
         # the zones' counter state is shared with the sampler thread (`start_sampling`)
         self._lock = threading.Lock()
         self._sampler: threading.Thread | None = None
+        self._sampling_guard = threading.Lock()
         self._stop = threading.Event()
         self._sampler_error: MeterError | None = None
         self.sampling_interval_s: float | None = None
@@ -216,35 +217,37 @@ class RaplDevice(BaseDevice):
         longer than `max_read_interval_s`). A failed background reading is kept and raised once
         by the next `energy_j`; sampling goes on. A no-op while sampling; `stop_sampling` ends it.
         """
-        if self._sampler is not None:
-            return
-        if interval_s is None:
-            interval_s = self.default_sampling_interval_s()
-        elif not (interval_s > 0 and math.isfinite(interval_s)):
-            raise MeterError("sampling interval", interval_s, "a positive finite time in s")
-        elif interval_s > self.max_read_interval_s:
-            raise MeterError(
-                "sampling interval", interval_s,
-                f"at most max_read_interval_s, {self.max_read_interval_s:g} s",
-            )  # fmt: skip
-        self._stop.clear()
-        self.sampling_interval_s = float(interval_s)
+        with self._sampling_guard:  # one owner at a time starts or stops it
+            if self._sampler is not None:
+                return
+            if interval_s is None:
+                interval_s = self.default_sampling_interval_s()
+            elif not (interval_s > 0 and math.isfinite(interval_s)):
+                raise MeterError("sampling interval", interval_s, "a positive finite time in s")
+            elif interval_s > self.max_read_interval_s:
+                raise MeterError(
+                    "sampling interval", interval_s,
+                    f"at most max_read_interval_s, {self.max_read_interval_s:g} s",
+                )  # fmt: skip
+            self._stop.clear()
+            self.sampling_interval_s = float(interval_s)
 
-        def run(period: float = self.sampling_interval_s) -> None:
-            while not self._stop.wait(period):
-                self._read_zones(background=True)
+            def run(period: float = self.sampling_interval_s) -> None:
+                while not self._stop.wait(period):
+                    self._read_zones(background=True)
 
-        self._sampler = threading.Thread(target=run, name="hwtune-rapl-sampler", daemon=True)
-        self._sampler.start()
+            self._sampler = threading.Thread(target=run, name="hwtune-rapl-sampler", daemon=True)
+            self._sampler.start()
 
     def stop_sampling(self) -> None:
         """End the background sampler (a no-op when none runs); a failure it kept is still
         raised by the next `energy_j`."""
-        if self._sampler is not None:
-            self._stop.set()
-            self._sampler.join()
-            self._sampler = None
-            self.sampling_interval_s = None
+        with self._sampling_guard:  # one owner at a time starts or stops it
+            if self._sampler is not None:
+                self._stop.set()
+                self._sampler.join()
+                self._sampler = None
+                self.sampling_interval_s = None
 
     def power_w(self) -> float:
         """Average power since the previous call (sampling ``interval_s`` on the first)."""
