@@ -160,7 +160,7 @@ def test_stage_dp_bounds_resnet_peak_and_never_loses_to_the_old_estimate():
     st, keep_b, seg_b, cost = ck._stage_problem(u)
     reach = ck._stage_reach(u, st)
     assert min(reach) == -2
-    states = ck._bridged_states(keep_b, seg_b, cost, [r == -2 for r in reach], sum(keep_b))
+    states = ck._chain_states(keep_b, seg_b, cost, sum(keep_b), [r == -2 for r in reach])
 
     def dropped(bits):
         return frozenset(

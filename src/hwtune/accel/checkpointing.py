@@ -77,18 +77,32 @@ def chain_optimal(
 
 
 def _chain_states(
-    keep_bytes: list[float], seg_bytes: list[float], cost: list[float], limit: float
-) -> dict[tuple[float, float, float, float], int]:
-    """Final Pareto states (kept, largest finished run, current run, recompute) -> kept bits.
-    With ``limit=inf`` the set holds an optimal plan for every limit at once: a state is pruned
-    only by one no worse in all four, whose completions fit wherever its own do."""
+    keep_bytes: list[float],
+    seg_bytes: list[float],
+    cost: list[float],
+    limit: float,
+    bridge: list[bool] | None = None,
+) -> dict[tuple[float, float, float, float, float], int]:
+    """Final Pareto states (kept, largest finished run, current run, run closed by the last
+    kept unit, recompute) -> kept bits. With ``limit=inf`` the set holds an optimal plan for
+    every limit at once: a state is pruned only by one no worse in every entry, whose
+    completions fit wherever its own do.
+
+    ``bridge[i]``: a dropped unit ``i`` joins the run that ended at unit ``i - 2`` when unit
+    ``i - 1`` is kept (its rebuild reads a tensor of unit ``i - 2`` through unsaved tensors of
+    unit ``i - 1``; `_stage_family`); the last closed run is carried only into a unit that can
+    bridge, so without ``bridge`` it stays 0 and runs join across adjacent dropped units only."""
     n = len(keep_bytes)
-    states: dict[tuple[float, float, float, float], int] = {(0.0, 0.0, 0.0, 0.0): 0}
+    bridge = bridge or [False] * n
+    states: dict[tuple[float, float, float, float, float], int] = {(0.0, 0.0, 0.0, 0.0, 0.0): 0}
     for i in range(n):
-        nxt: dict[tuple[float, float, float, float], int] = {}
-        for (kept, mx, cur, rec), bits in states.items():
-            a = (kept + keep_bytes[i], max(mx, cur), 0.0, rec)  # keep unit i: closes the run
-            b = (kept, mx, cur + seg_bytes[i], rec + cost[i])  # drop unit i
+        carry = i + 1 < n and bridge[i + 1]
+        nxt: dict[tuple[float, float, float, float, float], int] = {}
+        for (kept, mx, cur, last, rec), bits in states.items():
+            # keep unit i: closes the run; drop it: the run grows (across a bridge, too)
+            a = (kept + keep_bytes[i], max(mx, cur), 0.0, cur if carry else 0.0, rec)
+            run = cur + (last if bridge[i] else 0.0) + seg_bytes[i]
+            b = (kept, mx, run, 0.0, rec + cost[i])
             for st, bb in ((a, bits | (1 << i)), (b, bits)):
                 if st[0] + max(st[1], st[2]) > limit:
                     continue
@@ -107,10 +121,13 @@ def _chain_dp(
     states = _chain_states(keep_bytes, seg_bytes, cost, limit)
     if not states:
         return None
-    best = min(states, key=lambda s: (s[3], s[0] + max(s[1], s[2])))
+    best = min(states, key=lambda s: (s[-1], s[0] + max(s[1], s[2])))
     bits = states[best]
     return ChainPlan(
-        tuple(bool(bits >> i & 1) for i in range(n)), best[3], best[0] + max(best[1], best[2]), True
+        tuple(bool(bits >> i & 1) for i in range(n)),
+        best[-1],
+        best[0] + max(best[1], best[2]),
+        True,
     )
 
 
@@ -503,45 +520,13 @@ def _stage_reach(u: _Units, st: list[list[str]]) -> list[int]:
     return out
 
 
-def _bridged_states(
-    keep_bytes: list[float],
-    seg_bytes: list[float],
-    cost: list[float],
-    bridge: list[bool],
-    limit: float,
-) -> dict[tuple[float, ...], int]:
-    """``_chain_states`` for stages where a dropped stage ``i`` with ``bridge[i]`` joins the
-    run that ended at stage ``i - 2`` when stage ``i - 1`` is kept (its rebuild reads a tensor
-    of stage ``i - 2`` through unsaved tensors of stage ``i - 1``). States (kept, largest
-    finished run, current run, run closed by the last kept stage, recompute); the last closed
-    run is carried only into a stage that can bridge."""
-    n = len(keep_bytes)
-    states: dict[tuple[float, ...], int] = {(0.0, 0.0, 0.0, 0.0, 0.0): 0}
-    for i in range(n):
-        carry = i + 1 < n and bridge[i + 1]
-        nxt: dict[tuple[float, ...], int] = {}
-        for (kept, mx, cur, last, rec), bits in states.items():
-            a = (kept + keep_bytes[i], max(mx, cur), 0.0, cur if carry else 0.0, rec)
-            run = cur + (last if bridge[i] else 0.0) + seg_bytes[i]
-            b = (kept, mx, run, 0.0, rec + cost[i])
-            for st, bb in ((a, bits | (1 << i)), (b, bits)):
-                if st[0] + max(st[1], st[2]) > limit:
-                    continue
-                if st not in nxt:
-                    nxt[st] = bb
-        states = _pareto(nxt)
-        if not states:
-            break
-    return states
-
-
 def _stage_family(u: _Units) -> list[frozenset[str]]:
     """The stage DP's plans for every limit at once (its final Pareto states), each scored
     by the caller with the exact model. Joining only adjacent dropped stages, the stage model
     can judge a peak low: a rebuilt unsaved tensor may join two dropped stages on either side
     of a kept one (ResNet: the relu after a residual add rebuilds the add, which reads the
     block input two stages back), and the DP then keeps a plan over better ones. Where that
-    reach is two stages, ``_bridged_states`` joins those runs, so the DP's peak is an upper
+    reach is two stages, `_chain_states` joins those runs (``bridge``), so the DP's peak is an upper
     bound (tests); a rebuild reaching further back keeps the adjacent-only model. Compared
     once with the adjacent-only DP on ResNet-18 (3 sizes, 3 accelerators' forward times and
     MACs, 301 limits 0.2-1.0x all-kept): no plan costlier; method chain up to 60% and auto up
@@ -549,11 +534,8 @@ def _stage_family(u: _Units) -> list[frozenset[str]]:
     st, keep_b, seg_b, cost = _stage_problem(u)
     # a plan above the peak of keeping everything (no recompute) is never the best
     reach = _stage_reach(u, st)
-    if min(reach) == -2:
-        bridge = [r == -2 for r in reach]
-        bits_list = list(_bridged_states(keep_b, seg_b, cost, bridge, sum(keep_b)).values())
-    else:
-        bits_list = list(_chain_states(keep_b, seg_b, cost, sum(keep_b)).values())
+    bridge = [r == -2 for r in reach]
+    bits_list = list(_chain_states(keep_b, seg_b, cost, sum(keep_b), bridge).values())
     return [
         frozenset(r for i, s in enumerate(st) if not bits >> i & 1 for r in s if r in u.saved)
         for bits in bits_list
