@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 
 def write(path: Path, text: str) -> Path:
+    """``text`` into ``path`` atomically (written beside it, then renamed), so that a meter's
+    sampler thread never reads a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path
+
+
+def wait_for(cond, timeout_s: float = 5.0) -> None:  # noqa: ANN001
+    """Poll ``cond`` until it holds: a background sampler's tick."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "background sampler did not tick"
+        time.sleep(0.002)
 
 
 class Clock:

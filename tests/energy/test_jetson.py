@@ -188,3 +188,29 @@ def test_threads_starting_sampling_together_start_one_sampler(tmp_path):
     finally:
         dev.stop_sampling()
     assert not [t for t in threading.enumerate() if t.name == "hwtune-jetson-sampler"]
+
+
+@pytest.mark.parametrize("hz", [0.0, -5.0, float("nan"), float("inf")])
+def test_jetson_sampling_rate_is_checked(tmp_path, hz):
+    """`JetsonDevice.start_sampling(hz)` took any rate: 0 raised ZeroDivisionError (a
+    traceback, not a one-line `MeterError`), a negative or infinite one started a thread that
+    spun without pause (``Event.wait`` of a period <= 0 returns at once), nan as well. RAPL's
+    `start_sampling` checks its interval; Jetson's rate now is checked the same way."""
+    from hwtune.energy.meters.jetson import JetsonDevice
+
+    h = tmp_path / "sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3"
+    write(h / "in1_label", "VDD_IN\n")
+    write(h / "in1_input", "5000\n")
+    write(h / "curr1_input", "1000\n")
+    dev = JetsonDevice(tmp_path, clock=Clock())
+    try:
+        with pytest.raises(MeterError, match="sampling rate"):
+            dev.start_sampling(hz)
+        assert dev._sampler is None
+    finally:
+        dev.stop_sampling()
+    dev.start_sampling(200.0)  # a valid rate still starts
+    try:
+        assert dev._sampler is not None and dev._sampler.is_alive()
+    finally:
+        dev.stop_sampling()
