@@ -131,7 +131,9 @@ def test_amdsmi_non_library_exception_and_na_fields_are_meter_errors(monkeypatch
         dev.frequency_hz()  # was ValueError / IndexError
 
 
-def _fake_pynvml(fail_energy=False, mem_clocks=(2619,)):
+def _pynvml_base():
+    """A pynvml stand-in with one GPU and pynvml's error classes: ``NVMLError`` and its
+    per-return-code subclass ``NVMLError_GpuIsLost`` (code 15)."""
     m = types.ModuleType("pynvml")
 
     class NVMLError(Exception):
@@ -145,9 +147,15 @@ def _fake_pynvml(fail_energy=False, mem_clocks=(2619,)):
 
     m.NVMLError = NVMLError
     m.NVMLError_GpuIsLost = NVMLError_GpuIsLost
-    m.NVML_ERROR_NO_PERMISSION, m.NVML_ERROR_NOT_SUPPORTED = 4, 3
+    m.NVML_ERROR_NO_PERMISSION, m.NVML_ERROR_NOT_SUPPORTED, m.NVML_CLOCK_SM = 4, 3, 1
     m.nvmlInit = lambda: None
     m.nvmlDeviceGetCount = lambda: 1
+    return m
+
+
+def _fake_pynvml(fail_energy=False, mem_clocks=(2619,)):
+    m = _pynvml_base()
+    NVMLError_GpuIsLost = m.NVMLError_GpuIsLost  # noqa: N806 - pynvml's name
     m.nvmlDeviceGetHandleByIndex = lambda i: f"h{i}"
     m.nvmlDeviceGetName = lambda h: b"NVIDIA H100"
 
@@ -257,21 +265,8 @@ def test_a_programming_error_in_a_device_is_not_swallowed():
 def _pynvml_over(sim, lost):
     """A pynvml stand-in whose GPU is the simulated device; ``lost[0]`` calls of the energy
     counter fail with NVMLError_GpuIsLost (a subclass, as pynvml raises per return code)."""
-    m = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        def __init__(self, value):
-            self.value = value
-            super().__init__(f"NVML error {value}")
-
-    class NVMLError_GpuIsLost(NVMLError):  # noqa: N801 - pynvml's name
-        def __init__(self):
-            super().__init__(15)
-
-    m.NVMLError = NVMLError
-    m.NVML_ERROR_NO_PERMISSION, m.NVML_ERROR_NOT_SUPPORTED, m.NVML_CLOCK_SM = 4, 3, 1
-    m.nvmlInit = lambda: None
-    m.nvmlDeviceGetCount = lambda: 1
+    m = _pynvml_base()
+    NVMLError_GpuIsLost = m.NVMLError_GpuIsLost  # noqa: N806 - pynvml's name
     m.nvmlDeviceGetHandleByIndex = lambda i: "h0"
     m.nvmlDeviceGetName = lambda h: b"simulated"
 
