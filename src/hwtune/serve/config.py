@@ -97,9 +97,10 @@ class ReplicaConfig:
     parallel over the rest. ``weight_dtype`` is the weight format (fp8 W8A8 GEMMs; fp4 weight-only
     on GPUs without FP4 math; int4 weight-only everywhere; 4-bit weights with their group scales,
     `weight_group_size`); ``kv_dtype`` that of the KV cache; either left None is the
-    checkpoint's format, else bf16 (`weight_format`, `kv_format`: what the CLI resolves); ``weight_only_kernel`` the
-    kernel family of weight-only GEMMs (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the
-    native ``wgmma`` path, or ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
+    checkpoint's format, else bf16 (`weight_format`, `kv_format`: what the CLI resolves);
+    ``weight_only_kernel`` the kernel family of weight-only GEMMs
+    (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the native ``wgmma`` path, or
+    ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
     the host's launch time of their kernels (`HOST_PER_KERNEL_S`; TensorRT-LLM's PyTorch backend
     and SGLang by default; vLLM V1 captures piecewise CUDA graphs and compiles, so False);

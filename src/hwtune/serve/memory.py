@@ -53,7 +53,8 @@ def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     head stay 16-bit and are vocabulary-parallel over ``tp``; routed experts are spread over
     all GPUs of a stage (``ep`` x ``moe_tp``); the other weights are tensor-parallel over
     ``tp`` (replicated across attention-DP groups); the model is cut into ``pp`` stages (the
-    largest holds ceil(L/pp) of L layers). Speculative decoding adds a draft module of one average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
+    largest holds ceil(L/pp) of L layers). Speculative decoding adds a draft module of one
+    average layer (DeepSeek MTP, EAGLE: embedding and head shared)."""
     spec = cfg.model
     wb = weight_bytes_per_element(cfg.weight_dtype, cfg.weight_group_size)  # 4-bit: + scales
     # a checkpoint that quantizes only its experts keeps the rest in bf16 (gpt-oss MXFP4,
