@@ -95,6 +95,12 @@ class Memory:
         )
 
 
+EXPOSED_COMM_PARTS: tuple[str, ...] = (
+    "tp_comm_exposed", "cp_comm_exposed", "ep_comm_exposed", "dp_comm_exposed", "pp_p2p",
+)  # fmt: skip
+"""The breakdown's parts that are communication left exposed (not hidden behind compute)."""
+
+
 @dataclass(frozen=True)
 class Estimate:
     """Result of one estimate (SI units)."""
@@ -121,6 +127,12 @@ class Estimate:
     @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Seconds of the step spent in communication that nothing hides (`EXPOSED_COMM_PARTS`
+        of the breakdown)."""
+        return sum(self.breakdown.get(k, 0.0) for k in EXPOSED_COMM_PARTS)
 
     @property
     def accuracy(self) -> dict | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
 from hwtune.model.spec import ModelSpec
-from hwtune.train.estimator import Estimate
+from hwtune.train.estimator import EXPOSED_COMM_PARTS, Estimate
 from hwtune.train.search import NoLayoutError, PlanResult, plan, strategy_label
 
 SHARE_KEYS = {
@@ -35,7 +35,6 @@ SHARE_KEYS = {
     "offload": "offload",
 }
 
-COMM_KEYS = ("tp", "cp", "ep", "dp", "pp_p2p")  # the shares that are exposed communication
 
 RESOURCE = {
     "tp": "scale-up link (tensor-parallel traffic)",
@@ -74,7 +73,9 @@ class ScalePoint:
     @property
     def exposed_comm(self) -> float:
         """Share of the step spent in exposed communication (all dimensions together)."""
-        return sum(self.shares.get(k, 0.0) for k in COMM_KEYS)
+        return sum(
+            self.shares.get(k, 0.0) for k, part in SHARE_KEYS.items() if part in EXPOSED_COMM_PARTS
+        )
 
     @property
     def regime(self) -> str:

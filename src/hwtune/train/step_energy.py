@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hwtune.cost.power import clock_fraction, device_power_figures, step_energy_j
+from hwtune.train.estimator import EXPOSED_COMM_PARTS
 
 
 class PowerFigures(Protocol):
@@ -30,10 +31,7 @@ COMM_ACTIVITY = 0.3
 """Share of the dynamic power drawn during exposed communication (ASSUMPTION, see above)."""
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
-COMM_PARTS = (
-    "pp_p2p", "tp_comm_exposed", "cp_comm_exposed", "ep_comm_exposed", "dp_comm_exposed",
-    "offload",
-)  # fmt: skip
+COMM_PARTS = (*EXPOSED_COMM_PARTS, "offload")
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,22 +197,12 @@ def run_point(p: StudyPoint) -> dict:
     e = r.top[0]
     st = e.strategy
     b = e.breakdown
-    comm = sum(
-        b.get(k, 0.0)
-        for k in (
-            "tp_comm_exposed",
-            "cp_comm_exposed",
-            "ep_comm_exposed",
-            "dp_comm_exposed",
-            "pp_p2p",
-        )
-    )
     row.update(
         fits=True, tokens_per_s=e.tokens_per_s, tokens_per_s_per_gpu=e.tokens_per_s_per_gpu,
         mfu=e.mfu, step_time_s=e.step_time_s, memory_gib=e.memory.total / 2**30,
         tp=st.tp, pp=st.pp, dp=st.dp, cp=st.cp, ep=st.ep, micro_batch=st.micro_batch,
         schedule=st.schedule, vpp=st.vpp, zero=st.zero, recompute=st.recompute,
-        offload=st.offload_optimizer, exposed_comm_share=comm / e.step_time_s,
+        offload=st.offload_optimizer, exposed_comm_share=e.exposed_comm_s / e.step_time_s,
         bubble_share=b.get("pipeline_bubble", 0.0) / e.step_time_s,
     )  # fmt: skip
     return row
