@@ -19,9 +19,13 @@ from hwtune.cli.software import (
     Fp8Recipe,
     Framework,
     GradAccumulation,
+    LaunchOpt,
     Loss,
     MoeDispatch,
     Zero3Gather,
+    check_launch_framework,
+    launch_document,
+    print_launch,
     software_fields,
 )
 from hwtune.errors import HwtuneInputError, expected_from_pydantic
@@ -178,6 +182,7 @@ def estimate(
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
+    launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
@@ -188,6 +193,7 @@ def estimate(
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
             raise HwtuneInputError("zero", zero, "a ZeRO stage 0, 1, 2 or 3")
+        check_launch_framework(launch, framework)
         spec = get_model(model)
         n = gpus if gpus is not None else (dp * tp * pp * cp if dp else max(8, tp * pp * cp))
         if cluster is not None:
@@ -215,6 +221,7 @@ def estimate(
             **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework,
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
+        launch_doc = launch_document(launch, est, spec, cl)
     except HwtuneInputError as e:
         # the GPU count is --gpus's (typed, or its default 8) unless --dp made it dp*tp*pp*cp;
         # with --cluster it is the file's
@@ -227,11 +234,14 @@ def estimate(
         doc = est.to_dict()
         doc["model"] = spec.name
         doc["gpu"] = cl.device.name
+        if launch_doc:
+            doc["launch"] = launch_doc
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from hwtune.report.estimate_view import render_estimate
 
     render_estimate(est, f"{spec.name} on {cl.n_gpus} x {cl.device.name}")
+    print_launch(launch_doc)
 
 
 from hwtune.cli.plan import plan_cmd, scale_cmd  # noqa: E402

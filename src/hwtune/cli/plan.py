@@ -27,9 +27,14 @@ from hwtune.cli.software import (
     Fp8Recipe,
     Framework,
     GradAccumulation,
+    LaunchOpt,
     Loss,
     MoeDispatch,
     Zero3Gather,
+    check_launch_framework,
+    launch_constraints,
+    launch_document,
+    print_launch,
     software_fields,
 )
 from hwtune.errors import HwtuneInputError
@@ -219,6 +224,7 @@ def plan_cmd(
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
+    launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Search composite strategies (dp x tp x pp x ep x cp, ZeRO, micro-batch, schedule,
@@ -239,12 +245,18 @@ def plan_cmd(
                 raise HwtuneInputError("--schedule", s, f"one of {', '.join(SCHEDULES)}")
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # type: ignore[arg-type]  # fmt: skip
+        check_launch_framework(launch, framework)
+        if launch is not None:
+            c = launch_constraints(launch, c)
         if cluster is not None:
             cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                          scaleup_domain=scaleup_domain)  # fmt: skip
         clusters = make_clusters(gpu or "h100-sxm-80gb", 64 if gpus is None else gpus, gpus_per_node, nic_gbps,
                                  scaleup_domain, cluster)  # fmt: skip
         compare = len(clusters) > 1
+        if launch is not None and (compare or what_if):
+            raise HwtuneInputError("--launch", launch, "one GPU type and no --what-if (it "
+                                   "launches the one best strategy of a plan)")  # fmt: skip
         _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
                         tokens)  # fmt: skip
         if fp8_recipe != "delayed" and precision != "fp8":
@@ -296,6 +308,7 @@ def plan_cmd(
             r = plan(spec, cl, gb, seq, progress=cb, **kw)  # type: ignore[arg-type]
         if objective == "cost" and r.top:
             objective_value("cost", r.top[0], cl, price_per_gpu_hour)  # names a missing price
+        launch_doc = launch_document(launch, r.top[0], spec, cl) if r.top else {}
     except HwtuneInputError as e:
         # the search names its job's fields; the batch in sequences is --global-batch's value
         # only when --global-batch-tokens did not give it
@@ -305,10 +318,11 @@ def plan_cmd(
             flags["global_batch"] = "--global-batch"
         fail(flag_error(e, flags))
         return
-    _render_plan(spec.name, cl, gb, seq, r, as_json, objective, price_per_gpu_hour, tokens)
+    _render_plan(spec.name, cl, gb, seq, r, as_json, objective, price_per_gpu_hour, tokens,
+                 launch_doc)  # fmt: skip
 
 
-def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> None:  # noqa: ANN001
+def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens, launch=None) -> None:  # noqa: ANN001
     from hwtune.train.objectives import objective_value
 
     doc = {
@@ -335,6 +349,8 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> Non
             "smallest_shortfall_bytes": over,
             "closest_strategy": st.model_dump(),
         }
+    if launch:
+        doc["launch"] = launch
     if as_json:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         if not r.top:
@@ -366,6 +382,7 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens) -> Non
         f"searched {r.candidates:,} candidates in {r.seconds:.2f} s "
         f"({r.candidates / max(r.seconds, 1e-9):,.0f}/s); estimated {r.evaluated:,}; pruned: {pr}"
     )
+    print_launch(launch or {})
 
 
 def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None:  # noqa: ANN001

@@ -92,3 +92,98 @@ def software_fields(
         if value != default or key not in out:
             out[key] = value
     return out
+
+
+LaunchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--launch",
+        help="megatron: also give the strategy as a Megatron-LM launch command (torchrun ... "
+        "pretrain_gpt.py with its parallelism, batch, precision, recomputation and overlap "
+        "flags); `plan` then searches only what Megatron-LM runs",
+    ),
+]
+
+LAUNCH_REFUSAL_FLAGS = {
+    "schedule": "--schedule", "recompute": "--recompute", "optimizer": "--optimizer",
+    "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
+    "loss_kernel": "--loss", "zero3_gather": "--zero3-gather",
+    "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
+}  # fmt: skip
+"""The option that set each `Strategy` field a framework's launch can refuse
+(`hwtune.train.launch.megatron_refusal`)."""
+
+
+def check_launch_framework(launch: str | None, framework: str | None) -> None:
+    """``--launch`` is a framework it knows, and ``--framework`` (its kernels) is that one."""
+    from hwtune.errors import HwtuneInputError
+    from hwtune.train.launch import LAUNCH_FRAMEWORKS
+
+    if launch is None:
+        return
+    if launch not in LAUNCH_FRAMEWORKS:
+        raise HwtuneInputError("--launch", launch, "one of " + ", ".join(LAUNCH_FRAMEWORKS))
+    if framework is not None and framework != launch:
+        raise HwtuneInputError(
+            "--framework", framework, f"{launch} (or none) with --launch {launch}"
+        )
+
+
+def launch_document(framework: str | None, est: object, model: object, cluster: object) -> dict:
+    """The launch of ``est``'s strategy in ``framework`` as a JSON-ready dict (`Launch.to_dict`);
+    a refusal names the option that set the field, with ``--launch`` in the expectation."""
+    from hwtune.errors import HwtuneInputError
+    from hwtune.train.launch import launch_for
+
+    if framework is None:
+        return {}
+    try:
+        launch = launch_for(framework, est.strategy, model, cluster.n_gpus, cluster.gpus_per_node)  # type: ignore[attr-defined]
+    except HwtuneInputError as e:
+        if e.field == "launch":
+            raise HwtuneInputError("--launch", e.value, e.expected) from None
+        flag, value, expected = LAUNCH_REFUSAL_FLAGS.get(e.field, e.field), e.value, e.expected
+        if e.field == "fused_elementwise":  # --eager set it False
+            value, expected = True, "off" + expected.removeprefix("True")
+        raise HwtuneInputError(flag, value, f"{expected} (--launch {framework})") from None
+    return launch.to_dict()
+
+
+def print_launch(doc: dict) -> None:
+    """The launch command under a human-readable result (nothing without ``--launch``)."""
+    if not doc:
+        return
+    from rich.console import Console
+
+    con = Console(soft_wrap=True)
+    con.print(f"\n[bold]{doc['framework']} launch[/bold] (add the model, data and optimizer "
+              "hyperparameters):", highlight=False)  # fmt: skip
+    con.print(doc["command"], highlight=False, markup=False)
+
+
+def launch_constraints(launch: str, c: object) -> object:
+    """The search constraints ``c`` narrowed to what framework ``launch`` runs (its pipeline
+    schedules and recomputation policies); a ``--schedule`` or ``--fix`` outside them is a
+    one-line error."""
+    from dataclasses import replace
+
+    from hwtune.errors import HwtuneInputError
+    from hwtune.train.launch import MEGATRON_RECOMPUTE, MEGATRON_SCHEDULES
+
+    runs = {"schedule": MEGATRON_SCHEDULES, "recompute": MEGATRON_RECOMPUTE}
+    for s in c.schedules or ():  # type: ignore[attr-defined]
+        if s not in MEGATRON_SCHEDULES:
+            raise HwtuneInputError(
+                "--schedule", s, f"one of {', '.join(MEGATRON_SCHEDULES)} (--launch {launch})"
+            )
+    for knob, allowed in runs.items():
+        v = c.fixed.get(knob)  # type: ignore[attr-defined]
+        if v is not None and v not in allowed:
+            raise HwtuneInputError(
+                f"--fix {knob}", v, f"one of {', '.join(allowed)} (--launch {launch})"
+            )
+    return replace(
+        c,  # type: ignore[arg-type]
+        schedules=c.schedules or MEGATRON_SCHEDULES,  # type: ignore[attr-defined]
+        recomputes=MEGATRON_RECOMPUTE,
+    )

@@ -58,6 +58,7 @@ class Constraints:
     maxima: dict[str, int] = field(default_factory=dict)
     schedules: tuple[str, ...] | None = None
     allow_offload: bool = True
+    recomputes: tuple[str, ...] | None = None  # allowed recomputation policies (None: all)
 
     def allows(self, name: str, value: object) -> bool:
         if name in self.fixed and self.fixed[name] != value:
@@ -264,7 +265,7 @@ def plan(
         k
         for k in _knob_lattice(c.allow_offload)
         if c.allows("zero", k[0]) and c.allows("recompute", k[1])
-        and c.allows("offload_optimizer", k[2])
+        and c.allows("offload_optimizer", k[2]) and (c.recomputes is None or k[1] in c.recomputes)
     ]  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:

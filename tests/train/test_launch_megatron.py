@@ -1,0 +1,252 @@
+"""`--launch megatron`: a strategy as the Megatron-LM launch that runs it.
+
+References: Megatron-LM's own example scripts at NVIDIA/Megatron-LM d98e8a64 (2026-08), whose
+flags and values are written out below, and its ``megatron/training/arguments.py`` (flag names,
+defaults, and the combinations it asserts against)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+from typer.testing import CliRunner
+
+from hwtune.cli.main import app
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
+from hwtune.model.catalog import get_model
+from hwtune.train.launch import (
+    MEGATRON_RECOMPUTE,
+    MEGATRON_SCHEDULES,
+    megatron_launch,
+    megatron_refusal,
+)
+from hwtune.train.search import Constraints, plan
+from hwtune.train.strategy import Strategy
+
+
+def flags(args: tuple[str, ...]) -> dict[str, str | None]:
+    """``--flag value`` pairs (None for a switch); fails on a flag given twice."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        f = args[i]
+        assert f.startswith("--"), args
+        assert f not in out, f"{f} given twice"
+        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+        out[f] = value
+        i += 1 if value is None else 2
+    return out
+
+
+def test_mixtral_example_script() -> None:
+    # examples/mixtral/train_mixtral_8x7b_distributed.sh: TP 1, PP 4, EP 8, distributed
+    # optimizer, alltoall dispatcher, both overlaps, micro-batch 1, global batch 256, seq 4096,
+    # bf16 (on 32 GPUs: dp = 8 so that EP 8 folds over it)
+    st = Strategy(tp=1, pp=4, dp=8, ep=8, zero=1, micro_batch=1, global_batch=256, seq=4096)
+    la = megatron_launch(st, get_model("mixtral-8x7b"), 32, 8)
+    f = flags(la.args)
+    for k, v in {
+        "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "4",
+        "--expert-model-parallel-size": "8", "--micro-batch-size": "1",
+        "--global-batch-size": "256", "--seq-length": "4096",
+        "--moe-token-dispatcher-type": "alltoall",
+    }.items():  # fmt: skip
+        assert f[k] == v, (k, f.get(k))
+    for switch in ("--use-distributed-optimizer", "--overlap-param-gather",
+                   "--overlap-grad-reduce", "--bf16"):  # fmt: skip
+        assert switch in f and f[switch] is None
+    # the script also passes --sequence-parallel, which arguments.py turns off at TP 1
+    assert "--sequence-parallel" not in f
+    assert (la.nnodes, la.nproc_per_node) == (4, 8)
+
+
+def test_gpt3_175b_example_script() -> None:
+    # examples/gpt3/train_gpt3_175b_distributed.sh: TP 8, PP 16, micro-batch 1, global batch
+    # 1536, seq 2048, --fp16, no distributed optimizer
+    st = Strategy(
+        tp=8, pp=16, dp=1, zero=0, micro_batch=1, global_batch=1536, seq=2048, precision="fp16"
+    )
+    f = flags(megatron_launch(st, get_model("gpt3-175b"), 128, 8).args)
+    assert f["--tensor-model-parallel-size"] == "8"
+    assert f["--pipeline-model-parallel-size"] == "16"
+    assert (f["--global-batch-size"], f["--seq-length"]) == ("1536", "2048")
+    assert "--fp16" in f and "--bf16" not in f
+    assert "--use-distributed-optimizer" not in f and "--use-megatron-fsdp" not in f
+    # no data parallelism: nothing to overlap (and --overlap-param-gather needs a sharded
+    # optimizer, arguments.py)
+    assert "--overlap-grad-reduce" not in f and "--overlap-param-gather" not in f
+
+
+def test_llama3_8b_fp8_example_script() -> None:
+    # examples/llama/train_llama3_8b_h100_fp8.sh: TP 1, CP 1, PP 1 on 8 GPUs, micro-batch 1,
+    # global batch 128, seq 8192, --bf16 with --fp8-format hybrid, distributed optimizer with
+    # both overlaps
+    st = Strategy(dp=8, zero=1, micro_batch=1, global_batch=128, seq=8192, precision="fp8")
+    f = flags(megatron_launch(st, get_model("llama3.1-8b"), 8, 8).args)
+    assert "--bf16" in f and f["--fp8-format"] == "hybrid"
+    assert (f["--micro-batch-size"], f["--global-batch-size"], f["--seq-length"]) == (
+        "1", "128", "8192",
+    )  # fmt: skip
+    for switch in (
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+    ):
+        assert switch in f
+
+
+def test_megatron_defaults_that_differ_are_set() -> None:
+    # transformer_config.py: hidden_dropout and attention_dropout default to 0.1; hwtune's
+    # strategy has no dropout unless asked
+    f = flags(megatron_launch(Strategy(dp=8), get_model("llama3.1-8b"), 8, 8).args)
+    assert f["--hidden-dropout"] == "0" and f["--attention-dropout"] == "0"
+    f = flags(megatron_launch(Strategy(dp=8, dropout=True), get_model("llama3.1-8b"), 8, 8).args)
+    assert "--hidden-dropout" not in f
+
+
+@pytest.mark.parametrize(
+    ("zero", "expect"),
+    [
+        (0, set()),
+        (1, {"--use-distributed-optimizer"}),
+        (2, {"--use-megatron-fsdp", "optim_grads"}),
+        (3, {"--use-megatron-fsdp", "optim_grads_params"}),
+    ],
+)
+def test_zero_stages(zero: int, expect: set[str]) -> None:
+    la = megatron_launch(Strategy(dp=8, zero=zero), get_model("llama3.1-8b"), 8, 8)
+    sharding = {"--use-distributed-optimizer", "--use-megatron-fsdp", "optim_grads",
+                "optim_grads_params"}  # fmt: skip
+    assert set(la.args) & sharding == expect
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"pp": 4, "dp": 2, "schedule": "zb-h1"}, "schedule"),
+        ({"pp": 4, "dp": 2, "schedule": "zbv"}, "schedule"),
+        ({"pp": 4, "dp": 2, "schedule": "dualpipev"}, "schedule"),
+        ({"pp": 4, "dp": 2, "schedule": "gpipe"}, "schedule"),
+        ({"dp": 8, "recompute": "selective-op"}, "recompute"),
+        ({"dp": 8, "optimizer": "adam-8bit"}, "optimizer"),
+        ({"dp": 8, "optimizer": "adam-bf16"}, "optimizer"),
+        ({"dp": 8, "attention_kernel": "fa2"}, "attention_kernel"),
+        ({"dp": 8, "fused_elementwise": False}, "fused_elementwise"),
+        ({"dp": 8, "loss_kernel": "pytorch"}, "loss_kernel"),
+        ({"dp": 8, "zero": 3, "zero3_gather": "module"}, "zero3_gather"),
+        ({"dp": 8, "grad_accumulation": "fp32-copy"}, "grad_accumulation"),
+        # arguments.py: TP communication overlap asserts sequence parallelism
+        ({"dp": 4, "tp": 2, "overlap_tp_comm": True}, "overlap_tp_comm"),
+    ],
+)
+def test_what_megatron_cannot_run_is_refused(fields: dict, field: str) -> None:
+    st = Strategy(**fields)
+    e = megatron_refusal(st)
+    assert e is not None and e.field == field
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_launch(st, get_model("llama3.1-8b"), 8, 8)
+    assert info.value.field == field
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=hs.sampled_from([1, 2, 4, 8]),
+    pp=hs.sampled_from([1, 2, 4, 8]),
+    cp=hs.sampled_from([1, 2]),
+    dp=hs.sampled_from([1, 2, 4]),
+    zero=hs.sampled_from([0, 1, 2, 3]),
+    recompute=hs.sampled_from(MEGATRON_RECOMPUTE),
+    precision=hs.sampled_from(["bf16", "fp16", "fp8", "fp32"]),
+    interleave=hs.booleans(),
+)
+def test_launch_describes_the_strategy(
+    tp: int, pp: int, cp: int, dp: int, zero: int, recompute: str, precision: str,
+    interleave: bool,
+) -> None:  # fmt: skip
+    """Every Megatron-runnable strategy: each degree appears once with its value, the world of
+    torchrun is the strategy's GPU count, the ZeRO stage is one sharding setting, and the
+    precision one switch."""
+    sched, vpp = ("interleaved", 2) if interleave and pp > 1 else ("1f1b", 1)
+    m = 2 * pp
+    st = Strategy(
+        tp=tp, pp=pp, cp=cp, dp=dp, zero=zero, recompute=recompute, precision=precision,
+        schedule=sched, vpp=vpp, sequence_parallel=tp > 1, micro_batch=1, global_batch=m * dp,
+        seq=4096, optimizer="adam",
+    )  # fmt: skip
+    n = tp * pp * cp * dp
+    la = megatron_launch(st, get_model("llama3.1-70b"), n, 8)
+    f = flags(la.args)
+    assert la.nnodes * la.nproc_per_node == n
+    assert int(f["--tensor-model-parallel-size"]) == tp  # type: ignore[arg-type]
+    assert int(f["--pipeline-model-parallel-size"]) == pp  # type: ignore[arg-type]
+    assert int(f["--context-parallel-size"]) == cp  # type: ignore[arg-type]
+    assert int(f["--global-batch-size"]) == m * dp  # type: ignore[arg-type]
+    assert ("--num-virtual-stages-per-pipeline-rank" in f) == (sched == "interleaved")
+    assert ("--use-distributed-optimizer" in f) == (zero == 1)
+    assert ("--use-megatron-fsdp" in f) == (zero >= 2)
+    assert sum(k in f for k in ("--bf16", "--fp16")) == (0 if precision == "fp32" else 1)
+    assert ("--fp8-format" in f) == (precision == "fp8")
+    assert ("--recompute-granularity" in f) == (recompute != "none")
+    assert ("--sequence-parallel" in f) == (tp > 1)
+
+
+def test_plan_searches_only_what_megatron_runs() -> None:
+    model, cl = get_model("llama3.1-8b"), make_cluster("h100-sxm-80gb", 32)
+    fixed = {"pp": 4, "vpp": 1}
+    free = plan(model, cl, 64, 8192, top_k=3, constraints=Constraints(fixed=fixed))
+    # without the framework's limits the best is a zero-bubble or DualPipe schedule
+    assert free.top[0].strategy.schedule not in MEGATRON_SCHEDULES
+    c = Constraints(fixed=fixed, schedules=MEGATRON_SCHEDULES, recomputes=MEGATRON_RECOMPUTE)
+    r = plan(model, cl, 64, 8192, top_k=3, constraints=c)
+    assert r.top
+    for e in r.top:
+        assert megatron_refusal(e.strategy) is None
+    # and the narrowed search cannot beat the free one
+    assert r.top[0].step_time_s >= free.top[0].step_time_s
+
+
+def test_plan_launch_json_is_the_best_strategy() -> None:
+    res = CliRunner().invoke(
+        app,
+        ["plan", "-m", "llama3.1-8b", "--gpus", "32", "--global-batch", "64", "--seq", "8192",
+         "--fix", "pp=4", "--fix", "vpp=1", "--top", "2", "--launch", "megatron", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    best = doc["top"][0]["strategy"]
+    assert best["schedule"] in MEGATRON_SCHEDULES
+    f = flags(tuple(doc["launch"]["args"]))
+    assert int(f["--pipeline-model-parallel-size"]) == best["pp"] == 4  # type: ignore[arg-type]
+    assert int(f["--micro-batch-size"]) == best["micro_batch"]  # type: ignore[arg-type]
+    assert doc["launch"]["command"].startswith("torchrun --nnodes 4 --nproc-per-node 8 ")
+
+
+def test_estimate_launch_prints_the_command() -> None:
+    res = CliRunner().invoke(app, ["estimate", "--dp", "8", "--zero", "1", "--launch", "megatron"])
+    assert res.exit_code == 0, res.output
+    assert "torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py" in res.output
+    assert "--use-distributed-optimizer" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "field", "words"),
+    [
+        (["estimate", "--pp", "2", "--dp", "4", "--schedule", "zb-h1"], "--schedule", ["zb-h1"]),
+        (["estimate", "--recompute", "selective-op"], "--recompute", ["selective-op"]),
+        (["estimate", "--optimizer", "adam-8bit"], "--optimizer", ["adam-8bit"]),
+        (["estimate", "--framework", "torchtitan"], "--framework", ["torchtitan"]),
+        (["estimate", "--eager"], "--eager", ["fused elementwise"]),
+        (["plan", "--schedule", "dualpipe"], "--schedule", ["dualpipe", "1f1b"]),
+        (["plan", "--fix", "recompute=selective-op"], "--fix recompute", ["selective-op"]),
+        (["plan", "--gpu", "h100-sxm-80gb,b200"], "--launch", ["one GPU type"]),
+    ],
+)
+def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) -> None:  # noqa: ANN001
+    rejects([*args, "--launch", "megatron"], field, *words, "megatron")
+
+
+def test_unknown_launch_framework(rejects) -> None:  # noqa: ANN001
+    rejects(["estimate", "--launch", "deepspeed"], "--launch", "deepspeed", "megatron")
