@@ -250,3 +250,179 @@ def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) ->
 
 def test_unknown_launch_framework(rejects) -> None:  # noqa: ANN001
     rejects(["estimate", "--launch", "deepspeed"], "--launch", "deepspeed", "megatron")
+
+
+# ---- reading a Megatron-LM command line (estimate --megatron-args) ----------------------------
+MIXTRAL_SCRIPT = """
+torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\
+    --num-layers 32 --hidden-size 4096 --seq-length 4096 \\
+    --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce \\
+    --micro-batch-size 1 --global-batch-size 256 --lr 1e-4 --train-iters 500000 --bf16 \\
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 \\
+    --expert-model-parallel-size 8 --use-distributed-optimizer \\
+    --sequence-parallel  # the Mixtral example's flags, 4 nodes of 8
+"""
+
+
+def test_reads_the_mixtral_example() -> None:
+    from hwtune.train.launch import megatron_strategy, split_command, strategy_from_megatron
+
+    job = strategy_from_megatron(split_command(MIXTRAL_SCRIPT))
+    assert job.n_gpus == 32
+    assert set(job.not_read) == {"--lr", "--train-iters"}
+    st = megatron_strategy(job, get_model("mixtral-8x7b"), job.n_gpus)
+    assert (st.tp, st.pp, st.ep, st.dp, st.zero) == (1, 4, 8, 8, 1)
+    assert (st.micro_batch, st.global_batch, st.seq, st.precision) == (1, 256, 4096, "bf16")
+    assert st.overlap_grad_reduce and st.overlap_param_gather
+    assert not st.sequence_parallel  # arguments.py turns it off at TP 1
+    # the script leaves hidden_dropout and attention_dropout at Megatron-LM's 0.1
+    assert st.dropout
+
+
+def test_megatron_defaults_when_absent() -> None:
+    from hwtune.train.launch import megatron_strategy, strategy_from_megatron
+
+    job = strategy_from_megatron(["--hidden-dropout", "0", "--attention-dropout", "0"])
+    st = megatron_strategy(job, get_model("llama3.1-8b"), 8)
+    # Megatron-LM: no overlaps, no distributed optimizer, fp32 without --bf16/--fp16
+    assert (st.overlap_grad_reduce, st.overlap_param_gather, st.zero) == (False, False, 0)
+    assert st.precision == "fp32" and not st.dropout and st.dp == 8
+
+
+def test_layers_per_virtual_stage() -> None:
+    from hwtune.train.launch import megatron_strategy, strategy_from_megatron
+
+    # arguments.py: vpp = (num_layers / pp) / num_layers_per_virtual_pipeline_stage
+    args = ["--num-layers", "80", "--pipeline-model-parallel-size", "4", "--tensor-model-"
+            "parallel-size", "8", "--num-layers-per-virtual-pipeline-stage", "5",
+            "--global-batch-size", "64", "--bf16"]  # fmt: skip
+    st = megatron_strategy(strategy_from_megatron(args), get_model("llama3.1-70b"), 64)
+    assert (st.vpp, st.schedule, st.dp) == (4, "interleaved", 2)
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--recompute-granularity", "full", "--recompute-method", "block"], "--recompute-method"),
+        (["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "mxfp8"], "--fp8-recipe"),
+        (["--optimizer", "muon"], "--optimizer"),
+        (["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "all"],
+         "--data-parallel-sharding-strategy"),
+        (["--tensor-model-parallel-size", "two"], "--tensor-model-parallel-size"),
+        (["--micro-batch-size"], "--micro-batch-size"),
+        (["--num-layers-per-virtual-pipeline-stage", "5"], "--num-layers-per-virtual-pipeline-stage"),
+    ],
+)  # fmt: skip
+def test_unmodelled_values_are_refused(args: list[str], flag: str) -> None:
+    from hwtune.train.launch import strategy_from_megatron
+
+    with pytest.raises(HwtuneInputError) as info:
+        strategy_from_megatron(args)
+    assert info.value.field == flag
+
+
+def test_model_shape_must_match() -> None:
+    from hwtune.train.launch import megatron_strategy, strategy_from_megatron
+
+    job = strategy_from_megatron(["--num-layers", "32", "--num-attention-heads", "64"])
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_strategy(job, get_model("llama3.1-8b"), 8)  # 32 layers, but 32 heads
+    assert info.value.field == "--num-attention-heads" and "32" in info.value.expected
+    # a MoE dispatcher the estimate does not model: Megatron-LM's default allgather
+    job = strategy_from_megatron(["--expert-model-parallel-size", "8", "--bf16"])
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_strategy(job, get_model("mixtral-8x7b"), 8)
+    assert info.value.field == "--moe-token-dispatcher-type"
+
+
+def _normal(st: Strategy, moe: bool) -> dict:
+    """Fields that change nothing where they do not apply, at one value."""
+    d = st.model_dump()
+    if st.dp * st.cp == 1:
+        d["overlap_grad_reduce"] = d["overlap_param_gather"] = False
+    if st.zero == 0:
+        d["overlap_param_gather"] = False
+    if st.tp == 1:
+        d["overlap_tp_comm"] = False
+    if not moe or st.ep == 1:
+        d["overlap_moe_a2a"], d["moe_dispatch"] = False, "alltoall"
+    return d
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=hs.sampled_from([1, 2, 4]),
+    pp=hs.sampled_from([1, 2, 4]),
+    cp=hs.sampled_from([1, 2]),
+    dp=hs.sampled_from([1, 2, 4, 8]),
+    ep=hs.sampled_from([1, 2, 8]),
+    zero=hs.sampled_from([0, 1, 2, 3]),
+    recompute=hs.sampled_from(MEGATRON_RECOMPUTE),
+    precision=hs.sampled_from(["bf16", "fp16", "fp8", "fp32"]),
+    flags_=hs.lists(hs.booleans(), min_size=8, max_size=8),
+)
+def test_read_inverts_launch(
+    tp: int, pp: int, cp: int, dp: int, ep: int, zero: int, recompute: str, precision: str,
+    flags_: list[bool],
+) -> None:  # fmt: skip
+    """Reading back what `megatron_launch` writes gives the same strategy (up to switches that
+    do nothing where they do not apply)."""
+    from hypothesis import assume
+
+    from hwtune.train.launch import megatron_strategy, split_command, strategy_from_megatron
+
+    model = get_model("mixtral-8x7b")
+    assume((tp * cp * dp) % ep == 0)
+    interleave, sp, og, opg, otp, oa2a, deepep, dropout = flags_
+    sched, vpp = ("interleaved", 2) if interleave and pp > 1 else ("1f1b", 1)
+    st = Strategy(
+        tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, zero=zero, recompute=recompute, precision=precision,
+        schedule=sched, vpp=vpp, sequence_parallel=sp and tp > 1, micro_batch=1,
+        global_batch=2 * pp * dp, seq=4096, overlap_grad_reduce=og, overlap_param_gather=opg,
+        overlap_tp_comm=otp and sp and tp > 1, overlap_moe_a2a=oa2a,
+        moe_dispatch="deepep" if deepep else "alltoall", dropout=dropout,
+        fp8_recipe="current" if precision == "fp8" and og else "delayed",
+    )  # fmt: skip
+    n = tp * pp * cp * dp
+    line = megatron_launch(st, model, n, 8).command()
+    job = strategy_from_megatron(split_command(line))
+    assert job.n_gpus == n and job.not_read == ()
+    back = megatron_strategy(job, model, n)
+    assert _normal(back, True) == _normal(st, True)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "words"),
+    [
+        (["--tp", "2"], "--tp", ["no value with --megatron-args"]),
+        (["--no-flash"], "--no-flash", ["--megatron-args"]),
+        (["--gpus", "16"], "--gpus", ["32"]),
+    ],
+)
+def test_cli_megatron_args_conflicts(rejects, tmp_path, extra, field, words) -> None:  # noqa: ANN001
+    f = tmp_path / "args.sh"
+    f.write_text(MIXTRAL_SCRIPT)
+    rejects(["estimate", "-m", "mixtral-8x7b", "--megatron-args", f"@{f}", *extra], field, *words)
+
+
+def test_cli_megatron_args_errors(rejects) -> None:  # noqa: ANN001
+    rejects(["estimate", "--megatron-args", "--bf16"], "--megatron-args", "--gpus")
+    rejects(["estimate", "--megatron-args", "@/no/such/file"], "--megatron-args", "readable")
+    rejects(["estimate", "--megatron-args", "--bf16 'x", "--gpus", "8"], "--megatron-args")
+    rejects(
+        ["estimate", "-m", "llama3.1-8b", "--gpus", "8", "--megatron-args",
+         "--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall"],
+        "--expert-model-parallel-size (in --megatron-args)", "dense",
+    )  # fmt: skip
+
+
+def test_cli_megatron_args_estimate(tmp_path) -> None:  # noqa: ANN001
+    f = tmp_path / "args.sh"
+    f.write_text(MIXTRAL_SCRIPT)
+    res = CliRunner().invoke(
+        app, ["estimate", "-m", "mixtral-8x7b", "--megatron-args", f"@{f}", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["n_gpus"] == 32 and doc["strategy"]["pp"] == 4 and doc["strategy"]["ep"] == 8
+    assert doc["megatron_args"] == {"n_gpus": 32, "not_read": ["--lr", "--train-iters"]}

@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
+from hwtune.cli.megatron import job_gpus, megatron_flags, read_megatron_args
 from hwtune.cli.parsing import ESTIMATE_FLAGS, cluster_only, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
@@ -98,6 +99,7 @@ def _root() -> None:
 
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model: Annotated[
         str, typer.Option("--model", "-m", help="catalog name or path to a config.json")
     ] = "llama3.1-8b",
@@ -183,18 +185,34 @@ def estimate(
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
     launch: LaunchOpt = None,
+    megatron_args: Annotated[
+        str | None,
+        typer.Option(
+            help="a Megatron-LM command line, or @FILE holding one: its parallelism, batch, "
+            "precision, ZeRO, recomputation and overlap flags set the strategy (torchrun's "
+            "--nnodes x --nproc-per-node, or --gpus, the GPU count); the model is --model's"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
     from hwtune.hardware.cluster import load_cluster_file, make_cluster
     from hwtune.model.catalog import get_model
     from hwtune.train.estimator import estimate as run_estimate
+    from hwtune.train.launch import megatron_strategy
+    from hwtune.train.strategy import make_strategy
 
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
             raise HwtuneInputError("zero", zero, "a ZeRO stage 0, 1, 2 or 3")
         check_launch_framework(launch, framework)
         spec = get_model(model)
+        job = read_megatron_args(megatron_args, ctx) if megatron_args is not None else None
+        if job is not None and cluster is None:
+            gpus = job_gpus(job, gpus)
+            if gpus is None:
+                raise HwtuneInputError("--megatron-args", megatron_args[:60], "torchrun --nnodes "
+                                       "N --nproc-per-node G in it, or --gpus beside it")  # fmt: skip
         n = gpus if gpus is not None else (dp * tp * pp * cp if dp else max(8, tp * pp * cp))
         if cluster is not None:
             cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
@@ -210,7 +228,15 @@ def estimate(
             )
         if burst_clocks:
             cl = cl.model_copy(update={"sustained_clocks": False})
-        est = run_estimate(
+        software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
+                                   framework, zero3_gather, grad_accumulation)  # fmt: skip
+        if job is not None:
+            if job.n_gpus not in (None, cl.n_gpus):
+                raise HwtuneInputError("--megatron-args", f"torchrun over {job.n_gpus} GPUs",
+                                       f"the {cl.n_gpus} GPUs of --cluster")  # fmt: skip
+            st = megatron_strategy(job, spec, cl.n_gpus)
+            st = make_strategy(**{**st.model_dump(), **software})
+        est = run_estimate(spec, cl, st) if job is not None else run_estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,
             seq=seq, vpp=vpp, schedule=schedule, recompute=recompute, zero=zero,
@@ -218,8 +244,7 @@ def estimate(
             offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
             overlap_p2p_comm=overlap_p2p,
-            **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework,
-                            zero3_gather, grad_accumulation),
+            **software,
         )  # fmt: skip
         launch_doc = launch_document(launch, est, spec, cl)
     except HwtuneInputError as e:
@@ -228,6 +253,8 @@ def estimate(
         flags = {k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")}
         if cluster is None:
             flags["cluster.n_gpus"] = "dp*tp*pp*cp" if gpus is None and dp else "--gpus"
+        if megatron_args is not None:
+            flags = megatron_flags()
         _fail(flag_error(e, flags))
         return
     if as_json:
@@ -236,12 +263,17 @@ def estimate(
         doc["gpu"] = cl.device.name
         if launch_doc:
             doc["launch"] = launch_doc
+        if job is not None:
+            doc["megatron_args"] = {"n_gpus": job.n_gpus, "not_read": list(job.not_read)}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     from hwtune.report.estimate_view import render_estimate
 
     render_estimate(est, f"{spec.name} on {cl.n_gpus} x {cl.device.name}")
     print_launch(launch_doc)
+    if job is not None and job.not_read:
+        print(f"Megatron-LM options not read (model shape, data, learning rate, or what hwtune "
+              f"does not model): {' '.join(job.not_read)}")  # fmt: skip
 
 
 from hwtune.cli.plan import plan_cmd, scale_cmd  # noqa: E402

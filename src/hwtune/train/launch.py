@@ -181,6 +181,274 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     return Launch("megatron", max(1, n_gpus // per_node), per_node, MEGATRON_ENTRY, tuple(a))
 
 
+MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
+    "--sequence-parallel": ("sequence_parallel", True),
+    "--bf16": ("_bf16", True),
+    "--fp16": ("_fp16", True),
+    "--use-distributed-optimizer": ("_distopt", True),
+    "--use-megatron-fsdp": ("_mfsdp", True),
+    "--use-torch-fsdp2": ("_fsdp2", True),
+    "--optimizer-cpu-offload": ("offload_optimizer", True),
+    "--use-precision-aware-optimizer": ("_precision_aware", True),
+    "--grad-reduce-in-bf16": ("grad_reduce_dtype", "bf16"),
+    "--overlap-grad-reduce": ("overlap_grad_reduce", True),
+    "--overlap-param-gather": ("overlap_param_gather", True),
+    "--tp-comm-overlap": ("overlap_tp_comm", True),
+    "--overlap-moe-expert-parallel-comm": ("overlap_moe_a2a", True),
+    "--no-overlap-p2p-communication": ("overlap_p2p_comm", False),
+    "--moe-enable-deepep": ("_deepep", True),
+}
+"""Megatron-LM switches (no value) that `strategy_from_megatron` reads, and what each sets."""
+MEGATRON_VALUES: dict[str, str] = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--num-virtual-stages-per-pipeline-rank": "_vstages",
+    "--num-layers-per-virtual-pipeline-stage": "_vlayers",
+    "--micro-batch-size": "micro_batch",
+    "--global-batch-size": "global_batch",
+    "--seq-length": "seq",
+    "--fp8-format": "_fp8",
+    "--fp8-recipe": "_fp8_recipe",
+    "--data-parallel-sharding-strategy": "_sharding",
+    "--recompute-granularity": "_recompute",
+    "--recompute-method": "_recompute_method",
+    "--recompute-num-layers": "_recompute_layers",
+    "--optimizer": "optimizer",
+    "--moe-token-dispatcher-type": "_dispatcher",
+    "--moe-flex-dispatcher-backend": "_flex_backend",
+    "--attention-backend": "_attention",
+    "--hidden-dropout": "_hidden_dropout",
+    "--attention-dropout": "_attention_dropout",
+}
+"""Megatron-LM options with a value that `strategy_from_megatron` reads."""
+MEGATRON_SHAPE: dict[str, str] = {
+    "--num-layers": "n_layers",
+    "--hidden-size": "d_model",
+    "--num-attention-heads": "n_heads",
+    "--num-query-groups": "kv_heads",
+    "--num-experts": "moe.n_routed_experts",
+    "--moe-router-topk": "moe.top_k",
+    "--moe-ffn-hidden-size": "moe.expert_ffn_hidden",
+}
+"""Megatron-LM model-shape options checked against the `ModelSpec` being estimated
+(``--num-query-groups`` only with ``--group-query-attention``, as Megatron-LM reads it)."""
+TORCHRUN_VALUES = {"--nnodes": "nnodes", "--nproc-per-node": "nproc", "--nproc_per_node": "nproc"}
+SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+"""Megatron-FSDP's ``--data-parallel-sharding-strategy`` as a ZeRO stage."""
+
+
+@dataclass(frozen=True)
+class MegatronJob:
+    """What a Megatron-LM command line says of a training step: the `Strategy` fields it sets,
+    the GPU count when it has ``torchrun --nnodes N --nproc-per-node G``, and the options it
+    has that are not read (learning rate, data, model shape, and what hwtune does not model)."""
+
+    fields: dict[str, object]
+    n_gpus: int | None
+    not_read: tuple[str, ...]
+    shape: tuple[tuple[str, int], ...] = ()  # (option, value) of `MEGATRON_SHAPE`
+
+
+def split_command(text: str) -> list[str]:
+    """A command line or script fragment as tokens: backslash-newline continuations joined,
+    ``#`` comments dropped (`shlex`)."""
+    return shlex.split(text.replace("\\\n", " "), comments=True)
+
+
+def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
+    """Read a Megatron-LM ``pretrain_gpt.py`` command line (optionally after ``torchrun`` and
+    its ``--nnodes``/``--nproc-per-node``) into `Strategy` fields, with Megatron-LM's defaults
+    where an option is absent (its overlaps off, dropout 0.1, the ``allgather`` MoE
+    dispatcher) and its own adjustments (sequence parallelism off at TP 1). The inverse of
+    `megatron_launch` on what that writes; a one-line error, naming the option, for a value
+    hwtune does not model."""
+    raw: dict[str, object] = {}
+    run: dict[str, int] = {}
+    shape: dict[str, int] = {}
+    gqa = False
+    not_read: list[str] = []
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        name, eq, inline = t.partition("=")
+        value_next = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
+        if not name.startswith("--"):
+            i += 1  # torchrun, the script, values of options not read
+            continue
+        if name in MEGATRON_SWITCHES and not eq:
+            key, v = MEGATRON_SWITCHES[name]
+            raw[key] = v
+            i += 1
+            continue
+        if name in MEGATRON_SHAPE and (eq or value_next):
+            shape[name] = _int(name, inline if eq else tokens[i + 1])
+            i += 1 if eq else 2
+            continue
+        if name == "--group-query-attention" and not eq:
+            gqa = True
+            i += 1
+            continue
+        if name in MEGATRON_VALUES or name in TORCHRUN_VALUES:
+            if not eq and not value_next:
+                raise HwtuneInputError(name, None, "a value after it")
+            v = inline if eq else tokens[i + 1]
+            if name in TORCHRUN_VALUES:
+                run[TORCHRUN_VALUES[name]] = _int(name, v)
+            else:
+                raw[MEGATRON_VALUES[name]] = v
+            i += 1 if eq else 2
+            continue
+        not_read.append(name)
+        i += 1
+    if "--num-layers" in shape:
+        raw["_layers"] = shape["--num-layers"]
+    if not gqa:
+        shape.pop("--num-query-groups", None)
+    fields = _megatron_fields(raw)
+    n = run["nnodes"] * run["nproc"] if {"nnodes", "nproc"} <= set(run) else None
+    return MegatronJob(fields, n, tuple(dict.fromkeys(not_read)), tuple(shape.items()))
+
+
+def _int(flag: str, v: object) -> int:
+    try:
+        n = int(str(v))
+    except ValueError:
+        raise HwtuneInputError(flag, v, "a positive integer") from None
+    if n < 1:
+        raise HwtuneInputError(flag, v, "a positive integer")
+    return n
+
+
+def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
+    f: dict[str, object] = {}
+    for key in ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "seq"):
+        if key in raw:
+            flag = next(k for k, v in MEGATRON_VALUES.items() if v == key)
+            f[key] = _int(flag, raw[key])
+    if raw.get("sequence_parallel") and f.get("tp", 1) > 1:  # arguments.py: off at TP 1
+        f["sequence_parallel"] = True
+    vpp = 1
+    if "_vstages" in raw:
+        vpp = _int("--num-virtual-stages-per-pipeline-rank", raw["_vstages"])
+    elif "_vlayers" in raw:
+        per_chunk = _int("--num-layers-per-virtual-pipeline-stage", raw["_vlayers"])
+        if "_layers" not in raw:
+            raise HwtuneInputError(
+                "--num-layers-per-virtual-pipeline-stage", per_chunk,
+                "--num-layers beside it (or --num-virtual-stages-per-pipeline-rank)",
+            )  # fmt: skip
+        per_stage = _int("--num-layers", raw["_layers"]) // int(f.get("pp", 1))  # type: ignore[call-overload]
+        if per_stage % per_chunk:
+            raise HwtuneInputError(
+                "--num-layers-per-virtual-pipeline-stage", per_chunk,
+                f"a divisor of the {per_stage} layers per pipeline stage",
+            )  # fmt: skip
+        vpp = per_stage // per_chunk
+    if vpp > 1:
+        f["vpp"], f["schedule"] = vpp, "interleaved"
+    if "_fp8" in raw:
+        if raw["_fp8"] not in ("hybrid", "e4m3"):
+            raise HwtuneInputError("--fp8-format", raw["_fp8"], "hybrid or e4m3")
+        f["precision"] = "fp8"
+        recipe = str(raw.get("_fp8_recipe", "delayed"))
+        if recipe not in ("delayed", "tensorwise"):
+            raise HwtuneInputError(
+                "--fp8-recipe", recipe, "delayed or tensorwise (the fp8 recipes hwtune models)"
+            )
+        f["fp8_recipe"] = "delayed" if recipe == "delayed" else "current"
+    elif raw.get("_bf16"):
+        f["precision"] = "bf16"
+    elif raw.get("_fp16"):
+        f["precision"] = "fp16"
+    else:
+        f["precision"] = "fp32"
+    if raw.get("_mfsdp"):
+        sharding = str(raw.get("_sharding", "optim_grads_params"))
+        if sharding not in SHARDING_ZERO:
+            raise HwtuneInputError(
+                "--data-parallel-sharding-strategy", sharding, "one of " + ", ".join(SHARDING_ZERO)
+            )
+        f["zero"] = SHARDING_ZERO[sharding]
+    elif raw.get("_fsdp2"):
+        f["zero"] = 3
+    else:
+        f["zero"] = 1 if raw.get("_distopt") else 0
+    granularity = raw.get("_recompute")
+    if granularity == "selective":
+        f["recompute"] = "selective"
+    elif granularity == "full":
+        method = raw.get("_recompute_method", "uniform")
+        layers = raw.get("_recompute_layers", "1")
+        if method != "uniform" or str(layers) != "1":
+            raise HwtuneInputError(
+                "--recompute-method", f"{method} --recompute-num-layers {layers}",
+                "uniform with --recompute-num-layers 1 (hwtune models every layer recomputed)",
+            )  # fmt: skip
+        f["recompute"] = "full"
+    elif granularity is not None:
+        raise HwtuneInputError("--recompute-granularity", granularity, "full or selective")
+    if "optimizer" in raw:
+        if raw["optimizer"] not in MEGATRON_OPTIMIZERS:
+            raise HwtuneInputError("--optimizer", raw["optimizer"], "adam or sgd")
+        f["optimizer"] = raw["optimizer"]
+    if raw.get("offload_optimizer"):
+        f["offload_optimizer"] = True
+    for key in ("grad_reduce_dtype", "overlap_tp_comm", "overlap_moe_a2a", "overlap_p2p_comm"):
+        if key in raw:
+            f[key] = raw[key]
+    f["overlap_grad_reduce"] = bool(raw.get("overlap_grad_reduce", False))
+    f["overlap_param_gather"] = bool(raw.get("overlap_param_gather", False))
+    dispatcher = raw.get("_dispatcher", "allgather")
+    deepep = raw.get("_deepep") or raw.get("_flex_backend") == "deepep"
+    if dispatcher == "flex" and deepep:
+        f["moe_dispatch"] = "deepep"
+    elif dispatcher in ("alltoall", "allgather"):
+        f["_moe_dispatcher"] = dispatcher  # checked against the model: alltoall only
+    else:
+        raise HwtuneInputError(
+            "--moe-token-dispatcher-type", dispatcher, "alltoall, or flex with the deepep backend"
+        )
+    if raw.get("_attention") == "unfused":
+        f["flash_attention"] = False
+    drop = [float(str(raw.get(k, "0.1"))) for k in ("_hidden_dropout", "_attention_dropout")]
+    f["dropout"] = any(d > 0 for d in drop)
+    return f
+
+
+def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strategy:
+    """The `Strategy` of a Megatron-LM job on ``n_gpus`` GPUs (data parallelism is what the
+    other degrees leave, as Megatron-LM computes it) for ``model``."""
+    from hwtune.train.strategy import make_strategy
+
+    for flag, value in job.shape:
+        attr = MEGATRON_SHAPE[flag]
+        owner = model.moe if attr.startswith("moe.") else model
+        have = getattr(owner, attr.removeprefix("moe."), None) if owner is not None else None
+        if have != value:
+            raise HwtuneInputError(
+                flag, value, f"{have if have is not None else 'no such setting'}, as in the model "
+                f"being estimated ({model.name}; --model)",
+            )  # fmt: skip
+    f = dict(job.fields)
+    dispatcher = f.pop("_moe_dispatcher", None)
+    if model.moe is not None and int(f.get("ep", 1)) > 1 and dispatcher == "allgather":  # type: ignore[call-overload]
+        raise HwtuneInputError(
+            "--moe-token-dispatcher-type", "allgather (the default)",
+            "alltoall, or flex with the deepep backend (the dispatchers hwtune models)",
+        )  # fmt: skip
+    if model.moe is None:
+        f.pop("overlap_moe_a2a", None)
+        f.pop("moe_dispatch", None)
+    other = int(f.get("tp", 1)) * int(f.get("pp", 1)) * int(f.get("cp", 1))  # type: ignore[call-overload]
+    if n_gpus % other:
+        raise HwtuneInputError(
+            "GPU count", n_gpus, f"a multiple of tp*pp*cp = {other} from the Megatron-LM flags"
+        )
+    return make_strategy(dp=n_gpus // other, **f)
+
+
 def launch_for(
     framework: str, st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int
 ) -> Launch:
@@ -195,7 +463,11 @@ __all__ = [
     "MEGATRON_RECOMPUTE",
     "MEGATRON_SCHEDULES",
     "Launch",
+    "MegatronJob",
     "launch_for",
+    "megatron_strategy",
+    "split_command",
+    "strategy_from_megatron",
     "megatron_launch",
     "megatron_refusal",
 ]
