@@ -310,6 +310,8 @@ def test_layers_per_virtual_stage() -> None:
          "--data-parallel-sharding-strategy"),
         (["--tensor-model-parallel-size", "two"], "--tensor-model-parallel-size"),
         (["--micro-batch-size"], "--micro-batch-size"),
+        (["--hidden-dropout", "abc"], "--hidden-dropout"),
+        (["--attention-dropout", "1.5"], "--attention-dropout"),
         (["--num-layers-per-virtual-pipeline-stage", "5"], "--num-layers-per-virtual-pipeline-stage"),
     ],
 )  # fmt: skip

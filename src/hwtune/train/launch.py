@@ -412,7 +412,16 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         )
     if raw.get("_attention") == "unfused":
         f["flash_attention"] = False
-    drop = [float(str(raw.get(k, "0.1"))) for k in ("_hidden_dropout", "_attention_dropout")]
+    drop = []
+    for key, flag in (("_hidden_dropout", "--hidden-dropout"), ("_attention_dropout",
+                                                               "--attention-dropout")):  # fmt: skip
+        try:
+            p = float(str(raw.get(key, "0.1")))  # Megatron-LM's default, transformer_config.py
+        except ValueError:
+            p = -1.0
+        if not 0 <= p < 1:
+            raise HwtuneInputError(flag, raw[key], "a probability in [0, 1)")
+        drop.append(p)
     f["dropout"] = any(d > 0 for d in drop)
     return f
 
