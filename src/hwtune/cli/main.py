@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
-from hwtune.cli.parsing import ESTIMATE_FLAGS, cluster_only, flag_error
+from hwtune.cli.parsing import CLUSTER_FLAGS, ESTIMATE_FLAGS, cluster_only, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -187,7 +187,7 @@ def estimate(
 
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
-            raise HwtuneInputError("zero", zero, "a ZeRO stage 0, 1, 2 or 3")
+            raise HwtuneInputError("--zero", zero, "a ZeRO stage 0, 1, 2 or 3")
         spec = get_model(model)
         n = gpus if gpus is not None else (dp * tp * pp * cp if dp else max(8, tp * pp * cp))
         if cluster is not None:
@@ -216,11 +216,14 @@ def estimate(
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
     except HwtuneInputError as e:
-        # the GPU count is --gpus's (typed, or its default 8) unless --dp made it dp*tp*pp*cp;
-        # with --cluster it is the file's
+        # the GPU count is --gpus's (typed, or its default 8) unless --dp made it
+        # dp x tp x pp x cp; with --cluster it and the network are the file's
         flags = {k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")}
+        flags["dp*tp*pp*cp"] = "--dp x --tp x --pp x --cp"
         if cluster is None:
-            flags["cluster.n_gpus"] = "dp*tp*pp*cp" if gpus is None and dp else "--gpus"
+            flags |= CLUSTER_FLAGS
+            if gpus is None and dp:
+                flags["cluster.n_gpus"] = flags["dp*tp*pp*cp"]
         _fail(flag_error(e, flags))
         return
     if as_json:
