@@ -215,6 +215,11 @@ def estimate(
             **software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe, framework,
                             zero3_gather, grad_accumulation),
         )  # fmt: skip
+        if zero3_gather != "layer" and est.strategy.zero != 3:  # typed, it would change nothing
+            raise HwtuneInputError(
+                "--zero3-gather", zero3_gather,
+                f"layer (the default) unless ZeRO stage 3 (here stage {est.strategy.zero}; --zero 3)",
+            )  # fmt: skip
     except HwtuneInputError as e:
         # the GPU count is --gpus's (typed, or its default 8) unless --dp made it
         # dp x tp x pp x cp; with --cluster it and the network are the file's
