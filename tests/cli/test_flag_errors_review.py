@@ -220,3 +220,14 @@ def test_usage_still_runs():
 )
 def test_a_literals_choices_read_as_hwtunes_own_checks(msg, expected):
     assert expected_from_pydantic(msg) == expected
+
+
+def test_a_zero3_gather_that_changes_nothing_is_refused(rejects):
+    # --zero3-gather sets the ZeRO-3 gather unit; at ZeRO stage 1 it was silently ignored
+    rejects(["estimate", "--zero3-gather", "module", "--zero", "1"], "--zero3-gather",
+            "'module'", "stage 1")  # fmt: skip
+    rejects(["estimate", "--zero3-gather", "parameter", "--pp", "2"], "--zero3-gather", "stage 1")
+    # a preset's unit is no typed flag: DeepSpeed with pipeline parallelism (stage 1) still runs
+    r = CliRunner().invoke(app, ["estimate", "--framework", "huggingface-deepspeed", "--pp", "2",
+                                 "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
