@@ -96,6 +96,9 @@ def test_a_cluster_file_keeps_its_keys(tmp_path, rejects):
         (["--what-if", "oversubscription=0.5"], "--what-if oversubscription: got 0.5", ()),
         (["--what-if", "nic=100", "--target-efficiency", "2"], "--target-efficiency", ("2.0",)),
         (["--objective", "nope"], "--objective", ("one of throughput",)),
+        # was "global batch: got 'both'"
+        (["--global-batch", "8", "--global-batch-tokens", "8192"], "--global-batch-tokens",
+         ("got 8192", "no value with --global-batch")),
         (["--top", "0"], "--top", ("a positive integer",)),
         (["--objective", "time-to-train", "--tokens", "-1"], "--tokens", ("-1.0",)),
         (["--fix", "tp=3"], "--fix/--max", ("'tp': 3", "a layout of 64 GPUs")),

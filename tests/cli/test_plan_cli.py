@@ -143,7 +143,7 @@ def test_contradicting_constraint_exits_2_with_one_line():
         (["--fix", "tp"], "--fix"),
         (["--schedule", "pipedream"], "pipedream"),
         (["--objective", "speed"], "objective"),
-        (["--global-batch-tokens", "65536"], "both"),  # with --global-batch 16 as well
+        (["--global-batch-tokens", "65536"], "no value with --global-batch"),  # 16 as well
         (["--what-if", "latency=1,2"], "latency"),
         (["--gpu", "h100-sxm-80gbx"], "h100"),
         (["--global-batch", "0"], "--global-batch"),  # not the default 512

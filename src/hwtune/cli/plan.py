@@ -134,8 +134,9 @@ def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) 
             raise HwtuneInputError(name, v, "a positive integer")
     if global_batch is not None and global_batch_tokens is not None:
         raise HwtuneInputError(
-            "global batch", "both", "--global-batch or --global-batch-tokens, not both"
-        )
+            "--global-batch-tokens", global_batch_tokens, "no value with --global-batch (one or "
+            "the other)",
+        )  # fmt: skip
     if global_batch_tokens is not None:
         if global_batch_tokens % seq:
             raise HwtuneInputError(
