@@ -42,11 +42,15 @@ def unknown_name(kind: str, name: str, choices: Iterable[str]) -> HwtuneInputErr
     return HwtuneInputError(kind, name, hint + " (or a path to a file)")
 
 
+_CHOICES = re.compile(r"'[^']*'(, '[^']*')* or '[^']*'")
+
+
 def expected_from_pydantic(msg: str) -> str:
     """Pydantic's description of a failed check, reworded as what was expected:
     "Input should be greater than 0" -> "a value greater than 0", "Input should be a valid
     integer, unable to parse string as an integer" -> "a valid integer", "Extra inputs are not
-    permitted" -> "a known field name (this one is unknown)"."""
+    permitted" -> "a known field name (this one is unknown)", "Input should be 'a', 'b' or 'c'"
+    (a ``Literal``) -> "one of a, b, c"."""
     msg = msg.removeprefix("Value error, ")
     if msg == "Extra inputs are not permitted":
         return "a known field name (this one is unknown)"
@@ -59,6 +63,8 @@ def expected_from_pydantic(msg: str) -> str:
         return "a finite number"
     if rest.startswith(("greater", "less")):
         return "a value " + rest
+    if _CHOICES.fullmatch(rest):  # a Literal's "'a', 'b' or 'c'": as hwtune's own checks say it
+        return "one of " + ", ".join(re.findall(r"'([^']*)'", rest))
     return rest
 
 

@@ -15,13 +15,13 @@ from hwtune.cli.main import app
 @pytest.mark.parametrize(
     ("args", "field"),
     [
-        (["--nic-gbps", "0"], "nic_gbps_per_gpu"),  # was replaced by the preset's 400
-        (["--nic-gbps", "inf"], "nic_gbps_per_gpu"),
-        (["--gpus-per-node", "0"], "gpus_per_node"),  # was replaced by 8
-        (["--scaleup-domain", "0"], "scaleup_domain"),  # was replaced by the preset's
+        (["--nic-gbps", "0"], "--nic-gbps"),  # was replaced by the preset's 400
+        (["--nic-gbps", "inf"], "--nic-gbps"),
+        (["--gpus-per-node", "0"], "--gpus-per-node"),  # was replaced by 8
+        (["--scaleup-domain", "0"], "--scaleup-domain"),  # was replaced by the preset's
         (["--moe-imbalance", "inf"], "--moe-imbalance"),
-        (["--zero", "-1"], "zero"),  # the internal "default" sentinel, not a stage
-        (["--tp", "-1"], "strategy.tp"),  # was named as a derived dp=-8
+        (["--zero", "-1"], "--zero"),  # the internal "default" sentinel, not a stage
+        (["--tp", "-1"], "--tp"),  # was named as a derived dp=-8
     ],
 )
 def test_bad_numbers_are_named(rejects, args, field):

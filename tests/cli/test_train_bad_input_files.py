@@ -48,7 +48,7 @@ def test_cluster_cross_field_checks_name_the_field(tmp_path, rejects):
     assert "got 12" in line and "Device(" not in line
     line = rejects(["estimate", "--gpus-per-node", "3"], "--gpus", "8")
     assert "Device(" not in line
-    rejects(["estimate", "--scaleup-domain", "3"], "cluster.scaleup_domain")
+    rejects(["estimate", "--scaleup-domain", "3"], "--scaleup-domain", "--gpus-per-node (= 8)")
 
 
 def test_cluster_name_not_a_string_is_an_error_not_dropped(tmp_path, rejects):

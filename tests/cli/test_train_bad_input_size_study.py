@@ -52,7 +52,7 @@ STUDY = ["study", "--models", "llama3.1-8b", "--scales", "8", "--global-batch", 
         (["--scales", "0"], "--scales", ("0",)),  # was a "no fit" row
         (["--scales", "-8"], "--scales", ("-8",)),
         (["--scales", "8,,16"], "--scales", ("8,,16",)),  # the empty item was dropped
-        (["--scales", "12"], "n_gpus", ("12", "gpus_per_node")),  # was a "no fit" row
+        (["--scales", "12"], "--scales", ("12", "GPUs per node (= 8)")),  # was a "no fit" row
         (["--scales", "8,8"], "scales", ("8", "twice")),  # the point ran and was written twice
         (["--models", "llama3.1-8b,llama3.1-8b"], "models", ("llama3.1-8b",)),
         (["--global-batch", "0"], "--global-batch", ("0",)),  # was a "no fit" row
@@ -61,11 +61,11 @@ STUDY = ["study", "--models", "llama3.1-8b", "--scales", "8", "--global-batch", 
         (["--gpus", "a100-sxm4-80gb", "--precision", "fp8"], "precision", ("a100",)),
         (["--models", "nosuch"], "model", ("nosuch",)),  # was a "no fit" row
         (["--gpus", "nosuch"], "gpu", ("nosuch",)),
-        (["--topologies", "nic=-100,domain=8"], "topology nic", ("-100",)),
-        (["--topologies", "nic=nan"], "topology nic", ("nan",)),
-        (["--topologies", "domain=7.5"], "topology domain", ("7.5",)),  # was truncated to 7
-        (["--topologies", "domain=0"], "topology domain", ()),
-        (["--topologies", "oversubscription=0.5"], "topology oversubscription", ("0.5",)),
+        (["--topologies", "nic=-100,domain=8"], "--topologies nic", ("-100",)),
+        (["--topologies", "nic=nan"], "--topologies nic", ("nan",)),
+        (["--topologies", "domain=7.5"], "--topologies domain", ("7.5",)),  # was truncated to 7
+        (["--topologies", "domain=0"], "--topologies domain", ()),
+        (["--topologies", "oversubscription=0.5"], "--topologies oversubscription", ("0.5",)),
     ],
 )
 def test_study_bad_values_are_named_before_any_point_runs(rejects, tmp_path, args, field, words):
@@ -98,7 +98,7 @@ def test_study_non_utf8_csv_is_named(rejects, tmp_path):
 
 def test_study_topology_key_given_twice_is_refused(rejects, tmp_path):
     # nic=100,nic=200 ran with 200 only
-    rejects([*STUDY, "-o", str(tmp_path), "--topologies", "nic=100,nic=200"], "topology nic")
+    rejects([*STUDY, "-o", str(tmp_path), "--topologies", "nic=100,nic=200"], "--topologies nic")
 
 
 def test_study_table_shows_why_a_point_has_no_strategy(tmp_path, monkeypatch):

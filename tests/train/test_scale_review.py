@@ -267,7 +267,7 @@ def test_a_bad_count_or_network_value_stops_the_sweep_before_any_search(monkeypa
     ],
 )
 def test_a_count_that_is_not_whole_nodes_names_its_flag(rejects, args, field):
-    rejects([*S, *args], field, "12", "gpus_per_node=8")
+    rejects([*S, *args], field, "12", "--gpus-per-node (= 8)")
 
 
 @pytest.mark.parametrize("models", ["llama3.1-8b,,qwen3-8b", "llama3.1-8b,"])
@@ -379,7 +379,9 @@ def test_a_sweep_where_nothing_fits_exits_1_and_says_how_much_memory_is_missing(
     assert table.exit_code == 1 and "GiB more per GPU" in table.output
 
 
-@pytest.mark.parametrize(("gpus", "expected"), [("12", "gpus_per_node=8"), ("0", "greater than 0")])
+@pytest.mark.parametrize(
+    ("gpus", "expected"), [("12", "--gpus-per-node (= 8)"), ("0", "a positive integer")]
+)
 def test_plan_names_gpus_for_a_count_the_nodes_do_not_take(rejects, gpus, expected):
     # named "cluster.n_gpus", an option plan does not have
     args = ["plan", "-m", "llama3.1-8b", "--seq", "2048", "--global-batch", "64"]

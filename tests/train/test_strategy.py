@@ -68,7 +68,7 @@ def test_ep_must_divide_tp_times_cp_times_dp():
     # EP folds over the tensor x context x data ranks of a stage (Megatron-Core MoE parallel
     # folding with expert TP 1): 4 does not divide 2 ranks, but does divide tp 2 x dp 2.
     msg = rejects(Strategy(dp=2, ep=4), MOE, "ep", 4)
-    assert "tp*cp*dp = 2" in msg
+    assert "tp x cp x dp (= 2)" in msg
     Strategy(dp=8, ep=4, global_batch=8).validate_for(MOE)
     Strategy(tp=2, dp=2, ep=4, global_batch=8).validate_for(MOE)
     rejects(Strategy(tp=2, dp=2, ep=8, global_batch=8), MOE, "ep", 8)

@@ -355,7 +355,8 @@ def step_cmd(
                        global_batch=global_batch, seq=seq)  # fmt: skip
         se = step_energy(est, cl)
     except HwtuneInputError as e:
-        _fail(flag_error(e, ESTIMATE_FLAGS))
+        own = ("model", "gpu", "tp", "pp", "micro_batch", "global_batch", "seq", "cluster.n_gpus")
+        _fail(flag_error(e, {k: ESTIMATE_FLAGS[k] for k in own}))
         return
     if as_json:
         _emit({"model": model, "gpu": cl.device.name, **se.to_dict()})

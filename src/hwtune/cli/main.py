@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from hwtune.cli.megatron import job_gpus, megatron_flags, read_megatron_args
-from hwtune.cli.parsing import ESTIMATE_FLAGS, cluster_only, flag_error
+from hwtune.cli.parsing import CLUSTER_FLAGS, ESTIMATE_FLAGS, cluster_only, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -204,7 +204,7 @@ def estimate(
 
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
-            raise HwtuneInputError("zero", zero, "a ZeRO stage 0, 1, 2 or 3")
+            raise HwtuneInputError("--zero", zero, "a ZeRO stage 0, 1, 2 or 3")
         check_launch_framework(launch, framework)
         spec = get_model(model)
         job = read_megatron_args(megatron_args, ctx) if megatron_args is not None else None
@@ -246,15 +246,24 @@ def estimate(
             overlap_p2p_comm=overlap_p2p,
             **software,
         )  # fmt: skip
+        if zero3_gather != "layer" and est.strategy.zero != 3:  # typed, it would change nothing
+            raise HwtuneInputError(
+                "--zero3-gather", zero3_gather,
+                f"layer (the default) unless ZeRO stage 3 (here stage {est.strategy.zero}; --zero 3)",
+            )  # fmt: skip
         launch_doc = launch_document(launch, est, spec, cl)
     except HwtuneInputError as e:
-        # the GPU count is --gpus's (typed, or its default 8) unless --dp made it dp*tp*pp*cp;
-        # with --cluster it is the file's
+        # the GPU count is --gpus's (typed, or its default 8) unless --dp made it
+        # dp x tp x pp x cp; with --cluster it and the network are the file's
         flags = {k: v for k, v in ESTIMATE_FLAGS.items() if not k.startswith("cluster.")}
+        flags["dp*tp*pp*cp"] = "--dp x --tp x --pp x --cp"
         if cluster is None:
-            flags["cluster.n_gpus"] = "dp*tp*pp*cp" if gpus is None and dp else "--gpus"
-        if megatron_args is not None:
-            flags = megatron_flags()
+            flags |= CLUSTER_FLAGS
+            if gpus is None and dp:
+                flags["cluster.n_gpus"] = flags["dp*tp*pp*cp"]
+        if megatron_args is not None:  # the strategy's fields came from the Megatron-LM flags
+            flags = {k: v for k, v in flags.items() if k.startswith("cluster.")}
+            flags |= megatron_flags()
         _fail(flag_error(e, flags))
         return
     if as_json:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
+
+SOFTWARE_FLAGS = {
+    "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
+    "loss_kernel": "--loss", "moe_dispatch": "--moe-dispatch", "fp8_recipe": "--fp8-recipe",
+    "zero3_gather": "--zero3-gather", "grad_accumulation": "--grad-accumulation",
+}  # fmt: skip
+"""The `Strategy` fields of the kernel options that `estimate` and `plan` share
+(`hwtune.cli.software`)."""
 
 
 def positive_ints(text: str, field: str) -> list[int]:
@@ -21,24 +30,55 @@ def positive_ints(text: str, field: str) -> list[int]:
 
 
 ESTIMATE_FLAGS = {
+    "model": "--model", "gpu": "--gpu", "cluster": "--cluster", "framework": "--framework",
     "global_batch": "--global-batch", "micro_batch": "--micro-batch", "seq": "--seq",
-    "vpp": "--vpp", "moe_imbalance": "--moe-imbalance", "sequence_parallel": "--sequence-parallel",
-    "overlap_moe_a2a": "--overlap-a2a", "fp8_recipe": "--fp8-recipe", "moe_dispatch": "--moe-dispatch",
-    "precision": "--precision", "cluster.n_gpus": "--gpus",
+    "dp": "--dp", "tp": "--tp", "pp": "--pp", "ep": "--ep", "cp": "--cp", "vpp": "--vpp",
+    "tp*pp*cp": "--tp x --pp x --cp", "pp*vpp": "--pp x --vpp", "zero": "--zero",
+    "schedule": "--schedule", "recompute": "--recompute", "optimizer": "--optimizer",
+    "offload_optimizer": "--offload", "moe_imbalance": "--moe-imbalance",
+    "sequence_parallel": "--sequence-parallel", "overlap_moe_a2a": "--overlap-a2a",
+    "overlap_tp_comm": "--overlap-tp", "overlap_grad_reduce": "--overlap-grad",
+    "overlap_p2p_comm": "--overlap-p2p", "flash_attention": "--flash", "precision": "--precision",
+    "cluster.n_gpus": "--gpus", **SOFTWARE_FLAGS,
 }  # fmt: skip
-"""The strategy's (and the cluster's GPU count's) fields that the flags of `estimate` and
-`energy step` spell otherwise. Not ``attention_kernel``, which a ``--framework`` preset also
-sets; ``cluster.n_gpus`` only where no ``--cluster`` file gave it."""
+"""The strategy's (and the cluster's GPU count's) fields that the flags of `estimate` spell
+otherwise (`energy step` passes the few of them that it has). The kernel fields are named by
+their flags even with ``--framework``: a preset's values are all valid, so only a typed value
+can be rejected. ``cluster.n_gpus`` only where no ``--cluster`` file gave it."""
+
+CLUSTER_FLAGS = {
+    "cluster.n_gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node",
+    "cluster.nic_gbps_per_gpu": "--nic-gbps", "cluster.scaleup_domain": "--scaleup-domain",
+}  # fmt: skip
+"""The cluster's fields that `estimate`, `plan` and `scale` build from their flags
+(`hwtune.hardware.cluster.make_cluster`); not where a ``--cluster`` file gave them, whose
+errors name the file's keys (``c.yaml.nic_gbps_per_gpu``)."""
+
+_PY_NAME = re.compile(r"(?<![\w.-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w-])")
 
 
 def flag_error(e: HwtuneInputError, flags: Mapping[str, str]) -> HwtuneInputError:
     """``e`` naming the flag the user typed instead of the Python field that a check below the
     CLI named (the strategy's, the search's and the scaling sweep's checks name the API's
     fields): ``flags`` maps a field, bare or under pydantic's ``strategy.`` prefix, to the
-    command's option that set it (``global_batch`` -> ``--global-batch``). Each command passes
-    only its own options; any other error comes back unchanged."""
-    flag = flags.get(e.field.removeprefix("strategy."))
-    return e if flag is None else HwtuneInputError(flag, e.value, e.expected)
+    command's option that set it (``global_batch`` -> ``--global-batch``); a field of two words
+    (``topology nic``) maps by its first. The expected text is put in the same terms: a Python
+    name in it (``micro_batch``, ``gpus_per_node``; the part after the last dot of a key)
+    becomes its flag, and "a value greater than 0" for an integer option "a positive integer"
+    (the wording of the search's checks). Each command passes only its own options; any other
+    error comes back unchanged."""
+    field = e.field.removeprefix("strategy.")
+    flag = flags.get(field)
+    if flag is None and " " in field:
+        head, _, rest = field.partition(" ")
+        flag = f"{flags[head]} {rest}" if head in flags else None
+    names = {k.rpartition(".")[2]: v for k, v in flags.items()}
+    expected = _PY_NAME.sub(lambda m: names.get(m.group(1), m.group(1)), e.expected)
+    if flag is not None and expected == "a value greater than 0" and type(e.value) is int:
+        expected = "a positive integer"
+    if flag is None and expected == e.expected:
+        return e
+    return HwtuneInputError(flag or e.field, e.value, expected)
 
 
 def cluster_only(**options: object) -> None:

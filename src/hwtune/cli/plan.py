@@ -15,6 +15,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hwtune.cli.parsing import (
+    CLUSTER_FLAGS,
+    ESTIMATE_FLAGS,
+    SOFTWARE_FLAGS,
     cluster_only,
     flag_error,
     output_path,
@@ -95,18 +98,13 @@ def make_clusters(
     names = [g.strip() for g in gpu.split(",")]
     if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a GPU to skip
         raise HwtuneInputError("--gpu", gpu, "one or more catalog GPU names, comma-separated")
-    try:
-        clusters = [
-            make_cluster(
-                n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
-                scaleup_domain=scaleup_domain,
-            )
-            for n in names
-        ]  # fmt: skip
-    except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
-        if e.field.endswith("n_gpus"):
-            raise HwtuneInputError("--gpus", gpus, e.expected) from None
-        raise
+    clusters = [
+        make_cluster(
+            n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+            scaleup_domain=scaleup_domain,
+        )
+        for n in names
+    ]  # fmt: skip
     devices = [cl.device.name for cl in clusters]  # an alias and its name are the same GPU
     if len(set(devices)) != len(devices):
         raise HwtuneInputError("--gpu", gpu, "each GPU once")
@@ -141,8 +139,9 @@ def _batch(global_batch: int | None, global_batch_tokens: int | None, seq: int) 
             raise HwtuneInputError(name, v, "a positive integer")
     if global_batch is not None and global_batch_tokens is not None:
         raise HwtuneInputError(
-            "global batch", "both", "--global-batch or --global-batch-tokens, not both"
-        )
+            "--global-batch-tokens", global_batch_tokens, "no value with --global-batch (one or "
+            "the other)",
+        )  # fmt: skip
     if global_batch_tokens is not None:
         if global_batch_tokens % seq:
             raise HwtuneInputError(
@@ -259,8 +258,6 @@ def plan_cmd(
                                    "launches the one best strategy of a plan)")  # fmt: skip
         _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
                         tokens)  # fmt: skip
-        if fp8_recipe != "delayed" and precision != "fp8":
-            raise HwtuneInputError("--fp8-recipe", fp8_recipe, "delayed unless --precision fp8")
         tokens = 1e12 if tokens is None else tokens
         software = software_fields(
             attention_kernel,
@@ -272,7 +269,10 @@ def plan_cmd(
             zero3_gather,
             grad_accumulation,
         )
-        make_strategy(**software)  # one-line errors for bad values before the search starts
+        # one-line errors for bad values, and for switches that would change nothing (an fp8
+        # recipe without fp8, MoE dispatch on a dense model), before the search starts: the
+        # checks and wording of `hwtune estimate`
+        make_strategy(**software, precision=precision).validate_for(spec)
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip
@@ -312,8 +312,13 @@ def plan_cmd(
     except HwtuneInputError as e:
         # the search names its job's fields; the batch in sequences is --global-batch's value
         # only when --global-batch-tokens did not give it
-        flags = {"price_per_gpu_hour": "--price-per-gpu-hour", "seq": "--seq",
-                 "precision": "--precision"}  # fmt: skip
+        flags = {k: ESTIMATE_FLAGS[k] for k in ("model", "gpu", "cluster", "framework", "seq",
+                                                 "precision")} | SOFTWARE_FLAGS  # fmt: skip
+        flags |= {"price_per_gpu_hour": "--price-per-gpu-hour", "objective": "--objective",
+                  "top": "--top", "tokens": "--tokens", "target_efficiency": "--target-efficiency",
+                  "what-if": "--what-if", "constraints": "--fix/--max"}  # fmt: skip
+        if cluster is None:
+            flags |= CLUSTER_FLAGS
         if global_batch_tokens is None:
             flags["global_batch"] = "--global-batch"
         fail(flag_error(e, flags))
@@ -566,20 +571,16 @@ def scale_cmd(
     from hwtune.train.scaling import scale_sweep
     from hwtune.train.search import NoLayoutError, plan, strategy_label
 
+    # the count of an accelerator sweep is one of --gpus, that of a model or batch sweep --fixed-gpus
+    count_flag = "--gpus" if "," not in model and global_batches is None else "--fixed-gpus"
     try:
         names = [x.strip() for x in model.split(",")]
         if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a model to skip
             raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
-        count_flag = "--gpus" if len(names) == 1 and global_batches is None else "--fixed-gpus"
 
         def mk(n: int):  # noqa: ANN202
-            try:
-                return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
-                                    scaleup_domain=scaleup_domain)  # fmt: skip
-            except HwtuneInputError as e:  # "cluster.n_gpus" -> the flag that gave the count
-                if e.field.endswith("n_gpus"):
-                    raise HwtuneInputError(count_flag, n, e.expected) from None
-                raise
+            return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
+                                scaleup_domain=scaleup_domain)  # fmt: skip
 
         if len(names) > 1 or global_batches is not None:
             _distinct([get_model(n).name for n in names], model, "--model")  # aliases too
@@ -663,8 +664,11 @@ def scale_cmd(
                               fractions=fr, progress=cb, precision=precision, top_k=1)  # fmt: skip
     except HwtuneInputError as e:  # the sweep's and the search's checks name their fields
         batch_flag = "--global-batches" if global_batches is not None else "--global-batch"
-        fail(flag_error(e, {"global_batch": batch_flag, "seqs_per_gpu": "--seqs-per-gpu",
-                            "seq": "--seq", "precision": "--precision"}))  # fmt: skip
+        flags = {k: ESTIMATE_FLAGS[k] for k in ("model", "gpu", "seq", "precision")}
+        flags |= CLUSTER_FLAGS | {"cluster.n_gpus": count_flag, "global_batch": batch_flag,
+                                  "seqs_per_gpu": "--seqs-per-gpu", "policy": "--policy",
+                                  "knees": "--knees"}  # fmt: skip
+        fail(flag_error(e, flags))
         return
     device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {

@@ -80,8 +80,9 @@ def size_cmd(
                 dtype=precision,
             )
     except HwtuneInputError as e:
-        fail(flag_error(e, {"seq": "--seq", "micro_batch": "--micro-batch", "tp": "--tp",
-                            "precision": "--precision"}))  # fmt: skip
+        fail(flag_error(e, {"model": "--model", "gpu": "--gpu", "seq": "--seq",
+                            "micro_batch": "--micro-batch", "tp": "--tp", "precision": "--precision",
+                            "target": "--target", "tolerance": "--tolerance"}))  # fmt: skip
         return
     if target is None:
         rows = [{"gemm": i.where, "shape_mnk": list(i.shape), "efficiency": i.efficiency,
@@ -189,8 +190,13 @@ def study_cmd(
             path = run_study(pts, output, workers=workers, ray_address=ray, progress=cb,
                              notice=lambda line: sys.stderr.write(f"note: {line}\n"))  # fmt: skip
     except HwtuneInputError as e:
-        fail(flag_error(e, {"seq": "--seq", "global_batch": "--global-batch",
-                            "precision": "--precision"}))  # fmt: skip
+        # the grid's axes are the plural options; a cluster's nodes are the topology's
+        fail(flag_error(e, {"model": "--models", "models": "--models", "gpu": "--gpus",
+                            "gpus": "--gpus", "topology": "--topologies",
+                            "topologies": "--topologies", "scales": "--scales", "seq": "--seq",
+                            "global_batch": "--global-batch", "precision": "--precision",
+                            "workers": "--workers", "output": "--output",
+                            "gpus_per_node": "GPUs per node"}))  # fmt: skip
         return
     with path.open() as f:
         rows = list(csv.DictReader(f))

@@ -80,14 +80,14 @@ class Cluster(FrozenModel):
     def _check(self) -> Cluster:
         if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
             raise HwtuneInputError(
-                "n_gpus", self.n_gpus, f"a multiple of gpus_per_node={self.gpus_per_node}"
+                "n_gpus", self.n_gpus, f"a multiple of gpus_per_node (= {self.gpus_per_node})"
             )
         dom = self.domain
         if dom % self.gpus_per_node and self.gpus_per_node % dom:
             raise HwtuneInputError(
                 "scaleup_domain",
                 dom,
-                f"a divisor or multiple of gpus_per_node={self.gpus_per_node}",
+                f"a divisor or multiple of gpus_per_node (= {self.gpus_per_node})",
             )
         if self.power_cap_w is not None:
             static = device_power_figures(self.device)[0]

@@ -475,7 +475,7 @@ def _check_expert_mesh(mesh: Mesh, model: ModelSpec) -> None:
         raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of the {e} experts")
     fold = mesh.tp * mesh.cp * mesh.dp
     if fold % mesh.ep:
-        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of tp*cp*dp = {fold}")
+        raise HwtuneInputError("mesh.ep", mesh.ep, f"a divisor of tp x cp x dp (= {fold})")
 
 
 def validate(
@@ -502,7 +502,7 @@ def validate(
         raise HwtuneInputError(
             "global_batch",
             spec.global_batch_seqs,
-            f"a multiple of micro_batch*dp = {spec.micro_batch * mesh.dp}",
+            f"a multiple of micro_batch x dp (= {spec.micro_batch} x {mesh.dp} = {spec.micro_batch * mesh.dp})",
         )
     layers = resolve(spec, model)
     nst = spec.n_stages()

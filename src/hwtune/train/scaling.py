@@ -201,11 +201,11 @@ def scale_sweep(
             "policy", policy, "strong (fixed global batch) or weak (fixed per-GPU batch)"
         )
     if policy == "strong" and not (isinstance(global_batch, int) and global_batch > 0):
-        raise HwtuneInputError("global_batch", global_batch, "a global batch for strong scaling")
+        raise HwtuneInputError("global_batch", global_batch, "a positive integer")
     if policy == "weak":
         spg = seqs_per_gpu
         if not (isinstance(spg, int | float) and math.isfinite(spg) and spg > 0):
-            raise HwtuneInputError("seqs_per_gpu", spg, "sequences per GPU for weak scaling")
+            raise HwtuneInputError("seqs_per_gpu", spg, "a positive finite number")
         for n in ns:
             if spg * n != round(spg * n):
                 raise HwtuneInputError(

@@ -359,6 +359,12 @@ def plan(
                 candidates += skipped
                 pruned["does not fit in memory (larger micro-batch)"] += skipped
                 break
+    if not candidates:  # layouts, but no micro-batch or schedule that the constraints allow
+        raise NoLayoutError(
+            "constraints", {**c.fixed, **c.maxima},
+            f"a micro-batch and schedule that divide the batch {global_batch} on a layout of "
+            f"{cl.n_gpus} GPUs",
+        )  # fmt: skip
     result = PlanResult(
         top=[e for _, e in top],
         objective=objective,

@@ -110,8 +110,8 @@ def network_whatif(
         raise HwtuneInputError(f"--what-if {field}", list(values), "each value once")
     clusters = []  # every value is checked before the first search
     for v in values:
-        if not math.isfinite(v) or (field == "domain" and v != int(v)):
-            kind = "a whole number of GPUs" if field == "domain" else "a finite number"
+        if not math.isfinite(v) or (field == "domain" and not (v == int(v) and v >= 1)):
+            kind = "a positive whole number of GPUs" if field == "domain" else "a finite number"
             raise HwtuneInputError(f"--what-if {field}", v, kind)
         upd = {key: int(v) if field == "domain" else float(v)}
         if field == "domain":
@@ -119,7 +119,15 @@ def network_whatif(
         try:
             clusters.append(Cluster(**{**cluster.__dict__, **upd}))
         except ValidationError as e:  # a NIC <= 0, a domain that does not nest, etc.
-            raise from_validation_error(e, where=f"--what-if {field}") from None
+            err = from_validation_error(e)
+            expected = err.expected
+            if field == "domain" and err.field != key:  # the nodes it makes do not take the GPUs
+                n, per_node = cluster.n_gpus, cluster.gpus_per_node
+                expected = (f"a divisor of the {n} GPUs up to {per_node} (GPUs per node), or a "
+                            f"multiple of {per_node}")  # fmt: skip
+            raise HwtuneInputError(
+                f"--what-if {field}", int(v) if field == "domain" else v, expected
+            ) from None
     points = []
     for i, (v, cl) in enumerate(zip(values, clusters, strict=True)):
         if progress:

@@ -201,7 +201,7 @@ class Strategy(BaseModel):
                 )
             fold = self.tp * self.cp * self.dp
             if fold % self.ep:
-                raise HwtuneInputError("ep", self.ep, f"a divisor of tp*cp*dp = {fold}")
+                raise HwtuneInputError("ep", self.ep, f"a divisor of tp x cp x dp (= {fold})")
         if self.seq % self.cp:
             raise HwtuneInputError("cp", self.cp, f"a divisor of the sequence length {self.seq}")
         if self.cp > 1 and (self.seq // self.cp) % 2:
@@ -212,7 +212,7 @@ class Strategy(BaseModel):
         if gb % (self.micro_batch * self.dp):
             raise HwtuneInputError(
                 "global_batch", gb,
-                f"a multiple of micro_batch*dp = {self.micro_batch}*{self.dp} = {self.micro_batch * self.dp}",
+                f"a multiple of micro_batch x dp (= {self.micro_batch} x {self.dp} = {self.micro_batch * self.dp})",
             )  # fmt: skip
         chunks = self.pp * self.vpp
         if self.pp > 1 and model.n_layers < chunks:
@@ -221,14 +221,16 @@ class Strategy(BaseModel):
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
             raise HwtuneInputError(
                 "global_batch", gb,
-                f"micro-batches per step ({self.grad_accum}) divisible by pp={self.pp} (interleaved 1F1B)",
+                f"micro-batches per step ({self.grad_accum}) divisible by pp (= {self.pp}) (interleaved 1F1B)",
             )  # fmt: skip
         if self.schedule in ("dualpipe", "dualpipev", "zbv") and self.pp > 1:
             if self.schedule == "dualpipe" and self.pp % 2:
                 raise HwtuneInputError("pp", self.pp, "an even degree for DualPipe")
             if self.grad_accum < 2 * self.pp and self.schedule == "dualpipe":
                 raise HwtuneInputError(
-                    "global_batch", gb, f"at least 2*pp = {2 * self.pp} micro-batches for DualPipe"
+                    "global_batch",
+                    gb,
+                    f"at least 2 x pp (= {2 * self.pp}) micro-batches for DualPipe",
                 )
         if self.precision == "fp32" and self.optimizer != "adam":
             raise HwtuneInputError("optimizer", self.optimizer, "adam with fp32 training")

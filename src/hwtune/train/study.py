@@ -61,10 +61,10 @@ def grid(
     """The Cartesian product of the study's axes (names are checked by `check_points`)."""
     from hwtune.train.search import check_search_job
 
-    if not (models and gpus and topologies and scales):
-        raise HwtuneInputError(
-            "study grid", "an empty axis", "at least one model, GPU, topology and scale"
-        )
+    for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
+                         ("scales", scales)):  # fmt: skip
+        if not values:
+            raise HwtuneInputError(axis, list(values), "at least one value (an axis of the grid)")
     check_search_job(global_batch, seq, precision, 1, None, 1.0)
     for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
                          ("scales", scales)):  # fmt: skip
@@ -143,7 +143,17 @@ def check_points(points: Sequence[StudyPoint]) -> None:
             get_model(p.model)
         if (p.gpu, p.topology, p.n_gpus, p.precision) not in seen_clusters:
             seen_clusters.add((p.gpu, p.topology, p.n_gpus, p.precision))
-            _cluster(p).device.peak_flops(p.precision)  # type: ignore[attr-defined]
+            try:
+                cl = _cluster(p)
+            except HwtuneInputError as e:  # a scale the topology's nodes do not take
+                if not e.field.endswith("n_gpus"):
+                    raise
+                raise HwtuneInputError(
+                    "scales",
+                    p.n_gpus,
+                    f"{e.expected} (the nodes of {p.gpu}, topology {p.topology})",
+                ) from None
+            cl.device.peak_flops(p.precision)  # type: ignore[attr-defined]
 
 
 def _output_dir(out: Path) -> Path:
