@@ -20,7 +20,7 @@ from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range
 
 if TYPE_CHECKING:
-    from hwtune.serve.config import ReplicaConfig
+    from hwtune.serve.config import Deployment, ReplicaConfig
     from hwtune.serve.correction import FittedTo
     from hwtune.serve.engines import Engine
 
@@ -169,6 +169,14 @@ SpecAcceptance = Annotated[
         "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent)"
     ),
 ]
+ServeLaunchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--launch",
+        help="vllm: also give the deployment as the `vllm serve` command that runs it (and "
+        "simulate vLLM's behaviour, --engine vllm)",
+    ),
+]
 FrontEnd = Annotated[
     float | None,
     typer.Option(
@@ -214,6 +222,64 @@ def _behaviour(
         else bool(preset.get("overlap_schedule", False)),
         e,
     )
+
+
+def _launch_engine(launch: str | None, engine: str | None) -> str | None:
+    """The engine to simulate: ``--launch``'s, which ``--engine`` may name (with a version)."""
+    from hwtune.serve.engines import parse_engine
+    from hwtune.serve.launch import SERVE_LAUNCH_ENGINES
+
+    if launch is None:
+        return engine
+    if launch not in SERVE_LAUNCH_ENGINES:
+        raise HwtuneInputError("--launch", launch, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
+    if engine is not None and parse_engine(engine).name != launch:
+        raise HwtuneInputError("--engine", engine, f"{launch} (or none) with --launch {launch}")
+    return engine if engine is not None else launch
+
+
+def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
+    """The engine command of ``dep`` (`hwtune.serve.launch`) as a JSON-ready dict; a refusal
+    names the option that set the field. ``model`` as typed: a config.json's directory is what
+    the engine loads, a Hugging Face id is kept, a catalog name becomes the repository of its
+    config.json (`hwtune.model.catalog.hf_repo`), or MODEL for an entry given inline."""
+    from hwtune.serve.launch import serve_launch_for
+
+    if launch is None:
+        return {}
+    from hwtune.model.catalog import hf_repo
+
+    path = Path(model)
+    if path.exists():  # a config.json: the engine loads its directory
+        target = str(path.parent if path.is_file() else path)
+    else:  # an id as typed, else the repository the catalog's config.json came from
+        target = model if "/" in model else (hf_repo(model) or "MODEL")
+    try:
+        doc = serve_launch_for(launch, dep, target).to_dict()
+    except HwtuneInputError as e:
+        flag = e.field if e.field.startswith("--") else "--" + e.field.replace("_", "-")
+        raise HwtuneInputError(flag, e.value, f"{e.expected} (--launch {launch})") from None
+    if target == "MODEL":
+        doc["model_of"] = dep.replica.model.name
+    return doc
+
+
+def _print_launch(doc: dict) -> None:
+    """The engine command under a human-readable result (nothing without ``--launch``)."""
+    if not doc:
+        return
+    from rich.console import Console
+
+    con = Console(soft_wrap=True)
+    n = doc["replicas"]
+    g = doc["gpus_per_replica"]
+    gpus = f"{g} GPU" + ("s" if g > 1 else "")
+    each = f"{n} replicas, each on {gpus}" if n > 1 else f"on {gpus}"
+    con.print(f"\n[bold]{doc['engine']} launch[/bold] ({each}):", highlight=False)
+    con.print(doc["command"], highlight=False, markup=False)
+    if "model_of" in doc:
+        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
+                  highlight=False)  # fmt: skip
 
 
 def _engine_memory(e: Engine | None) -> dict[str, object]:
@@ -462,6 +528,7 @@ def serve(
         Path | None,
         typer.Option(help="write each request's latencies (.csv; .jsonl adds its token times)"),
     ] = None,
+    launch: ServeLaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Simulate serving a model: TTFT, TPOT, E2E percentiles, throughput, KV use, prefix hits."""
@@ -484,6 +551,7 @@ def serve(
         if requests_out is not None:
             output_path(requests_out, "requests-out", SUFFIXES)
         corr = load_correction(correction) if correction is not None else None
+        engine = _launch_engine(launch, engine)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -512,6 +580,7 @@ def serve(
             raise HwtuneInputError("router", router, "--replicas (or --prefill-replicas) 2 or "
                                    "more beside it (with one replica it would be ignored)")  # fmt: skip
         dep = Deployment(cfg, replicas, router or "round-robin", pre, n_pre)
+        launch_doc = _launch_doc(launch, dep, model)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
         res = simulate(dep, wl, record_steps=trace_out is not None,
@@ -555,6 +624,8 @@ def serve(
         _write(lambda: plot_serving(res, plot, title), "plot", plot)
     if requests_out is not None:
         _write(lambda: write_requests(res, requests_out), "requests-out", requests_out)
+    if launch_doc:
+        doc["launch"] = launch_doc
     if as_json:
         _print_json(doc)
         return
@@ -564,6 +635,7 @@ def serve(
     render_summary(doc, f"{cfg.model.name} on {dep.gpus} x {cfg.device.name} ({wl.mode} loop, "
                         f"{len(wl)} requests, {how}; "
                         f"{_precision_words(cfg, precision, kv_precision)})")  # fmt: skip
+    _print_launch(launch_doc)
 
 
 @serve_app.command("plan")
@@ -618,6 +690,7 @@ def plan_cmd(
         ),
     ] = "none",
     seed: Seed = 0,
+    launch: ServeLaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
@@ -633,6 +706,9 @@ def plan_cmd(
             raise HwtuneInputError("top", top, "a positive number of layouts to show")
         check_workers(processes, ray, "processes")
         corr = load_correction(correction) if correction is not None else None
+        engine = _launch_engine(launch, engine)
+        if launch is not None:  # what it launches: aggregated layouts only
+            disagg = False
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -662,6 +738,12 @@ def plan_cmd(
         _fail(e)
         return
     best = [r.to_dict() for r in res[:top] if r.meets]
+    try:
+        first = next((r for r in res if r.meets), None)  # the layout shown first
+        launch_doc = _launch_doc(launch, first.deployment, model) if first else {}
+    except HwtuneInputError as e:
+        _fail(e)
+        return
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "precision": base.weight_dtype,
@@ -674,6 +756,8 @@ def plan_cmd(
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": serve_accuracy(False, engine=name),
                             "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
+        if launch_doc:
+            doc["launch"] = launch_doc
         _print_json(doc)
         return
     from hwtune.report.serve_view import render_plan
@@ -687,6 +771,7 @@ def plan_cmd(
         title += " (latencies times the upper end of each layout's likely band)"
     render_plan(best, title, accuracy=[serve_accuracy(False, engine=name)]
                 + ([serve_accuracy(True, engine=name)] if disagg else []))  # fmt: skip
+    _print_launch(launch_doc)
 
 
 @serve_app.command("calibrate")

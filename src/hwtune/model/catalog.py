@@ -126,6 +126,15 @@ def _load(name: str) -> ModelSpec:
         raise from_validation_error(e, where=where) from None
 
 
+def hf_repo(name: str) -> str | None:
+    """The Hugging Face repository whose ``config.json`` a catalog entry reads (the file
+    ``configs/ORG--NAME.json`` is ``ORG/NAME``'s), or None for an entry given inline."""
+    config = catalog_entry(name).get("config")
+    if not config or "--" not in config:
+        return None
+    return config.removesuffix(".json").replace("--", "/", 1)
+
+
 def get_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A model by catalog name or alias (case-insensitive), or from a ``config.json`` path.
 
