@@ -187,3 +187,22 @@ def test_bad_or_idle_checkpoint_method_exits_2(rejects):
             "checkpoint-method", "dp", "auto, chain or greedy")  # fmt: skip
     rejects(["accel", "search", "--checkpoint-method", "chain"], "checkpoint-method",
             "--activation-limit-mib")  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), graph=st.sampled_from([R18, GPT]))
+def test_segment_rekeep_keeps_what_the_exact_model_allows(data, graph):
+    """The search plans once per architecture, so the planner's re-keeping (`_rekeep`) reuses
+    the current plan's segments; it must keep again exactly what trying each tensor with the
+    exact memory model (`_Units.evaluate`) keeps, dearest recompute first."""
+    from hwtune.accel.checkpointing import _Units
+
+    slow = _Units(graph, {})
+    dropped = frozenset(data.draw(st.sets(st.sampled_from(sorted(slow.saved)))))
+    limit = data.draw(st.floats(0.3, 1.0)) * _all_kept(graph)
+    order = sorted(dropped, key=lambda r: (-slow.cost[r], r))
+    want = dropped
+    for r in order:
+        if slow.evaluate(want - {r})[0] <= limit:
+            want = want - {r}
+    assert _Units(graph, {}).rekeep(dropped, order, limit) == want
