@@ -332,16 +332,17 @@ def search_cmd(
             f"{res.infeasible} of {res.evaluations} evaluations infeasible, {res.over_limit} of "
             "them because no plan fits the limit\n"
         )
-    extra = f" {'act MiB':>9} {'recomp GMAC':>11}" if ckpt is not None else ""
+    extra = f" {'DRAM MiB':>9}" if objective == "memory" else ""  # the third objective
+    extra += f" {'act MiB':>9} {'recomp GMAC':>11}" if ckpt is not None else ""
     sys.stdout.write(
         f"{'cores':>5} {'PEs':>9} {'dataflow':>17} {'local':>8} {'shared':>7} {'DRAM':>7} {'fuse':>4} {'ms':>9} {'mJ':>9} {'mm2':>7}{extra}\n"
     )
     for r in rows:
-        extra = (
-            f" {r['activation_peak_bytes'] / 2**20:>9.2f} {r['recompute_macs'] / 1e9:>11.3f}"
-            if ckpt is not None
-            else ""
-        )
+        extra = f" {r['memory'] / 2**20:>9.1f}" if objective == "memory" else ""
+        if ckpt is not None:
+            extra += (
+                f" {r['activation_peak_bytes'] / 2**20:>9.2f} {r['recompute_macs'] / 1e9:>11.3f}"
+            )
         sys.stdout.write(
             f"{r['cores']:>5} {r['pe_rows']:>4}x{r['pe_cols']:<4} {r['dataflow']:>17} {r['local_kib']:>6.0f}K "
             f"{r['shared_mib']:>6g}M {r['dram_gbps']:>6g} {r['fusion_depth']:>4} {r['latency_s'] * 1e3:>9.3f} "
