@@ -34,10 +34,6 @@ def _all_kept(g) -> int:
     return sum(g.tensors[r].nbytes for r in saved_roots(g))
 
 
-def _fwd_bytes(r) -> float:
-    return sum(o.dram_bytes + o.shared_bytes + o.link_bytes for o in r.ops if o.phase == "fwd")
-
-
 def test_pareto_points_meet_their_limit_as_accel_evaluate_plans_them():
     """Each Pareto point: kept bytes <= planned peak <= limit, the kept bytes are the bytes of
     its kept tensors, and its latency, energy and peak DRAM memory are those of
@@ -78,8 +74,9 @@ def test_recompute_is_costed_and_never_shortens_an_unfused_step(genome, frac, gr
     never faster, up to list-scheduling anomalies (Graham, "Bounds on multiprocessing timing
     anomalies", SIAM J. Appl. Math. 1969; 0.011% seen on ResNet-18). With fusion it can be:
     a dropped activation inside a fused group is never written in the forward pass and a
-    recomputed one can pass to its backward reader on chip (next test), so no latency bound
-    is asserted there."""
+    recomputed one can pass to its backward reader on chip instead of being read back from
+    DRAM (next test; up to 11% shorter in a scan of 1,300 plans), so no latency bound is
+    asserted there."""
     acc, depth = decode(list(genome), TEMPLATE)
     tg = lower_training(graph)
     try:
@@ -96,18 +93,32 @@ def test_recompute_is_costed_and_never_shortens_an_unfused_step(genome, frac, gr
         assert r.latency_s >= base.latency_s * (1 - 1e-3)
 
 
-def test_fusion_lets_recompute_shorten_a_step():
-    """The exception above exists: GPT-2 (2 layers, 128 tokens), fusion depth 4 on a decoded
-    architecture; the plan at half the all-kept bytes moves fewer forward bytes (dropped
-    activations inside fused groups are not written) and ends sooner than keeping
-    everything."""
+@pytest.mark.parametrize(
+    ("genome", "frac", "phases"),
+    [
+        ([5, 2, 4, 9, 6, 2, 0, 4], 0.5, ("fwd",)),
+        ([6, 5, 7, 4, 5, 0, 1, 3], 0.9, ("bwd", "bwd_x", "bwd_w")),
+    ],
+)
+def test_fusion_lets_recompute_shorten_a_step(genome, frac, phases):
+    """The exception above exists, on GPT-2 (2 layers, 128 tokens) with fusion (depths 4 and
+    3): (a) dropped activations inside fused groups are not written in the forward pass; (b)
+    on a 4 GB/s DRAM, attention activations rebuilt in the backward pass and fused into their
+    readers are not read back from DRAM (FlashAttention's argument: Dao et al., NeurIPS 2022,
+    Sec. 3.1), which saved ~11% of the step here. Either way the step moves fewer bytes in
+    those phases and ends sooner than keeping everything."""
     g = gpt2(batch=1, seq=128, config=GPT2Config(n_layer=2))
-    acc, depth = decode([5, 2, 4, 9, 6, 2, 0, 4], TEMPLATE)
+    acc, depth = decode(genome, TEMPLATE)
     tg = lower_training(g)
     base = schedule(tg, acc, depth)
-    r = checkpointed(tg, acc, depth, base, 0.5 * _all_kept(g)).result
-    assert r.recompute_macs > 0
-    assert _fwd_bytes(r) < _fwd_bytes(base) and r.latency_s < base.latency_s
+    r = checkpointed(tg, acc, depth, base, frac * _all_kept(g)).result
+
+    def moved(res) -> float:
+        return sum(o.dram_bytes + o.shared_bytes + o.link_bytes for o in res.ops
+                   if o.phase in phases)  # fmt: skip
+
+    assert depth > 1 and r.recompute_macs > 0
+    assert moved(r) < moved(base) and r.latency_s < base.latency_s
 
 
 def test_same_seed_same_front_serial_and_parallel():
