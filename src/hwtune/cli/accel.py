@@ -252,7 +252,7 @@ def search_cmd(
     ] = None,
     checkpoint_method: Annotated[
         str | None,
-        typer.Option(help="planner with --activation-limit-mib: auto | chain | greedy [auto]"),
+        typer.Option(help="planner with --activation-limit-mib: auto (default) | chain | greedy"),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="write the Pareto plot (PNG/SVG)")] = None,
     table: Annotated[Path | None, typer.Option(help="write the Pareto table (CSV)")] = None,
