@@ -229,6 +229,7 @@ class _Units:
             o = g.root(x.output)
             self.preds[o] = [g.root(t) for t in x.inputs if g.tensors[t].kind == "activation"]
         self._memo: dict[frozenset[str], tuple[float, float, int]] = {}
+        self._peak_memo: dict[frozenset[str], float] = {}
         # the same structure by index, for _evaluate: units in graph order (a layer reads only
         # roots written by earlier layers, so every consumer of a unit comes after it)
         units = list(self.bytes)
@@ -357,6 +358,104 @@ class _Units:
             kept = kept_b - bts[i0]
             out.append(self._memo.setdefault(dropped | {r}, (kept + max(merged, rest), rec, kept)))
         return out
+
+    def rekeep(self, dropped: frozenset[str], order: list[str], limit: float) -> frozenset[str]:
+        """`_rekeep` for units in producer order: for each ``r`` of ``order`` in turn, keep it
+        again if the plan without it still peaks at most ``limit``. The peak of each trial is
+        that of `_evaluate` (the same integer sums), computed from the current plan's
+        segments: keeping ``r`` again changes only the segment holding it (a segment is a
+        connected set of rebuilt units, and a rebuild crosses into no other segment), which
+        is rebuilt from its other dropped units; every other segment stays as it is. Peaks
+        are memoized by the trial's dropped set (the probes of `_rekeep_family` repeat
+        trials), and those `evaluate` has made are read from its memo."""
+        preds, bts, index = self._preds_i, self._bytes_i, self._index
+        unsaved = self._unsaved_i
+        drop = {index[r] for r in dropped}
+        kept_b = self._all_kept - sum([bts[i] for i in drop])
+        # trial (dropped set) -> peak: `evaluate`'s memo, then this one (probes repeat trials)
+        full, memo = self._memo, self._peak_memo
+        cur = dropped
+
+        def components(seeds: list[int]) -> list[list[int]]:
+            """The segments rebuilding ``seeds`` needs (units of one connected set)."""
+            need = set(seeds)
+            stack = list(seeds)
+            while stack:
+                for q in preds[stack.pop()]:
+                    if q not in need and (unsaved[q] or q in drop):
+                        need.add(q)
+                        stack.append(q)
+            parent = {i: i for i in need}
+
+            def find(x: int) -> int:
+                while parent[x] != x:
+                    parent[x] = parent[parent[x]]
+                    x = parent[x]
+                return x
+
+            for i in need:
+                for q in preds[i]:
+                    if q in need:
+                        a, b = find(q), find(i)
+                        if a != b:
+                            parent[a] = b
+            out: dict[int, list[int]] = {}
+            for i in need:
+                out.setdefault(find(i), []).append(i)
+            return list(out.values())
+
+        segs: dict[int, list[int]] = {}  # segment id -> its units
+        seg_b: dict[int, int] = {}
+        where: dict[int, int] = {}  # rebuilt unit -> segment id
+        next_id = 0
+
+        def place(comps: list[list[int]]) -> None:
+            nonlocal next_id
+            for c in comps:
+                segs[next_id] = c
+                seg_b[next_id] = sum([bts[i] for i in c])
+                for i in c:
+                    where[i] = next_id
+                next_id += 1
+
+        def top2() -> tuple[int, int, int]:
+            """(id of the largest segment, its bytes, the next largest segment's bytes)."""
+            best, b1, b2 = -1, 0, 0
+            for j, b in seg_b.items():
+                if b > b1:
+                    best, b1, b2 = j, b, b1
+                elif b > b2:
+                    b2 = b
+            return best, b1, b2
+
+        place(components(sorted(drop)))
+        largest = top2()
+        for r in order:
+            i0 = index[r]
+            sid = where[i0]
+            drop.discard(i0)
+            key = cur - {r}
+            got = full.get(key)
+            peak = got[0] if got is not None else memo.get(key)
+            comps = None
+            if peak is None:
+                comps = components([i for i in segs[sid] if i in drop])
+                rest = largest[2] if largest[0] == sid else largest[1]  # other segments' max
+                inner = max([sum([bts[i] for i in c]) for c in comps], default=0)
+                peak = memo[key] = kept_b + bts[i0] + max(rest, inner)
+            if peak <= limit:
+                cur = key
+                if comps is None:
+                    comps = components([i for i in segs[sid] if i in drop])
+                kept_b += bts[i0]
+                for i in segs.pop(sid):
+                    del where[i]
+                del seg_b[sid]
+                place(comps)
+                largest = top2()
+            else:
+                drop.add(i0)
+        return cur
 
     def _evaluate_generic(self, dropped: frozenset[str]) -> tuple[float, float, int]:
         """``_evaluate`` for a graph whose units are not in producer order (a root written twice)."""
@@ -567,7 +666,10 @@ def _greedy_trajectory(u: _Units) -> list[frozenset[str]]:
 
 def _rekeep(u: _Units, dropped: frozenset[str], limit: float) -> frozenset[str]:
     """Keep again any dropped tensor that still fits ``limit``, dearest recompute first."""
-    for r in sorted(dropped, key=lambda r: (-u.cost[r], r)):
+    order = sorted(dropped, key=lambda r: (-u.cost[r], r))
+    if u._topo:
+        return u.rekeep(dropped, order, limit)
+    for r in order:
         trial = dropped - {r}
         if u.evaluate(trial)[0] <= limit:
             dropped = trial

@@ -18,6 +18,7 @@ from hwtune.errors import HwtuneInputError
 
 if TYPE_CHECKING:
     from hwtune.accel.checkpointing import CheckpointPlan
+    from hwtune.accel.search import SearchResult
 
 app = typer.Typer(
     name="accel",
@@ -242,16 +243,36 @@ def search_cmd(
     objective: Annotated[str, typer.Option(help="third objective: area | memory")] = "area",
     area_budget_mm2: Annotated[float | None, typer.Option(help="area constraint")] = None,
     power_budget_w: Annotated[float | None, typer.Option(help="average power constraint")] = None,
+    activation_limit_mib: Annotated[
+        float | None,
+        typer.Option(
+            help="plan checkpointing to fit this, MiB, on every architecture (one no plan fits "
+            "is infeasible; exit 1 if none fits)"
+        ),
+    ] = None,
+    checkpoint_method: Annotated[
+        str | None,
+        typer.Option(help="planner with --activation-limit-mib: auto (default) | chain | greedy"),
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="write the Pareto plot (PNG/SVG)")] = None,
     table: Annotated[Path | None, typer.Option(help="write the Pareto table (CSV)")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """NSGA-II architecture search: latency, energy and area (or memory) under budgets."""
     from hwtune.accel.architecture import load_accelerator
-    from hwtune.accel.search import Budget, search
+    from hwtune.accel.search import Budget, Checkpointing, search
     from hwtune.accel.training import lower_training
 
     try:
+        ckpt = None
+        if activation_limit_mib is not None:
+            ckpt = Checkpointing(
+                _limit_bytes(activation_limit_mib, "activation-limit-mib"),
+                "auto" if checkpoint_method is None else checkpoint_method,
+            )
+        elif checkpoint_method is not None:  # it would be ignored
+            raise HwtuneInputError("checkpoint-method", checkpoint_method,
+                                   "--activation-limit-mib with it (the limit to plan for)")  # fmt: skip
         if plot is not None:  # a path that cannot be written fails now, not after the search
             output_path(plot, "plot", plot_suffixes())
         if table is not None:
@@ -259,11 +280,25 @@ def search_cmd(
         g = _workload(workload, batch, seq, image)
         t = load_accelerator(template)
         res = search(lower_training(g), t, evaluations, pop_size, workers, seed, objective,
-                     Budget(area_budget_mm2, power_budget_w))  # fmt: skip
+                     Budget(area_budget_mm2, power_budget_w), ckpt)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
     rows = res.rows(t)
+    if ckpt is not None and res.over_limit and not res.met_limit:
+        # no architecture meets the limit: a result that does not meet the request (exit 1)
+        doc = {"workload": g.name, "evaluations": res.evaluations, "seconds": res.seconds,
+               "checkpointing": _search_ckpt_doc(res), "pareto": rows}  # fmt: skip
+        if as_json:
+            _emit(doc)
+        else:
+            small = res.smallest_activation_bytes or 0.0
+            sys.stderr.write(
+                f"error: activation limit {_mib(ckpt.limit_bytes)} cannot be met: no plan fits "
+                f"it on any of the {res.over_limit} architectures planned ({res.evaluations} "
+                f"evaluations); the smallest reachable activation memory is {_mib(small)}\n"
+            )
+        raise typer.Exit(1)
     for name, path in (("plot", plot), ("table", table)):
         if path is not None and not rows:  # nothing to write: say so rather than skip the file
             _fail(HwtuneInputError(name, str(path), "Pareto points to write (no candidate of "
@@ -278,27 +313,54 @@ def search_cmd(
             wr.writeheader()
             wr.writerows(rows)
     if as_json:
-        _emit(
-            {
-                "workload": g.name,
-                "evaluations": res.evaluations,
-                "seconds": res.seconds,
-                "pareto": rows,
-            }
-        )
+        doc = {
+            "workload": g.name,
+            "evaluations": res.evaluations,
+            "seconds": res.seconds,
+            "pareto": rows,
+        }
+        if ckpt is not None:
+            doc["checkpointing"] = _search_ckpt_doc(res)
+        _emit(doc)
         return
     sys.stdout.write(
         f"{g.name}: {res.evaluations} evaluations in {res.seconds:.1f} s on {workers} process(es); {len(rows)} Pareto points\n"
     )
+    if ckpt is not None:
+        sys.stdout.write(
+            f"checkpointing ({ckpt.method}) to an activation limit of {_mib(ckpt.limit_bytes)}: "
+            f"{res.infeasible} of {res.evaluations} evaluations infeasible, {res.over_limit} of "
+            "them because no plan fits the limit\n"
+        )
+    extra = f" {'DRAM MiB':>9}" if objective == "memory" else ""  # the third objective
+    extra += f" {'act MiB':>9} {'recomp GMAC':>11}" if ckpt is not None else ""
     sys.stdout.write(
-        f"{'cores':>5} {'PEs':>9} {'dataflow':>17} {'local':>8} {'shared':>7} {'DRAM':>7} {'fuse':>4} {'ms':>9} {'mJ':>9} {'mm2':>7}\n"
+        f"{'cores':>5} {'PEs':>9} {'dataflow':>17} {'local':>8} {'shared':>7} {'DRAM':>7} {'fuse':>4} {'ms':>9} {'mJ':>9} {'mm2':>7}{extra}\n"
     )
     for r in rows:
+        extra = f" {r['memory'] / 2**20:>9.1f}" if objective == "memory" else ""
+        if ckpt is not None:
+            extra += (
+                f" {r['activation_peak_bytes'] / 2**20:>9.2f} {r['recompute_macs'] / 1e9:>11.3f}"
+            )
         sys.stdout.write(
             f"{r['cores']:>5} {r['pe_rows']:>4}x{r['pe_cols']:<4} {r['dataflow']:>17} {r['local_kib']:>6.0f}K "
             f"{r['shared_mib']:>6g}M {r['dram_gbps']:>6g} {r['fusion_depth']:>4} {r['latency_s'] * 1e3:>9.3f} "
-            f"{r['energy_j'] * 1e3:>9.3f} {r['area_mm2']:>7.2f}\n"
+            f"{r['energy_j'] * 1e3:>9.3f} {r['area_mm2']:>7.2f}{extra}\n"
         )
+
+
+def _search_ckpt_doc(res: SearchResult) -> dict:
+    """The JSON summary of a search's checkpointing: limit, method, infeasible counts."""
+    assert res.checkpointing is not None
+    return {
+        "activation_limit_bytes": res.checkpointing.limit_bytes,
+        "method": res.checkpointing.method,
+        "infeasible": res.infeasible,
+        "over_limit": res.over_limit,
+        "met_limit": res.met_limit,
+        "smallest_activation_bytes": res.smallest_activation_bytes,
+    }
 
 
 @app.command("graph")
