@@ -207,3 +207,28 @@ def test_megatron_fsdp_gradients_follow_its_main_grads_dtype() -> None:
     job = strategy_from_megatron([*base, "--megatron-fsdp-main-grads-dtype", "fp32"])
     st = megatron_strategy(job, LLAMA, 8)
     assert grads_in_fp32(st.grad_reduce_dtype, st.zero) and job.not_read == ()
+
+
+def test_custom_pipeline_layout_is_refused() -> None:
+    # arguments.py:955-963: --pipeline-model-parallel-layout sets the virtual stages
+    # (stages / pp) and the layers of each; reading it as absent would estimate 1F1B over even
+    # stages
+    args = ["--pipeline-model-parallel-size", "4", "--pipeline-model-parallel-layout",
+            "Et*2|(tt|)*14t|tmL", "--bf16"]  # fmt: skip
+    with pytest.raises(HwtuneInputError) as info:
+        strategy_from_megatron(args)
+    assert info.value.field == "--pipeline-model-parallel-layout"
+
+
+def test_context_parallel_communication_other_than_the_ring_is_refused() -> None:
+    # arguments.py:3221: --cp-comm-type (nargs "+", default p2p: the K/V ring hwtune models)
+    base = ["--context-parallel-size", "2", "--bf16"]
+    job = strategy_from_megatron([*base, "--cp-comm-type", "p2p"])
+    assert megatron_strategy(job, LLAMA, 8).cp == 2 and job.not_read == ()
+    for value in (["a2a"], ["p2p", "a2a+p2p"]):
+        with pytest.raises(HwtuneInputError) as info:
+            strategy_from_megatron([*base, "--cp-comm-type", *value])
+        assert info.value.field == "--cp-comm-type"
+    # without context parallelism it changes nothing
+    job = strategy_from_megatron(["--cp-comm-type", "a2a", "--bf16"])
+    assert megatron_strategy(job, LLAMA, 8).cp == 1

@@ -299,6 +299,11 @@ MEGATRON_VALUES: dict[str, str] = {
     "--ckpt-format": "_ckpt_format",  # what Megatron-FSDP needs; no effect on the step
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
+MEGATRON_LISTS: dict[str, str] = {
+    "--recompute-modules": "_recompute_modules",
+    "--cp-comm-type": "_cp_comm",
+}
+"""Megatron-LM options with one or more values (``nargs="+"``) that it reads."""
 MEGATRON_SHAPE: dict[str, str] = {
     "--num-layers": "n_layers",
     "--hidden-size": "d_model",
@@ -366,13 +371,19 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
             gqa = True
             i += 1
             continue
-        if name == "--recompute-modules":  # nargs="+"
+        if name in MEGATRON_LISTS:  # nargs="+"
             j = i + 1
             while j < len(tokens) and not tokens[j].startswith("--"):
                 j += 1
-            raw["_recompute_modules"] = [inline] if eq else tokens[i + 1 : j]
+            raw[MEGATRON_LISTS[name]] = [inline] if eq else tokens[i + 1 : j]
             i = i + 1 if eq else j
             continue
+        if name == "--pipeline-model-parallel-layout":  # arguments.py:955-963
+            raise HwtuneInputError(
+                name, inline if eq else (tokens[i + 1] if value_next else None),
+                "no custom layout (hwtune models even stages; virtual stages with "
+                "--num-virtual-stages-per-pipeline-rank)",
+            )  # fmt: skip
         if name in MEGATRON_VALUES or name in TORCHRUN_VALUES:
             if not eq and not value_next:
                 raise HwtuneInputError(name, None, "a value after it")
@@ -410,6 +421,9 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         if key in raw:
             flag = next(k for k, v in MEGATRON_VALUES.items() if v == key)
             f[key] = _int(flag, raw[key])
+    cp_comm = " ".join(raw.get("_cp_comm", ["p2p"]))  # type: ignore[arg-type]
+    if f.get("cp", 1) > 1 and set(cp_comm.split()) != {"p2p"}:  # arguments.py:3221
+        raise HwtuneInputError("--cp-comm-type", cp_comm, "p2p (the ring of K/V hwtune models)")
     if raw.get("sequence_parallel") and f.get("tp", 1) > 1:  # arguments.py: off at TP 1
         f["sequence_parallel"] = True
     vpp = 1
