@@ -232,3 +232,29 @@ def test_context_parallel_communication_other_than_the_ring_is_refused() -> None
     # without context parallelism it changes nothing
     job = strategy_from_megatron(["--cp-comm-type", "a2a", "--bf16"])
     assert megatron_strategy(job, LLAMA, 8).cp == 1
+
+
+def test_moe_launch_keeps_expert_tensor_parallelism_at_one() -> None:
+    # arguments.py:587-588: expert_tensor_parallel_size defaults to the TP degree; hwtune folds
+    # EP over TP x CP x DP with expert TP 1 (hwtune.train.strategy.expert_data_parallel)
+    st = Strategy(tp=2, dp=4, ep=8, zero=1, sequence_parallel=True)
+    f = _flags(megatron_launch(st, MIXTRAL, 8, 8).args)
+    assert f["--expert-tensor-parallel-size"] == "1"
+    # and read back it is the same strategy
+    job = strategy_from_megatron(split_command(megatron_launch(st, MIXTRAL, 8, 8).command()))
+    assert job.not_read == () and megatron_strategy(job, MIXTRAL, 8).tp == 2
+
+
+def test_moe_read_without_expert_tp_one_is_refused() -> None:
+    # a MoE line at TP 2 without --expert-tensor-parallel-size runs the experts at TP 2
+    # (arguments.py:587-588), which the estimate does not model
+    args = ["--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "4",
+            "--moe-token-dispatcher-type", "alltoall", "--sequence-parallel", "--bf16"]  # fmt: skip
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_strategy(strategy_from_megatron(args), MIXTRAL, 8)
+    assert info.value.field == "--expert-tensor-parallel-size" and info.value.value == 2
+    job = strategy_from_megatron([*args, "--expert-tensor-parallel-size", "1"])
+    assert megatron_strategy(job, MIXTRAL, 8).ep == 4
+    # a dense model has no experts: the option changes nothing
+    job = strategy_from_megatron(["--tensor-model-parallel-size", "2", "--bf16"])
+    assert megatron_strategy(job, LLAMA, 8).tp == 2

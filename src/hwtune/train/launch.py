@@ -22,7 +22,9 @@ fields it turns into flags (``megatron/core/model_parallel_config.py``,
   asserts before Blackwell (``arguments.py:1453-1478``) except with Megatron-FSDP (which asserts
   it is not 1) or the MoE all-to-all overlap;
 - MoE: ``--moe-grouped-gemm --moe-permute-fusion --moe-router-fusion`` (all off by default,
-  ``transformer_config.py:850, 941, 944``), the kernels `hwtune.model.lowering` models;
+  ``transformer_config.py:850, 941, 944``), the kernels `hwtune.model.lowering` models, and
+  ``--expert-tensor-parallel-size 1`` at TP > 1 (its default is the TP degree,
+  ``arguments.py:587-588``; hwtune folds EP with expert TP 1);
 - precision: ``--bf16``, ``--fp16``; fp8 is ``--bf16 --fp8-format hybrid`` (Megatron-LM's
   ``examples/llama/train_llama3_8b_h100_fp8.sh``) with ``--fp8-recipe delayed`` or
   ``tensorwise`` (per-tensor current scaling, hwtune's ``current``);
@@ -229,6 +231,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a.append("--tp-comm-overlap")
     if model.moe is not None:  # the fused MoE kernels hwtune's lowering models (off by default)
         a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"]
+        if st.tp > 1:  # expert TP defaults to the TP degree (arguments.py:587-588); hwtune's is 1
+            a += ["--expert-tensor-parallel-size", "1"]
     if model.moe is not None and st.ep > 1:
         if st.moe_dispatch == "deepep":
             a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
@@ -297,6 +301,7 @@ MEGATRON_VALUES: dict[str, str] = {
     "--attention-dropout": "_attention_dropout",
     "--megatron-fsdp-main-grads-dtype": "_fsdp_grads",
     "--ckpt-format": "_ckpt_format",  # what Megatron-FSDP needs; no effect on the step
+    "--expert-tensor-parallel-size": "_etp",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
 MEGATRON_LISTS: dict[str, str] = {
@@ -424,6 +429,8 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
     cp_comm = " ".join(raw.get("_cp_comm", ["p2p"]))  # type: ignore[arg-type]
     if f.get("cp", 1) > 1 and set(cp_comm.split()) != {"p2p"}:  # arguments.py:3221
         raise HwtuneInputError("--cp-comm-type", cp_comm, "p2p (the ring of K/V hwtune models)")
+    # expert TP: the TP degree unless set (arguments.py:587-588); checked against the model
+    f["_etp"] = _int("--expert-tensor-parallel-size", raw.get("_etp", f.get("tp", 1)))
     if raw.get("sequence_parallel") and f.get("tp", 1) > 1:  # arguments.py: off at TP 1
         f["sequence_parallel"] = True
     vpp = 1
@@ -575,6 +582,12 @@ def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strate
             )  # fmt: skip
     f = dict(job.fields)
     dispatcher = f.pop("_moe_dispatcher", None)
+    etp = f.pop("_etp", 1)
+    if model.moe is not None and etp != 1:
+        raise HwtuneInputError(
+            "--expert-tensor-parallel-size", etp, "1 (hwtune models expert TP 1; Megatron-LM's "
+            "default is the TP degree)",
+        )  # fmt: skip
     if model.moe is not None and int(f.get("ep", 1)) > 1 and dispatcher == "allgather":  # type: ignore[call-overload]
         raise HwtuneInputError(
             "--moe-token-dispatcher-type", "allgather (the default)",
