@@ -386,6 +386,7 @@ def test_read_inverts_launch(
         fp8_recipe="current" if precision == "fp8" and og else "delayed",
     )  # fmt: skip
     assume(megatron_refusal(st) is None)  # what Megatron-LM asserts against (review file)
+    assume(tp == 1 or st.sequence_parallel)  # a MoE model: moe_layer.py raises without it
     n = tp * pp * cp * dp
     line = megatron_launch(st, model, n, 8).command()
     job = strategy_from_megatron(split_command(line))

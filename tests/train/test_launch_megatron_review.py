@@ -258,3 +258,25 @@ def test_moe_read_without_expert_tp_one_is_refused() -> None:
     # a dense model has no experts: the option changes nothing
     job = strategy_from_megatron(["--tensor-model-parallel-size", "2", "--bf16"])
     assert megatron_strategy(job, LLAMA, 8).tp == 2
+
+
+def test_moe_at_tensor_parallelism_needs_sequence_parallelism() -> None:
+    # core/transformer/moe/moe_layer.py:636-640: training a MoE layer with TP > 1 and without
+    # sequence parallelism raises ValueError (hwtune's MoE lowering takes the sequence-parallel
+    # layout: each TP rank dispatches its own token shard)
+    st = Strategy(tp=2, dp=4, ep=8, zero=1)
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_launch(st, MIXTRAL, 8, 8)
+    assert info.value.field == "sequence_parallel"
+    megatron_launch(Strategy(tp=2, dp=4, zero=1), LLAMA, 8, 8)  # dense: runs
+    args = ["--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "4",
+            "--expert-tensor-parallel-size", "1", "--moe-token-dispatcher-type", "alltoall",
+            "--bf16"]  # fmt: skip
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_strategy(strategy_from_megatron(args), MIXTRAL, 8)
+    assert info.value.field == "--sequence-parallel"
+
+
+def test_cli_moe_tensor_parallel_without_sequence_parallel(rejects) -> None:  # noqa: ANN001
+    rejects(["estimate", "-m", "mixtral-8x7b", "--tp", "2", "--ep", "4", "--zero", "1",
+             "--launch", "megatron"], "--sequence-parallel", "MoE", "megatron")  # fmt: skip

@@ -111,6 +111,7 @@ LAUNCH_REFUSAL_FLAGS = {
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
+    "sequence_parallel": "--sequence-parallel",
 }  # fmt: skip
 NEGATED_SWITCHES = ("fused_elementwise", "overlap_grad_reduce", "overlap_p2p_comm")
 """Fields a ``--no-``/``--eager`` option turned off: the refusal names that option, typed."""

@@ -50,7 +50,8 @@ SDPA, eager elementwise ops, the fp32 cross-entropy); DeepSpeed's ZeRO-3 gathers
 gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): parameter-gather
 overlap without gradient-reduce overlap, optimizer offload at ZeRO 0, interleaving at pp=2
 without p2p overlap, the MoE all-to-all overlap with PP but no virtual stages, full
-recomputation, fp32, or Megatron-FSDP with virtual stages.
+recomputation, fp32, or Megatron-FSDP with virtual stages; a MoE model at TP > 1 without
+sequence parallelism (``moe_layer.py:636``).
 """
 
 from __future__ import annotations
@@ -176,6 +177,12 @@ def _megatron_assertion(st: Strategy) -> HwtuneInputError | None:
     return None
 
 
+_MOE_NEEDS_SP = HwtuneInputError(
+    "sequence_parallel", False, "on for a MoE model at TP > 1 (Megatron-LM's MoE layer raises "
+    "without it in training, core/transformer/moe/moe_layer.py:636)",
+)  # fmt: skip
+
+
 def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int) -> Launch:
     """``st`` as a Megatron-LM ``pretrain_gpt.py`` launch over ``n_gpus`` GPUs (see the module
     docstring for each flag's source); a one-line error for what Megatron-LM cannot run."""
@@ -183,6 +190,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     refusal = megatron_refusal(st)
     if refusal is not None:
         raise refusal
+    if model.moe is not None and st.tp > 1 and not st.sequence_parallel:
+        raise _MOE_NEEDS_SP
     a: list[str] = [
         "--tensor-model-parallel-size", str(st.tp),
         "--pipeline-model-parallel-size", str(st.pp),
@@ -583,6 +592,9 @@ def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strate
     f = dict(job.fields)
     dispatcher = f.pop("_moe_dispatcher", None)
     etp = f.pop("_etp", 1)
+    if model.moe is not None and int(f.get("tp", 1)) > 1 and not f.get("sequence_parallel"):  # type: ignore[call-overload]
+        e = _MOE_NEEDS_SP
+        raise HwtuneInputError("--sequence-parallel", "absent", e.expected)
     if model.moe is not None and etp != 1:
         raise HwtuneInputError(
             "--expert-tensor-parallel-size", etp, "1 (hwtune models expert TP 1; Megatron-LM's "
