@@ -280,3 +280,30 @@ def test_moe_at_tensor_parallelism_needs_sequence_parallelism() -> None:
 def test_cli_moe_tensor_parallel_without_sequence_parallel(rejects) -> None:  # noqa: ANN001
     rejects(["estimate", "-m", "mixtral-8x7b", "--tp", "2", "--ep", "4", "--zero", "1",
              "--launch", "megatron"], "--sequence-parallel", "MoE", "megatron")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        # arguments.py:3671-3684: with --use-precision-aware-optimizer the main gradients,
+        # main parameters and Adam moments may be kept below fp32 (hwtune's Megatron optimizer
+        # keeps them all in fp32)
+        ("--exp-avg-dtype", "bf16"),
+        ("--exp-avg-sq-dtype", "fp8"),
+        ("--main-params-dtype", "fp16"),
+        ("--main-grads-dtype", "bf16"),
+        # arguments.py:2922: only that fraction of the optimizer goes to the CPU
+        ("--optimizer-offload-fraction", "0.5"),
+    ],
+)
+def test_precision_aware_optimizer_dtypes_other_than_fp32_are_refused(
+    flag: str, value: str
+) -> None:
+    base = ["--bf16", "--use-distributed-optimizer", "--use-precision-aware-optimizer",
+            "--optimizer-cpu-offload"]  # fmt: skip
+    with pytest.raises(HwtuneInputError) as info:
+        strategy_from_megatron([*base, flag, value])
+    assert info.value.field == flag
+    ok = "1.0" if flag == "--optimizer-offload-fraction" else "fp32"
+    job = strategy_from_megatron([*base, flag, ok])
+    assert job.not_read == () and megatron_strategy(job, LLAMA, 8).offload_optimizer

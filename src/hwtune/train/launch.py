@@ -311,6 +311,11 @@ MEGATRON_VALUES: dict[str, str] = {
     "--megatron-fsdp-main-grads-dtype": "_fsdp_grads",
     "--ckpt-format": "_ckpt_format",  # what Megatron-FSDP needs; no effect on the step
     "--expert-tensor-parallel-size": "_etp",
+    "--exp-avg-dtype": "_aware_exp_avg",
+    "--exp-avg-sq-dtype": "_aware_exp_avg_sq",
+    "--main-params-dtype": "_aware_main_params",
+    "--main-grads-dtype": "_aware_main_grads",
+    "--optimizer-offload-fraction": "_offload_fraction",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
 MEGATRON_LISTS: dict[str, str] = {
@@ -516,6 +521,22 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         f["optimizer"] = raw["optimizer"]
     if raw.get("offload_optimizer"):
         f["offload_optimizer"] = True
+        fraction = str(raw.get("_offload_fraction", "1.0"))  # arguments.py:2922
+        try:
+            whole = float(fraction) == 1.0
+        except ValueError:
+            whole = False
+        if not whole:
+            raise HwtuneInputError(
+                "--optimizer-offload-fraction", fraction, "1.0 (hwtune offloads all of it)"
+            )
+    if raw.get("_precision_aware"):  # its state dtypes, arguments.py:3667-3684 (fp32 default)
+        for key, v in raw.items():
+            if key.startswith("_aware_") and v != "fp32":
+                flag = next(k for k, name in MEGATRON_VALUES.items() if name == key)
+                raise HwtuneInputError(
+                    flag, v, "fp32 (hwtune's Megatron optimizer keeps fp32 states)"
+                )
     for key in ("overlap_tp_comm", "overlap_moe_a2a", "overlap_p2p_comm"):
         if key in raw:
             f[key] = raw[key]
