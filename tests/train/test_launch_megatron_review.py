@@ -307,3 +307,15 @@ def test_precision_aware_optimizer_dtypes_other_than_fp32_are_refused(
     ok = "1.0" if flag == "--optimizer-offload-fraction" else "fp32"
     job = strategy_from_megatron([*base, flag, ok])
     assert job.not_read == () and megatron_strategy(job, LLAMA, 8).offload_optimizer
+
+
+def test_ffn_width_must_match_the_model() -> None:
+    # --ffn-hidden-size (transformer_config.py ffn_hidden_size; the Llama-3 8B and Mixtral
+    # example scripts pass 14336) is the dense FFN width: another width is another model
+    job = strategy_from_megatron(["--num-layers", "32", "--ffn-hidden-size", "11008", "--bf16"])
+    with pytest.raises(HwtuneInputError) as info:
+        megatron_strategy(job, LLAMA, 8)
+    assert info.value.field == "--ffn-hidden-size" and "14336" in info.value.expected
+    job = strategy_from_megatron(["--ffn-hidden-size", "14336", "--bf16"])
+    assert job.not_read == ()
+    megatron_strategy(job, MIXTRAL, 8)

@@ -326,6 +326,7 @@ MEGATRON_LISTS: dict[str, str] = {
 MEGATRON_SHAPE: dict[str, str] = {
     "--num-layers": "n_layers",
     "--hidden-size": "d_model",
+    "--ffn-hidden-size": "ffn_hidden",
     "--num-attention-heads": "n_heads",
     "--num-query-groups": "kv_heads",
     "--num-experts": "moe.n_routed_experts",
