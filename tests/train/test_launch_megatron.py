@@ -221,7 +221,7 @@ def test_plan_launch_json_is_the_best_strategy() -> None:
     f = flags(tuple(doc["launch"]["args"]))
     assert int(f["--pipeline-model-parallel-size"]) == best["pp"] == 4  # type: ignore[arg-type]
     assert int(f["--micro-batch-size"]) == best["micro_batch"]  # type: ignore[arg-type]
-    assert doc["launch"]["command"].startswith("torchrun --nnodes 4 --nproc-per-node 8 ")
+    assert "torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py " in doc["launch"]["command"]
 
 
 def test_estimate_launch_prints_the_command() -> None:
@@ -385,6 +385,8 @@ def test_read_inverts_launch(
         moe_dispatch="deepep" if deepep else "alltoall", dropout=dropout,
         fp8_recipe="current" if precision == "fp8" and og else "delayed",
     )  # fmt: skip
+    assume(megatron_refusal(st) is None)  # what Megatron-LM asserts against (review file)
+    assume(tp == 1 or st.sequence_parallel)  # a MoE model: moe_layer.py raises without it
     n = tp * pp * cp * dp
     line = megatron_launch(st, model, n, 8).command()
     job = strategy_from_megatron(split_command(line))

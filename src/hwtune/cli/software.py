@@ -109,7 +109,12 @@ LAUNCH_REFUSAL_FLAGS = {
     "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
     "loss_kernel": "--loss", "zero3_gather": "--zero3-gather",
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
+    "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
+    "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
+    "sequence_parallel": "--sequence-parallel",
 }  # fmt: skip
+NEGATED_SWITCHES = ("fused_elementwise", "overlap_grad_reduce", "overlap_p2p_comm")
+"""Fields a ``--no-``/``--eager`` option turned off: the refusal names that option, typed."""
 """The option that set each `Strategy` field a framework's launch can refuse
 (`hwtune.train.launch.megatron_refusal`)."""
 
@@ -143,7 +148,7 @@ def launch_document(framework: str | None, est: object, model: object, cluster: 
         if e.field == "launch":
             raise HwtuneInputError("--launch", e.value, e.expected) from None
         flag, value, expected = LAUNCH_REFUSAL_FLAGS.get(e.field, e.field), e.value, e.expected
-        if e.field == "fused_elementwise":  # --eager set it False
+        if e.field in NEGATED_SWITCHES:  # --eager or --no-... set it False
             value, expected = True, "off" + expected.removeprefix("True")
         raise HwtuneInputError(flag, value, f"{expected} (--launch {framework})") from None
     return launch.to_dict()

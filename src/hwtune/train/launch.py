@@ -12,7 +12,19 @@ fields it turns into flags (``megatron/core/model_parallel_config.py``,
   interleaved schedule (Megatron's only pipeline schedules are 1F1B and interleaved 1F1B);
 - batch: ``--micro-batch-size``, ``--global-batch-size``, ``--seq-length``;
 - ZeRO: 1 is ``--use-distributed-optimizer``; 2 and 3 are Megatron-FSDP
-  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads`` / ``optim_grads_params``);
+  (``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads`` / ``optim_grads_params``)
+  with the ``--ckpt-format fsdp_dtensor`` it asserts (``arguments.py:1169``);
+- gradient dtype: Megatron-LM reduces in fp32 by default only with ``--bf16``; fp32 gradients
+  with ``--fp16`` are ``--accumulate-allreduce-grads-in-fp32``, with Megatron-FSDP
+  ``--megatron-fsdp-main-grads-dtype fp32`` (its default is the model's dtype), bf16 ones with
+  ``--bf16`` ``--grad-reduce-in-bf16`` (``arguments.py:1204-1216``, ``3691``);
+- environment: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1, which ``validate_args``
+  asserts before Blackwell (``arguments.py:1453-1478``) except with Megatron-FSDP (which asserts
+  it is not 1) or the MoE all-to-all overlap;
+- MoE: ``--moe-grouped-gemm --moe-permute-fusion --moe-router-fusion`` (all off by default,
+  ``transformer_config.py:850, 941, 944``), the kernels `hwtune.model.lowering` models, and
+  ``--expert-tensor-parallel-size 1`` at TP > 1 (its default is the TP degree,
+  ``arguments.py:587-588``; hwtune folds EP with expert TP 1);
 - precision: ``--bf16``, ``--fp16``; fp8 is ``--bf16 --fp8-format hybrid`` (Megatron-LM's
   ``examples/llama/train_llama3_8b_h100_fp8.sh``) with ``--fp8-recipe delayed`` or
   ``tensorwise`` (per-tensor current scaling, hwtune's ``current``);
@@ -35,7 +47,11 @@ GPipe, ZB-H1, ZB-V, DualPipe(V); TP communication overlap without sequence paral
 (``arguments.py`` asserts it); per-op selective recomputation (torchtitan's); the 8-bit and
 pure-bf16 optimizers of `hwtune.optim`; kernels of another framework (FlashAttention-2 through
 SDPA, eager elementwise ops, the fp32 cross-entropy); DeepSpeed's ZeRO-3 gathers and fp32
-gradient copies.
+gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): parameter-gather
+overlap without gradient-reduce overlap, optimizer offload at ZeRO 0, interleaving at pp=2
+without p2p overlap, the MoE all-to-all overlap with PP but no virtual stages, full
+recomputation, fp32, or Megatron-FSDP with virtual stages; a MoE model at TP > 1 without
+sequence parallelism (``moe_layer.py:636``).
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ from dataclasses import dataclass
 
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
+from hwtune.train.estimator import grads_in_fp32
 from hwtune.train.strategy import Strategy
 
 LAUNCH_FRAMEWORKS: tuple[str, ...] = ("megatron",)
@@ -63,10 +80,12 @@ class Launch:
     nproc_per_node: int
     entry: str
     args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # environment assignments before torchrun
 
     def command(self) -> str:
         """The shell command line (model, data and optimizer hyperparameters to be added)."""
-        run = ["torchrun", "--nnodes", str(self.nnodes), "--nproc-per-node"]
+        run = [f"{k}={v}" for k, v in self.env]
+        run += ["torchrun", "--nnodes", str(self.nnodes), "--nproc-per-node"]
         return shlex.join([*run, str(self.nproc_per_node), self.entry, *self.args])
 
     def to_dict(self) -> dict[str, object]:
@@ -76,6 +95,7 @@ class Launch:
             "nproc_per_node": self.nproc_per_node,
             "entry": self.entry,
             "args": list(self.args),
+            "env": dict(self.env),
             "command": self.command(),
         }
 
@@ -117,7 +137,50 @@ def megatron_refusal(st: Strategy) -> HwtuneInputError | None:
         return HwtuneInputError(
             "grad_accumulation", st.grad_accumulation, "fused (Megatron-LM's accumulation fusion)"
         )
+    return _megatron_assertion(st)
+
+
+def _megatron_assertion(st: Strategy) -> HwtuneInputError | None:
+    """What Megatron-LM asserts against among the switches `megatron_launch` writes (the
+    "True: ..." of a switch that was turned off reads "off: ..." for its ``--no-`` option)."""
+    gathers = st.overlap_param_gather and st.zero >= 1 and st.dp * st.cp > 1
+    if gathers and not st.overlap_grad_reduce:  # arguments.py:1028
+        return HwtuneInputError(
+            "overlap_grad_reduce", False, "True: Megatron-LM's --overlap-param-gather (the "
+            "parameter all-gathers of ZeRO >= 1 overlapped) needs --overlap-grad-reduce",
+        )  # fmt: skip
+    if st.offload_optimizer and st.zero == 0:  # core/optimizer/__init__.py:1057
+        return HwtuneInputError(
+            "offload_optimizer", True, "off at ZeRO 0: Megatron-LM's --optimizer-cpu-offload "
+            "needs --use-precision-aware-optimizer, which runs only with the distributed optimizer",
+        )  # fmt: skip
+    if st.schedule == "interleaved" and st.pp == 2 and not st.overlap_p2p_comm:
+        return HwtuneInputError(  # arguments.py:1006
+            "overlap_p2p_comm", False, "True: Megatron-LM interleaves at pp=2 only with "
+            "--overlap-p2p-communication (without it, pp > 2)",
+        )  # fmt: skip
+    if st.overlap_moe_a2a and st.ep > 1:  # transformer_config.py:3002-3037
+        why = None
+        if st.pp > 1 and st.schedule != "interleaved":
+            why = "pipeline parallelism without virtual stages (interleaved schedule)"
+        elif st.recompute == "full":
+            why = "full recomputation"
+        elif st.precision == "fp32":
+            why = "fp32 (a bf16 or fp16 model only)"
+        elif st.zero >= 2 and st.vpp > 1:  # pipeline_parallel/combined_1f1b.py:205
+            why = "Megatron-FSDP (ZeRO 2, 3) and virtual stages"
+        if why is not None:
+            return HwtuneInputError(
+                "overlap_moe_a2a", True, f"off with {why}: Megatron-LM's "
+                "--overlap-moe-expert-parallel-comm does not run there",
+            )  # fmt: skip
     return None
+
+
+_MOE_NEEDS_SP = HwtuneInputError(
+    "sequence_parallel", False, "on for a MoE model at TP > 1 (Megatron-LM's MoE layer raises "
+    "without it in training, core/transformer/moe/moe_layer.py:636)",
+)  # fmt: skip
 
 
 def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int) -> Launch:
@@ -127,6 +190,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     refusal = megatron_refusal(st)
     if refusal is not None:
         raise refusal
+    if model.moe is not None and st.tp > 1 and not st.sequence_parallel:
+        raise _MOE_NEEDS_SP
     a: list[str] = [
         "--tensor-model-parallel-size", str(st.tp),
         "--pipeline-model-parallel-size", str(st.pp),
@@ -158,7 +223,14 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     a += ["--optimizer", st.optimizer]
     if st.offload_optimizer:
         a += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
-    if st.grad_reduce_dtype == "bf16":
+    fp32_grads = grads_in_fp32(st.grad_reduce_dtype, st.zero)
+    if st.zero in (2, 3):  # arguments.py:1169; its gradients: --megatron-fsdp-main-grads-dtype
+        a += ["--ckpt-format", "fsdp_dtensor"]  # (auto: the model's dtype, arguments.py:3691)
+        if fp32_grads and st.precision != "fp32":
+            a += ["--megatron-fsdp-main-grads-dtype", "fp32"]
+    elif st.precision == "fp16" and fp32_grads:  # fp32 only with --bf16 by default
+        a.append("--accumulate-allreduce-grads-in-fp32")  # (arguments.py:1204-1216)
+    elif st.precision in ("bf16", "fp8") and not fp32_grads:
         a.append("--grad-reduce-in-bf16")
     if st.overlap_grad_reduce and st.dp * st.cp > 1:
         a.append("--overlap-grad-reduce")
@@ -166,6 +238,10 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a.append("--overlap-param-gather")
     if st.overlap_tp_comm and st.tp > 1:
         a.append("--tp-comm-overlap")
+    if model.moe is not None:  # the fused MoE kernels hwtune's lowering models (off by default)
+        a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"]
+        if st.tp > 1:  # expert TP defaults to the TP degree (arguments.py:587-588); hwtune's is 1
+            a += ["--expert-tensor-parallel-size", "1"]
     if model.moe is not None and st.ep > 1:
         if st.moe_dispatch == "deepep":
             a += ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
@@ -177,8 +253,14 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += ["--attention-backend", "unfused"]
     if not st.dropout:
         a += ["--hidden-dropout", "0", "--attention-dropout", "0"]
+    env: tuple[tuple[str, str], ...] = ()
+    a2a_overlap = st.overlap_moe_a2a and model.moe is not None and st.ep > 1
+    if (st.tp > 1 or st.cp > 1) and st.zero < 2 and not a2a_overlap:
+        env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)  # arguments.py:1453-1478 (Megatron-FSDP
+        # asserts it is not 1, arguments.py:1166)
     per_node = min(gpus_per_node, n_gpus)
-    return Launch("megatron", max(1, n_gpus // per_node), per_node, MEGATRON_ENTRY, tuple(a))
+    nodes = max(1, n_gpus // per_node)
+    return Launch("megatron", nodes, per_node, MEGATRON_ENTRY, tuple(a), env)
 
 
 MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
@@ -197,6 +279,11 @@ MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
     "--overlap-moe-expert-parallel-comm": ("overlap_moe_a2a", True),
     "--no-overlap-p2p-communication": ("overlap_p2p_comm", False),
     "--moe-enable-deepep": ("_deepep", True),
+    "--recompute-activations": ("_recompute_activations", True),
+    "--accumulate-allreduce-grads-in-fp32": ("_accumulate_fp32", True),
+    "--moe-grouped-gemm": ("_moe_fused", True),
+    "--moe-permute-fusion": ("_moe_fused", True),
+    "--moe-router-fusion": ("_moe_fused", True),
 }
 """Megatron-LM switches (no value) that `strategy_from_megatron` reads, and what each sets."""
 MEGATRON_VALUES: dict[str, str] = {
@@ -221,11 +308,25 @@ MEGATRON_VALUES: dict[str, str] = {
     "--attention-backend": "_attention",
     "--hidden-dropout": "_hidden_dropout",
     "--attention-dropout": "_attention_dropout",
+    "--megatron-fsdp-main-grads-dtype": "_fsdp_grads",
+    "--ckpt-format": "_ckpt_format",  # what Megatron-FSDP needs; no effect on the step
+    "--expert-tensor-parallel-size": "_etp",
+    "--exp-avg-dtype": "_aware_exp_avg",
+    "--exp-avg-sq-dtype": "_aware_exp_avg_sq",
+    "--main-params-dtype": "_aware_main_params",
+    "--main-grads-dtype": "_aware_main_grads",
+    "--optimizer-offload-fraction": "_offload_fraction",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
+MEGATRON_LISTS: dict[str, str] = {
+    "--recompute-modules": "_recompute_modules",
+    "--cp-comm-type": "_cp_comm",
+}
+"""Megatron-LM options with one or more values (``nargs="+"``) that it reads."""
 MEGATRON_SHAPE: dict[str, str] = {
     "--num-layers": "n_layers",
     "--hidden-size": "d_model",
+    "--ffn-hidden-size": "ffn_hidden",
     "--num-attention-heads": "n_heads",
     "--num-query-groups": "kv_heads",
     "--num-experts": "moe.n_routed_experts",
@@ -290,6 +391,19 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
             gqa = True
             i += 1
             continue
+        if name in MEGATRON_LISTS:  # nargs="+"
+            j = i + 1
+            while j < len(tokens) and not tokens[j].startswith("--"):
+                j += 1
+            raw[MEGATRON_LISTS[name]] = [inline] if eq else tokens[i + 1 : j]
+            i = i + 1 if eq else j
+            continue
+        if name == "--pipeline-model-parallel-layout":  # arguments.py:955-963
+            raise HwtuneInputError(
+                name, inline if eq else (tokens[i + 1] if value_next else None),
+                "no custom layout (hwtune models even stages; virtual stages with "
+                "--num-virtual-stages-per-pipeline-rank)",
+            )  # fmt: skip
         if name in MEGATRON_VALUES or name in TORCHRUN_VALUES:
             if not eq and not value_next:
                 raise HwtuneInputError(name, None, "a value after it")
@@ -327,6 +441,11 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         if key in raw:
             flag = next(k for k, v in MEGATRON_VALUES.items() if v == key)
             f[key] = _int(flag, raw[key])
+    cp_comm = " ".join(raw.get("_cp_comm", ["p2p"]))  # type: ignore[arg-type]
+    if f.get("cp", 1) > 1 and set(cp_comm.split()) != {"p2p"}:  # arguments.py:3221
+        raise HwtuneInputError("--cp-comm-type", cp_comm, "p2p (the ring of K/V hwtune models)")
+    # expert TP: the TP degree unless set (arguments.py:587-588); checked against the model
+    f["_etp"] = _int("--expert-tensor-parallel-size", raw.get("_etp", f.get("tp", 1)))
     if raw.get("sequence_parallel") and f.get("tp", 1) > 1:  # arguments.py: off at TP 1
         f["sequence_parallel"] = True
     vpp = 1
@@ -376,7 +495,15 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
     else:
         f["zero"] = 1 if raw.get("_distopt") else 0
     granularity = raw.get("_recompute")
+    if raw.get("_recompute_activations"):  # arguments.py:607-608
+        granularity = "selective"
     if granularity == "selective":
+        modules = raw.get("_recompute_modules", ["core_attn"])  # transformer_config.py:1941
+        if modules != ["core_attn"]:
+            raise HwtuneInputError(
+                "--recompute-modules", " ".join(modules),  # type: ignore[arg-type]
+                "core_attn (hwtune's selective recomputation is core attention's)",
+            )  # fmt: skip
         f["recompute"] = "selective"
     elif granularity == "full":
         method = raw.get("_recompute_method", "uniform")
@@ -395,13 +522,37 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         f["optimizer"] = raw["optimizer"]
     if raw.get("offload_optimizer"):
         f["offload_optimizer"] = True
-    for key in ("grad_reduce_dtype", "overlap_tp_comm", "overlap_moe_a2a", "overlap_p2p_comm"):
+        fraction = str(raw.get("_offload_fraction", "1.0"))  # arguments.py:2922
+        try:
+            whole = float(fraction) == 1.0
+        except ValueError:
+            whole = False
+        if not whole:
+            raise HwtuneInputError(
+                "--optimizer-offload-fraction", fraction, "1.0 (hwtune offloads all of it)"
+            )
+    if raw.get("_precision_aware"):  # its state dtypes, arguments.py:3667-3684 (fp32 default)
+        for key, v in raw.items():
+            if key.startswith("_aware_") and v != "fp32":
+                flag = next(k for k, name in MEGATRON_VALUES.items() if name == key)
+                raise HwtuneInputError(
+                    flag, v, "fp32 (hwtune's Megatron optimizer keeps fp32 states)"
+                )
+    for key in ("overlap_tp_comm", "overlap_moe_a2a", "overlap_p2p_comm"):
         if key in raw:
             f[key] = raw[key]
+    fp32_grads = _fp32_gradients(raw, str(f["precision"]), int(f["zero"]))  # type: ignore[call-overload]
+    if fp32_grads is not None and fp32_grads != grads_in_fp32(None, int(f["zero"])):  # type: ignore[call-overload]
+        f["grad_reduce_dtype"] = "fp32" if fp32_grads else "bf16"  # bf16: 16-bit (fp16 too)
     f["overlap_grad_reduce"] = bool(raw.get("overlap_grad_reduce", False))
     f["overlap_param_gather"] = bool(raw.get("overlap_param_gather", False))
     dispatcher = raw.get("_dispatcher", "allgather")
-    deepep = raw.get("_deepep") or raw.get("_flex_backend") == "deepep"
+    backend = raw.get("_flex_backend", "deepep")  # transformer_config.py:898
+    if dispatcher == "flex" and backend != "deepep":
+        raise HwtuneInputError(
+            "--moe-flex-dispatcher-backend", backend, "deepep (the flex backend hwtune models)"
+        )
+    deepep = raw.get("_deepep") or backend == "deepep"
     if dispatcher == "flex" and deepep:
         f["moe_dispatch"] = "deepep"
     elif dispatcher in ("alltoall", "allgather"):
@@ -410,7 +561,7 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         raise HwtuneInputError(
             "--moe-token-dispatcher-type", dispatcher, "alltoall, or flex with the deepep backend"
         )
-    if raw.get("_attention") == "unfused":
+    if raw.get("_attention") in ("unfused", "local"):  # local: Megatron-Core's, unfused
         f["flash_attention"] = False
     drop = []
     for key, flag in (("_hidden_dropout", "--hidden-dropout"), ("_attention_dropout",
@@ -424,6 +575,26 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         drop.append(p)
     f["dropout"] = any(d > 0 for d in drop)
     return f
+
+
+def _fp32_gradients(raw: dict[str, object], precision: str, zero: int) -> bool | None:
+    """Whether Megatron-LM keeps and reduces gradients in fp32 (None: as hwtune's default).
+    Megatron-FSDP: ``--megatron-fsdp-main-grads-dtype`` (auto: the model's dtype,
+    ``arguments.py:3691``); else ``--bf16`` reduces in fp32 unless ``--grad-reduce-in-bf16``
+    and ``--fp16`` in fp16 unless ``--accumulate-allreduce-grads-in-fp32``
+    (``arguments.py:1204-1216``)."""
+    if precision == "fp32":
+        return None
+    if raw.get("_mfsdp"):
+        dtype = str(raw.get("_fsdp_grads", "auto"))
+        if dtype not in ("auto", "fp32", "bf16"):
+            raise HwtuneInputError("--megatron-fsdp-main-grads-dtype", dtype, "auto, fp32 or bf16")
+        return dtype == "fp32"
+    if raw.get("_fsdp2"):
+        return None
+    if precision == "fp16":
+        return bool(raw.get("_accumulate_fp32"))
+    return raw.get("grad_reduce_dtype") != "bf16"
 
 
 def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strategy:
@@ -442,6 +613,15 @@ def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strate
             )  # fmt: skip
     f = dict(job.fields)
     dispatcher = f.pop("_moe_dispatcher", None)
+    etp = f.pop("_etp", 1)
+    if model.moe is not None and int(f.get("tp", 1)) > 1 and not f.get("sequence_parallel"):  # type: ignore[call-overload]
+        e = _MOE_NEEDS_SP
+        raise HwtuneInputError("--sequence-parallel", "absent", e.expected)
+    if model.moe is not None and etp != 1:
+        raise HwtuneInputError(
+            "--expert-tensor-parallel-size", etp, "1 (hwtune models expert TP 1; Megatron-LM's "
+            "default is the TP degree)",
+        )  # fmt: skip
     if model.moe is not None and int(f.get("ep", 1)) > 1 and dispatcher == "allgather":  # type: ignore[call-overload]
         raise HwtuneInputError(
             "--moe-token-dispatcher-type", "allgather (the default)",
