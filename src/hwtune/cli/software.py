@@ -173,7 +173,7 @@ def launch_constraints(launch: str, c: object) -> object:
     from dataclasses import replace
 
     from hwtune.errors import HwtuneInputError
-    from hwtune.train.launch import MEGATRON_RECOMPUTE, MEGATRON_SCHEDULES
+    from hwtune.train.launch import MEGATRON_RECOMPUTE, MEGATRON_SCHEDULES, megatron_refusal
 
     runs = {"schedule": MEGATRON_SCHEDULES, "recompute": MEGATRON_RECOMPUTE}
     for s in c.schedules or ():  # type: ignore[attr-defined]
@@ -191,4 +191,5 @@ def launch_constraints(launch: str, c: object) -> object:
         c,  # type: ignore[arg-type]
         schedules=c.schedules or MEGATRON_SCHEDULES,  # type: ignore[attr-defined]
         recomputes=MEGATRON_RECOMPUTE,
+        runs=lambda st: megatron_refusal(st) is None,
     )

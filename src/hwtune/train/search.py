@@ -59,6 +59,7 @@ class Constraints:
     schedules: tuple[str, ...] | None = None
     allow_offload: bool = True
     recomputes: tuple[str, ...] | None = None  # allowed recomputation policies (None: all)
+    runs: Callable[[Strategy], bool] | None = None  # a framework runs it (None: any)
 
     def allows(self, name: str, value: object) -> bool:
         if name in self.fixed and self.fixed[name] != value:
@@ -327,6 +328,9 @@ def plan(
                         global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
                         recompute=rec, offload_optimizer=off, **base,
                     )  # fmt: skip
+                    if c.runs is not None and not c.runs(st):
+                        pruned["not run by the launch framework"] += 1
+                        continue
                     fitting.append(knobs)
                     if (
                         bounded
