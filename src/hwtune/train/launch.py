@@ -612,6 +612,8 @@ def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strate
                 f"being estimated ({model.name}; --model)",
             )  # fmt: skip
     f = dict(job.fields)
+    if "seq" not in f:  # Megatron-LM has no default sequence length
+        raise HwtuneInputError("--seq-length", None, "a sequence length in the command line")
     dispatcher = f.pop("_moe_dispatcher", None)
     etp = f.pop("_etp", 1)
     if model.moe is not None and int(f.get("tp", 1)) > 1 and not f.get("sequence_parallel"):  # type: ignore[call-overload]
