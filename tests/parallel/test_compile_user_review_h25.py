@@ -184,13 +184,16 @@ def test_one_micro_batch_is_singular():
 
 
 def test_one_step_run_reports_the_adam_states():
-    """The run measured the states before the optimizer's step, so a one-step run showed
+    """The run document names the tiny model it trained. The run measured the states before the optimizer's step, so a one-step run showed
     0 optimizer bytes. AdamW keeps two fp32 moments per parameter (Loshchilov & Hutter 2019);
     ZeRO-1 over dp = 2 keeps half of them per rank: 8 x params / 2 bytes, within the
     ZeroRedundancyOptimizer's uneven split of whole parameters (1%)."""
     r = _invoke(["--dp", "2", "--zero", "1", "--run", "--steps", "1", "--json"])
     assert r.exit_code == 0, r.output
-    for mem in json.loads(r.stdout)["run"]["memory"].values():
+    run = json.loads(r.stdout)["run"]
+    # the run trains the tiny model, not the simulated llama3.1-8b: the document says which
+    assert run["model"].startswith("tiny GPT, 4 layers")
+    for mem in run["memory"].values():
         assert mem["optimizer"] == pytest.approx(8 * mem["params_local"] / 2, rel=0.01)
 
 

@@ -66,7 +66,11 @@ def result(cfg: RunConfig, ranks: list[dict]) -> dict:
     them, the single-process reference (on CPU), their largest difference, the state bytes."""
     losses = next(r["losses"] for r in ranks if r["losses"])
     ref = reference_losses(cfg)
+    m = cfg.model
+    kind = f"MoE ({m.n_experts} experts)" if m.n_experts else "GPT"
     return {
+        # the tiny model the run trains, not the simulated one
+        "model": f"tiny {kind}, {m.n_layers} layers, d_model {m.d_model}",
         "world": cfg.world,
         "device": cfg.device,
         "backend": backend_for(cfg.device),
