@@ -334,3 +334,28 @@ def test_the_chunks_parameter_shards_add_up_to_the_model(model, name, p, tp):
     costs = stage_costs(spec, spec_model, cl, validate(spec, spec_model))
     total = sum(c.dense_params * tp + c.expert_params * ep for c in costs)
     assert total == pytest.approx(P.total_params(spec_model), rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.sampled_from(["gpt-7.5b", "mixtral-8x7b"]),
+    name=st.sampled_from(["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe",
+                          "dualpipev"]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    zero=st.sampled_from([0, 1, 3]),
+)  # fmt: skip
+def test_every_activation_kept_is_freed_by_the_end_of_the_step(model, name, recompute, zero):
+    """What a forward keeps until its backward (F, or the forward half of an overlapped pair)
+    is freed by that backward (B, or W after a split I): each rank's memory ends the step
+    where it began, at its weights, gradients and optimizer states, and never falls below."""
+    v = 2 if name == "interleaved" else 1
+    spec = make_spec(pp=4, dp=2, global_batch=16, zero=zero, recompute=recompute,
+                     schedule={"name": name, "vpp": v})  # fmt: skip
+    plan = compile_plan(spec, get_model(model), make_cluster("h100-sxm-80gb", 8))
+    res = simulate(plan)
+    for r in range(plan.pp):
+        line = [b for _, b in res.memory[r]]
+        assert line[0] == plan.static_bytes[r]
+        assert line[-1] == pytest.approx(plan.static_bytes[r], rel=1e-12)
+        assert min(line) >= plan.static_bytes[r] * (1 - 1e-12)
+        assert res.peak_bytes[r] == max(line)
