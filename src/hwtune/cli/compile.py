@@ -81,15 +81,23 @@ def compile_cmd(
     pp: Annotated[int | None, typer.Option(help="pipeline-parallel degree")] = None,
     ep: Annotated[int | None, typer.Option(help="expert-parallel degree")] = None,
     cp: Annotated[int | None, typer.Option(help="context-parallel degree")] = None,
-    zero: Annotated[int | None, typer.Option(help="ZeRO stage 0-3")] = None,
-    micro_batch: Annotated[int | None, typer.Option(help="sequences per micro-batch")] = None,
-    global_batch: Annotated[int | None, typer.Option(help="sequences per step")] = None,
-    seq: Annotated[int | None, typer.Option(help="sequence length")] = None,
+    zero: Annotated[
+        int | None, typer.Option(help="ZeRO stage 0-3 (default: 3 without pp, 1 with)")
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="sequences per micro-batch (default 1)")
+    ] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="sequences per step (default micro-batch*dp)")
+    ] = None,
+    seq: Annotated[int | None, typer.Option(help="sequence length (default 4096)")] = None,
     schedule: Annotated[
-        str | None, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
+        str | None, typer.Option(help="gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev")
     ] = None,
     vpp: Annotated[int | None, typer.Option(help="model chunks per rank (interleaved)")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none|selective|selective-op|full")] = None,
+    recompute: Annotated[
+        str | None, typer.Option(help="none, selective, selective-op or full")
+    ] = None,
     trace: Annotated[Path | None, typer.Option(help="write the Perfetto trace JSON here")] = None,
     gantt: Annotated[Path | None, typer.Option(help="write the PNG Gantt chart here")] = None,
     show_orders: Annotated[
