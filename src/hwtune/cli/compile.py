@@ -248,7 +248,8 @@ def compile_cmd(
         if p:
             print(f"  wrote {p}")
     if run_doc is not None:
-        print(f"  run: {run_doc['model']}, fp32, {len(run_doc['losses'])} steps")
+        if "model" in run_doc:  # the tiny model the run trained
+            print(f"  run: {run_doc['model']}, fp32, {len(run_doc['losses'])} steps")
         run_label = f"run ({run_doc['world']} processes, {run_doc['backend']}):"
         w = len(run_label)
         print(f"  {run_label} losses {run_doc['losses']}")
