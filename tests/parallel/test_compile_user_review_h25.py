@@ -178,6 +178,16 @@ def test_orders_reach_the_json_document():
         assert sorted(orders[r_]) == sorted(f"{stage}{k}{m}" for k in "FB" for m in range(4))
 
 
+def test_the_zero_stage_run_is_shown():
+    """The JSON's strategy holds zero = -1 (the spec's "default" sentinel) and the text showed
+    no strategy: the stage simulated is 3 without pipeline parallelism and 1 with it (the
+    default of `ParallelSpec.zero`, as the estimator's)."""
+    for args, stage in (([], 3), (["--pp", "2", "--global-batch", "4"], 1)):
+        r = _invoke([*args, "--json"])
+        assert json.loads(r.stdout)["zero_stage"] == stage
+        assert f" zero={stage} " in _invoke(args).stdout
+
+
 def test_one_micro_batch_is_singular():
     r = _invoke([])
     assert "1 micro-batch," in r.stdout

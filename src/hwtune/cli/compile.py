@@ -215,10 +215,11 @@ def compile_cmd(
         return
     # the peak of each rank against the device's memory (what `estimate` calls OUT OF MEMORY)
     cap = cl.device.memory_bytes
+    summary = plan.summary()  # once: each call walks every op per rank
     over = [r for r in range(plan.pp) if res.peak_bytes[r] > cap]
     doc = {"model": spec_model.name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
-           "plan": plan.summary(), "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json"),
-           "memory_capacity_bytes": cap, "fits": not over}  # fmt: skip
+           "plan": summary, "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json"),
+           "zero_stage": spec.zero_stage, "memory_capacity_bytes": cap, "fits": not over}  # fmt: skip
     if show_orders:
         doc["orders"] = {r: [str(a) for a in v] for r, v in plan.orders.items()}
     if run_doc is not None:
@@ -229,6 +230,10 @@ def compile_cmd(
         return
     gib = 2**30
     print(title)
+    m = spec.mesh  # the strategy as run: ZeRO's default resolved, the batch filled in
+    print(f"  strategy: dp={m.dp} tp={m.tp} pp={m.pp} cp={m.cp} ep={m.ep} zero={spec.zero_stage} "
+          f"mb={spec.micro_batch} gb={spec.global_batch_seqs} seq={spec.seq} "
+          f"recompute={spec.recompute} {spec.precision}")  # fmt: skip
     mbs = "micro-batch" if plan.n_micro == 1 else "micro-batches"
     print(
         f"  stages {len(plan.stage_rank)} over pp={plan.pp}, {plan.n_micro} {mbs}, {len(plan.ops)} ops"
@@ -240,7 +245,7 @@ def compile_cmd(
               "the step cannot run as planned (try hwtune plan)")  # fmt: skip
     for r in range(plan.pp):
         flag = f" (over the {cap / gib:.0f} GiB)" if r in over else ""
-        print(f"  rank {r}: stages {plan.summary()['ranks'][r]['stages']}, bubble {res.bubble_fraction[r]:.1%}, "
+        print(f"  rank {r}: stages {summary['ranks'][r]['stages']}, bubble {res.bubble_fraction[r]:.1%}, "
               f"peak memory {res.peak_bytes[r] / gib:.1f} GiB{flag}")  # fmt: skip
     if show_orders:
         print(format_orders(plan.orders))
