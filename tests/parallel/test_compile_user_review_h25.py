@@ -388,3 +388,42 @@ def test_the_simulator_scales_linearly_with_the_micro_batches():
         return best
 
     assert seconds(1024) < 100 * seconds(64)
+
+
+def _work(plan) -> float:
+    """Compute-stream seconds of the step summed over the pipeline ranks (one GPU each)."""
+    return sum(o.seconds for o in plan.ops if o.kind in ("F", "B", "I", "W", "R", "FB"))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model=st.sampled_from(["gpt-7.5b", "llama3.1-8b", "mixtral-8x7b"]),
+    name=st.sampled_from(["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe",
+                          "dualpipev"]),
+    p=st.sampled_from([2, 4]),
+    tp=st.sampled_from([1, 2]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+)  # fmt: skip
+def test_the_stage_split_neither_loses_nor_duplicates_work(model, name, p, tp, recompute):
+    """The compute of a step summed over the pipeline ranks equals the compute of the same step
+    on one pipeline rank: every layer's forward, backward and recomputation once per micro-batch,
+    the embedding and the LM head once. (An overlapped F&B pair hides its in-layer
+    communication behind compute, so DualPipe's pairs are compared at tp = 1, where there is
+    none.) And the GPU-seconds are at least the model's FLOPs at the datasheet peak: 6 N T
+    (Kaplan et al. 2020, forward 2NT + backward 4NT, N the active parameters without the input
+    embedding, a lookup; attention only adds) over 989.4 dense bf16 TFLOP/s (H100 SXM)."""
+    if name in ("dualpipe", "dualpipev"):
+        tp = 1
+    m, seq = 4 * p, 4096
+    spec_model = get_model(model)
+    v = 2 if name == "interleaved" else 1
+
+    def plan(pp: int, sched: dict):
+        spec = make_spec(pp=pp, tp=tp, global_batch=m, seq=seq, zero=0, recompute=recompute,
+                         schedule=sched)  # fmt: skip
+        return compile_plan(spec, spec_model, make_cluster("h100-sxm-80gb", pp * tp))
+
+    split = _work(plan(p, {"name": name, "vpp": v}))
+    assert split == pytest.approx(_work(plan(1, {"name": "1f1b"})), rel=1e-9)
+    n = P.active_params(spec_model) - P.input_embedding_params(spec_model)
+    assert split * tp >= 6 * n * m * seq / 989.4e12
