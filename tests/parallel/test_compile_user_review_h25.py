@@ -87,6 +87,12 @@ def test_bad_flags_name_the_flag(rejects, args, field):
             "s.yaml.schedule.vpp",
         ),
         ("schedule: [1]\nvpp: 2\n", "s.yaml.schedule"),  # was a TypeError traceback
+        # stages beside stage pins that give another layout: the stages were ignored
+        (
+            "mesh: {pp: 2}\nglobal_batch: 4\nstages: [20, 12]\nmodules:\n"
+            "  - {match: 'layers[0:16]', stage: 0}\n  - {match: 'layers[16:32]', stage: 1}\n",
+            "s.yaml.stages",
+        ),
     ],
 )
 def test_bad_strategy_files_name_the_files_field(tmp_path, rejects, text, field):

@@ -420,6 +420,12 @@ def resolve(spec: ParallelSpec, model: ModelSpec) -> tuple[LayerPlan, ...]:
             raise HwtuneInputError(
                 "modules.stage", max(stage_of), f"a stage below the {chunks} stages of the schedule"
             )
+        if spec.stages is not None and tuple(spec.stages) != counts:  # was ignored silently
+            raise HwtuneInputError(
+                "stages", list(spec.stages),
+                f"the layers per stage that the modules' stage pins give, {list(counts)} (set "
+                "the layout in one place)",
+            )  # fmt: skip
     elif spec.stages is not None:
         counts = spec.stages
     else:
