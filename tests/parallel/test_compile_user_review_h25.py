@@ -209,6 +209,8 @@ def test_one_step_run_reports_the_adam_states():
     run = json.loads(r.stdout)["run"]
     # the run trains the tiny model, not the simulated llama3.1-8b: the document says which
     assert run["model"].startswith("tiny GPT, 4 layers")
+    # what the run leaves out of the strategy is said, not taken as run
+    assert run["not_run"] == ["precision bf16 (the run is fp32)"]
     for mem in run["memory"].values():
         assert mem["optimizer"] == pytest.approx(8 * mem["params_local"] / 2, rel=0.01)
 

@@ -254,7 +254,10 @@ def compile_cmd(
             print(f"  wrote {p}")
     if run_doc is not None:
         if "model" in run_doc:  # the tiny model the run trained
-            print(f"  run: {run_doc['model']}, fp32, {len(run_doc['losses'])} steps")
+            n = len(run_doc["losses"])
+            print(f"  run: {run_doc['model']}, fp32 AdamW, {n} step{'' if n == 1 else 's'}")
+        if run_doc.get("not_run"):
+            print(f"  not in the run: {'; '.join(run_doc['not_run'])}")
         run_label = f"run ({run_doc['world']} processes, {run_doc['backend']}):"
         w = len(run_label)
         print(f"  {run_label} losses {run_doc['losses']}")
