@@ -102,7 +102,7 @@ def test_flag_error_renames_only_the_fields_it_is_given():
 
 def test_compile_and_energy_step_name_the_batch_flag_the_user_typed(rejects, tmp_path):
     """`compile` and `energy step` named the strategy's field (``global_batch``) for a batch set
-    by ``--global-batch``; a batch from a strategy file keeps the file's key."""
+    by ``--global-batch``; a batch from a strategy file keeps the file's key (after its name)."""
     msg = rejects(["compile", "--gpus", "8", "--dp", "8", "--global-batch", "3"],
                   "--global-batch", "3")  # fmt: skip
     assert msg.startswith("error: --global-batch: got 3;")
@@ -111,7 +111,7 @@ def test_compile_and_energy_step_name_the_batch_flag_the_user_typed(rejects, tmp
     f = tmp_path / "s.yaml"
     f.write_text("mesh: {dp: 8}\nglobal_batch: 3\n")
     msg = rejects(["compile", "--gpus", "8", "--strategy", str(f)], "global_batch", "3")
-    assert msg.startswith("error: global_batch: got 3;")
+    assert msg.startswith("error: s.yaml.global_batch: got 3;")
 
 
 @pytest.mark.parametrize(

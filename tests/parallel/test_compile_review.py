@@ -297,7 +297,7 @@ def test_schedule_flag_beside_explicit_actions_is_refused(tmp_path, rejects):
     text = "mesh: {pp: 2}\nglobal_batch: 1\nschedule: {actions: {0: [0F0, 0B0], 1: [1F0, 1B0]}}\n"
     path = _yaml(tmp_path, text)
     rejects(["compile", "--strategy", path, "--schedule", "gpipe"], "schedule", "gpipe", "actions")
-    rejects(["compile", "--strategy", path, "--vpp", "2"], "schedule.vpp", "2")
+    rejects(["compile", "--strategy", path, "--vpp", "2"], "--vpp", "2", "explicit actions")
 
 
 @pytest.mark.parametrize("name", ["dualpipev", "zb-h1", "1f1b"])
@@ -339,8 +339,8 @@ def test_a_flag_that_contradicts_the_strategy_file_is_refused(tmp_path, rejects)
         assert r.exit_code == 0, r.output
 
 
-@pytest.mark.parametrize(("text", "field"), [("zero: true\n", "strategy.zero"),
-                                             ("mesh: {pp: 2.0}\n", "strategy.mesh.pp")])  # fmt: skip
+@pytest.mark.parametrize(("text", "field"), [("zero: true\n", "s.yaml.zero"),
+                                             ("mesh: {pp: 2.0}\n", "s.yaml.mesh.pp")])  # fmt: skip
 def test_a_bool_or_float_is_not_taken_as_a_degree(tmp_path, text, field, rejects):
     """`zero: true` used to be read as ZeRO-1 and `pp: 2.0` as 2 (pydantic's lax coercion)."""
     f = tmp_path / "s.yaml"

@@ -198,8 +198,8 @@ def test_runtime_refuses_what_it_cannot_run():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        (dict(dp=4, ep=8, zero=0), "ep: got 8; expected a divisor of tp\\*cp\\*dp = 4"),
-        (dict(dp=6, ep=4, zero=0), "ep: got 4; expected a divisor of tp\\*cp\\*dp = 6"),
+        (dict(dp=4, ep=8, zero=0), "ep: got 8; expected a divisor of tp x cp x dp \\(= 4\\)"),
+        (dict(dp=6, ep=4, zero=0), "ep: got 4; expected a divisor of tp x cp x dp \\(= 6\\)"),
         (dict(dp=6, ep=3, zero=0), "ep: got 3; expected a divisor of the 8 experts"),
         (dict(dp=2, ep=2, zero=0), "1 for (a|the) dense model"),
     ],

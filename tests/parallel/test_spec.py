@@ -125,7 +125,7 @@ def test_expert_degree_is_checked_for_explicit_schedules_too():
     acts = {0: ["0F0", "0B0"], 1: ["1F0", "1B0"]}
     spec = make_spec(pp=2, dp=3, ep=2, global_batch=3, schedule={"actions": acts})
     with pytest.raises(
-        HwtuneInputError, match=r"mesh.ep: got 2; expected a divisor of tp\*cp\*dp = 3"
+        HwtuneInputError, match=r"mesh.ep: got 2; expected a divisor of tp x cp x dp \(= 3\)"
     ):
         validate(spec, MOE, 6)
     spec = make_spec(pp=2, dp=3, ep=3, global_batch=3, schedule={"actions": acts})

@@ -5,22 +5,63 @@ on CPU/gloo (default) or, with ``--device cuda``, one GPU per process over NCCL.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import flag_error, output_path, plot_suffixes
+from hwtune.cli.parsing import output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 GPU_DEFAULT = "h100-sxm-80gb"
 _MESH_AXES = ("dp", "tp", "pp", "ep", "cp")  # the flags that are mesh degrees
+_FLAG_OF = {
+    **{f"mesh.{a}": f"--{a}" for a in _MESH_AXES}, "seq": "--seq", "zero": "--zero",
+    "micro_batch": "--micro-batch", "global_batch": "--global-batch", "recompute": "--recompute",
+    "schedule.name": "--schedule", "schedule": "--schedule", "schedule.vpp": "--vpp",
+}  # fmt: skip
+"""The strategy's fields (their paths in a strategy file) that a flag of `compile` sets."""
+_ALIAS = {**{a: f"mesh.{a}" for a in _MESH_AXES}, "vpp": "schedule.vpp"}
+"""The estimator's `Strategy` names of those fields (its checks name them so)."""
 
 
 def _fail(e: Exception) -> None:
     sys.stderr.write(f"error: {e}\n")
     raise typer.Exit(2)
+
+
+def _in_file(data: dict, path: str) -> bool:
+    """Whether the strategy file's mapping ``data`` gives the field at dotted ``path``."""
+    for key in path.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
+def _named(e: HwtuneInputError, typed: set[str], gpus_typed: bool, strategy: Path | None,
+           data: dict | None) -> HwtuneInputError:  # fmt: skip
+    """``e`` naming where the user gave the value: the flag they typed (``--tp``), else the
+    strategy file's field (``s.yaml.mesh.tp``), else the flag that sets a defaulted field; the
+    checks below the CLI name the spec's, the estimator's or the cluster's fields."""
+    from hwtune.parallel.spec import ParallelSpec
+
+    if e.field == "cluster.n_gpus":  # the GPU count is --gpus's, or the mesh's product
+        return HwtuneInputError("--gpus" if gpus_typed else "dp*tp*pp*cp", e.value, e.expected)
+    path = e.field.removeprefix("strategy.")
+    path = _ALIAS.get(path, path)
+    flag = _FLAG_OF.get(path)
+    if flag is not None and flag in typed:
+        return HwtuneInputError(flag, e.value, e.expected)
+    if strategy is not None and data is not None:
+        top = re.split(r"[.\[ ]", path, maxsplit=1)[0]
+        if _in_file(data, path) or (flag is None and top in ParallelSpec.model_fields):
+            return HwtuneInputError(f"{strategy.name}.{path}", e.value, e.expected)
+    if flag is not None:
+        return HwtuneInputError(flag, e.value, e.expected)
+    return e
 
 
 def compile_cmd(
@@ -40,15 +81,23 @@ def compile_cmd(
     pp: Annotated[int | None, typer.Option(help="pipeline-parallel degree")] = None,
     ep: Annotated[int | None, typer.Option(help="expert-parallel degree")] = None,
     cp: Annotated[int | None, typer.Option(help="context-parallel degree")] = None,
-    zero: Annotated[int | None, typer.Option(help="ZeRO stage 0-3")] = None,
-    micro_batch: Annotated[int | None, typer.Option(help="sequences per micro-batch")] = None,
-    global_batch: Annotated[int | None, typer.Option(help="sequences per step")] = None,
-    seq: Annotated[int | None, typer.Option(help="sequence length")] = None,
+    zero: Annotated[
+        int | None, typer.Option(help="ZeRO stage 0-3 (default: 3 without pp, 1 with)")
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option(help="sequences per micro-batch (default 1)")
+    ] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="sequences per step (default micro-batch*dp)")
+    ] = None,
+    seq: Annotated[int | None, typer.Option(help="sequence length (default 4096)")] = None,
     schedule: Annotated[
-        str | None, typer.Option(help="gpipe|1f1b|interleaved|zb-h1|zbv|dualpipe|dualpipev")
+        str | None, typer.Option(help="gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev")
     ] = None,
     vpp: Annotated[int | None, typer.Option(help="model chunks per rank (interleaved)")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none|selective|selective-op|full")] = None,
+    recompute: Annotated[
+        str | None, typer.Option(help="none, selective, selective-op or full")
+    ] = None,
     trace: Annotated[Path | None, typer.Option(help="write the Perfetto trace JSON here")] = None,
     gantt: Annotated[Path | None, typer.Option(help="write the PNG Gantt chart here")] = None,
     show_orders: Annotated[
@@ -70,40 +119,65 @@ def compile_cmd(
     from hwtune.parallel.actions import format_orders
     from hwtune.parallel.compiler import compile_plan
     from hwtune.parallel.simulator import simulate
-    from hwtune.parallel.spec import load_spec, make_spec
+    from hwtune.parallel.spec import make_spec, read_spec_file, spec_fields
     from hwtune.report.parallel_trace import write_gantt, write_trace
 
     flags = dict(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, micro_batch=micro_batch,
                  global_batch=global_batch, seq=seq, recompute=recompute)  # fmt: skip
+    typed = {"--" + n.replace("_", "-") for n, v in flags.items() if v is not None}
+    typed |= {f for f, v in (("--schedule", schedule), ("--vpp", vpp)) if v is not None}
+    base: dict | None = None
     try:
         if trace is not None:  # a path that cannot be written fails now, not after the work
-            output_path(trace, "trace")
+            output_path(trace, "--trace")
         if gantt is not None:
-            output_path(gantt, "gantt", plot_suffixes())
+            output_path(gantt, "--gantt", plot_suffixes())
         if zero is not None and zero < 0:  # -1 is the spec's "default" sentinel, not a stage
-            raise HwtuneInputError("zero", zero, "a ZeRO stage 0-3")
+            raise HwtuneInputError("--zero", zero, "a ZeRO stage 0-3")
         if cluster is not None:  # the file gives the GPUs and network: flags would be ignored
             for name, v in (("gpu", None if gpu == GPU_DEFAULT else gpu), ("gpus", gpus),
                             ("gpus-per-node", gpus_per_node), ("nic-gbps", nic_gbps)):  # fmt: skip
                 if v is not None:
                     raise HwtuneInputError(
-                        name, v, "no such option with --cluster (the file gives the cluster)"
+                        "--" + name, v, "no such option with --cluster (the file gives the cluster)"
                     )
         if not run:
             for name, v in (("steps", steps), ("device", device)):
                 if v is not None:
-                    raise HwtuneInputError(name, v, "--run beside it (it sets the training run)")
+                    raise HwtuneInputError(
+                        "--" + name, v, "--run beside it (it sets the training run)"
+                    )
         elif steps is not None and steps < 1:
-            raise HwtuneInputError("steps", steps, "a positive number of training steps")
+            raise HwtuneInputError("--steps", steps, "a positive number of training steps")
         spec_model = get_model(model)
-        base = load_spec(strategy).model_dump(exclude_defaults=True) if strategy else {}
-        for name, v in flags.items():  # a flag that would silently replace the file's value
-            given = (base.get("mesh") or {}).get(name) if name in _MESH_AXES else base.get(name)
-            if v is not None and given is not None and given != v:
-                raise HwtuneInputError(name.replace("_", "-"), v, f"the strategy file's {name}: "
+        # the fields the file sets, also those it sets to their default (`mesh: {pp: 1}`
+        # beside `--pp 2` is a contradiction too), checked with the flags added: the file
+        # may leave to the flags what it needs (`schedule: {name: zbv}` with `--pp 2`)
+        if strategy is not None:
+            base = read_spec_file(strategy)
+            base = spec_fields(base)
+        else:
+            base = {}
+        for name, v in (*flags.items(), ("schedule", schedule), ("vpp", vpp)):
+            # a flag that would silently replace the file's value
+            path = _ALIAS.get(name, {"schedule": "schedule.name"}.get(name, name))
+            if v is None or not _in_file(base, path):
+                continue
+            given = base
+            for key in path.split("."):
+                given = given[key]
+            if given != v or type(given) is not type(v):  # a file's 2.0 or true is no 2 or 1
+                raise HwtuneInputError(_FLAG_OF[path], v, f"the strategy file's {name}: "
                                        f"{given} (set it in one place)")  # fmt: skip
         if schedule is not None or vpp is not None:
-            sched = dict(base.get("schedule") or {})
+            sched = base.get("schedule") or {}
+            if not isinstance(sched, dict):  # not replaced silently by the flag
+                raise HwtuneInputError(  # the file's value (strategy is set: base is its)
+                    f"{strategy.name}.schedule",
+                    sched,
+                    "a schedule name or a mapping like {name: 1f1b}",
+                )
+            sched = dict(sched)
             if schedule is not None and sched.get("actions") is not None:
                 raise HwtuneInputError(  # the file's explicit actions would override it
                     "schedule", schedule, "no --schedule beside the strategy's explicit actions"
@@ -136,14 +210,18 @@ def compile_cmd(
 
             run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
     except HwtuneInputError as e:
-        # a batch the flags set is named by its flag (`parsing.flag_error`); one from the
-        # strategy file keeps the file's key
-        given = {n: "--" + n.replace("_", "-") for n in ("global_batch", "micro_batch")
-                 if flags.get(n) is not None}  # fmt: skip
-        _fail(flag_error(e, given))
+        # named by the flag the user typed, else by the strategy file's field
+        _fail(_named(e, typed, gpus is not None, strategy, base))
         return
+    # the peak of each rank against the device's memory (what `estimate` calls OUT OF MEMORY)
+    cap = cl.device.memory_bytes
+    summary = plan.summary()  # once: each call walks every op per rank
+    over = [r for r in range(plan.pp) if res.peak_bytes[r] > cap]
     doc = {"model": spec_model.name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
-           "plan": plan.summary(), "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json")}  # fmt: skip
+           "plan": summary, "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json"),
+           "zero_stage": spec.zero_stage, "memory_capacity_bytes": cap, "fits": not over}  # fmt: skip
+    if show_orders:
+        doc["orders"] = {r: [str(a) for a in v] for r, v in plan.orders.items()}
     if run_doc is not None:
         doc["run"] = run_doc
     if as_json:
@@ -152,22 +230,38 @@ def compile_cmd(
         return
     gib = 2**30
     print(title)
+    m = spec.mesh  # the strategy as run: ZeRO's default resolved, the batch filled in
+    print(f"  strategy: dp={m.dp} tp={m.tp} pp={m.pp} cp={m.cp} ep={m.ep} zero={spec.zero_stage} "
+          f"mb={spec.micro_batch} gb={spec.global_batch_seqs} seq={spec.seq} "
+          f"recompute={spec.recompute} {spec.precision}")  # fmt: skip
+    mbs = "micro-batch" if plan.n_micro == 1 else "micro-batches"
     print(
-        f"  stages {len(plan.stage_rank)} over pp={plan.pp}, {plan.n_micro} micro-batches, {len(plan.ops)} ops"
+        f"  stages {len(plan.stage_rank)} over pp={plan.pp}, {plan.n_micro} {mbs}, {len(plan.ops)} ops"
     )
     print(f"  simulated step time {res.step_time_s * 1e3:.1f} ms")
+    if over:
+        worst = max(res.peak_bytes)
+        print(f"  OUT OF MEMORY: needs {worst / gib:.1f} GiB per GPU, {cap / gib:.0f} GiB there; "
+              "the step cannot run as planned (try hwtune plan)")  # fmt: skip
     for r in range(plan.pp):
-        print(f"  rank {r}: stages {plan.summary()['ranks'][r]['stages']}, bubble {res.bubble_fraction[r]:.1%}, "
-              f"peak memory {res.peak_bytes[r] / gib:.1f} GiB")  # fmt: skip
+        flag = f" (over the {cap / gib:.0f} GiB)" if r in over else ""
+        print(f"  rank {r}: stages {summary['ranks'][r]['stages']}, bubble {res.bubble_fraction[r]:.1%}, "
+              f"peak memory {res.peak_bytes[r] / gib:.1f} GiB{flag}")  # fmt: skip
     if show_orders:
         print(format_orders(plan.orders))
     for p in (trace, gantt):
         if p:
             print(f"  wrote {p}")
     if run_doc is not None:
-        how = f"{run_doc['world']} processes, {run_doc['backend']}"
-        print(f"  run ({how}): losses {run_doc['losses']}")
-        print(f"  single process:                  losses {run_doc['reference']}")
+        if "model" in run_doc:  # the tiny model the run trained
+            n = len(run_doc["losses"])
+            print(f"  run: {run_doc['model']}, fp32 AdamW, {n} step{'' if n == 1 else 's'}")
+        if run_doc.get("not_run"):
+            print(f"  not in the run: {'; '.join(run_doc['not_run'])}")
+        run_label = f"run ({run_doc['world']} processes, {run_doc['backend']}):"
+        w = len(run_label)
+        print(f"  {run_label} losses {run_doc['losses']}")
+        print(f"  {'single process:':<{w}} losses {run_doc['reference']}")
         print(f"  max |difference| {run_doc['max_abs_diff']:.2e}")
     _check_run(run_doc)
 

@@ -109,12 +109,12 @@ class ScheduleDirective(BaseModel):
     def _explicit_actions(self) -> ScheduleDirective:
         # a named schedule against the mesh: ParallelSpec._schedule_fits_mesh
         if self.actions is not None and self.vpp > 1:  # explicit actions name their stages
-            raise HwtuneInputError(
-                "schedule.vpp", self.vpp, "no vpp beside explicit actions (their stages set it)"
+            raise HwtuneInputError(  # named under `schedule.` by `from_validation_error`
+                "vpp", self.vpp, "no vpp beside explicit actions (their stages set it)"
             )
         if self.stage_map is not None and self.actions is None:
             raise HwtuneInputError(
-                "schedule.stage_map",
+                "stage_map",
                 self.stage_map,
                 "explicit actions beside it (a named schedule places its own stages)",
             )
@@ -145,7 +145,11 @@ class ParallelSpec(BaseModel):
     @model_validator(mode="after")
     def _schedule_fits_mesh(self) -> ParallelSpec:
         if self.schedule.actions is None:  # explicit actions name their own stages
-            check_schedule(self.schedule.name, self.mesh.pp, self.schedule.vpp)
+            try:
+                check_schedule(self.schedule.name, self.mesh.pp, self.schedule.vpp)
+            except HwtuneInputError as e:  # the estimator's names, as this spec spells them
+                path = {"vpp": "schedule.vpp", "schedule": "schedule.name"}.get(e.field, e.field)
+                raise HwtuneInputError(path, e.value, e.expected) from None
         return self
 
     # ---- derived -------------------------------------------------------------------------
@@ -220,6 +224,17 @@ class ParallelSpec(BaseModel):
 # ---- construction ----------------------------------------------------------------------------
 def make_spec(data: dict | None = None, **fields: object) -> ParallelSpec:
     """A spec from a mapping (the YAML form) and/or keywords, with one-line errors."""
+    try:
+        return ParallelSpec(**spec_fields(data, **fields))
+    except ValidationError as e:
+        raise from_validation_error(e, where="strategy") from None
+
+
+def spec_fields(data: dict | None = None, **fields: object) -> dict:
+    """The mapping `make_spec` validates: ``data`` with the keywords that are not None over
+    it, degrees under ``mesh`` and ``vpp`` under ``schedule`` (the YAML form's shorthands
+    ``dp: 2``, ``schedule: 1f1b`` and ``vpp: 2`` spelled out); nothing checked but the shape
+    of ``mesh``."""
     d = dict(data or {})
     d.update({k: v for k, v in fields.items() if v is not None})
     mesh = d.pop("mesh", {}) or {}
@@ -234,21 +249,36 @@ def make_spec(data: dict | None = None, **fields: object) -> ParallelSpec:
     if isinstance(sched, str):
         d["schedule"] = {"name": sched}
     if "vpp" in d:
-        d["schedule"] = {**(d.get("schedule") or {}), "vpp": d.pop("vpp")}
-    try:
-        return ParallelSpec(**d)
-    except ValidationError as e:
-        raise from_validation_error(e, where="strategy") from None
+        sched = d.get("schedule") or {}
+        if not isinstance(sched, dict):
+            raise HwtuneInputError(
+                "schedule", sched, "a schedule name or a mapping like {name: interleaved, vpp: 2}"
+            )
+        d["schedule"] = {**sched, "vpp": d.pop("vpp")}
+    return d
 
 
-def load_spec(path: str | Path) -> ParallelSpec:
-    """A spec from a YAML file."""
+def read_spec_file(path: str | Path) -> dict:
+    """The mapping of strategy fields in a YAML (or JSON) file, unvalidated (`make_spec`
+    checks it, with any fields given besides)."""
     from hwtune.structured_file import read_structured
 
     data = read_structured(path, "strategy")
     if not isinstance(data, dict):
-        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of strategy fields")
-    return make_spec(data)
+        what = "an empty file" if data is None else type(data).__name__
+        raise HwtuneInputError(Path(path).name, what, "a mapping of strategy fields")
+    return data
+
+
+def load_spec(path: str | Path) -> ParallelSpec:
+    """A spec from a YAML file; a bad field is named in the file (``s.yaml.mesh.dp``)."""
+    name = Path(path).name
+    data = read_spec_file(path)
+    try:
+        return make_spec(data)
+    except HwtuneInputError as e:
+        field = e.field.removeprefix("strategy.")
+        raise HwtuneInputError(f"{name}.{field}", e.value, e.expected) from None
 
 
 def from_strategy(st: Strategy) -> ParallelSpec:
@@ -390,6 +420,12 @@ def resolve(spec: ParallelSpec, model: ModelSpec) -> tuple[LayerPlan, ...]:
             raise HwtuneInputError(
                 "modules.stage", max(stage_of), f"a stage below the {chunks} stages of the schedule"
             )
+        if spec.stages is not None and tuple(spec.stages) != counts:  # was ignored silently
+            raise HwtuneInputError(
+                "stages", list(spec.stages),
+                f"the layers per stage that the modules' stage pins give, {list(counts)} (set "
+                "the layout in one place)",
+            )  # fmt: skip
     elif spec.stages is not None:
         counts = spec.stages
     else:

@@ -66,7 +66,11 @@ def result(cfg: RunConfig, ranks: list[dict]) -> dict:
     them, the single-process reference (on CPU), their largest difference, the state bytes."""
     losses = next(r["losses"] for r in ranks if r["losses"])
     ref = reference_losses(cfg)
+    m = cfg.model
+    kind = f"MoE ({m.n_experts} experts)" if m.n_experts else "GPT"
     return {
+        # the tiny model the run trains, not the simulated one
+        "model": f"tiny {kind}, {m.n_layers} layers, d_model {m.d_model}",
         "world": cfg.world,
         "device": cfg.device,
         "backend": backend_for(cfg.device),
@@ -265,4 +269,20 @@ def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu")
     mesh or in an expert annotation), on ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU
     per process)."""
     cfg = run_config(spec, steps, moe=wants_moe(spec) if moe is None else moe, device=device)
-    return launch(cfg)
+    doc = launch(cfg)
+    doc["not_run"] = not_run(spec)
+    return doc
+
+
+def not_run(spec) -> list[str]:  # noqa: ANN001
+    """The spec's settings that the tiny run does not reproduce (it checks the parallel layout
+    against one process: fp32 for exact losses, AdamW, no sequence parallelism), so that the
+    run is not taken for them."""
+    out = []
+    if spec.precision != "fp32":
+        out.append(f"precision {spec.precision} (the run is fp32)")
+    if spec.optimizer != "adam":
+        out.append(f"optimizer {spec.optimizer} (the run uses AdamW)")
+    if spec.sequence_parallel:
+        out.append("sequence parallelism")
+    return out

@@ -258,8 +258,8 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                         if edp_mesh is not None and edp_mesh.size() > 1:
                             dist.all_reduce(p.grad, group=edp_mesh.get_group())
                         p.grad.div_(cfg.dp)
+            opt.step()  # states measured after it: the first step creates AdamW's
             mem = _state_bytes([wrapped], opt)
-            opt.step()
             opt.zero_grad()
             if dp_mesh.size() > 1:  # the mean of the ranks' means: every rank has as many tokens
                 dist.all_reduce(total, group=dp_mesh.get_group())
@@ -324,8 +324,8 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
             )
             if manual:
                 reduce_grads(params, experts, dp_mesh, edp_mesh)
+            opt.step()  # states measured after it: the first step creates AdamW's
             mem = _state_bytes(mods, opt)
-            opt.step()
             opt.zero_grad()
             total = torch.stack(mb_losses).mean() if has_last else torch.zeros((), device=dev)
             if dp_mesh.size() > 1:
@@ -380,8 +380,8 @@ def _train_dualpipe(
         total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
         if cfg.dp > 1:
             reduce_grads(params, experts, dp_mesh, edp_mesh)
+        opt.step()  # states measured after it: the first step creates AdamW's
         mem = _state_bytes(mods, opt)
-        opt.step()
         opt.zero_grad()
         dist.all_reduce(total, group=pp_group)  # direction 0's losses + direction 1's
         if cfg.dp > 1:
