@@ -45,6 +45,11 @@ MEASURED_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 dtype would be read and never used, so it is refused."""
 
 
+POINT_CONFIG = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+"""The measured points and figures of a profile: strict types, so that a hand-edited ``true``
+or ``"1e-3"`` is refused by name instead of read as 1 or 0.001 (an int is a valid float)."""
+
+
 def _measured_dtype(v: str) -> str:
     if v not in MEASURED_DTYPES:
         raise ValueError(f"one of {', '.join(MEASURED_DTYPES)}")
@@ -56,7 +61,7 @@ class GemmPoint(BaseModel):
     weight streamed from DRAM/HBM (not in any cache; `hwtune.calibrate.gemm`), as every weight
     GEMM of a serving step does."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     dtype: str
     m: int = Field(gt=0)
     n: int = Field(gt=0)
@@ -72,7 +77,7 @@ class GemmPoint(BaseModel):
 
 
 class MemoryFigures(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     copy_bytes_per_s: float = Field(gt=0)  # the streaming bandwidth (see calibrate.memory)
     triad_bytes_per_s: float | None = Field(default=None, gt=0)
     launch_s: float = Field(default=0.0, ge=0)
@@ -84,14 +89,14 @@ class SizedPoint(BaseModel):
     ``seconds``; ``op`` names the kernel (add, gelu, layer_norm, ...; optional, None in files
     that predate it, which stay version 1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     bytes: float = Field(gt=0)
     seconds: float = Field(gt=0)
     op: str | None = None
 
 
 class AttentionPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     dtype: str
     phase: Literal["fwd", "bwd"]
     batch: int = Field(gt=0)
@@ -106,7 +111,7 @@ class AttentionPoint(BaseModel):
 
 
 class CollectivePoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     op: Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
     ranks: int = Field(gt=0)
     bytes: float = Field(gt=0)
@@ -117,7 +122,7 @@ class SkippedBenchmark(BaseModel):
     """A benchmark `hwtune bench` did not run (unsupported dtype, missing backend, out of memory,
     time budget), and why."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     section: str
     what: str
     reason: str
@@ -366,11 +371,14 @@ def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
             f"{p.name}.device", None, "a device description (hwtune bench writes one)"
         )
     ver = data.get("profile_version")
-    if ver != PROFILE_VERSION:
+    if type(ver) is not int or ver != PROFILE_VERSION:  # `true` and 1.0 equal 1 in Python
         raise HwtuneInputError(
             f"{p.name}.profile_version", ver, f"{PROFILE_VERSION} (re-run hwtune bench)"
         )
     dev = data.pop("device")
+    if not isinstance(dev, dict):
+        raise HwtuneInputError(f"{p.name}.device", dev, "a mapping of device fields "
+                               "(name, peak_tflops, ...; hwtune bench writes one)")  # fmt: skip
     try:
         prof = DeviceProfile(**data)
     except ValidationError as e:
