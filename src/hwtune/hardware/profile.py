@@ -223,10 +223,13 @@ class DeviceProfile(FrozenModel):
         2.5x of them for bwd, as `cost.compute.attention_time` counts), over the training and
         prefill shapes (seq_q > 1) or, with ``decode``, the single-query shapes.
 
-        Without ``flops``: the median rate. With ``flops``: time per FLOP interpolated linearly
-        in log(FLOPs) between the measured kernels that bracket it (points of equal size are
-        averaged), at the nearest measured rate outside them — kernel rates grow with size as
-        fixed costs amortize, so the size of the kernel is the first-order variable."""
+        Without ``flops``: the median rate. With ``flops``: log(time per FLOP) interpolated
+        linearly in log(FLOPs) between the measured kernels that bracket it (points of equal size
+        are averaged), at the nearest measured rate outside them — kernel rates grow with size as
+        fixed costs amortize, so the size of the kernel is the first-order variable. In log-log
+        the time is a power law between two kernels, so it never leaves their range: time per
+        FLOP itself linear in log(FLOPs) priced a kernel between two of equal time (a latency-
+        bound pair 100x apart in size) at up to 5x that time."""
         pts = [
             p
             for p in self.attention
@@ -240,8 +243,8 @@ class DeviceProfile(FrozenModel):
         by_size: dict[float, list[float]] = {}
         for p in pts:
             by_size.setdefault(p.flops, []).append(p.seconds / p.flops)
-        curve = sorted((math.log(f), sum(v) / len(v)) for f, v in by_size.items())
-        return 1.0 / _interp(curve, math.log(flops))
+        curve = sorted((math.log(f), math.log(sum(v) / len(v))) for f, v in by_size.items())
+        return 1.0 / math.exp(_interp(curve, math.log(flops)))
 
     def memory_bandwidth(self) -> float | None:
         if self.memory is not None:
