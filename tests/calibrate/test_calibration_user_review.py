@@ -325,3 +325,22 @@ def test_cold_gemm_time_is_monotone_in_rows_and_weight(t0s, grow_m, grow_w):
     for m in (1, 5, 16, 40, 64):
         ts = [prof.cold_gemm_time(m, d, d, "fp32") for d in range(64, 9000, 64)]
         assert _non_decreasing(ts)
+
+
+def test_estimate_and_plan_print_a_cpu_profile_s_peak_and_say_tier_2(tmp_path: Path):
+    """A measured CPU (0.15 TFLOP/s fp32) printed its peak as "of 0 TFLOP/s dense"; `hwtune
+    plan` printed nothing on which tier priced its table."""
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    doc = _grid_doc()
+    doc["device"] = {**doc["device"], "memory_gib": 80.0}  # room for llama3.1-8b on 2
+    prof = _write(tmp_path, doc)
+    common = ["-m", "llama3.1-8b", "--gpu", prof, "--seq", "256", "--precision", "fp32"]
+    r = CliRunner().invoke(app, ["estimate", *common, "--gpus", "1"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "of 0.15 TFLOP/s dense" in r.output and "tier 2: measured profile" in r.output
+    r = CliRunner().invoke(app, ["plan", *common, "--gpus", "2"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "note: tier 2: measured profile of Test CPU" in r.output
