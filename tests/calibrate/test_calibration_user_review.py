@@ -62,6 +62,20 @@ def test_collectives_file_checked_as_the_profile_checks_it(
     rejects(["bench", "--collectives-from", _coll(tmp_path, doc)], field, word)
 
 
+@pytest.mark.parametrize(
+    ("args", "field", "word"),
+    [
+        (["--ranks", "1"], "ranks", ">= 2"),  # ran, and recorded the section as skipped
+        (["--sections", "gemm,memory", "--ranks", "2"], "ranks", "ignored"),  # was ignored
+        (["--dtypes", "fp32,fp32"], "dtypes", "repeated"),  # measured the grid twice
+        (["--sections", "gemm,memory,gemm"], "sections", "repeated"),
+    ],
+)
+def test_bench_options_that_would_be_ignored_or_repeated(args: list[str], field, word, rejects):
+    pytest.importorskip("torch")
+    rejects(["bench", *args], field, word)
+
+
 def test_unwritable_output_is_one_line_not_a_traceback(tmp_path: Path):
     from hwtune.calibrate.bench import write_profile
 

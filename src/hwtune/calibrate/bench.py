@@ -65,8 +65,16 @@ class BenchConfig:
             raise HwtuneInputError(
                 "sections", ",".join(self.sections), "a list that includes gemm and memory"
             )
-        if self.ranks is not None and self.ranks < 1:
-            raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 1")
+        for name, items in (("sections", self.sections), ("dtypes", self.dtypes or ())):
+            if len(set(items)) != len(items):  # fp32,fp32 measured the grid twice
+                raise HwtuneInputError(name, ",".join(items), "a list without repeated items")
+        if self.ranks is not None and self.ranks < 2:
+            # one process runs no collective: the section was skipped, not measured
+            raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 2 (a collective "
+                                   "needs two; leave collectives out of --sections)")  # fmt: skip
+        if self.ranks is not None and "collectives" not in self.sections:
+            raise HwtuneInputError("ranks", self.ranks, "collectives among the sections (--ranks "
+                                   "is the collectives' process count: ignored)")  # fmt: skip
         if self.threads is not None and not 1 <= self.threads <= cpu_count():
             # more threads than CPUs time-slices the GEMMs: a slower device, written as measured
             raise HwtuneInputError("threads", self.threads,

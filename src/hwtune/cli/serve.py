@@ -64,7 +64,9 @@ def _write(write: Callable[[], object], field: str, path: Path) -> None:
 
 
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
-Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
+Gpu = Annotated[
+    str, typer.Option(help="catalog GPU name, a device YAML or a `hwtune bench` profile")
+]
 Precision = Annotated[
     str | None,
     typer.Option(
