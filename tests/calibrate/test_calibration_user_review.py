@@ -358,3 +358,21 @@ def test_estimate_and_plan_print_a_cpu_profile_s_peak_and_say_tier_2(tmp_path: P
     r = CliRunner().invoke(app, ["plan", *common, "--gpus", "2"], terminal_width=200)
     assert r.exit_code == 0, r.output
     assert "note: tier 2: measured profile of Test CPU" in r.output
+
+
+@given(monotone_curve(1e6, 1e12), st.floats(1e-3, 1.0))
+@settings(max_examples=60, deadline=None)
+@example(curve=[(1e7, 1e-5), (1e8, 1e-5)], frac=0.01)  # latency-bound: the floor holds below
+def test_attention_below_the_smallest_kernel_keeps_its_fixed_cost(curve, frac):
+    """Below the smallest measured kernel the time lies between proportional scaling and the
+    smallest kernel's time; when the two smallest take the same time (a fixed cost), a smaller
+    kernel takes it too: at the smallest one's rate it was priced at ``frac`` of it."""
+    prof = DeviceProfile(attention=tuple(
+        AttentionPoint(dtype="fp32", phase="fwd", batch=1, heads=8, seq_q=512, seq_k=512,
+                       head_dim=64, flops=f, seconds=t) for f, t in curve))  # fmt: skip
+    (f0, t0), (f1, t1) = curve[0], curve[1]
+    x = f0 * frac
+    t = x / prof.attention_rate("fwd", "fp32", flops=x)
+    assert t0 * frac * (1 - 1e-9) <= t <= t0 * (1 + 1e-9)
+    if t1 == t0 and f1 > f0 * (1 + 1e-6):  # two sizes (not one a rounding step apart)
+        assert t == pytest.approx(t0)

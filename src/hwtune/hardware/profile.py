@@ -225,7 +225,8 @@ class DeviceProfile(FrozenModel):
 
         Without ``flops``: the median rate. With ``flops``: log(time per FLOP) interpolated
         linearly in log(FLOPs) between the measured kernels that bracket it (points of equal size
-        are averaged), at the nearest measured rate outside them — kernel rates grow with size as
+        are averaged), at the largest one's rate above them and, below them, at the time of a power
+        law through the two smallest (exponent kept in [0, 1]) — kernel rates grow with size as
         fixed costs amortize, so the size of the kernel is the first-order variable. In log-log
         the time is a power law between two kernels, so it never leaves their range: time per
         FLOP itself linear in log(FLOPs) priced a kernel between two of equal time (a latency-
@@ -244,7 +245,19 @@ class DeviceProfile(FrozenModel):
         for p in pts:
             by_size.setdefault(p.flops, []).append(p.seconds / p.flops)
         curve = sorted((math.log(f), math.log(sum(v) / len(v))) for f, v in by_size.items())
-        return 1.0 / math.exp(_interp(curve, math.log(flops)))
+        x = math.log(flops)
+        x0, y0 = curve[0]
+        # the next size apart from the smallest (one a rounding step away is the same size)
+        nxt = next((c for c in curve[1:] if c[0] > x0 + math.log1p(SAME_SIZE_REL)), None)
+        if x < x0 and nxt is not None:
+            # below the smallest kernel: its time scaled as a power of the size whose exponent is
+            # the log-log slope of the two smallest, kept in [0, 1] (between a fixed cost and
+            # proportional scaling, as `_sized_time` extends a memory-bound op; Hockney 1994).
+            # The rate of the smallest alone sent a small kernel's time to zero, under the
+            # launch cost every measured kernel pays.
+            slope = min(1.0, max(0.0, 1.0 + (nxt[1] - y0) / (nxt[0] - x0)))  # of log t = y + x
+            return flops / math.exp(y0 + x0 + slope * (x - x0))
+        return 1.0 / math.exp(_interp(curve, x))
 
     def memory_bandwidth(self) -> float | None:
         if self.memory is not None:
