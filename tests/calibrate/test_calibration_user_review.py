@@ -136,7 +136,7 @@ def test_corrupted_profile_as_gpu(tmp_path: Path, mutate, field: str, word: str,
     rejects([*EST, "--gpu", _write(tmp_path, doc)], field, word)
 
 
-@pytest.mark.parametrize(("text", "word"), [("", "NoneType"), ("- 1\n- 2\n", "list")])
+@pytest.mark.parametrize(("text", "word"), [("", "an empty file"), ("- 1\n- 2\n", "list")])
 def test_profile_that_is_no_mapping(tmp_path: Path, text: str, word: str, rejects):
     p = tmp_path / "p.yaml"
     p.write_text(text)

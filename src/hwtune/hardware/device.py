@@ -183,7 +183,8 @@ def load_device_file(path: str | Path) -> Device:
     p = Path(path)
     data = read_structured(p, "gpu")
     if not isinstance(data, dict):
-        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of device fields")
+        what = "an empty file" if data is None else type(data).__name__  # not 'NoneType'
+        raise HwtuneInputError(str(path), what, "a mapping of device fields")
     if "profile_version" in data or "device" in data:  # a profile written by `hwtune bench`
         # (a device has no `device` field: without its version a profile is still one)
         fields, prof = load_profile_file(p)
