@@ -177,8 +177,9 @@ def test_attention_rate_interpolates_in_log_flops():
     assert prof.attention_rate("fwd", "fp32", flops=1e10) == pytest.approx(6e10)
     mid = prof.attention_rate("fwd", "fp32", flops=1e9)
     assert 2e10 < mid < 6e10
-    # time per FLOP is linear in log(FLOPs) between the neighbours
-    assert 1 / mid == pytest.approx(0.5 * (1 / 2e10 + 1 / 6e10))
+    # log(time per FLOP) is linear in log(FLOPs) between the neighbours: 1e9 is the geometric
+    # midpoint of 1e8 and 1e10, so its time per FLOP is the geometric mean of theirs
+    assert 1 / mid == pytest.approx(math.sqrt(1 / 2e10 * 1 / 6e10))
     assert prof.attention_rate("fwd", "fp32", flops=1e12) == pytest.approx(6e10)  # clamped
     assert prof.attention_rate("fwd", "fp32", decode=True) == pytest.approx(1e9)
     assert prof.attention_rate("bwd", "fp32", flops=1e9) is None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ from hwtune.calibrate.device_info import device_fields, software_versions
 from hwtune.calibrate.gemm import bench_gemm, best_rates
 from hwtune.calibrate.harness import Budget, Skip, cpu_count, detect_backend
 from hwtune.calibrate.memory import bench_elementwise, bench_stream
-from hwtune.errors import HwtuneInputError
+from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.hardware.profile import PROFILE_VERSION
 
 SECTIONS: tuple[str, ...] = ("gemm", "memory", "elementwise", "attention", "collectives")
@@ -63,8 +65,16 @@ class BenchConfig:
             raise HwtuneInputError(
                 "sections", ",".join(self.sections), "a list that includes gemm and memory"
             )
-        if self.ranks is not None and self.ranks < 1:
-            raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 1")
+        for name, items in (("sections", self.sections), ("dtypes", self.dtypes or ())):
+            if len(set(items)) != len(items):  # fp32,fp32 measured the grid twice
+                raise HwtuneInputError(name, ",".join(items), "a list without repeated items")
+        if self.ranks is not None and self.ranks < 2:
+            # one process runs no collective: the section was skipped, not measured
+            raise HwtuneInputError("ranks", self.ranks, "a number of processes >= 2 (a collective "
+                                   "needs two; leave collectives out of --sections)")  # fmt: skip
+        if self.ranks is not None and "collectives" not in self.sections:
+            raise HwtuneInputError("ranks", self.ranks, "collectives among the sections (--ranks "
+                                   "is the collectives' process count: ignored)")  # fmt: skip
         if self.threads is not None and not 1 <= self.threads <= cpu_count():
             # more threads than CPUs time-slices the GEMMs: a slower device, written as measured
             raise HwtuneInputError("threads", self.threads,
@@ -231,7 +241,13 @@ def _gpu_count() -> int:
 
 
 def _read_collectives(path: str, skips: list[Skip]) -> list[dict]:
-    """Points written by ``torchrun -m hwtune.calibrate.collectives`` (across nodes)."""
+    """Points written by ``torchrun -m hwtune.calibrate.collectives`` (across nodes), each
+    checked as the profile will check it (`CollectivePoint`, `SkippedBenchmark`) before the
+    minutes of measuring: a point that passed here used to fail as a traceback after them."""
+    from pydantic import ValidationError
+
+    from hwtune.hardware.profile import CollectivePoint, SkippedBenchmark
+
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -247,18 +263,45 @@ def _read_collectives(path: str, skips: list[Skip]) -> list[dict]:
         if not ok:
             raise HwtuneInputError(f"{path}.collectives[{i}]", p,
                                    "op, and positive finite ranks, bytes and seconds")  # fmt: skip
-    for s in data.get("skipped", []):
-        skips.append(
-            Skip(s.get("section", "collectives"), s.get("what", "?"), s.get("reason", "?"))
-        )
+        try:
+            CollectivePoint(**p)
+        except ValidationError as e:  # an unknown op, a fractional rank count, an extra key
+            raise from_validation_error(e, where=f"{path}.collectives[{i}]") from None
+    listed = data.get("skipped", [])
+    if not isinstance(listed, list):
+        raise HwtuneInputError(f"{path}.skipped", listed, "a list of skipped benchmarks")
+    for i, s in enumerate(listed):
+        if not isinstance(s, dict):
+            raise HwtuneInputError(f"{path}.skipped[{i}]", s, "a mapping of section, what, reason")
+        try:
+            SkippedBenchmark(**{"section": "collectives", **s})
+        except ValidationError as e:
+            raise from_validation_error(e, where=f"{path}.skipped[{i}]") from None
+        skips.append(Skip(s.get("section", "collectives"), s["what"], s["reason"]))
     return data["collectives"]
 
 
 def write_profile(doc: dict, path: str | Path) -> Path:
-    """Write the profile document: JSON for a .json path, YAML otherwise."""
+    """Write the profile document: JSON for a .json path, YAML otherwise. A path that cannot be
+    written raises `HwtuneInputError` naming ``output``."""
     p = Path(path)
-    if p.suffix.lower() == ".json":
-        p.write_text(json.dumps(doc, indent=1) + "\n")
-    else:
-        p.write_text(yaml.safe_dump(doc, sort_keys=False, width=100))
+    text = (json.dumps(doc, indent=1) + "\n" if p.suffix.lower() == ".json"
+            else yaml.safe_dump(doc, sort_keys=False, width=100))  # fmt: skip
+    try:
+        p.write_text(text)
+    except OSError as e:
+        raise HwtuneInputError("output", str(p), f"a writable file ({e.strerror})") from None
     return p
+
+
+def check_writable(path: str | Path) -> None:
+    """Create and remove a scratch file beside ``path``: a directory that refuses files (a
+    read-only or special file system, which ``os.access`` reports writable to root) fails
+    before the measuring, not after it."""
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hwtune-", dir=p.parent)
+    except OSError as e:
+        raise HwtuneInputError("output", str(p), f"a writable file ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(tmp)

@@ -89,11 +89,18 @@ def bench_cmd(
         return
     from rich.console import Console
 
-    from hwtune.calibrate.bench import SECTIONS, BenchConfig, run_bench, write_profile
+    from hwtune.calibrate.bench import (
+        SECTIONS,
+        BenchConfig,
+        check_writable,
+        run_bench,
+        write_profile,
+    )
 
     err = Console(stderr=True)
     try:
         output_path(output, "output", ("yaml", "yml", "json"))  # checked before the run
+        check_writable(output)
         cfg = BenchConfig(
             mode="quick" if quick else "thorough",
             dtypes=_split(dtypes, "dtypes"),

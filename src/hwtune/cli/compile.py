@@ -71,7 +71,9 @@ def compile_cmd(
     strategy: Annotated[
         Path | None, typer.Option(help="strategy YAML (annotations, schedule)")
     ] = None,
-    gpu: Annotated[str, typer.Option(help="catalog GPU name or a device YAML")] = GPU_DEFAULT,
+    gpu: Annotated[
+        str, typer.Option(help="catalog GPU name, a device YAML or a `hwtune bench` profile")
+    ] = GPU_DEFAULT,
     gpus: Annotated[int | None, typer.Option(help="GPUs (default: dp*tp*pp*cp)")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node")] = None,
     nic_gbps: Annotated[float | None, typer.Option(help="scale-out Gb/s per GPU")] = None,

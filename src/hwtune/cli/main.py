@@ -104,7 +104,10 @@ def estimate(
         str, typer.Option("--model", "-m", help="catalog name or path to a config.json")
     ] = "llama3.1-8b",
     gpu: Annotated[
-        str | None, typer.Option(help="catalog GPU name or a device YAML (default h100-sxm-80gb)")
+        str | None,
+        typer.Option(
+            help="catalog GPU name, device YAML or `hwtune bench` profile (default h100-sxm-80gb)"
+        ),
     ] = None,
     gpus: Annotated[
         int | None, typer.Option(help="number of GPUs (default: dp*tp*pp*cp, or 8)")

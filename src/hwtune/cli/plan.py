@@ -387,6 +387,8 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens, launch
         f"searched {r.candidates:,} candidates in {r.seconds:.2f} s "
         f"({r.candidates / max(r.seconds, 1e-9):,.0f}/s); estimated {r.evaluated:,}; pruned: {pr}"
     )
+    if cl.device.profile is not None:  # --gpu is a `hwtune bench` profile: say so (as estimate)
+        out.print(f"note: {next(n for n in r.top[0].notes if n.startswith('tier 2'))}")
     print_launch(launch or {})
 
 

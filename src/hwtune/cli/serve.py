@@ -64,7 +64,9 @@ def _write(write: Callable[[], object], field: str, path: Path) -> None:
 
 
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
-Gpu = Annotated[str, typer.Option(help="catalog GPU name or a device YAML")]
+Gpu = Annotated[
+    str, typer.Option(help="catalog GPU name, a device YAML or a `hwtune bench` profile")
+]
 Precision = Annotated[
     str | None,
     typer.Option(
@@ -290,12 +292,18 @@ def _engine_memory(e: Engine | None) -> dict[str, object]:
     return memory_fields(e) if e is not None else {}
 
 
+def _tier(cfg: ReplicaConfig, profile: Path | None) -> int:
+    """2 with measured figures (a serve ``--profile``, or a `hwtune bench` device profile as
+    ``--gpu``, whose curves the cost models then use), else 1 (spec sheet)."""
+    return 2 if profile is not None or cfg.device.profile is not None else 1
+
+
 def _fitted_to(cfg: ReplicaConfig, e: Engine | None, profile: Path | None) -> FittedTo:
     """What a tier-3 correction fitted or applied here belongs to (`hwtune.serve.correction`)."""
     from hwtune.serve.correction import FittedTo
 
     return FittedTo(model=cfg.model.name, gpu=cfg.device.name, precision=cfg.weight_dtype,
-                    engine=str(e) if e is not None else None, tier=2 if profile else 1,
+                    engine=str(e) if e is not None else None, tier=_tier(cfg, profile),
                     kv_precision=cfg.kv_dtype, spec_tokens=cfg.spec_tokens,
                     spec_acceptance=cfg.spec_acceptance, eager_prefill=cfg.eager_prefill,
                     overlap_schedule=cfg.overlap_schedule, host_timeline=cfg.host_timeline,
@@ -594,8 +602,10 @@ def serve(
                precision_source=_precision_source(cfg, precision), kv_precision=cfg.kv_dtype,
                kv_precision_source=_kv_precision_source(cfg, kv_precision),
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
-               tier=2 if profile else 1, workload=wl.mode, engine=eng and str(eng),
+               tier=_tier(cfg, profile), workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
+    if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
+        doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
@@ -855,7 +865,7 @@ def calibrate_cmd(
     con = Console()
     t = Table(title=f"{base.model.name} on {base.device.name} "
                     f"({_precision_words(base, precision, kv_precision)}): measured, simulated (tier "
-                    f"{2 if profile else 1}), corrected", title_justify="left")  # fmt: skip
+                    f"{_tier(base, profile)}), corrected", title_justify="left")  # fmt: skip
     for c in ("C", "in", "out", "tp", "TTFT ms", "sim", "corr", "TPOT ms", "sim", "corr"):
         t.add_column(c, justify="right")
     for r in rows:

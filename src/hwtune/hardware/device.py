@@ -22,7 +22,7 @@ DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4",
 class PeakTflops(BaseModel):
     """Dense (not 2:4 sparse) peak tensor/matrix throughput per dtype, TFLOP/s; None = unsupported."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     fp64: float | None = Field(default=None, gt=0)
     fp32: float | None = Field(default=None, gt=0)
@@ -44,7 +44,8 @@ class Device(FrozenModel):
     (`hwtune bench`) replaces them with the user's own measurements.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # an infinite peak or bandwidth would price every kernel at zero seconds
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     aliases: tuple[str, ...] = ()
@@ -164,6 +165,17 @@ def device_power_figures(device: Device) -> tuple[float, float]:
     return static, max(0.0, ref - static)
 
 
+def _check_types(fields: dict, where: str) -> None:
+    """Refuse a profile's device block whose numbers are not numbers (``true``, ``"80"``), which
+    `Device` alone would coerce (to 1.0, 80.0): the measured device is validated strictly (lists
+    read from the file stand for the tuples)."""
+    data = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    try:
+        Device.model_validate(data, strict=True)
+    except ValidationError as e:
+        raise from_validation_error(e, where=where) from None
+
+
 def load_device_file(path: str | Path) -> Device:
     """Read a user's device description (YAML, same keys as the catalog)."""
     from hwtune.structured_file import read_structured
@@ -171,9 +183,12 @@ def load_device_file(path: str | Path) -> Device:
     p = Path(path)
     data = read_structured(p, "gpu")
     if not isinstance(data, dict):
-        raise HwtuneInputError(str(path), type(data).__name__, "a mapping of device fields")
-    if "profile_version" in data:  # a measured profile written by `hwtune bench`
+        what = "an empty file" if data is None else type(data).__name__  # not 'NoneType'
+        raise HwtuneInputError(str(path), what, "a mapping of device fields")
+    if "profile_version" in data or "device" in data:  # a profile written by `hwtune bench`
+        # (a device has no `device` field: without its version a profile is still one)
         fields, prof = load_profile_file(p)
+        _check_types(fields, f"{p.name}.device")
         data = {**fields, "profile": prof}
         if data.get("profile_version", PROFILE_VERSION) != PROFILE_VERSION:
             raise HwtuneInputError("profile_version", data["profile_version"], str(PROFILE_VERSION))

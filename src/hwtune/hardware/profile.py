@@ -45,6 +45,11 @@ MEASURED_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 dtype would be read and never used, so it is refused."""
 
 
+POINT_CONFIG = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+"""The measured points and figures of a profile: strict types, so that a hand-edited ``true``
+or ``"1e-3"`` is refused by name instead of read as 1 or 0.001 (an int is a valid float)."""
+
+
 def _measured_dtype(v: str) -> str:
     if v not in MEASURED_DTYPES:
         raise ValueError(f"one of {', '.join(MEASURED_DTYPES)}")
@@ -56,7 +61,7 @@ class GemmPoint(BaseModel):
     weight streamed from DRAM/HBM (not in any cache; `hwtune.calibrate.gemm`), as every weight
     GEMM of a serving step does."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     dtype: str
     m: int = Field(gt=0)
     n: int = Field(gt=0)
@@ -72,7 +77,7 @@ class GemmPoint(BaseModel):
 
 
 class MemoryFigures(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     copy_bytes_per_s: float = Field(gt=0)  # the streaming bandwidth (see calibrate.memory)
     triad_bytes_per_s: float | None = Field(default=None, gt=0)
     launch_s: float = Field(default=0.0, ge=0)
@@ -84,14 +89,14 @@ class SizedPoint(BaseModel):
     ``seconds``; ``op`` names the kernel (add, gelu, layer_norm, ...; optional, None in files
     that predate it, which stay version 1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     bytes: float = Field(gt=0)
     seconds: float = Field(gt=0)
     op: str | None = None
 
 
 class AttentionPoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     dtype: str
     phase: Literal["fwd", "bwd"]
     batch: int = Field(gt=0)
@@ -106,7 +111,7 @@ class AttentionPoint(BaseModel):
 
 
 class CollectivePoint(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     op: Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
     ranks: int = Field(gt=0)
     bytes: float = Field(gt=0)
@@ -117,7 +122,7 @@ class SkippedBenchmark(BaseModel):
     """A benchmark `hwtune bench` did not run (unsupported dtype, missing backend, out of memory,
     time budget), and why."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = POINT_CONFIG
     section: str
     what: str
     reason: str
@@ -218,10 +223,14 @@ class DeviceProfile(FrozenModel):
         2.5x of them for bwd, as `cost.compute.attention_time` counts), over the training and
         prefill shapes (seq_q > 1) or, with ``decode``, the single-query shapes.
 
-        Without ``flops``: the median rate. With ``flops``: time per FLOP interpolated linearly
-        in log(FLOPs) between the measured kernels that bracket it (points of equal size are
-        averaged), at the nearest measured rate outside them — kernel rates grow with size as
-        fixed costs amortize, so the size of the kernel is the first-order variable."""
+        Without ``flops``: the median rate. With ``flops``: log(time per FLOP) interpolated
+        linearly in log(FLOPs) between the measured kernels that bracket it (points of equal size
+        are averaged), at the largest one's rate above them and, below them, at the time of a power
+        law through the two smallest (exponent kept in [0, 1]) — kernel rates grow with size as
+        fixed costs amortize, so the size of the kernel is the first-order variable. In log-log
+        the time is a power law between two kernels, so it never leaves their range: time per
+        FLOP itself linear in log(FLOPs) priced a kernel between two of equal time (a latency-
+        bound pair 100x apart in size) at up to 5x that time."""
         pts = [
             p
             for p in self.attention
@@ -235,8 +244,20 @@ class DeviceProfile(FrozenModel):
         by_size: dict[float, list[float]] = {}
         for p in pts:
             by_size.setdefault(p.flops, []).append(p.seconds / p.flops)
-        curve = sorted((math.log(f), sum(v) / len(v)) for f, v in by_size.items())
-        return 1.0 / _interp(curve, math.log(flops))
+        curve = sorted((math.log(f), math.log(sum(v) / len(v))) for f, v in by_size.items())
+        x = math.log(flops)
+        x0, y0 = curve[0]
+        # the next size apart from the smallest (one a rounding step away is the same size)
+        nxt = next((c for c in curve[1:] if c[0] > x0 + math.log1p(SAME_SIZE_REL)), None)
+        if x < x0 and nxt is not None:
+            # below the smallest kernel: its time scaled as a power of the size whose exponent is
+            # the log-log slope of the two smallest, kept in [0, 1] (between a fixed cost and
+            # proportional scaling, as `_sized_time` extends a memory-bound op; Hockney 1994).
+            # The rate of the smallest alone sent a small kernel's time to zero, under the
+            # launch cost every measured kernel pays.
+            slope = min(1.0, max(0.0, 1.0 + (nxt[1] - y0) / (nxt[0] - x0)))  # of log t = y + x
+            return flops / math.exp(y0 + x0 + slope * (x - x0))
+        return 1.0 / math.exp(_interp(curve, x))
 
     def memory_bandwidth(self) -> float | None:
         if self.memory is not None:
@@ -366,11 +387,14 @@ def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
             f"{p.name}.device", None, "a device description (hwtune bench writes one)"
         )
     ver = data.get("profile_version")
-    if ver != PROFILE_VERSION:
+    if type(ver) is not int or ver != PROFILE_VERSION:  # `true` and 1.0 equal 1 in Python
         raise HwtuneInputError(
             f"{p.name}.profile_version", ver, f"{PROFILE_VERSION} (re-run hwtune bench)"
         )
     dev = data.pop("device")
+    if not isinstance(dev, dict):
+        raise HwtuneInputError(f"{p.name}.device", dev, "a mapping of device fields "
+                               "(name, peak_tflops, ...; hwtune bench writes one)")  # fmt: skip
     try:
         prof = DeviceProfile(**data)
     except ValidationError as e:

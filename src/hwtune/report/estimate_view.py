@@ -11,6 +11,12 @@ from hwtune.train.estimator import Estimate
 GIB = 2**30
 
 
+def _tflops(x: float, decimals: int) -> str:
+    """TFLOP/s with ``decimals`` from 10 up, 3 significant digits below: a measured CPU profile
+    (0.32 TFLOP/s) printed as "0" TFLOP/s with the GPU formats."""
+    return f"{x:,.{decimals}f}" if x >= 10 else f"{x:.3g}"
+
+
 def _fmt_time(s: float) -> str:
     if s >= 1:
         return f"{s:.3f} s"
@@ -42,11 +48,12 @@ def render_estimate(est: Estimate, title: str, console: Console | None = None) -
     t.add_row("step time", _fmt_time(est.step_time_s))
     t.add_row("tokens/s (all GPUs)", f"{est.tokens_per_s:,.0f}")
     t.add_row("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.1f}")
-    t.add_row("model TFLOP/s per GPU", f"{est.model_tflops_per_gpu:,.1f}")
-    t.add_row("hardware TFLOP/s per GPU", f"{est.tflops_per_gpu:,.1f}")
+    t.add_row("model TFLOP/s per GPU", _tflops(est.model_tflops_per_gpu, 1))
+    t.add_row("hardware TFLOP/s per GPU", _tflops(est.tflops_per_gpu, 1))
     t.add_row(
         "MFU / HFU",
-        f"{est.mfu:.1%} / {est.hfu:.1%}  (of {est.peak_flops_used / 1e12:,.0f} TFLOP/s dense)",
+        f"{est.mfu:.1%} / {est.hfu:.1%}  "
+        f"(of {_tflops(est.peak_flops_used / 1e12, 0)} TFLOP/s dense)",
     )
     con.print(t)
 

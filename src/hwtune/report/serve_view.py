@@ -56,6 +56,9 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
             t.add_row(label, *(_ms(cal[key][k]) for k in ("mean", "p50", "p90", "p99")))
         con.print(t)
         con.print(f"note: {correction_line(cal['correction'])}")
+    if doc.get("measured_profile"):
+        con.print(f"note: tier 2: measured profile of {doc['measured_profile']} (hwtune bench), "
+                  "spec sheet outside it")  # fmt: skip
     if doc.get("accuracy"):
         con.print(f"note: {accuracy_line(doc['accuracy'])}")
         if doc["accuracy"].get("likely"):
