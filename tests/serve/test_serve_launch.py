@@ -184,4 +184,4 @@ def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) ->
 
 
 def test_cli_unknown_engine(rejects) -> None:  # noqa: ANN001
-    rejects(["serve", "--launch", "sglang"], "--launch", "sglang", "vllm")
+    rejects(["serve", "--launch", "trtllm"], "--launch", "trtllm", "vllm", "sglang")

@@ -175,8 +175,9 @@ ServeLaunchOpt = Annotated[
     str | None,
     typer.Option(
         "--launch",
-        help="vllm: also give the deployment as the `vllm serve` command that runs it (and "
-        "simulate vLLM's behaviour, --engine vllm)",
+        help="vllm|sglang: also give the deployment as the engine's server command that runs "
+        "it (`vllm serve`, `python -m sglang.launch_server`) and simulate that engine's "
+        "behaviour (--engine vllm|sglang)",
     ),
 ]
 FrontEnd = Annotated[

@@ -1,5 +1,5 @@
 """A simulated deployment as the serving engine's command: apply what `serve` and `serve plan`
-chose.
+chose, on vLLM or SGLang (`SERVE_LAUNCH_ENGINES`).
 
 vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_b`` as
 ``--a-b``, booleans with ``--no-`` forms: vLLM's "Engine Arguments" documentation and
@@ -28,6 +28,58 @@ decoding (its method depends on the model's draft), a weight format that is neit
 checkpoint's nor fp8 from bf16, an fp4 KV cache, a disaggregated deployment (one command per
 pool and a KV connector), TensorRT-LLM's batch waiting and attention-DP balancing, a front-end
 limit (a property of the server, not a setting).
+
+SGLang (``python -m sglang.launch_server --model-path MODEL``; flags are the ``ServerArgs``
+dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, read at commit
+`SGLANG_COMMIT`; the line numbers below are not kept, the field and handler names are):
+
+- ``--tp-size`` is every GPU of a pipeline stage (``tp x dp_attention``: with
+  ``--enable-dp-attention`` attention runs on ``tp_size / dp_size`` GPUs per data-parallel group,
+  ``_handle_data_parallelism`` asserts ``tp_size % dp_size == 0``), ``--pp-size``,
+  ``--dp-size`` with ``--enable-dp-attention`` for attention data parallelism (a MoE model);
+  ``--ep-size`` for expert parallelism: the experts spread over ``ep_size`` of the stage's GPUs,
+  tensor-parallel over ``tp_size / ep_size`` (``_handle_context_parallelism``: ``ep_size *
+  moe_dp_size <= tp_size``), as hwtune's ``ep`` over ``tp * dp_attention`` (some MoE kernels
+  want ``ep_size`` 1 or ``tp_size``: ``_handle_moe_kernel_config``);
+- ``--max-running-requests``: the replica's limit (under attention DP each rank takes
+  ``max_running_requests // dp_size``, so it must be a multiple of ``dp_attention``);
+- the token budget: ``--chunked-prefill-size`` (default by GPU memory, 8192 on H100/H200,
+  ``_handle_gpu_memory_settings``), which ``_handle_data_parallelism`` divides by ``dp_size``, so
+  it is hwtune's per-rank ``max_num_batched_tokens`` x ``dp_attention``; ``--max-prefill-tokens``
+  (per rank, default `SGLANG_DEFAULT_MAX_PREFILL_TOKENS`) bounds a prefill batch as well, so it
+  is raised to the budget when the budget exceeds it. SGLang's ``PrefillAdder`` takes a step's
+  prompt tokens within both (``rem_input_tokens``, ``rem_chunk_tokens``, a prompt past
+  ``rem_chunk_tokens`` chunked), and with ``--enable-mixed-chunk`` the running decodes join the
+  prefill step and take their tokens out of both budgets (``mixed_with_decode_tokens``): the
+  ``vllm`` policy, by which hwtune simulates SGLang (`hwtune.serve.engines`), so it is given for
+  ``scheduler`` vllm; ``scheduler`` sglang (prompt-only prefill steps, decodes wait) is SGLang's
+  default and gets no flag;
+- ``--mem-fraction-static``: "(model weights + KV cache pool) / GPU memory capacity"
+  (``_handle_gpu_memory_settings``): activations and CUDA-graph buffers lie outside it, while
+  ``gpu_memory_utilization`` under the ``total`` rule covers them (`hwtune.serve.memory`), so
+  the fraction given is ``gpu_memory_utilization`` less the simulated activation and workspace
+  share of the device: the KV pool SGLang sizes is the simulated one;
+- ``--page-size`` for a ``block_size`` other than `hwtune.serve.memory.DEFAULT_BLOCK_SIZE` (the
+  field's default; SGLang's default page is 1 token, or the attention backend's, and the
+  difference is rounding within a block);
+- ``--kv-cache-dtype fp8_e4m3`` for an fp8 KV cache (``auto``, the default, is the model's
+  dtype); ``--quantization fp8`` for fp8 weights from a bf16 checkpoint (QUANTIZATION_CHOICES:
+  "MOE + linear online quantization"); a quantized checkpoint loads in its own format;
+- ``--disable-radix-cache`` for prefix caching off, ``--disable-overlap-schedule`` for overlap
+  scheduling off (both on by default);
+- ``--disable-prefill-cuda-graph`` for eager prefill steps: at `SGLANG_COMMIT` prefill steps
+  run a breakable CUDA graph by default on CUDA (``cuda_graph_config.py``,
+  ``default_prefill_backend``); SGLang releases before the per-phase CUDA-graph options ran
+  prefill eagerly by default (piecewise graphs only with ``--enable-piecewise-cuda-graph``),
+  have no such flag, and run eager prefill without it.
+
+Refused, with the field that stops it: a scheduler other than those two, speculative decoding,
+an fp4 KV cache (SGLang's ``nvfp4`` and ``fp4_mx_block16`` recipes are not what hwtune's fp4
+is checked against), a weight format that is neither the checkpoint's nor fp8 from bf16, a
+weight-only kernel other than the native one (hwtune's Marlin and Triton MXFP4 kernels are
+vLLM's and TensorRT-LLM's), attention DP for a dense model, a disaggregated deployment,
+TensorRT-LLM's batch waiting and attention-DP balancing, the ``free`` KV memory rule, reserving
+KV to completion, a front-end limit.
 """
 
 from __future__ import annotations
@@ -38,10 +90,22 @@ from dataclasses import dataclass
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
 
-SERVE_LAUNCH_ENGINES: tuple[str, ...] = ("vllm",)
+SERVE_LAUNCH_ENGINES: tuple[str, ...] = ("vllm", "sglang")
+LAUNCH_PROGRAMS: dict[str, tuple[str, ...]] = {
+    "vllm": ("vllm", "serve"),
+    "sglang": ("python", "-m", "sglang.launch_server", "--model-path"),
+}
+"""The words before the model in each engine's server command."""
 VLLM_DEFAULT_BLOCK_SIZE = 16
 """vLLM's KV block size unless an attention backend needs another (FlashMLA's 64 for MLA
 models): ``--block-size`` is given only for another size, so the backend keeps its choice."""
+SGLANG_COMMIT = "001067fffe33427bee0ed2f007fb7551a1d76b44"
+"""The sgl-project/sglang commit whose ``python/sglang/srt/server_args.py`` the SGLang flags were
+read from (``cuda_graph_config.py`` at 08d6c0169a565437394948897f762f2bfdeca24a)."""
+SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
+"""``ServerArgs.max_prefill_tokens``'s default at `SGLANG_COMMIT`."""
+SGLANG_SCHEDULERS: tuple[str, ...] = ("vllm", "sglang")
+"""The hwtune schedulers SGLang runs: ``vllm`` with ``--enable-mixed-chunk``, ``sglang`` as is."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +121,7 @@ class ServeLaunch:
 
     def command(self) -> str:
         env = [f"{k}={v}" for k, v in self.env]
-        return shlex.join([*env, "vllm", "serve", self.model, *self.args])
+        return shlex.join([*env, *LAUNCH_PROGRAMS[self.engine], self.model, *self.args])
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -146,17 +210,127 @@ def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
     return ServeLaunch("vllm", model, tuple(a), env, dep.replicas, cfg.gpus)
 
 
+def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
+    """Why SGLang cannot run replica ``cfg`` as simulated (the first reason), or None."""
+    m = cfg.model
+    dp = cfg.dp_attention
+    checks: tuple[tuple[bool, str, object, str], ...] = (
+        (cfg.scheduler not in SGLANG_SCHEDULERS, "scheduler", cfg.scheduler,
+         "vllm (SGLang with --enable-mixed-chunk) or sglang (its default)"),
+        (cfg.spec_tokens > 0, "spec_tokens", cfg.spec_tokens,
+         "0 (set the speculative method for the model yourself: --speculative-algorithm)"),
+        (cfg.kv_dtype == "fp4", "kv_precision", cfg.kv_dtype,
+         "bf16 or fp8 (SGLang's fp4 KV recipes are not hwtune's fp4)"),
+        (cfg.weight_only_kernel != "wgmma", "weight_only_kernel", cfg.weight_only_kernel,
+         "wgmma (the Marlin and Triton MXFP4 kernels here are vLLM's and TensorRT-LLM's)"),
+        (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
+         cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),
+        (cfg.batch_wait_timeout_iters > 0, "batch_wait_timeout_iters",
+         cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
+        (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
+         cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),
+        (cfg.kv_memory_rule != "total", "kv_memory_rule", cfg.kv_memory_rule,
+         "total (SGLang's mem_fraction_static is a share of the whole device)"),
+        (cfg.reserve_to_completion, "reserve_to_completion", True,
+         "off (SGLang grows a request's KV and retracts)"),
+        (dp > 1 and m.moe is None, "dp_attention", dp,
+         "1 for a dense model (serve more --replicas)"),
+        (cfg.max_num_seqs % dp != 0, "max_num_seqs", cfg.max_num_seqs,
+         f"a multiple of dp_attention = {dp} (SGLang gives each attention-DP rank "
+         "max_running_requests // dp_size)"),
+    )  # fmt: skip
+    for bad, field, value, expected in checks:
+        if bad:
+            return HwtuneInputError(field, value, expected)
+    ckpt = m.checkpoint_precision or "bf16"
+    if cfg.weight_dtype != ckpt and not (cfg.weight_dtype == "fp8" and ckpt == "bf16"):
+        return HwtuneInputError(
+            "precision", cfg.weight_dtype,
+            f"the checkpoint's {ckpt} (or fp8 from a bf16 checkpoint: --quantization fp8)",
+        )  # fmt: skip
+    return None
+
+
+def sglang_mem_fraction_static(cfg: ReplicaConfig) -> float:
+    """SGLang's ``mem_fraction_static`` for the KV pool simulated under the ``total`` rule:
+    ``gpu_memory_utilization`` less the share of the device that `hwtune.serve.memory`
+    sets aside for activations (`activation_bytes_per_gpu`) and workspace
+    (`WORKSPACE_FIXED_BYTES`), which SGLang keeps outside the fraction ("(model weights + KV
+    cache pool) / GPU memory capacity", ``ServerArgs._handle_gpu_memory_settings``)."""
+    from hwtune.serve.config import WORKSPACE_FIXED_BYTES
+    from hwtune.serve.memory import activation_bytes_per_gpu
+
+    total = cfg.effective_device.memory_bytes
+    outside = activation_bytes_per_gpu(cfg) + WORKSPACE_FIXED_BYTES
+    return cfg.gpu_memory_utilization - outside / total
+
+
+def sglang_launch(dep: Deployment, model: str) -> ServeLaunch:
+    """``dep`` as ``python -m sglang.launch_server`` commands (see the module docstring for each
+    flag); ``model`` is what to serve (a Hugging Face id or a local directory)."""
+    if dep.prefill is not None:
+        raise HwtuneInputError(
+            "disagg", True, "an aggregated deployment (SGLang's disaggregation runs a prefill "
+            "and a decode server with --disaggregation-mode and a router)",
+        )  # fmt: skip
+    cfg = dep.replica
+    refusal = sglang_refusal(cfg)
+    if refusal is not None:
+        raise refusal
+    from hwtune.serve.memory import DEFAULT_BLOCK_SIZE
+
+    dp = cfg.dp_attention
+    a = ["--tp-size", str(cfg.stage_gpus)]
+    if cfg.pp > 1:
+        a += ["--pp-size", str(cfg.pp)]
+    if dp > 1:
+        a += ["--dp-size", str(dp), "--enable-dp-attention"]
+    if cfg.model.moe is not None and cfg.ep > 1:
+        a += ["--ep-size", str(cfg.ep)]
+    ckpt = cfg.model.checkpoint_precision or "bf16"
+    if cfg.weight_dtype == "fp8" and ckpt == "bf16":
+        a += ["--quantization", "fp8"]
+    if cfg.kv_dtype == "fp8":
+        a += ["--kv-cache-dtype", "fp8_e4m3"]
+    a += ["--max-running-requests", str(cfg.max_num_seqs)]
+    budget = cfg.max_num_batched_tokens  # per attention-DP rank, as SGLang applies it
+    a += ["--chunked-prefill-size", str(budget * dp)]
+    if budget > SGLANG_DEFAULT_MAX_PREFILL_TOKENS:
+        a += ["--max-prefill-tokens", str(budget)]
+    if cfg.scheduler == "vllm":
+        a.append("--enable-mixed-chunk")
+    a += ["--mem-fraction-static", f"{sglang_mem_fraction_static(cfg):.4f}"]
+    if cfg.block_size != DEFAULT_BLOCK_SIZE:
+        a += ["--page-size", str(cfg.block_size)]
+    if not cfg.enable_prefix_caching:
+        a.append("--disable-radix-cache")
+    if not cfg.overlap_schedule:
+        a.append("--disable-overlap-schedule")
+    if cfg.eager_prefill:
+        a.append("--disable-prefill-cuda-graph")
+    return ServeLaunch("sglang", model, tuple(a), (), dep.replicas, cfg.gpus)
+
+
 def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch:
     """The launch of ``dep`` on ``engine`` (one of `SERVE_LAUNCH_ENGINES`)."""
     if engine == "vllm":
         return vllm_launch(dep, model)
+    if engine == "sglang":
+        return sglang_launch(dep, model)
     raise HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
 
 
 __all__ = [
+    "LAUNCH_PROGRAMS",
     "SERVE_LAUNCH_ENGINES",
+    "SGLANG_COMMIT",
+    "SGLANG_DEFAULT_MAX_PREFILL_TOKENS",
+    "SGLANG_SCHEDULERS",
     "ServeLaunch",
     "serve_launch_for",
+    "sglang_launch",
+    "sglang_mem_fraction_static",
+    "sglang_refusal",
     "vllm_launch",
     "vllm_refusal",
 ]
