@@ -12,8 +12,10 @@ its limits, and their defaults differ between the engines:
 - ``eager_prefill``: whether a step that carries prompt tokens runs without CUDA graphs, so that
   it lasts at least the host's kernel launches. TensorRT-LLM's PyTorch backend captures CUDA
   graphs for generation-only batches (its ``cuda_graph_config``) and SGLang for decode batches
-  (prefill graphs only with ``--enable-piecewise-cuda-graph``, off by default); vLLM V1 runs
-  piecewise CUDA graphs through torch.compile for every step.
+  (prefill graphs only with ``--enable-piecewise-cuda-graph``, off by default, in the releases
+  the published SGLang rows ran; newer SGLang graphs prefill steps by default, a breakable CUDA
+  graph at `hwtune.serve.launch.SGLANG_COMMIT`, off with ``--disable-prefill-cuda-graph``);
+  vLLM V1 runs piecewise CUDA graphs through torch.compile for every step.
 - ``overlap_schedule``: whether the host forms the next batch while a step runs. On by default
   in TensorRT-LLM's PyTorch backend (``disable_overlap_scheduler: false``) and in SGLang since
   v0.4 (the overlap scheduler); in vLLM from `VLLM_ASYNC_DEFAULT_SINCE` on (``--async-
