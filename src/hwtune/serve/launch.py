@@ -41,8 +41,11 @@ dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, 
   tensor-parallel over ``tp_size / ep_size`` (``_handle_context_parallelism``: ``ep_size *
   moe_dp_size <= tp_size``), as hwtune's ``ep`` over ``tp * dp_attention`` (some MoE kernels
   want ``ep_size`` 1 or ``tp_size``: ``_handle_moe_kernel_config``);
-- ``--max-running-requests``: the replica's limit (under attention DP each rank takes
-  ``max_running_requests // dp_size``, so it must be a multiple of ``dp_attention``);
+- ``--max-running-requests``: the replica's limit; under attention DP each rank takes
+  ``max_running_requests // dp_size`` (``model_executor/pool_configurator.py``; the same split
+  in ``_validate_deepep_v2_dispatch_token_budget``), so it must be a multiple of
+  ``dp_attention``, and SGLang caps each rank where hwtune caps the replica (the same while the
+  ranks' loads are even);
 - the token budget: ``--chunked-prefill-size`` (default by GPU memory, 8192 on H100/H200,
   ``_handle_gpu_memory_settings``), which ``_handle_data_parallelism`` divides by ``dp_size``, so
   it is hwtune's per-rank ``max_num_batched_tokens`` x ``dp_attention``; ``--max-prefill-tokens``
@@ -69,9 +72,12 @@ dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, 
   scheduling off (both on by default);
 - ``--disable-prefill-cuda-graph`` for eager prefill steps: at `SGLANG_COMMIT` prefill steps
   run a breakable CUDA graph by default on CUDA (``cuda_graph_config.py``,
-  ``default_prefill_backend``); SGLang releases before the per-phase CUDA-graph options ran
-  prefill eagerly by default (piecewise graphs only with ``--enable-piecewise-cuda-graph``),
-  have no such flag, and run eager prefill without it.
+  ``default_prefill_backend``). Releases before these per-phase CUDA-graph options have no
+  such flag: the older ones (those the published SGLang rows ran) prefill eagerly unless
+  ``--enable-piecewise-cuda-graph``, so drop the flag there; in between (``server_args.py``
+  around sgl-project/sglang PR #25795, 2026-05) piecewise prefill graphs were on unless
+  ``--disable-piecewise-cuda-graph``. The flag is not chosen by ``--engine sglang@VERSION``:
+  the release that changed each default is not pinned here.
 
 Refused, with the field that stops it: a scheduler other than those two, speculative decoding,
 an fp4 KV cache (SGLang's ``nvfp4`` and ``fp4_mx_block16`` recipes are not what hwtune's fp4
