@@ -56,7 +56,10 @@ dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, 
   prefill step and take their tokens out of both budgets (``mixed_with_decode_tokens``): the
   ``vllm`` policy, by which hwtune simulates SGLang (`hwtune.serve.engines`), so it is given for
   ``scheduler`` vllm; ``scheduler`` sglang (prompt-only prefill steps, decodes wait) is SGLang's
-  default and gets no flag;
+  default and gets no flag. (The published SGLang rows, whose errors are the track record, ran
+  without mixed chunks as far as the data says, aiconfigurator's generator passing it only from
+  2026-01-19, and were still predicted better by the ``vllm`` policy: VALIDATION.md, "SGLang's
+  own scheduling policy on the SGLang rows".)
 - ``--mem-fraction-static``: "(model weights + KV cache pool) / GPU memory capacity"
   (``_handle_gpu_memory_settings``): activations and CUDA-graph buffers lie outside it, while
   ``gpu_memory_utilization`` under the ``total`` rule covers them (`hwtune.serve.memory`), so
@@ -83,7 +86,8 @@ Refused, with the field that stops it: a scheduler other than those two, specula
 an fp4 KV cache (SGLang's ``nvfp4`` and ``fp4_mx_block16`` recipes are not what hwtune's fp4
 is checked against), a weight format that is neither the checkpoint's nor fp8 from bf16, a
 weight-only kernel other than the native one (hwtune's Marlin and Triton MXFP4 kernels are
-vLLM's and TensorRT-LLM's), attention DP for a dense model, a disaggregated deployment,
+vLLM's and TensorRT-LLM's), attention DP for a dense model, a ``max_num_seqs`` that is not a
+multiple of ``dp_attention``, a disaggregated deployment,
 TensorRT-LLM's batch waiting and attention-DP balancing, the ``free`` KV memory rule, reserving
 KV to completion, a front-end limit.
 """
