@@ -156,6 +156,8 @@ def test_mem_fraction_static_sizes_the_simulated_kv_pool(model: str, gpu: str, k
         ("mixtral-8x7b", {"tp": 2, "dp_attention": 2, "max_num_seqs": 5}, "max_num_seqs"),
         ("deepseek-v3", {"tp": 1, "dp_attention": 8, "ep": 8,
                          "adp_balance_timeout_iters": 60}, "adp_balance_timeout_iters"),
+        # SGLang turns its overlap scheduler off under pipeline parallelism
+        ("llama3.1-8b", {"pp": 2, "overlap_schedule": True}, "overlap_schedule"),
     ],
 )  # fmt: skip
 def test_refusals(model: str, fields: dict, field: str) -> None:
@@ -169,6 +171,7 @@ def test_refusals(model: str, fields: dict, field: str) -> None:
 
 def test_no_refusal_for_what_sglang_runs() -> None:
     for c in (cfg(), cfg(scheduler="sglang", eager_prefill=True, overlap_schedule=True),
+              cfg(pp=2, overlap_schedule=False),
               cfg("mixtral-8x7b", tp=2, dp_attention=2, ep=2, max_num_seqs=6)):  # fmt: skip
         assert sglang_refusal(c) is None
 
@@ -250,10 +253,45 @@ def test_cli_serve_plan_launch_is_the_first_layout() -> None:
     assert doc["launch"]["replicas"] == best["replicas"]
 
 
+PLAN = ["serve", "plan", "--ttft-p90", "2", "--tpot-p90", "0.05", "--rate", "4",
+        "--num-requests", "60", "--max-gpus", "2", "--processes", "1", "--top", "50",
+        "--json"]  # fmt: skip
+
+
+def test_cli_serve_plan_searches_what_sglang_runs() -> None:
+    # SGLang's preset overlaps scheduling, which SGLang turns off under pipeline parallelism:
+    # --launch sglang leaves the pipeline-parallel layouts out of the search
+    docs = {}
+    for extra in (["--engine", "sglang"], ["--launch", "sglang"]):
+        res = CliRunner().invoke(app, [*PLAN, *extra])
+        assert res.exit_code == 0, res.output
+        docs[extra[0]] = json.loads(res.output)
+    searched, launched = docs["--engine"], docs["--launch"]
+    assert any(b["pp"] == 2 for b in searched["best"])
+    assert all(b["pp"] == 1 for b in launched["best"])
+    assert launched["candidates"] < searched["candidates"]
+
+
+def test_plan_candidates_keep() -> None:
+    from hwtune.serve.plan import candidates
+
+    base = cfg(overlap_schedule=True)
+    every = candidates(base, 2, disagg=False)
+    kept = candidates(base, 2, disagg=False, keep=lambda c: sglang_refusal(c) is None)
+    assert {d.replica.pp for d in every} == {1, 2}
+    assert {d.replica.pp for d in kept} == {1}
+    assert kept == [d for d in every if d.replica.pp == 1]
+
+
+def test_cli_serve_plan_refuses_before_searching(rejects) -> None:  # noqa: ANN001
+    rejects([*PLAN, "--launch", "sglang", "--scheduler", "orca"], "--scheduler", "orca")
+
+
 @pytest.mark.parametrize(
     ("args", "field", "words"),
     [
         (["--engine", "vllm"], "--engine", ["vllm", "sglang"]),
+        (["--pp", "2", "--overlap-schedule"], "--overlap-schedule", ["pp > 1"]),
         (["--scheduler", "orca"], "--scheduler", ["orca", "enable-mixed-chunk"]),
         (["--disagg"], "--disagg", ["aggregated"]),
         (["--dp-attention", "2", "--tp", "2"], "--dp-attention", ["dense"]),

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -241,6 +242,12 @@ def _launch_engine(launch: str | None, engine: str | None) -> str | None:
     return engine if engine is not None else launch
 
 
+def _launch_error(e: HwtuneInputError, launch: str) -> HwtuneInputError:
+    """An engine's refusal (`hwtune.serve.launch`) naming the option that set the field."""
+    flag = e.field if e.field.startswith("--") else "--" + e.field.replace("_", "-")
+    return HwtuneInputError(flag, e.value, f"{e.expected} (--launch {launch})")
+
+
 def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
     """The engine command of ``dep`` (`hwtune.serve.launch`) as a JSON-ready dict; a refusal
     names the option that set the field. ``model`` as typed: a config.json's directory is what
@@ -260,11 +267,17 @@ def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
     try:
         doc = serve_launch_for(launch, dep, target).to_dict()
     except HwtuneInputError as e:
-        flag = e.field if e.field.startswith("--") else "--" + e.field.replace("_", "-")
-        raise HwtuneInputError(flag, e.value, f"{e.expected} (--launch {launch})") from None
+        raise _launch_error(e, launch) from None
     if target == "MODEL":
         doc["model_of"] = dep.replica.model.name
     return doc
+
+
+def _launchable(launch: str, cfg: ReplicaConfig) -> bool:
+    """Whether engine ``launch`` runs replica ``cfg`` as simulated (`serve plan --launch`)."""
+    from hwtune.serve.launch import launch_refusal
+
+    return launch_refusal(launch, cfg) is None
 
 
 def _print_launch(doc: dict) -> None:
@@ -730,6 +743,14 @@ def plan_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+        keep = None
+        if launch is not None:  # refuse now what no layout changes; search what it launches
+            from hwtune.serve.launch import launch_refusal
+
+            refusal = launch_refusal(launch, base)
+            if refusal is not None:
+                raise _launch_error(refusal, launch)
+            keep = partial(_launchable, launch)
         if corr is not None:
             check_applies(corr, _fitted_to(base, eng, profile))
             if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
@@ -744,7 +765,7 @@ def plan_cmd(
         with progress_bar("layouts", not as_json) as cb:
             res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                        processes, correction=corr, margin=margin == "likely", ray_address=ray,
-                       progress=cb)  # fmt: skip
+                       progress=cb, keep=keep)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return

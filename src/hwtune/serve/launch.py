@@ -89,7 +89,8 @@ weight-only kernel other than the native one (hwtune's Marlin and Triton MXFP4 k
 vLLM's and TensorRT-LLM's), attention DP for a dense model, a ``max_num_seqs`` that is not a
 multiple of ``dp_attention``, a disaggregated deployment,
 TensorRT-LLM's batch waiting and attention-DP balancing, the ``free`` KV memory rule, reserving
-KV to completion, a front-end limit.
+KV to completion, a front-end limit, overlap scheduling with pipeline parallelism (SGLang turns
+it off there).
 """
 
 from __future__ import annotations
@@ -245,6 +246,9 @@ def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
          "off (SGLang grows a request's KV and retracts)"),
         (dp > 1 and m.moe is None, "dp_attention", dp,
          "1 for a dense model (serve more --replicas)"),
+        (cfg.pp > 1 and cfg.overlap_schedule, "overlap_schedule", True,
+         "off with pp > 1 (SGLang turns its overlap scheduler off under pipeline parallelism: "
+         "arg_groups/overrides.py, _pipeline_parallel_overlap_disable)"),
         (cfg.max_num_seqs % dp != 0, "max_num_seqs", cfg.max_num_seqs,
          f"a multiple of dp_attention = {dp} (SGLang gives each attention-DP rank "
          "max_running_requests // dp_size)"),
@@ -321,6 +325,16 @@ def sglang_launch(dep: Deployment, model: str) -> ServeLaunch:
     return ServeLaunch("sglang", model, tuple(a), (), dep.replicas, cfg.gpus)
 
 
+def launch_refusal(engine: str, cfg: ReplicaConfig) -> HwtuneInputError | None:
+    """Why ``engine`` (one of `SERVE_LAUNCH_ENGINES`) cannot run replica ``cfg`` as simulated,
+    or None (`vllm_refusal`, `sglang_refusal`)."""
+    if engine == "vllm":
+        return vllm_refusal(cfg)
+    if engine == "sglang":
+        return sglang_refusal(cfg)
+    return HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
+
+
 def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch:
     """The launch of ``dep`` on ``engine`` (one of `SERVE_LAUNCH_ENGINES`)."""
     if engine == "vllm":
@@ -337,6 +351,7 @@ __all__ = [
     "SGLANG_DEFAULT_MAX_PREFILL_TOKENS",
     "SGLANG_SCHEDULERS",
     "ServeLaunch",
+    "launch_refusal",
     "serve_launch_for",
     "sglang_launch",
     "sglang_mem_fraction_static",

@@ -88,8 +88,15 @@ def _fits(cfg: ReplicaConfig) -> bool:
     return True
 
 
-def candidates(base: ReplicaConfig, max_gpus: int, disagg: bool = True) -> list[Deployment]:
-    """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs."""
+def candidates(
+    base: ReplicaConfig,
+    max_gpus: int,
+    disagg: bool = True,
+    keep: Callable[[ReplicaConfig], bool] | None = None,
+) -> list[Deployment]:
+    """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs; with
+    ``keep``, only replicas it keeps (``serve plan --launch``: those the engine runs as
+    simulated, `hwtune.serve.launch.launch_refusal`)."""
     spec = base.model
     dom = 8
     tps = [t for t in (1, 2, 4, 8) if t <= min(max_gpus, dom) and spec.n_heads % t == 0]
@@ -107,7 +114,7 @@ def candidates(base: ReplicaConfig, max_gpus: int, disagg: bool = True) -> list[
                         cfg = replace(base, tp=tp, pp=pp, ep=ep, dp_attention=1, max_num_seqs=seqs)
                     except HwtuneInputError:
                         continue
-                    if _fits(cfg):
+                    if _fits(cfg) and (keep is None or keep(cfg)):
                         reps.append(cfg)
     out: list[Deployment] = []
     for cfg in reps:
@@ -194,6 +201,7 @@ def plan(
     margin: bool = False,
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    keep: Callable[[ReplicaConfig], bool] | None = None,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -202,7 +210,8 @@ def plan(
     ``margin`` they are the simulated ones times the upper ends of each layout's likely band
     (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
     record's worst tenth. ``processes`` local processes (default: all cores) or ``ray_address``
-    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them."""
+    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them;
+    ``keep`` limits the layouts searched (`candidates`)."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -217,7 +226,10 @@ def plan(
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
     check_workers(processes, ray_address, "processes")
-    cands = candidates(base, max_gpus, disagg)[:limit]
+    cands = candidates(base, max_gpus, disagg, keep)[:limit]
+    if not cands and keep is not None and candidates(base, max_gpus, disagg):
+        raise HwtuneInputError("max_gpus", max_gpus, "enough GPUs for a layout that the launched "
+                               "engine runs as simulated")  # fmt: skip
     if not cands:
         raise HwtuneInputError(
             "max_gpus",
