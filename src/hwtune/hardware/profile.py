@@ -169,11 +169,12 @@ class DeviceProfile(FrozenModel):
         log k) between the grid's values, the time of the smallest grid shape below the grid
         (a kernel's fixed cost), the rate of the grid's edge above it (time grows with the
         FLOPs); and never less than the cold time at the largest cold row count (the same
-        weight is read, with fewer rows: no drop where the cold points end). The time is
-        therefore non-decreasing in m, n, k and batch. Cold points serve as the grid only
-        when no hot one was measured; batched points only when no unbatched one was (the
-        bench measures them off the grid: on the H200 profile these rules price them within
-        10% in bf16, fp16 and fp32 and 25% in tf32, `tests/hardware/test_profile_gemm_monotone.py`)."""
+        weight is read, with fewer rows: no drop where the cold points end; a hot point
+        measured faster than that is priced at it). The time is therefore non-decreasing in
+        m, n, k and batch. Cold points serve as the grid only when no hot one was measured;
+        batched points only when no unbatched one was (the bench measures them off the grid:
+        on the H200 profile these rules price them within 10% in bf16, fp16 and fp32 and 25%
+        in tf32, `tests/hardware/test_profile_gemm_monotone.py`)."""
         flops = 2.0 * m * n * k * batch
         t = self.cold_gemm_time(m, n * batch, k, dtype)
         if t is not None:
