@@ -397,10 +397,10 @@ class _GemmGrid:
     Grid shapes the bench did not measure (above the cap, or a hand-written profile) take the
     rate of the nearest measured shape below them, and no less than the time of any measured
     shape below them; with none below, the least time of those above (none either: the
-    nearest one's time, or its rate if slower). Then, as for the cold points (`_ColdCurves`), each value becomes the
-    least time at or above it along m, n and k, so the grid never falls as a dimension grows
-    and every measured shape keeps its time unless a larger one was measured faster (on the
-    H200 profile: bf16 256^3 in 3.75 us, 256 x 1024 x 256 in 3.54 us).
+    nearest one's time, or its rate if slower). Then, as for the cold points (`_ColdCurves`),
+    each value becomes the least time at or above it along m, n and k, so the grid never falls
+    as a dimension grows and every measured shape keeps its time unless a larger one was
+    measured faster (on the H200 profile: bf16 256^3 in 3.75 us, 256 x 1024 x 256 in 3.54 us).
 
     Between grid values log(time) is multilinear in (log m, log n, log k): exact where the
     time is a power of the sizes (constant at a kernel's fixed cost, proportional to m, n or
