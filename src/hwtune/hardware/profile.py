@@ -24,6 +24,8 @@ Fields added since the first version 1 files (``elementwise[].op``, ``skipped``,
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -141,7 +143,8 @@ class DeviceProfile(FrozenModel):
     collectives: tuple[CollectivePoint, ...] = ()
     skipped: tuple[SkippedBenchmark, ...] = ()
     _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
-    _cold: dict | None = PrivateAttr(default=None)  # dtype -> {m: sorted (n*k, seconds)}
+    _cold: dict | None = PrivateAttr(default=None)  # dtype -> _ColdCurves
+    _grids: dict | None = PrivateAttr(default=None)  # dtype -> _GemmGrid (None: not measured)
 
     def _hash_key(self) -> tuple:
         return (self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
@@ -160,18 +163,51 @@ class DeviceProfile(FrozenModel):
         On the H200 profile a 4096 x 4096 fp8 expert weight read alone takes 7.3 us, ~3 us of
         it the kernel's floor (a 256 x 256 one takes 2.9 us): 32 such experts as 32 kernels
         cost 234 us, as one grouped kernel ~141 us.
-        Above the cold row counts, inverse-distance weighting in (log m, log n, log k) over the
-        4 nearest measured hot shapes of the same dtype (rates vary smoothly with log-size
-        between the measured points; cold points only when no hot one was measured)."""
+
+        Above the cold row counts: the time on the grid of the measured hot shapes of the same
+        dtype (``m * batch`` rows), `_GemmGrid`: log(time) multilinear in (log m, log n,
+        log k) between the grid's values, the time of the smallest grid shape below the grid
+        (a kernel's fixed cost), the rate of the grid's edge above it (time grows with the
+        FLOPs); and never less than the cold time at the largest cold row count (the same
+        weight is read, with fewer rows: no drop where the cold points end; a hot point
+        measured faster than that is priced at it). The time is therefore non-decreasing in
+        m, n, k and batch. Cold points serve as the grid only when no hot one was measured;
+        batched points only when no unbatched one was (the bench measures them off the grid:
+        on the H200 profile these rules price them within 10% in bf16, fp16 and fp32 and 25%
+        in tf32, `tests/hardware/test_profile_gemm_monotone.py`)."""
         flops = 2.0 * m * n * k * batch
         t = self.cold_gemm_time(m, n * batch, k, dtype)
         if t is not None:
             return flops / t
-        pts = [p for p in self.gemm if p.dtype == dtype]
-        pts = [p for p in pts if not p.cold] or pts
-        if not pts:
+        grids = self.__pydantic_private__.get("_grids")
+        if grids is None:
+            grids = self.__pydantic_private__["_grids"] = {}
+        grid = grids.get(dtype, False)
+        if grid is False:
+            pts = [p for p in self.gemm if p.dtype == dtype]
+            hot = [p for p in pts if not p.cold] or pts
+            pts = [p for p in hot if p.batch == 1] or hot
+            grid = grids[dtype] = _GemmGrid(pts) if pts else None
+        if grid is None:
             return None
-        return _idw_rate(pts, (math.log2(m * batch), math.log2(n), math.log2(k)))
+        t = grid.seconds(m * batch, n, k)
+        cold = self._cold_curves().get(dtype)
+        if cold:  # the weight read of the largest cold row count bounds the time from below
+            t = max(t, cold.seconds(m, n * batch, k))
+        return flops / t
+
+    def _cold_curves(self) -> dict[str, _ColdCurves]:
+        cold = self.__pydantic_private__.get("_cold")
+        if cold is None:
+            fams: dict[str, dict[int, list[tuple[float, float]]]] = {}
+            for p in self.gemm:
+                if p.cold and p.batch == 1:
+                    fams.setdefault(p.dtype, {}).setdefault(p.m, []).append(
+                        (float(p.n) * p.k, p.seconds)
+                    )
+            cold = {dt: _ColdCurves(f) for dt, f in fams.items()}
+            self.__pydantic_private__["_cold"] = cold
+        return cold
 
     def cold_gemm_time(self, m: int, n: int, k: int, dtype: str) -> float | None:
         """Seconds of one GEMM of ``m`` rows against an (n x k) weight read from memory, from
@@ -183,38 +219,16 @@ class DeviceProfile(FrozenModel):
         whatever the weight's aspect ratio (to first order). Between two measured row counts
         m0 < m < m1 the time is linear in m, which is exact at both ends of the roofline:
         constant while the weight read bounds it, proportional to m once the FLOPs do
-        (Williams et al., CACM 2009)."""
-        cold = self.__pydantic_private__.get("_cold")
-        if cold is None:
-            cold = {}
-            for p in self.gemm:
-                if p.cold and p.batch == 1:
-                    cold.setdefault(p.dtype, {}).setdefault(p.m, []).append(
-                        (float(p.n) * p.k, p.seconds)
-                    )
-            for fams in cold.values():
-                for c in fams.values():
-                    c.sort()
-            self.__pydantic_private__["_cold"] = cold
-        fams = cold.get(dtype)
-        if not fams or m > max(fams):
+        (Williams et al., CACM 2009). Below the smallest row count: its time.
+
+        The measured times are first made non-decreasing in rows and size (`_ColdCurves`): a
+        point slower than a measured point of more rows or a larger weight is priced at that
+        point's time (the smaller GEMM can run as the larger one, padded), so the time never
+        falls as m, n or k grows."""
+        curves = self._cold_curves().get(dtype)
+        if curves is None or m > curves.rows[-1]:
             return None
-        rows = sorted(fams)
-        size = float(n) * k
-
-        def at(mr: int) -> float:  # seconds at (mr, n, k)
-            curve = fams[mr]
-            if size <= curve[0][0]:
-                return curve[0][1]
-            if size >= curve[-1][0]:
-                return curve[-1][1] * size / curve[-1][0]
-            return _interp(curve, size)
-
-        hi = next(r for r in rows if r >= m)
-        lo = max((r for r in rows if r <= m), default=hi)
-        if lo == hi:
-            return at(hi)  # measured, or below the smallest row count (its time: weight-bound)
-        return at(lo) + (m - lo) / (hi - lo) * (at(hi) - at(lo))
+        return curves.seconds(m, n, k)
 
     def attention_rate(
         self, phase: str, dtype: str, flops: float | None = None, decode: bool = False
@@ -315,24 +329,152 @@ class DeviceProfile(FrozenModel):
         return a, 1.0 / g
 
 
-def _log_mnk(p: GemmPoint) -> tuple[float, ...]:
-    return (math.log2(p.m * p.batch), math.log2(p.n), math.log2(p.k))
+def _suffix_min(vals: list[float], shape: tuple[int, ...]) -> None:
+    """In place: each entry of the row-major array ``vals`` of ``shape`` becomes the least
+    entry at or above it along every axis (so the array is non-decreasing along each axis)."""
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    for d, size in enumerate(shape):
+        st = strides[d]
+        for i in range(len(vals) - 1, -1, -1):
+            if (i // st) % size < size - 1 and vals[i + st] < vals[i]:
+                vals[i] = vals[i + st]
 
 
-def _idw_rate(pts: list[GemmPoint], x: tuple[float, ...]) -> float:
-    """FLOP/s at ``x`` = (log m*batch, log n, log k): the rate of a point measured there, else
-    the inverse-square-distance weighted harmonic mean of the 4 nearest points' rates (it
-    interpolates time per FLOP, not FLOP/s)."""
-    scored = []
-    for p in pts:
-        d = math.dist(x, _log_mnk(p))
-        if d < 1e-9:
-            return p.flops / p.seconds
-        scored.append((d, p.flops / p.seconds))
-    scored.sort()
-    near = scored[:4]
-    w = [1.0 / d**2 for d, _ in near]
-    return sum(w) / sum(wi / r for wi, (_, r) in zip(w, near, strict=True))
+class _ColdCurves:
+    """The cold points of one dtype as a grid of (rows, weight size n*k) -> seconds, for
+    `DeviceProfile.cold_gemm_time`.
+
+    Sizes a row did not measure take that row's own curve (piecewise linear in n*k, its
+    smallest point's time below, proportional above). Then each value becomes the least
+    measured-or-filled time at or above it in rows and size (a GEMM can run padded to a larger
+    one, so it takes no longer than it): the grid is non-decreasing in both, and a point keeps
+    its measured time unless a GEMM of more rows or a larger weight was measured faster (on
+    the H200 profile the GEMV-like 1- and 4-row kernels of a 1024^2 weight, 7.5 and 7.1 us in
+    bf16 where 16 rows take 4.5 us)."""
+
+    def __init__(self, fams: dict[int, list[tuple[float, float]]]) -> None:
+        self.rows = sorted(fams)
+        self.sizes = sorted({s for c in fams.values() for s, _ in c})
+        vals = []
+        for r in self.rows:
+            curve = sorted(fams[r])
+            for s in self.sizes:
+                if s <= curve[0][0]:
+                    vals.append(curve[0][1])
+                elif s >= curve[-1][0]:
+                    vals.append(curve[-1][1] * s / curve[-1][0])
+                else:
+                    vals.append(_interp(curve, s))
+        _suffix_min(vals, (len(self.rows), len(self.sizes)))
+        ns = len(self.sizes)
+        self.curves = [list(zip(self.sizes, vals[i * ns : (i + 1) * ns], strict=True))
+                       for i in range(len(self.rows))]  # fmt: skip
+
+    def _at(self, i: int, size: float) -> float:  # seconds at (rows[i], size)
+        curve = self.curves[i]
+        if size >= curve[-1][0]:
+            return curve[-1][1] * size / curve[-1][0]
+        return _interp(curve, size)
+
+    def seconds(self, m: int, n: int, k: int) -> float:
+        """Seconds at (m, n, k); above the largest row count, that row count's time."""
+        rows, size = self.rows, float(n) * k
+        hi = bisect.bisect_left(rows, m)
+        if hi == len(rows):
+            return self._at(hi - 1, size)
+        if rows[hi] == m or hi == 0:
+            return self._at(hi, size)  # measured, or below the smallest row count
+        lo = hi - 1
+        t0, t1 = self._at(lo, size), self._at(hi, size)
+        return t0 + (m - rows[lo]) / (rows[hi] - rows[lo]) * (t1 - t0)
+
+
+class _GemmGrid:
+    """Measured GEMM times of one dtype on their grid (the product of the measured m, n and k
+    values; `hwtune.calibrate.gemm.gemm_grid` measures the whole product, up to a FLOP cap),
+    for `DeviceProfile.gemm_rate`.
+
+    Grid shapes the bench did not measure (above the cap, or a hand-written profile) take the
+    rate of the nearest measured shape below them, and no less than the time of any measured
+    shape below them; with none below, the least time of those above (none either: the
+    nearest one's time, or its rate if slower). Then, as for the cold points (`_ColdCurves`),
+    each value becomes the least time at or above it along m, n and k, so the grid never falls
+    as a dimension grows and every measured shape keeps its time unless a larger one was
+    measured faster (on the H200 profile: bf16 256^3 in 3.75 us, 256 x 1024 x 256 in 3.54 us).
+
+    Between grid values log(time) is multilinear in (log m, log n, log k): exact where the
+    time is a power of the sizes (constant at a kernel's fixed cost, proportional to m, n or
+    k once the FLOPs bound it), and non-decreasing between non-decreasing values. Below the
+    smallest grid value of a dimension the time is held there (a smaller kernel still pays
+    the fixed cost every measured kernel pays); above the largest, the rate is held (the time
+    grows with the FLOPs), the conservative extension: the largest shapes run at the peak."""
+
+    def __init__(self, pts: list[GemmPoint]) -> None:
+        sums: dict[tuple[int, int, int], list[float]] = {}
+        for p in pts:
+            sums.setdefault((p.m * p.batch, p.n, p.k), []).append(p.seconds)
+        measured = {key: sum(ts) / len(ts) for key, ts in sums.items()}
+        self.axes = tuple(sorted({key[d] for key in measured}) for d in range(3))
+        self.logs = tuple([math.log(v) for v in ax] for ax in self.axes)
+        shape = tuple(len(ax) for ax in self.axes)
+        items = [(key, math.log(key[0]) + math.log(key[1]) + math.log(key[2]), t)
+                 for key, t in measured.items()]  # fmt: skip
+        vals = []
+        for node in itertools.product(*self.axes):
+            t = measured.get(node)
+            if t is None:
+                t = self._fill(node, items)
+            vals.append(t)
+        _suffix_min(vals, shape)
+        self.shape = shape
+        self.log_t = [math.log(t) for t in vals]
+
+    @staticmethod
+    def _fill(node: tuple[int, int, int], items: list) -> float:
+        lf = math.log(node[0]) + math.log(node[1]) + math.log(node[2])
+        ln = [math.log(v) for v in node]
+
+        def dist(key: tuple[int, int, int]) -> float:
+            return math.dist(ln, [math.log(v) for v in key])
+
+        below = [it for it in items if all(a <= b for a, b in zip(it[0], node, strict=True))]
+        if below:  # the nearest one's rate; of equally near ones the faster
+            _, lfp, t = min(below, key=lambda it: (dist(it[0]), it[2] / math.exp(it[1])))
+            return max(max(it[2] for it in below), t * math.exp(lf - lfp))
+        above = [t for key, _, t in items if all(a >= b for a, b in zip(key, node, strict=True))]
+        if above:
+            return min(above)
+        _, lfp, t = min(items, key=lambda it: dist(it[0]))  # the nearest one's time and rate
+        return max(t, t * math.exp(lf - lfp))
+
+    def seconds(self, m: int, n: int, k: int) -> float:
+        """Seconds at (m, n, k) (see the class docstring)."""
+        idx, wts, scale = [], [], 1.0
+        for ax, lg, v in zip(self.axes, self.logs, (m, n, k), strict=True):
+            if v <= ax[0]:
+                idx.append(0)
+                wts.append(0.0)
+            elif v >= ax[-1]:
+                idx.append(len(ax) - 1)
+                wts.append(0.0)
+                scale *= v / ax[-1]
+            else:
+                i = bisect.bisect_right(ax, v) - 1
+                idx.append(i)
+                wts.append((math.log(v) - lg[i]) / (lg[i + 1] - lg[i]))
+        (i, j, h), (wi, wj, wh) = idx, wts
+        _, sn, sk = self.shape
+        lt = self.log_t
+        acc = 0.0
+        for di, fi in ((0, 1.0 - wi), (1, wi)):
+            if fi == 0.0:
+                continue
+            for dj, fj in ((0, 1.0 - wj), (1, wj)):
+                if fj == 0.0:
+                    continue
+                base = ((i + di) * sn + j + dj) * sk + h
+                acc += fi * fj * ((1.0 - wh) * lt[base] + (wh * lt[base + 1] if wh else 0.0))
+        return math.exp(acc) * scale
 
 
 SAME_SIZE_REL = 1e-6
