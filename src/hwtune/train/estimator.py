@@ -47,6 +47,9 @@ from hwtune.train.accuracy import accuracy_for
 from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
 from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
 
+PRE_FA2_ARCHS = ("volta", "turing", "pascal")
+"""NVIDIA architectures FlashAttention-2 does not run on (it needs sm80+: Dao 2023; the
+flash-attn README lists Ampere, Ada and Hopper)."""
 FRAMEWORK_RESERVE_BYTES = 1.5 * 2**30
 """CUDA context, cuBLAS/NCCL workspaces and communication buffers held outside the tensors
 counted here (PyTorch CUDA semantics notes: the context alone takes 300-800 MiB; NCCL buffers
@@ -378,6 +381,12 @@ def estimate(
             f["dp"] = cluster.n_gpus // denom
         strategy = make_strategy(**f)
     strategy.validate_for(spec, cluster.n_gpus)
+    arch = cluster.device.architecture
+    if strategy.flash_attention and strategy.attention_kernel == "fa2" and arch in PRE_FA2_ARCHS:
+        raise HwtuneInputError(
+            "attention_kernel", "fa2", f"best on a {arch} GPU (FlashAttention-2 runs on Ampere "
+            "and newer: Dao 2023, the flash-attn README)",
+        )  # fmt: skip
     return _estimate(spec, cluster, strategy)
 
 

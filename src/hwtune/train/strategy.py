@@ -232,6 +232,14 @@ class Strategy(BaseModel):
                     gb,
                     f"at least 2 x pp (= {2 * self.pp}) micro-batches for DualPipe",
                 )
+        if self.offload_optimizer and self.zero == 0:
+            # DeepSpeed's offload_optimizer needs ZeRO stage 1-3 (its ZeRO-Offload runs on the
+            # partitioned optimizer, Ren et al. 2021 §4); Megatron-LM's --optimizer-cpu-offload
+            # needs its distributed optimizer at ZeRO 0 (hwtune.train.launch)
+            raise HwtuneInputError(
+                "offload_optimizer", True, "ZeRO stage 1, 2 or 3 beside it (frameworks offload "
+                "the sharded optimizer)",
+            )  # fmt: skip
         if self.precision == "fp32" and self.optimizer != "adam":
             raise HwtuneInputError("optimizer", self.optimizer, "adam with fp32 training")
         # switches that would change nothing here are errors, not silently ignored
