@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from launch_args import flags
 from typer.testing import CliRunner
 
 from hwtune.cli.main import app
@@ -20,18 +21,6 @@ from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model, hf_repo
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.launch import vllm_launch, vllm_refusal
-
-
-def flags(args: tuple[str, ...]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        f = args[i]
-        assert f.startswith("--") and f not in out, (f, args)
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
-        out[f] = value
-        i += 1 if value is None else 2
-    return out
 
 
 def cfg(model: str = "llama3.1-8b", **kw: object) -> ReplicaConfig:

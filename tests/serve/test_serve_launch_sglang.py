@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from launch_args import flags
 from typer.testing import CliRunner
 
 from hwtune.cli.main import app
@@ -32,19 +33,6 @@ from hwtune.serve.launch import (
 from hwtune.serve.memory import replica_memory
 
 PROGRAM = "python -m sglang.launch_server --model-path"
-
-
-def flags(args: tuple[str, ...]) -> dict[str, str | None]:
-    """Each flag once, with its value (None for a switch)."""
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        f = args[i]
-        assert f.startswith("--") and f not in out, (f, args)
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
-        out[f] = value
-        i += 1 if value is None else 2
-    return out
 
 
 def cfg(model: str = "llama3.1-8b", gpu: str = "h100-sxm-80gb", **kw: object) -> ReplicaConfig:

@@ -11,6 +11,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from launch_args import flags
 from typer.testing import CliRunner
 
 from hwtune.cli.main import app
@@ -33,20 +34,6 @@ def strategy_from_megatron(tokens: list[str]):  # noqa: ANN201
     from hwtune.train.launch import strategy_from_megatron as read
 
     return read(tokens if "--seq-length" in tokens else [*tokens, "--seq-length", "4096"])
-
-
-def flags(args: tuple[str, ...]) -> dict[str, str | None]:
-    """``--flag value`` pairs (None for a switch); fails on a flag given twice."""
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        f = args[i]
-        assert f.startswith("--"), args
-        assert f not in out, f"{f} given twice"
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
-        out[f] = value
-        i += 1 if value is None else 2
-    return out
 
 
 def test_mixtral_example_script() -> None:

@@ -9,6 +9,7 @@ decides. The launch lines below were also run through that commit's ``parse_args
 from __future__ import annotations
 
 import pytest
+from launch_args import flags
 
 from hwtune.errors import HwtuneInputError
 from hwtune.model.catalog import get_model
@@ -27,16 +28,6 @@ def strategy_from_megatron(tokens: list[str]):  # noqa: ANN201
     from hwtune.train.launch import strategy_from_megatron as read
 
     return read(tokens if "--seq-length" in tokens else [*tokens, "--seq-length", "4096"])
-
-
-def _flags(args: tuple[str, ...]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(args):
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
-        out[args[i]] = value
-        i += 1 if value is None else 2
-    return out
 
 
 LLAMA, MIXTRAL = get_model("llama3.1-8b"), get_model("mixtral-8x7b")
@@ -64,9 +55,9 @@ def test_tensor_parallel_launch_sets_cuda_device_max_connections() -> None:
 @pytest.mark.parametrize("zero", [2, 3])
 def test_megatron_fsdp_sets_its_checkpoint_format(zero: int) -> None:
     # arguments.py:1169: assert args.ckpt_format == "fsdp_dtensor" with --use-megatron-fsdp
-    f = _flags(megatron_launch(Strategy(dp=8, zero=zero), LLAMA, 8, 8).args)
+    f = flags(megatron_launch(Strategy(dp=8, zero=zero), LLAMA, 8, 8).args)
     assert f["--ckpt-format"] == "fsdp_dtensor"
-    f = _flags(megatron_launch(Strategy(dp=8, zero=1), LLAMA, 8, 8).args)
+    f = flags(megatron_launch(Strategy(dp=8, zero=1), LLAMA, 8, 8).args)
     assert "--ckpt-format" not in f
 
 
@@ -76,10 +67,10 @@ def test_moe_launch_runs_the_fused_kernels_the_estimate_models() -> None:
     # fused permutation and router kernels (hwtune.model.lowering.moe_routing_ops), as the
     # Mixtral example script (--moe-grouped-gemm) and gptoss/02_train.sh run them
     st = Strategy(dp=8, ep=8, zero=1)
-    f = _flags(megatron_launch(st, MIXTRAL, 8, 8).args)
+    f = flags(megatron_launch(st, MIXTRAL, 8, 8).args)
     for switch in ("--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-fusion"):
         assert switch in f and f[switch] is None
-    f = _flags(megatron_launch(Strategy(dp=8), LLAMA, 8, 8).args)
+    f = flags(megatron_launch(Strategy(dp=8), LLAMA, 8, 8).args)
     assert not any(k.startswith("--moe-") for k in f)
 
 
@@ -89,11 +80,11 @@ def test_fp16_gradients_in_fp32_are_asked_for() -> None:
     # (arguments.py:3069). hwtune keeps fp32 gradients below ZeRO-3 by default.
     st = Strategy(dp=8, zero=1, precision="fp16")
     assert grads_in_fp32(st.grad_reduce_dtype, st.zero)
-    f = _flags(megatron_launch(st, LLAMA, 8, 8).args)
+    f = flags(megatron_launch(st, LLAMA, 8, 8).args)
     assert "--accumulate-allreduce-grads-in-fp32" in f
     # with 16-bit gradients asked for, nothing (and no --grad-reduce-in-bf16 beside --fp16)
     st = Strategy(dp=8, zero=1, precision="fp16", grad_reduce_dtype="bf16")
-    f = _flags(megatron_launch(st, LLAMA, 8, 8).args)
+    f = flags(megatron_launch(st, LLAMA, 8, 8).args)
     assert "--accumulate-allreduce-grads-in-fp32" not in f and "--grad-reduce-in-bf16" not in f
 
 
@@ -104,7 +95,7 @@ def test_megatron_fsdp_fp32_gradients_are_asked_for() -> None:
     # fp32 gradients.
     st = Strategy(dp=8, zero=2)
     assert grads_in_fp32(st.grad_reduce_dtype, st.zero)
-    f = _flags(megatron_launch(st, LLAMA, 8, 8).args)
+    f = flags(megatron_launch(st, LLAMA, 8, 8).args)
     assert f["--megatron-fsdp-main-grads-dtype"] == "fp32"
     st = Strategy(dp=8, zero=3)  # bf16 gradients, Megatron-FSDP's default
     assert not grads_in_fp32(st.grad_reduce_dtype, st.zero)
@@ -247,7 +238,7 @@ def test_moe_launch_keeps_expert_tensor_parallelism_at_one() -> None:
     # arguments.py:587-588: expert_tensor_parallel_size defaults to the TP degree; hwtune folds
     # EP over TP x CP x DP with expert TP 1 (hwtune.train.strategy.expert_data_parallel)
     st = Strategy(tp=2, dp=4, ep=8, zero=1, sequence_parallel=True)
-    f = _flags(megatron_launch(st, MIXTRAL, 8, 8).args)
+    f = flags(megatron_launch(st, MIXTRAL, 8, 8).args)
     assert f["--expert-tensor-parallel-size"] == "1"
     # and read back it is the same strategy
     job = strategy_from_megatron(split_command(megatron_launch(st, MIXTRAL, 8, 8).command()))
