@@ -146,9 +146,38 @@ class ServeLaunch:
         }
 
 
+def _first_refusal(
+    cfg: ReplicaConfig, checks: tuple[tuple[bool, str, object, str], ...]
+) -> HwtuneInputError | None:
+    """The first of an engine's ``checks`` (bad, field, value, expected) that fails, else the
+    first of what neither vLLM nor SGLang has a setting for: TensorRT-LLM's attention-DP
+    balancing and batch waiting, a front-end limit (a property of the server), attention data
+    parallelism of a dense model (more replicas instead), and a weight format the checkpoint
+    does not ship other than fp8 from bf16 (both load a quantized checkpoint as it is and
+    quantize bf16 to fp8 online with ``--quantization fp8``)."""
+    m = cfg.model
+    ckpt = m.checkpoint_precision or "bf16"
+    common = (
+        (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
+         cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),
+        (cfg.batch_wait_timeout_iters > 0, "batch_wait_timeout_iters",
+         cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
+        (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
+         cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),
+        (cfg.dp_attention > 1 and m.moe is None, "dp_attention", cfg.dp_attention,
+         "1 for a dense model (serve more --replicas)"),
+        (cfg.weight_dtype != ckpt and not (cfg.weight_dtype == "fp8" and ckpt == "bf16"),
+         "precision", cfg.weight_dtype,
+         f"the checkpoint's {ckpt} (or fp8 from a bf16 checkpoint: --quantization fp8)"),
+    )  # fmt: skip
+    for bad, field, value, expected in (*checks, *common):
+        if bad:
+            return HwtuneInputError(field, value, expected)
+    return None
+
+
 def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why vLLM cannot run replica ``cfg`` as simulated (the first reason), or None."""
-    m = cfg.model
     checks: tuple[tuple[bool, str, object, str], ...] = (
         (cfg.scheduler != "vllm", "scheduler", cfg.scheduler, "vllm (chunked prefill)"),
         (cfg.eager_prefill, "eager_prefill", True,
@@ -156,32 +185,15 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (cfg.spec_tokens > 0, "spec_tokens", cfg.spec_tokens,
          "0 (set the speculative method for the model yourself: --speculative-config)"),
         (cfg.kv_dtype == "fp4", "kv_precision", cfg.kv_dtype, "bf16 or fp8 (vLLM's KV formats)"),
-        (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
-         cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),
-        (cfg.batch_wait_timeout_iters > 0, "batch_wait_timeout_iters",
-         cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
-        (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
-         cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),
         (cfg.kv_memory_rule != "total", "kv_memory_rule", cfg.kv_memory_rule,
          "total (vLLM's gpu_memory_utilization is a share of the whole device)"),
         (cfg.reserve_to_completion, "reserve_to_completion", True,
          "off (vLLM grows a request's blocks and preempts)"),
-        (cfg.dp_attention > 1 and m.moe is None, "dp_attention", cfg.dp_attention,
-         "1 for a dense model (serve more --replicas)"),
         (1 < cfg.ep < cfg.stage_gpus, "ep", cfg.ep,
          f"1 or {cfg.stage_gpus} (vLLM spreads experts over all tensor x data parallel ranks "
          "or over none)"),
     )  # fmt: skip
-    for bad, field, value, expected in checks:
-        if bad:
-            return HwtuneInputError(field, value, expected)
-    ckpt = m.checkpoint_precision or "bf16"
-    if cfg.weight_dtype != ckpt and not (cfg.weight_dtype == "fp8" and ckpt == "bf16"):
-        return HwtuneInputError(
-            "precision", cfg.weight_dtype,
-            f"the checkpoint's {ckpt} (or fp8 from a bf16 checkpoint: --quantization fp8)",
-        )  # fmt: skip
-    return None
+    return _first_refusal(cfg, checks)
 
 
 def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
@@ -223,7 +235,6 @@ def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
 
 def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why SGLang cannot run replica ``cfg`` as simulated (the first reason), or None."""
-    m = cfg.model
     dp = cfg.dp_attention
     checks: tuple[tuple[bool, str, object, str], ...] = (
         (cfg.scheduler not in SGLANG_SCHEDULERS, "scheduler", cfg.scheduler,
@@ -234,18 +245,10 @@ def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
          "bf16 or fp8 (SGLang's fp4 KV recipes are not hwtune's fp4)"),
         (cfg.weight_only_kernel != "wgmma", "weight_only_kernel", cfg.weight_only_kernel,
          "wgmma (the Marlin and Triton MXFP4 kernels here are vLLM's and TensorRT-LLM's)"),
-        (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
-         cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),
-        (cfg.batch_wait_timeout_iters > 0, "batch_wait_timeout_iters",
-         cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
-        (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
-         cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),
         (cfg.kv_memory_rule != "total", "kv_memory_rule", cfg.kv_memory_rule,
          "total (SGLang's mem_fraction_static is a share of the whole device)"),
         (cfg.reserve_to_completion, "reserve_to_completion", True,
          "off (SGLang grows a request's KV and retracts)"),
-        (dp > 1 and m.moe is None, "dp_attention", dp,
-         "1 for a dense model (serve more --replicas)"),
         (cfg.pp > 1 and cfg.overlap_schedule, "overlap_schedule", True,
          "off with pp > 1 (SGLang turns its overlap scheduler off under pipeline parallelism: "
          "arg_groups/overrides.py, _pipeline_parallel_overlap_disable)"),
@@ -253,16 +256,7 @@ def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
          f"a multiple of dp_attention = {dp} (SGLang gives each attention-DP rank "
          "max_running_requests // dp_size)"),
     )  # fmt: skip
-    for bad, field, value, expected in checks:
-        if bad:
-            return HwtuneInputError(field, value, expected)
-    ckpt = m.checkpoint_precision or "bf16"
-    if cfg.weight_dtype != ckpt and not (cfg.weight_dtype == "fp8" and ckpt == "bf16"):
-        return HwtuneInputError(
-            "precision", cfg.weight_dtype,
-            f"the checkpoint's {ckpt} (or fp8 from a bf16 checkpoint: --quantization fp8)",
-        )  # fmt: skip
-    return None
+    return _first_refusal(cfg, checks)
 
 
 def sglang_mem_fraction_static(cfg: ReplicaConfig) -> float:
