@@ -48,10 +48,11 @@ GPipe, ZB-H1, ZB-V, DualPipe(V); TP communication overlap without sequence paral
 pure-bf16 optimizers of `hwtune.optim`; kernels of another framework (FlashAttention-2 through
 SDPA, eager elementwise ops, the fp32 cross-entropy); DeepSpeed's ZeRO-3 gathers and fp32
 gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): parameter-gather
-overlap without gradient-reduce overlap, optimizer offload at ZeRO 0, interleaving at pp=2
+overlap without gradient-reduce overlap, interleaving at pp=2
 without p2p overlap, the MoE all-to-all overlap with PP but no virtual stages, full
 recomputation, fp32, or Megatron-FSDP with virtual stages; a MoE model at TP > 1 without
-sequence parallelism (``moe_layer.py:636``).
+sequence parallelism (``moe_layer.py:636``). Optimizer offload at ZeRO 0, which Megatron-LM
+does not run either, is refused for every framework (`Strategy.validate_for`).
 """
 
 from __future__ import annotations
@@ -148,11 +149,6 @@ def _megatron_assertion(st: Strategy) -> HwtuneInputError | None:
         return HwtuneInputError(
             "overlap_grad_reduce", False, "True: Megatron-LM's --overlap-param-gather (the "
             "parameter all-gathers of ZeRO >= 1 overlapped) needs --overlap-grad-reduce",
-        )  # fmt: skip
-    if st.offload_optimizer and st.zero == 0:  # core/optimizer/__init__.py:1057
-        return HwtuneInputError(
-            "offload_optimizer", True, "off at ZeRO 0: Megatron-LM's --optimizer-cpu-offload "
-            "needs --use-precision-aware-optimizer, which runs only with the distributed optimizer",
         )  # fmt: skip
     if st.schedule == "interleaved" and st.pp == 2 and not st.overlap_p2p_comm:
         return HwtuneInputError(  # arguments.py:1006

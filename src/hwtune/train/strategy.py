@@ -235,7 +235,8 @@ class Strategy(BaseModel):
         if self.offload_optimizer and self.zero == 0:
             # DeepSpeed's offload_optimizer needs ZeRO stage 1-3 (its ZeRO-Offload runs on the
             # partitioned optimizer, Ren et al. 2021 §4); Megatron-LM's --optimizer-cpu-offload
-            # needs its distributed optimizer at ZeRO 0 (hwtune.train.launch)
+            # needs --use-precision-aware-optimizer, which runs only with its distributed
+            # optimizer (megatron/core/optimizer/__init__.py:1057 at d98e8a64)
             raise HwtuneInputError(
                 "offload_optimizer", True, "ZeRO stage 1, 2 or 3 beside it (frameworks offload "
                 "the sharded optimizer)",
