@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from hwtune.hardware.cluster import Cluster
+    from hwtune.model.spec import ModelSpec
+    from hwtune.train.estimator import Estimate
+    from hwtune.train.search import Constraints
 
 AttentionKernel = Annotated[
     str,
@@ -134,7 +140,9 @@ def check_launch_framework(launch: str | None, framework: str | None) -> None:
         )
 
 
-def launch_document(framework: str | None, est: object, model: object, cluster: object) -> dict:
+def launch_document(
+    framework: str | None, est: Estimate, model: ModelSpec, cluster: Cluster
+) -> dict:
     """The launch of ``est``'s strategy in ``framework`` as a JSON-ready dict (`Launch.to_dict`);
     a refusal names the option that set the field, with ``--launch`` in the expectation."""
     from hwtune.errors import HwtuneInputError
@@ -143,7 +151,7 @@ def launch_document(framework: str | None, est: object, model: object, cluster: 
     if framework is None:
         return {}
     try:
-        launch = launch_for(framework, est.strategy, model, cluster.n_gpus, cluster.gpus_per_node)  # type: ignore[attr-defined]
+        launch = launch_for(framework, est.strategy, model, cluster.n_gpus, cluster.gpus_per_node)
     except HwtuneInputError as e:
         if e.field == "launch":
             raise HwtuneInputError("--launch", e.value, e.expected) from None
@@ -166,7 +174,7 @@ def print_launch(doc: dict) -> None:
     con.print(doc["command"], highlight=False, markup=False)
 
 
-def launch_constraints(launch: str, c: object) -> object:
+def launch_constraints(launch: str, c: Constraints) -> Constraints:
     """The search constraints ``c`` narrowed to what framework ``launch`` runs (its pipeline
     schedules and recomputation policies); a ``--schedule`` or ``--fix`` outside them is a
     one-line error."""
@@ -176,20 +184,20 @@ def launch_constraints(launch: str, c: object) -> object:
     from hwtune.train.launch import MEGATRON_RECOMPUTE, MEGATRON_SCHEDULES, megatron_refusal
 
     runs = {"schedule": MEGATRON_SCHEDULES, "recompute": MEGATRON_RECOMPUTE}
-    for s in c.schedules or ():  # type: ignore[attr-defined]
+    for s in c.schedules or ():
         if s not in MEGATRON_SCHEDULES:
             raise HwtuneInputError(
                 "--schedule", s, f"one of {', '.join(MEGATRON_SCHEDULES)} (--launch {launch})"
             )
     for knob, allowed in runs.items():
-        v = c.fixed.get(knob)  # type: ignore[attr-defined]
+        v = c.fixed.get(knob)
         if v is not None and v not in allowed:
             raise HwtuneInputError(
                 f"--fix {knob}", v, f"one of {', '.join(allowed)} (--launch {launch})"
             )
     return replace(
-        c,  # type: ignore[arg-type]
-        schedules=c.schedules or MEGATRON_SCHEDULES,  # type: ignore[attr-defined]
+        c,
+        schedules=c.schedules or MEGATRON_SCHEDULES,
         recomputes=MEGATRON_RECOMPUTE,
         runs=lambda st: megatron_refusal(st) is None,
     )
