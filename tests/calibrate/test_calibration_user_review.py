@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from calib_profile_data import make_doc
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
@@ -279,8 +279,14 @@ def test_faster_measurements_never_predict_a_slower_step(f: dict, dp: int):
 
 @st.composite
 def monotone_curve(draw: st.DrawFn, lo: float, hi: float) -> list[tuple[float, float]]:
-    """(size, seconds) at distinct sizes with seconds non-decreasing in size."""
-    sizes = sorted(draw(st.lists(st.floats(lo, hi), min_size=2, max_size=6, unique=True)))
+    """(size, seconds) at distinct sizes (further apart than a rounding step: sizes within
+    SAME_SIZE_REL are one size) with seconds non-decreasing in size."""
+    drawn = sorted(draw(st.lists(st.floats(lo, hi), min_size=2, max_size=6, unique=True)))
+    sizes = drawn[:1]
+    for s in drawn[1:]:
+        if s > sizes[-1] * (1 + 1e-3):
+            sizes.append(s)
+    assume(len(sizes) >= 2)
     t = draw(st.floats(1e-6, 1e-3))
     out = []
     for s in sizes:
@@ -311,6 +317,19 @@ def test_attention_time_is_monotone_where_the_measured_times_are(curve):
     assert _non_decreasing(ts)
     for f, t in curve:
         assert f / prof.attention_rate("fwd", "fp32", flops=f) == pytest.approx(t)
+
+
+def test_attention_kernels_a_rounding_step_apart_are_one_size():
+    """Two kernels 2e-12 apart in size (CI drew 1e12 FLOPs and a rounding step under it) are
+    one measured size: both are priced at the mean of their times, not one at the other's."""
+    pts = [(1e6, 1e-6), (1e12 * (1 - 2e-15), 1e-6), (1e12, 1.01e-6)]
+    prof = DeviceProfile(attention=tuple(
+        AttentionPoint(dtype="fp32", phase="fwd", batch=1, heads=8, seq_q=512, seq_k=512,
+                       head_dim=64, flops=f, seconds=t) for f, t in pts))  # fmt: skip
+    # the mean of time per FLOP, times the size: (1e-6 + 1.01e-6) / 2 at 1e12
+    for f in (pts[1][0], pts[2][0]):
+        assert f / prof.attention_rate("fwd", "fp32", flops=f) == pytest.approx(1.005e-6)
+    assert 1e6 / prof.attention_rate("fwd", "fp32", flops=1e6) == pytest.approx(1e-6)
 
 
 @given(st.lists(monotone_curve(1e3, 1e10), min_size=1, max_size=3))

@@ -238,8 +238,8 @@ class DeviceProfile(FrozenModel):
         prefill shapes (seq_q > 1) or, with ``decode``, the single-query shapes.
 
         Without ``flops``: the median rate. With ``flops``: log(time per FLOP) interpolated
-        linearly in log(FLOPs) between the measured kernels that bracket it (points of equal size
-        are averaged), at the largest one's rate above them and, below them, at the time of a power
+        linearly in log(FLOPs) between the measured kernels that bracket it (sizes within
+        SAME_SIZE_REL are one size, their times averaged), at the largest one's rate above them and, below them, at the time of a power
         law through the two smallest (exponent kept in [0, 1]) — kernel rates grow with size as
         fixed costs amortize, so the size of the kernel is the first-order variable. In log-log
         the time is a power law between two kernels, so it never leaves their range: time per
@@ -255,14 +255,11 @@ class DeviceProfile(FrozenModel):
         if flops is None or flops <= 0:
             r = sorted(p.flops / p.seconds for p in pts)
             return r[len(r) // 2]
-        by_size: dict[float, list[float]] = {}
-        for p in pts:
-            by_size.setdefault(p.flops, []).append(p.seconds / p.flops)
-        curve = sorted((math.log(f), math.log(sum(v) / len(v))) for f, v in by_size.items())
+        per_size = _one_per_size(sorted((p.flops, p.seconds / p.flops) for p in pts))
+        curve = [(math.log(f), math.log(v)) for f, v in per_size]
         x = math.log(flops)
         x0, y0 = curve[0]
-        # the next size apart from the smallest (one a rounding step away is the same size)
-        nxt = next((c for c in curve[1:] if c[0] > x0 + math.log1p(SAME_SIZE_REL)), None)
+        nxt = curve[1] if len(curve) > 1 else None
         if x < x0 and nxt is not None:
             # below the smallest kernel: its time scaled as a power of the size whose exponent is
             # the log-log slope of the two smallest, kept in [0, 1] (between a fixed cost and
@@ -481,6 +478,26 @@ SAME_SIZE_REL = 1e-6
 """Two measured sizes closer than this (relative) are one size: the slope between them is
 rounding noise (1,000 and 1,000.0000000000001 bytes gave a line that priced 333 bytes at the
 smallest point's time)."""
+
+
+def _one_per_size(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted (size, value) points with sizes within SAME_SIZE_REL of a group's smallest made
+    one point: the smallest size and the mean value. Averaging only exactly equal sizes left two
+    kernels 2e-12 apart (1e12 FLOPs and a rounding step under it) as a segment of zero width in
+    log space, and one of their two measured times was never returned."""
+    out: list[tuple[float, float]] = []
+    group: list[float] = []
+    start = 0.0
+    for size, value in pts:
+        if group and size <= start * (1 + SAME_SIZE_REL):
+            group.append(value)
+            continue
+        if group:
+            out.append((start, sum(group) / len(group)))
+        start, group = size, [value]
+    if group:
+        out.append((start, sum(group) / len(group)))
+    return out
 
 
 def _interp(curve: list[tuple[float, float]], x: float) -> float:
