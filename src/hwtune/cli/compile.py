@@ -42,14 +42,17 @@ def _in_file(data: dict, path: str) -> bool:
 
 
 def _named(e: HwtuneInputError, typed: set[str], gpus_typed: bool, strategy: Path | None,
-           data: dict | None) -> HwtuneInputError:  # fmt: skip
+           data: dict | None, cluster: Path | None = None) -> HwtuneInputError:  # fmt: skip
     """``e`` naming where the user gave the value: the flag they typed (``--tp``), else the
     strategy file's field (``s.yaml.mesh.tp``), else the flag that sets a defaulted field; the
     checks below the CLI name the spec's, the estimator's or the cluster's fields."""
     from hwtune.parallel.spec import ParallelSpec
 
     if e.field == "cluster.n_gpus":  # the GPU count is --gpus's, or the mesh's product
-        return HwtuneInputError("--gpus" if gpus_typed else "dp*tp*pp*cp", e.value, e.expected)
+        # the node size the count is checked against: --gpus-per-node's or the --cluster file's
+        node = f"{cluster.name} gpus_per_node" if cluster is not None else "--gpus-per-node"
+        expected = e.expected.replace("gpus_per_node", node)
+        return HwtuneInputError("--gpus" if gpus_typed else "dp*tp*pp*cp", e.value, expected)
     path = e.field.removeprefix("strategy.")
     path = _ALIAS.get(path, path)
     flag = _FLAG_OF.get(path)
@@ -123,6 +126,7 @@ def compile_cmd(
     from hwtune.parallel.simulator import simulate
     from hwtune.parallel.spec import make_spec, read_spec_file, spec_fields
     from hwtune.report.parallel_trace import write_gantt, write_trace
+    from hwtune.train.estimator import tier_note
 
     flags = dict(dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, zero=zero, micro_batch=micro_batch,
                  global_batch=global_batch, seq=seq, recompute=recompute)  # fmt: skip
@@ -213,7 +217,7 @@ def compile_cmd(
             run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
     except HwtuneInputError as e:
         # named by the flag the user typed, else by the strategy file's field
-        _fail(_named(e, typed, gpus is not None, strategy, base))
+        _fail(_named(e, typed, gpus is not None, strategy, base, cluster))
         return
     # the peak of each rank against the device's memory (what `estimate` calls OUT OF MEMORY)
     cap = cl.device.memory_bytes
@@ -221,7 +225,8 @@ def compile_cmd(
     over = [r for r in range(plan.pp) if res.peak_bytes[r] > cap]
     doc = {"model": spec_model.name, "gpu": cl.device.name, "n_gpus": cl.n_gpus,
            "plan": summary, "simulation": res.to_dict(), "strategy": spec.model_dump(mode="json"),
-           "zero_stage": spec.zero_stage, "memory_capacity_bytes": cap, "fits": not over}  # fmt: skip
+           "zero_stage": spec.zero_stage, "memory_capacity_bytes": cap, "fits": not over,
+           "tier": 2 if cl.device.profile is not None else 1}  # fmt: skip
     if show_orders:
         doc["orders"] = {r: [str(a) for a in v] for r, v in plan.orders.items()}
     if run_doc is not None:
@@ -265,6 +270,7 @@ def compile_cmd(
         print(f"  {run_label} losses {run_doc['losses']}")
         print(f"  {'single process:':<{w}} losses {run_doc['reference']}")
         print(f"  max |difference| {run_doc['max_abs_diff']:.2e}")
+    print(f"note: {tier_note(cl.device)}")
     _check_run(run_doc)
 
 

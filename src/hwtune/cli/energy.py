@@ -336,6 +336,9 @@ def step_cmd(
     ] = "llama3.1-8b",
     gpu: Annotated[str, typer.Option(help="catalog GPU or device YAML")] = "h100-sxm-80gb",
     gpus: Annotated[int, typer.Option(help="number of GPUs")] = 8,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="GPUs per node (default: the GPU's catalog system)")
+    ] = None,
     tp: Annotated[int, typer.Option(help="tensor parallel")] = 1,
     pp: Annotated[int, typer.Option(help="pipeline parallel")] = 1,
     micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
@@ -350,13 +353,15 @@ def step_cmd(
     from hwtune.train.estimator import estimate
 
     try:
-        cl = make_cluster(gpu, gpus, power_cap_w=power_cap)
+        cl = make_cluster(gpu, gpus, gpus_per_node=gpus_per_node, power_cap_w=power_cap)
         est = estimate(model, cl, tp=tp, pp=pp, micro_batch=micro_batch,
                        global_batch=global_batch, seq=seq)  # fmt: skip
         se = step_energy(est, cl)
     except HwtuneInputError as e:
-        own = ("model", "gpu", "tp", "pp", "micro_batch", "global_batch", "seq", "cluster.n_gpus")
-        _fail(flag_error(e, {k: ESTIMATE_FLAGS[k] for k in own}))
+        own = ("model", "gpu", "tp", "pp", "micro_batch", "global_batch", "seq")
+        flags = {k: ESTIMATE_FLAGS[k] for k in own}
+        flags |= {"cluster.n_gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node"}
+        _fail(flag_error(e, flags))
         return
     if as_json:
         _emit({"model": model, "gpu": cl.device.name, **se.to_dict()})

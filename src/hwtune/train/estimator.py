@@ -595,6 +595,14 @@ def pipeline_p2p(
     return steady / m, 2 * warm * one
 
 
+def tier_note(dev: Device) -> str:
+    """Which figures price ``dev``: tier 2 with a `hwtune bench` profile, tier 1 without (the
+    first note of `estimate`, printed by `compile` as well)."""
+    if dev.profile is not None:
+        return f"tier 2: measured profile of {dev.name} (hwtune bench), spec sheet outside it"
+    return f"tier 1: spec-sheet figures of {dev.name} (calibrate with hwtune bench)"
+
+
 def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     gdt = gemm_dtype(st.precision, dev)
@@ -604,11 +612,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     m = st.grad_accum
     tokens = mb * seq // cp
     sh = shard_of(st)
-    notes: list[str] = [
-        f"tier 2: measured profile of {cl.device.name} (hwtune bench), spec sheet outside it"
-        if cl.device.profile is not None
-        else f"tier 1: spec-sheet figures of {cl.device.name} (calibrate with hwtune bench)"
-    ]
+    notes: list[str] = [tier_note(cl.device)]
     sus = cl.device.sustained_gemm_fraction
     if cl.sustained_clocks and sus is not None and sus < 1.0:
         if cl.device.profile is None:

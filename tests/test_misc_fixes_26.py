@@ -1,0 +1,54 @@
+"""Twenty-sixth session: node-size errors name the option, and `compile` says which tier priced it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hwtune.cli.main import app
+
+H200_PROFILE = (
+    Path(__file__).resolve().parents[1] / "src/hwtune/hardware/profiles/nvidia-h200-sxm.yaml"
+)
+
+
+def test_energy_step_names_the_node_size_option(rejects):
+    """12 GPUs in nodes of 8 (the DGX H100 preset): the expectation named the Python field
+    ``gpus_per_node``, an option `energy step` did not have."""
+    line = rejects(["energy", "step", "--gpus", "12"], "--gpus", "--gpus-per-node", "8")
+    assert "gpus_per_node" not in line
+
+
+def test_energy_step_takes_a_node_size():
+    r = CliRunner().invoke(
+        app, ["energy", "step", "--gpus", "12", "--gpus-per-node", "4", "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["n_gpus"] == 12
+
+
+def test_energy_step_rejects_a_zero_node_size(rejects):
+    rejects(["energy", "step", "--gpus", "16", "--gpus-per-node", "0"], "--gpus-per-node", "0")
+
+
+def test_compile_names_the_node_size_option(rejects):
+    line = rejects(["compile", "--gpus", "12"], "--gpus", "--gpus-per-node", "8")
+    assert "gpus_per_node" not in line
+
+
+def test_compile_says_which_tier_priced_it():
+    """Tier 2 prices the step from the profile (a different time) and says so, as estimate does."""
+    runner = CliRunner()
+    docs = {}
+    for gpu in ("h200-sxm-141gb", str(H200_PROFILE)):
+        r = runner.invoke(app, ["compile", "--tp", "8", "--gpu", gpu])
+        assert r.exit_code == 0, r.output
+        assert f"note: tier {1 if gpu.endswith('gb') else 2}:" in r.output
+        j = runner.invoke(app, ["compile", "--tp", "8", "--gpu", gpu, "--json"])
+        docs[gpu] = json.loads(j.output)
+    tiers = [d["tier"] for d in docs.values()]
+    assert tiers == [1, 2]
+    times = [d["simulation"]["step_time_s"] for d in docs.values()]
+    assert times[0] != times[1]
