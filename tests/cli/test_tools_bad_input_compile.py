@@ -10,7 +10,9 @@ import pytest
 
 
 def test_cluster_check_names_the_field_not_the_whole_cluster(rejects):
-    out = rejects(["compile", "--gpus", "100", "--dp", "2"], "--gpus", "100", "--gpus-per-node (= 8)")
+    out = rejects(
+        ["compile", "--gpus", "100", "--dp", "2"], "--gpus", "100", "--gpus-per-node (= 8)"
+    )
     assert "Device(" not in out and len(out) < 200
 
 
