@@ -52,3 +52,32 @@ def test_compile_says_which_tier_priced_it():
     assert tiers == [1, 2]
     times = [d["simulation"]["step_time_s"] for d in docs.values()]
     assert times[0] != times[1]
+
+
+def _serve_json(*args: str) -> dict:
+    r = CliRunner().invoke(
+        app, ["serve", "--concurrency", "4", "--num-requests", "20", "--json", *args]
+    )
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_the_serving_record_says_what_it_does_not_cover():
+    """The record is of tier-1 predictions on H100/H200 (every published row is Hopper): a
+    Hopper run at tier 1 carries it as is; another architecture is told so; a tier-2 prediction
+    is told so and gets no likely band, which corrects tier-1 errors it does not have."""
+    h100 = _serve_json("--gpu", "h100-sxm-80gb")["accuracy"]
+    assert "scope" not in h100 and "likely" in h100
+    a100 = _serve_json("--gpu", "a100-sxm-80gb")["accuracy"]
+    assert "ampere" in a100["scope"] and "likely" in a100
+    tier2 = _serve_json("--gpu", str(H200_PROFILE))
+    assert tier2["tier"] == 2
+    assert "tier 2" in tier2["accuracy"]["scope"] and "likely" not in tier2["accuracy"]
+
+
+def test_serve_plan_carries_the_scope_too():
+    r = CliRunner().invoke(app, ["serve", "plan", "--gpu", "a100-sxm-80gb", "--num-requests", "40",
+                                 "--max-gpus", "2", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    acc = json.loads(r.output)["accuracy"]
+    assert "ampere" in acc["agg"]["scope"]

@@ -18,7 +18,7 @@ import typer
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
-from hwtune.serve.accuracy import clients_per_replica, likely_range
+from hwtune.serve.accuracy import clients_per_replica, likely_range, record_scope
 
 if TYPE_CHECKING:
     from hwtune.serve.config import Deployment, ReplicaConfig
@@ -629,7 +629,12 @@ def serve(
     clients = clients_per_replica(wl.mode, wl.concurrency, replicas)
     doc["accuracy"] = serve_accuracy(disagg, cfg.model.moe is not None, clients,
                                      eng and eng.name)  # fmt: skip
-    if doc["accuracy"]:
+    scope = record_scope(doc["tier"], cfg.device.architecture)
+    if doc["accuracy"] and scope:
+        doc["accuracy"]["scope"] = scope
+    # the band is the record's measured/predicted spread of tier-1 predictions: a tier-2
+    # prediction, priced from other figures, would be corrected for errors it does not have
+    if doc["accuracy"] and doc["tier"] == 1:
         likely = likely_range(doc["accuracy"], doc["ttft_s"]["mean"], doc["tpot_s"]["mean"])
         if likely:
             doc["accuracy"]["likely"] = likely
@@ -776,6 +781,11 @@ def plan_cmd(
     except HwtuneInputError as e:
         _fail(e)
         return
+    records = [serve_accuracy(d, engine=name) for d in (False, True)]  # agg, disagg
+    scope = record_scope(_tier(base, profile), base.device.architecture)
+    for acc in records:
+        if acc and scope:
+            acc["scope"] = scope
     if as_json:
         doc = {"model": base.model.name, "gpu": base.device.name, "objective": objective,
                "precision": base.weight_dtype,
@@ -786,8 +796,7 @@ def plan_cmd(
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
-               "accuracy": {"agg": serve_accuracy(False, engine=name),
-                            "disagg": serve_accuracy(True, engine=name)}}  # fmt: skip
+               "accuracy": {"agg": records[0], "disagg": records[1]}}  # fmt: skip
         if launch_doc:
             doc["launch"] = launch_doc
         _print_json(doc)
@@ -801,8 +810,7 @@ def plan_cmd(
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
     if margin == "likely":
         title += " (latencies times the upper end of each layout's likely band)"
-    render_plan(best, title, accuracy=[serve_accuracy(False, engine=name)]
-                + ([serve_accuracy(True, engine=name)] if disagg else []))  # fmt: skip
+    render_plan(best, title, accuracy=[records[0]] + ([records[1]] if disagg else []))
     _print_launch(launch_doc)
 
 

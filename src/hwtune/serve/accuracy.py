@@ -169,12 +169,33 @@ def likely_line(likely: dict[str, Any]) -> str:
     )
 
 
+RECORD_ARCHITECTURE = "hopper"
+"""The architecture of every published run the record was measured on (H100 and H200)."""
+
+
+def record_scope(tier: int, architecture: str) -> str | None:
+    """What the record does not cover in a prediction of ``tier`` on a device of
+    ``architecture``, as a clause to print beside it; None when it covers it. The record holds
+    tier-1 (spec-sheet) predictions of Hopper runs: a tier-2 prediction is priced from another
+    source (its own errors on the published rows are in VALIDATION.md, "Tier 2 on the published
+    rows"), and another architecture was never measured against it."""
+    gaps = []
+    if tier != 1:
+        gaps.append(f"this prediction is tier {tier}")
+    if architecture != RECORD_ARCHITECTURE:
+        gaps.append(f"this device is {architecture or 'of no named architecture'}")
+    if not gaps:
+        return None
+    return f"the record is of tier-1 predictions on Hopper; {' and '.join(gaps)}"
+
+
 def accuracy_line(acc: dict[str, Any]) -> str:
     """One readable line of `accuracy_for`'s result."""
     kind = "disaggregated" if acc["mode"] == "disagg" else "aggregated"
     t, p = acc["ttft"], acc["tpot"]
     engines = ", ".join(ENGINE_NAMES.get(b, b) for b in acc.get("backends", []))
     own = acc.get("engine")
+    scope = f"; {acc['scope']}" if acc.get("scope") else ""
     mine = ""
     if own:
         mine = (
@@ -192,13 +213,13 @@ def accuracy_line(acc: dict[str, Any]) -> str:
             f"{nt['median_abs_error']:.0%} (predicted {nt['pred_over_meas']:.2f}x measured), "
             f"TPOT {np_['median_abs_error']:.0%} ({np_['pred_over_meas']:.2f}x); over all "
             f"{acc['rows']} ({engines}): TTFT {t['median_abs_error']:.0%}, TPOT "
-            f"{p['median_abs_error']:.0%}{mine} (VALIDATION.md)"
+            f"{p['median_abs_error']:.0%}{mine} (VALIDATION.md){scope}"
         )
     return (
         f"track record (tier 1): on {acc['rows']} published {kind} Hopper runs ({engines}), "
         f"TTFT median error {t['median_abs_error']:.0%} (predicted "
         f"{t['pred_over_meas']:.2f}x measured), TPOT {p['median_abs_error']:.0%} "
-        f"({p['pred_over_meas']:.2f}x){mine} (VALIDATION.md)"
+        f"({p['pred_over_meas']:.2f}x){mine} (VALIDATION.md){scope}"
     )
 
 
@@ -207,6 +228,7 @@ __all__ = [
     "CONCURRENCY_BANDS",
     "MIN_CELL_ROWS",
     "LIKELY_COVERAGE",
+    "RECORD_ARCHITECTURE",
     "accuracy_for",
     "accuracy_line",
     "cell_key",
@@ -215,4 +237,5 @@ __all__ = [
     "likely_line",
     "likely_margin",
     "likely_range",
+    "record_scope",
 ]
