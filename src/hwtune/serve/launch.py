@@ -103,13 +103,17 @@ extra_engine_args.yaml.j2`` and ``generator/rule_plugin/trtllm.rule`` at
 - ``--tp_size`` is every GPU of a pipeline stage (``tensor_parallel_size``; aiconfigurator's
   rule sets it to ``moe_tensor_parallel_size x moe_expert_parallel_size``), ``--pp_size``;
   ``enable_attention_dp: true`` for attention data parallelism (a MoE model): every rank runs
-  attention alone, so hwtune's ``tp`` must be 1 under it (attention TP inside a DP group has no
-  TensorRT-LLM setting); ``--ep_size`` (``moe_expert_parallel_size``) for a MoE model, the
+  attention alone (NVIDIA Dynamo's TensorRT-LLM guide, "DP Rank Routing": it "sets
+  attention_dp_size = tensor_parallel_size"), so hwtune's ``tp`` must be 1 under it (attention
+  TP inside a DP group has no TensorRT-LLM setting); ``--ep_size`` (``moe_expert_parallel_size``) for a MoE model, the
   experts' tensor parallelism being the rest of the stage (``moe_tp x moe_ep = tp``);
 - ``--max_batch_size`` and ``--max_num_tokens`` are per rank: under attention DP each rank
   schedules its own batch, so ``max_batch_size`` is hwtune's replica-wide ``max_num_seqs`` over
   ``dp_attention`` (which it must divide) and ``max_num_tokens`` is hwtune's per-rank budget
-  as it is (`hwtune.serve.scheduler`, ``rank_budget``);
+  as it is (`hwtune.serve.scheduler`, ``rank_budget``; TensorRT-LLM's recipe
+  ``examples/configs/database/deepseek-ai/DeepSeek-R1-0528/B200/1k1k_tp8_conc2048.yaml`` at
+  57b1988 gives 2,048 clients on 8 attention-DP ranks ``max_num_tokens: 2112``, a rank's
+  budget, with ``attention_dp_config`` as below);
 - ``kv_cache_config``: ``free_gpu_memory_fraction`` is ``gpu_memory_utilization`` under the
   ``free`` rule ("the fraction of GPU memory ... allocated for the KV cache" after the model,
   `ReplicaConfig` ``kv_memory_rule``; the ``total`` rule has no TensorRT-LLM setting and is
@@ -145,7 +149,9 @@ without FP4 math, the Marlin kernel (hwtune's is vLLM's) and any weight-only ker
 the native one for a dense model, attention DP with ``tp`` > 1 or for a dense model, a
 ``max_num_seqs`` that is not a multiple of ``dp_attention``, the ``total`` KV memory rule, a
 disaggregated deployment (a context and a generation server with ``cache_transceiver_config``
-and ``trtllm-serve disaggregated``), a front-end limit.
+and ``trtllm-serve disaggregated``), a front-end limit. ``benchmarks/check_trtllm_launch.py``
+checks the names and values written against those two files (VALIDATION.md, "Launch
+commands").
 """
 
 from __future__ import annotations
