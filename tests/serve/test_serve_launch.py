@@ -173,4 +173,4 @@ def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) ->
 
 
 def test_cli_unknown_engine(rejects) -> None:  # noqa: ANN001
-    rejects(["serve", "--launch", "trtllm"], "--launch", "trtllm", "vllm", "sglang")
+    rejects(["serve", "--launch", "tgi"], "--launch", "tgi", "vllm", "sglang", "trtllm")

@@ -170,7 +170,7 @@ def test_disaggregation_refused() -> None:
         sglang_launch(Deployment(c, prefill=replace(c)), "m")
     assert info.value.field == "disagg"
     with pytest.raises(HwtuneInputError) as info:
-        serve_launch_for("trtllm", Deployment(c), "m")
+        serve_launch_for("tgi", Deployment(c), "m")
     assert info.value.field == "launch"
 
 

@@ -176,9 +176,9 @@ ServeLaunchOpt = Annotated[
     str | None,
     typer.Option(
         "--launch",
-        help="vllm|sglang: also give the deployment as the engine's server command that runs "
-        "it (`vllm serve`, `python -m sglang.launch_server`) and simulate that engine's "
-        "behaviour (--engine vllm|sglang)",
+        help="vllm|sglang|trtllm: also give the deployment as the engine's server command that "
+        "runs it (`vllm serve`, `python -m sglang.launch_server`, `trtllm-serve` with its "
+        "options YAML) and simulate that engine's behaviour (--engine vllm|sglang|trtllm)",
     ),
 ]
 FrontEnd = Annotated[
@@ -293,6 +293,9 @@ def _print_launch(doc: dict) -> None:
     each = f"{n} replicas, each on {gpus}" if n > 1 else f"on {gpus}"
     con.print(f"\n[bold]{doc['engine']} launch[/bold] ({each}):", highlight=False)
     con.print(doc["command"], highlight=False, markup=False)
+    for name, text in doc.get("files", {}).items():  # what the command reads, beside it
+        con.print(f"\n{name}:", highlight=False, markup=False)
+        con.print(text.rstrip("\n"), highlight=False, markup=False)
     if "model_of" in doc:
         con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
                   highlight=False)  # fmt: skip

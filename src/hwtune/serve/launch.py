@@ -1,5 +1,5 @@
 """A simulated deployment as the serving engine's command: apply what `serve` and `serve plan`
-chose, on vLLM or SGLang (`SERVE_LAUNCH_ENGINES`).
+chose, on vLLM, SGLang or TensorRT-LLM (`SERVE_LAUNCH_ENGINES`).
 
 vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_b`` as
 ``--a-b``, booleans with ``--no-`` forms: vLLM's "Engine Arguments" documentation and
@@ -91,6 +91,67 @@ multiple of ``dp_attention``, a disaggregated deployment,
 TensorRT-LLM's batch waiting and attention-DP balancing, the ``free`` KV memory rule, reserving
 KV to completion, a front-end limit, overlap scheduling with pipeline parallelism (SGLang turns
 it off there).
+
+TensorRT-LLM (``trtllm-serve MODEL --backend pytorch ... --extra_llm_api_options FILE``, with
+FILE the YAML of LLM API options it writes beside the command; the click options of
+``tensorrt_llm/commands/serve.py`` at `TRTLLM_SERVE_COMMIT` and the pydantic fields of
+``tensorrt_llm/llmapi/llm_args.py`` at `TRTLLM_ARGS_COMMIT`, the two versions the source index
+held; ai-dynamo/aiconfigurator's generator, ``generator/config/backend_templates/trtllm/
+extra_engine_args.yaml.j2`` and ``generator/rule_plugin/trtllm.rule`` at
+`AICONFIGURATOR_COMMIT`, writes the same keys for the published rows):
+
+- ``--tp_size`` is every GPU of a pipeline stage (``tensor_parallel_size``; aiconfigurator's
+  rule sets it to ``moe_tensor_parallel_size x moe_expert_parallel_size``), ``--pp_size``;
+  ``enable_attention_dp: true`` for attention data parallelism (a MoE model): every rank runs
+  attention alone (NVIDIA Dynamo's TensorRT-LLM guide, "DP Rank Routing": it "sets
+  attention_dp_size = tensor_parallel_size"), so hwtune's ``tp`` must be 1 under it (attention
+  TP inside a DP group has no TensorRT-LLM setting); ``--ep_size`` (``moe_expert_parallel_size``) for a MoE model, the
+  experts' tensor parallelism being the rest of the stage (``moe_tp x moe_ep = tp``);
+- ``--max_batch_size`` and ``--max_num_tokens`` are per rank: under attention DP each rank
+  schedules its own batch, so ``max_batch_size`` is hwtune's replica-wide ``max_num_seqs`` over
+  ``dp_attention`` (which it must divide) and ``max_num_tokens`` is hwtune's per-rank budget
+  as it is (`hwtune.serve.scheduler`, ``rank_budget``; TensorRT-LLM's recipe
+  ``examples/configs/database/deepseek-ai/DeepSeek-R1-0528/B200/1k1k_tp8_conc2048.yaml`` at
+  57b1988 gives 2,048 clients on 8 attention-DP ranks ``max_num_tokens: 2112``, a rank's
+  budget, with ``attention_dp_config`` as below);
+- ``kv_cache_config``: ``free_gpu_memory_fraction`` is ``gpu_memory_utilization`` under the
+  ``free`` rule ("the fraction of GPU memory ... allocated for the KV cache" after the model,
+  `ReplicaConfig` ``kv_memory_rule``; the ``total`` rule has no TensorRT-LLM setting and is
+  refused), ``enable_block_reuse`` is prefix caching, ``dtype`` ``auto`` for the checkpoint's
+  KV format (TensorRT-LLM rejects a literal bf16/fp16, aiconfigurator's rule maps them to
+  ``auto``), ``fp8``, or ``nvfp4`` for an fp4 KV cache on a GPU with FP4 math;
+  ``tokens_per_block`` for a ``block_size`` other than `hwtune.serve.memory.DEFAULT_BLOCK_SIZE`
+  (TensorRT-LLM's own default, 32 tokens, otherwise; the difference is rounding in a block);
+- ``scheduler_config.capacity_scheduler_policy``: ``GUARANTEED_NO_EVICT`` when KV is reserved
+  to completion (``reserve_to_completion``; TensorRT-LLM's default), ``MAX_UTILIZATION`` when
+  blocks grow on demand and a full cache pauses requests;
+- ``enable_chunked_prefill``: false for the ``orca`` scheduler (whole prompts within
+  ``max_num_tokens``, TensorRT-LLM's default, `hwtune.serve.engines`), true for ``vllm``
+  (prompts chunked into the running batch);
+- ``disable_overlap_scheduler`` is ``not overlap_schedule``; ``cuda_graph_config`` with
+  ``enable_padding: true`` and ``max_batch_size`` the per-rank batch limit, so every decode-only
+  batch runs a CUDA graph as simulated (its default captures batches up to 128 only);
+  prefill steps run eagerly (``prefill_cuda_graph_backend`` ``disabled``, the default at
+  `TRTLLM_ARGS_COMMIT`), which is ``eager_prefill``; without it, ``prefill_cuda_graph_backend:
+  piecewise`` (a prototype field at that commit; releases before it have
+  ``torch_compile_config.enable_piecewise_cuda_graph`` instead and reject the key);
+- ``attention_dp_config: {enable_balance: true, timeout_iters: N, batching_wait_iters: 0}`` for
+  attention-DP balancing (``adp_balance_timeout_iters`` N, under attention DP);
+  ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` (TorchLlmArgs fields of the
+  same names; the ratio is of ``max_num_tokens``) for batch waiting;
+- ``moe_config.backend: TRITON`` for the ``triton-mxfp4`` weight-only kernel of a MoE model.
+
+Refused, with the field that stops it: a scheduler other than ``orca`` and ``vllm``, speculative
+decoding (its ``speculative_config`` depends on the model's draft), a weight format other than
+the checkpoint's (the PyTorch backend serves a checkpoint in the format it was quantized to), a
+KV format ``auto`` cannot give (bf16/fp16 over a quantized checkpoint's KV) or fp4 on a GPU
+without FP4 math, the Marlin kernel (hwtune's is vLLM's) and any weight-only kernel other than
+the native one for a dense model, attention DP with ``tp`` > 1 or for a dense model, a
+``max_num_seqs`` that is not a multiple of ``dp_attention``, the ``total`` KV memory rule, a
+disaggregated deployment (a context and a generation server with ``cache_transceiver_config``
+and ``trtllm-serve disaggregated``), a front-end limit. ``benchmarks/check_trtllm_launch.py``
+checks the names and values written against those two files (VALIDATION.md, "Launch
+commands").
 """
 
 from __future__ import annotations
@@ -101,10 +162,11 @@ from dataclasses import dataclass
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
 
-SERVE_LAUNCH_ENGINES: tuple[str, ...] = ("vllm", "sglang")
+SERVE_LAUNCH_ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 LAUNCH_PROGRAMS: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm", "serve"),
     "sglang": ("python", "-m", "sglang.launch_server", "--model-path"),
+    "trtllm": ("trtllm-serve",),
 }
 """The words before the model in each engine's server command."""
 VLLM_DEFAULT_BLOCK_SIZE = 16
@@ -117,6 +179,21 @@ SGLANG_DEFAULT_MAX_PREFILL_TOKENS = 16384
 """``ServerArgs.max_prefill_tokens``'s default at `SGLANG_COMMIT`."""
 SGLANG_SCHEDULERS: tuple[str, ...] = ("vllm", "sglang")
 """The hwtune schedulers SGLang runs: ``vllm`` with ``--enable-mixed-chunk``, ``sglang`` as is."""
+TRTLLM_SERVE_COMMIT = "00209af149e7774406881a37283dce303571eb11"
+"""The NVIDIA/TensorRT-LLM commit whose ``tensorrt_llm/commands/serve.py`` the ``trtllm-serve``
+options were read from."""
+TRTLLM_ARGS_COMMIT = "0004396720054fd8e205cbf616f21f0b57c6b412"
+"""The NVIDIA/TensorRT-LLM commit whose ``tensorrt_llm/llmapi/llm_args.py`` the LLM API option
+names (``TorchLlmArgs`` and its nested configs) were read from."""
+AICONFIGURATOR_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
+"""The ai-dynamo/aiconfigurator commit whose TensorRT-LLM generator templates were compared."""
+TRTLLM_OPTIONS_FILE = "hwtune-trtllm.yaml"
+"""The name of the LLM API options file the TensorRT-LLM command reads."""
+TRTLLM_SCHEDULERS: dict[str, bool] = {"orca": False, "vllm": True}
+"""The hwtune schedulers TensorRT-LLM runs, with their ``enable_chunked_prefill``."""
+TRTLLM_MOE_BACKENDS: dict[str, str] = {"triton-mxfp4": "TRITON"}
+"""``moe_config.backend`` for a weight-only kernel other than the native one (``wgmma``: the
+default, ``AUTO``)."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +206,16 @@ class ServeLaunch:
     env: tuple[tuple[str, str], ...]
     replicas: int
     gpus_per_replica: int
+    files: tuple[tuple[str, str], ...] = ()
+    """Files the command reads, as (name, text), written beside it (TensorRT-LLM's YAML of
+    LLM API options); none for vLLM and SGLang."""
 
     def command(self) -> str:
         env = [f"{k}={v}" for k, v in self.env]
         return shlex.join([*env, *LAUNCH_PROGRAMS[self.engine], self.model, *self.args])
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "engine": self.engine,
             "model": self.model,
             "args": list(self.args),
@@ -144,24 +224,33 @@ class ServeLaunch:
             "gpus_per_replica": self.gpus_per_replica,
             "command": self.command(),
         }
+        if self.files:
+            doc["files"] = dict(self.files)
+        return doc
 
 
 def _first_refusal(
-    cfg: ReplicaConfig, checks: tuple[tuple[bool, str, object, str], ...]
+    cfg: ReplicaConfig,
+    checks: tuple[tuple[bool, str, object, str], ...],
+    trtllm_knobs: bool = False,
 ) -> HwtuneInputError | None:
     """The first of an engine's ``checks`` (bad, field, value, expected) that fails, else the
-    first of what neither vLLM nor SGLang has a setting for: TensorRT-LLM's attention-DP
-    balancing and batch waiting, a front-end limit (a property of the server), attention data
-    parallelism of a dense model (more replicas instead), and a weight format the checkpoint
-    does not ship other than fp8 from bf16 (both load a quantized checkpoint as it is and
-    quantize bf16 to fp8 online with ``--quantization fp8``)."""
+    first of what no engine here has a setting for: a front-end limit (a property of the
+    server), attention data parallelism of a dense model (more replicas instead), and a weight
+    format the checkpoint does not ship other than fp8 from bf16 (vLLM and SGLang load a
+    quantized checkpoint as it is and quantize bf16 to fp8 online with ``--quantization fp8``;
+    TensorRT-LLM's checks refuse that one first); and, unless ``trtllm_knobs`` (the engine has
+    them), TensorRT-LLM's attention-DP balancing and batch waiting."""
     m = cfg.model
     ckpt = m.checkpoint_precision or "bf16"
-    common = (
+    knobs = () if trtllm_knobs else (
         (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
          cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),
         (cfg.batch_wait_timeout_iters > 0, "batch_wait_timeout_iters",
          cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
+    )  # fmt: skip
+    common = (
+        *knobs,
         (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
          cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),
         (cfg.dp_attention > 1 and m.moe is None, "dp_attention", cfg.dp_attention,
@@ -319,13 +408,131 @@ def sglang_launch(dep: Deployment, model: str) -> ServeLaunch:
     return ServeLaunch("sglang", model, tuple(a), (), dep.replicas, cfg.gpus)
 
 
+def _trtllm_kv_dtype(cfg: ReplicaConfig) -> str | None:
+    """``kv_cache_config.dtype`` for the simulated KV format, or None where TensorRT-LLM has
+    none: ``auto`` for the checkpoint's own (`hwtune.serve.config.kv_format`), ``fp8``, or
+    ``nvfp4`` for fp4 on a GPU with FP4 math."""
+    from hwtune.serve.config import kv_format
+
+    if cfg.kv_dtype == kv_format(cfg.model, None)[0]:
+        return "auto"
+    if cfg.kv_dtype == "fp8":
+        return "fp8"
+    if cfg.kv_dtype == "fp4" and cfg.effective_device.peak_tflops.fp4 is not None:
+        return "nvfp4"
+    return None
+
+
+def trtllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
+    """Why TensorRT-LLM cannot run replica ``cfg`` as simulated (the first reason), or None."""
+    dp = cfg.dp_attention
+    ckpt = cfg.model.checkpoint_precision or "bf16"
+    kernel = cfg.weight_only_kernel
+    checks: tuple[tuple[bool, str, object, str], ...] = (
+        (cfg.scheduler not in TRTLLM_SCHEDULERS, "scheduler", cfg.scheduler,
+         "orca (TensorRT-LLM's default, whole prompts) or vllm (enable_chunked_prefill)"),
+        (cfg.spec_tokens > 0, "spec_tokens", cfg.spec_tokens,
+         "0 (set speculative_config for the model's draft yourself)"),
+        (cfg.weight_dtype != ckpt, "precision", cfg.weight_dtype,
+         f"the checkpoint's {ckpt} (TensorRT-LLM's PyTorch backend serves a checkpoint in "
+         "the format it was quantized to)"),
+        (_trtllm_kv_dtype(cfg) is None, "kv_precision", cfg.kv_dtype,
+         "the checkpoint's KV format (kv_cache_config.dtype auto), fp8, or fp4 (nvfp4) on a "
+         "GPU with FP4 math"),
+        (kernel == "marlin", "weight_only_kernel", kernel,
+         "wgmma or triton-mxfp4 (hwtune's Marlin kernel is vLLM's)"),
+        (kernel != "wgmma" and cfg.model.moe is None, "weight_only_kernel", kernel,
+         "wgmma for a dense model (moe_config.backend picks the MoE kernel only)"),
+        (cfg.kv_memory_rule != "free", "kv_memory_rule", cfg.kv_memory_rule,
+         "free (TensorRT-LLM's free_gpu_memory_fraction is a share of the memory left after "
+         "the model)"),
+        (dp > 1 and cfg.tp > 1 and cfg.model.moe is not None, "tp", cfg.tp,
+         "1 with dp_attention > 1 (TensorRT-LLM's enable_attention_dp runs attention on each "
+         "rank alone)"),
+        (cfg.max_num_seqs % dp != 0, "max_num_seqs", cfg.max_num_seqs,
+         f"a multiple of dp_attention = {dp} (TensorRT-LLM's max_batch_size is per "
+         "attention-DP rank)"),
+    )  # fmt: skip
+    return _first_refusal(cfg, checks, trtllm_knobs=True)
+
+
+def trtllm_options(cfg: ReplicaConfig) -> dict[str, object]:
+    """The LLM API options (``--extra_llm_api_options`` YAML) of replica ``cfg``: see the
+    module docstring for each key."""
+    from hwtune.serve.memory import DEFAULT_BLOCK_SIZE
+
+    dp = cfg.dp_attention
+    batch = cfg.max_num_seqs // dp  # per attention-DP rank
+    kv: dict[str, object] = {
+        "free_gpu_memory_fraction": cfg.gpu_memory_utilization,
+        "enable_block_reuse": cfg.enable_prefix_caching,
+        "dtype": _trtllm_kv_dtype(cfg),
+    }
+    if cfg.block_size != DEFAULT_BLOCK_SIZE:
+        kv["tokens_per_block"] = cfg.block_size
+    policy = "GUARANTEED_NO_EVICT" if cfg.reserve_to_completion else "MAX_UTILIZATION"
+    opts: dict[str, object] = {
+        "enable_attention_dp": dp > 1,
+        "enable_chunked_prefill": TRTLLM_SCHEDULERS[cfg.scheduler],
+        "kv_cache_config": kv,
+        "scheduler_config": {"capacity_scheduler_policy": policy},
+        "cuda_graph_config": {"enable_padding": True, "max_batch_size": batch},
+        "disable_overlap_scheduler": not cfg.overlap_schedule,
+    }
+    if not cfg.eager_prefill:
+        opts["prefill_cuda_graph_backend"] = "piecewise"
+    if dp > 1 and cfg.adp_balance_timeout_iters > 0:
+        opts["attention_dp_config"] = {
+            "enable_balance": True,
+            "timeout_iters": cfg.adp_balance_timeout_iters,
+            "batching_wait_iters": 0,
+        }
+    if cfg.batch_wait_timeout_iters > 0 or cfg.batch_wait_max_tokens_ratio > 0:
+        opts["batch_wait_timeout_iters"] = cfg.batch_wait_timeout_iters
+        opts["batch_wait_max_tokens_ratio"] = cfg.batch_wait_max_tokens_ratio
+    if cfg.model.moe is not None and cfg.weight_only_kernel in TRTLLM_MOE_BACKENDS:
+        opts["moe_config"] = {"backend": TRTLLM_MOE_BACKENDS[cfg.weight_only_kernel]}
+    return opts
+
+
+def trtllm_launch(dep: Deployment, model: str) -> ServeLaunch:
+    """``dep`` as ``trtllm-serve`` commands with their LLM API options file (see the module
+    docstring for each option); ``model`` is what to serve (a Hugging Face id or a local
+    directory)."""
+    import yaml
+
+    if dep.prefill is not None:
+        raise HwtuneInputError(
+            "disagg", True, "an aggregated deployment (TensorRT-LLM's disaggregated serving "
+            "runs context and generation servers with cache_transceiver_config behind "
+            "trtllm-serve disaggregated)",
+        )  # fmt: skip
+    cfg = dep.replica
+    refusal = trtllm_refusal(cfg)
+    if refusal is not None:
+        raise refusal
+    a = ["--backend", "pytorch", "--tp_size", str(cfg.stage_gpus)]
+    if cfg.pp > 1:
+        a += ["--pp_size", str(cfg.pp)]
+    if cfg.model.moe is not None:
+        a += ["--ep_size", str(cfg.ep)]
+    a += ["--max_batch_size", str(cfg.max_num_seqs // cfg.dp_attention)]
+    a += ["--max_num_tokens", str(cfg.max_num_batched_tokens)]
+    a += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
+    text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
+    return ServeLaunch("trtllm", model, tuple(a), (), dep.replicas, cfg.gpus,
+                       ((TRTLLM_OPTIONS_FILE, text),))  # fmt: skip
+
+
 def launch_refusal(engine: str, cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why ``engine`` (one of `SERVE_LAUNCH_ENGINES`) cannot run replica ``cfg`` as simulated,
-    or None (`vllm_refusal`, `sglang_refusal`)."""
+    or None (`vllm_refusal`, `sglang_refusal`, `trtllm_refusal`)."""
     if engine == "vllm":
         return vllm_refusal(cfg)
     if engine == "sglang":
         return sglang_refusal(cfg)
+    if engine == "trtllm":
+        return trtllm_refusal(cfg)
     return HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
 
 
@@ -335,10 +542,13 @@ def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch:
         return vllm_launch(dep, model)
     if engine == "sglang":
         return sglang_launch(dep, model)
+    if engine == "trtllm":
+        return trtllm_launch(dep, model)
     raise HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
 
 
 __all__ = [
+    "AICONFIGURATOR_COMMIT",
     "LAUNCH_PROGRAMS",
     "SERVE_LAUNCH_ENGINES",
     "SGLANG_COMMIT",
@@ -350,6 +560,14 @@ __all__ = [
     "sglang_launch",
     "sglang_mem_fraction_static",
     "sglang_refusal",
+    "TRTLLM_ARGS_COMMIT",
+    "TRTLLM_MOE_BACKENDS",
+    "TRTLLM_OPTIONS_FILE",
+    "TRTLLM_SCHEDULERS",
+    "TRTLLM_SERVE_COMMIT",
+    "trtllm_launch",
+    "trtllm_options",
+    "trtllm_refusal",
     "vllm_launch",
     "vllm_refusal",
 ]
