@@ -46,6 +46,8 @@ parses emitted commands with torchtitan's own config classes. A boolean ``f`` is
   ``training.disable_cuda_graphs`` with pipelining (``trainer.py:172-176`` raises without it)
   and with expert parallelism (``trainer.py:178-199``, unless the model's dispatcher runs
   without host synchronization);
+- a micro-batch's tokens split evenly over the TP (with sequence parallelism) and 2 x CP
+  shards (``trainer.py:296-307``);
 - batch in tokens (``TrainingConfig``): ``num_tokens_per_microbatch_per_dp_rank`` (:37,
   micro-batch x sequence: one packed row), ``num_tokens_per_train_step`` (:43, global batch x
   sequence; ``trainer.py:412-427`` derives the accumulation steps), ``max_context_length``
@@ -221,6 +223,10 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
     zero = _zero_refusal(st)
     if zero is not None:
         return zero
+    divisor = (st.tp if st.sequence_parallel else 1) * (2 * st.cp if st.cp > 1 else 1)
+    if (st.micro_batch * st.seq) % divisor:  # trainer.py:296-307
+        return _refuse("seq", st.seq, f"a length whose micro-batch of {st.micro_batch} rows "
+                       f"torchtitan splits evenly over {divisor} TP x 2 CP shards")  # fmt: skip
     if model is not None and st.pp > 1 and _layers_per_stage(st, model.n_layers) == 0:
         chunks = st.pp * _stages_per_rank(st)
         if chunks > model.n_layers:
