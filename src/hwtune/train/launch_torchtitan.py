@@ -85,10 +85,15 @@ a strategy option does not override (`TORCHTITAN_CONFIGS`); otherwise ``--module
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import grads_in_fp32
 from hwtune.train.strategy import Strategy
+
+if TYPE_CHECKING:
+    from hwtune.train.launch import Launch
 
 TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 TORCHTITAN_ENTRY = "-m torchtitan.train"
@@ -296,11 +301,11 @@ def _switch(name: str, on: bool) -> list[str]:
     return [f"--{name}" if on else f"--{section}.no_{field}"]
 
 
-def torchtitan_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int):  # noqa: ANN201
+def torchtitan_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int) -> Launch:
     """``st`` as a torchtitan launch over ``n_gpus`` GPUs (`hwtune.train.launch.Launch`; see the
     module docstring for each option's source); a one-line error for what torchtitan cannot run
     as modelled."""
-    from hwtune.train.launch import Launch
+    from hwtune.train.launch import Launch  # noqa: F811 -- at run time (launch imports this module)
 
     st.validate_for(model, n_gpus)
     refusal = torchtitan_refusal(st, model)
