@@ -77,7 +77,7 @@ def test_schedule_names_are_torchtitans(schedule: str, vpp: int, name: str) -> N
 
 
 def test_interleaved_stage_count() -> None:
-    # pipeline_parallel.py:220-224: stages = ceil((layers + first + last weights) / per_stage);
+    # pipeline_parallel.py:219-225: stages = ceil((layers + first + last weights) / per_stage);
     # with the weights 0, 32 layers in 4 ranks x 4 chunks is 2 layers per stage
     st = titan(pp=4, dp=2, zero=1, schedule="interleaved", vpp=4, global_batch=16)
     f, _ = split(launch(st).args)
@@ -90,7 +90,7 @@ def test_interleaved_stage_count() -> None:
 
 
 def test_llama3_config_batches() -> None:
-    # llama3_70b (config_registry.py:212-215): num_tokens_per_microbatch_per_dp_rank=8 * 8192,
+    # llama3_70b (config_registry.py:286-287): num_tokens_per_microbatch_per_dp_rank=8 * 8192,
     # max_context_length=8192 -- a micro-batch of 8 sequences of 8192 tokens
     st = titan(tp=8, dp=4, micro_batch=8, seq=8192, global_batch=64)
     la = launch(st, "llama3.1-70b")
@@ -156,7 +156,7 @@ def test_compile_follows_the_framework() -> None:
     st = Strategy(**COMPILE, dp=4, tp=2, sequence_parallel=True, overlap_tp_comm=True)
     f, _ = split(launch(st).args)
     assert "--compile.enable" in f and "--compile.enable_async_tensor_parallel" in f
-    # CompileConfig.__post_init__ (configs.py:307-314): async TP needs compile with "model"
+    # CompileConfig.__post_init__ (configs.py:306-313): async TP needs compile with "model"
     assert "model" in (f["--compile.components"] or "").split(",")
 
 
@@ -199,7 +199,7 @@ def test_unknown_model_is_left_to_add() -> None:
         ({"dp": 8, "dropout": True}, "dropout"),
         ({"dp": 8, "zero": 3, "grad_reduce_dtype": "bf16"}, "grad_reduce_dtype"),  # configs.py:102
         ({"dp": 8, "overlap_grad_reduce": False}, "overlap_grad_reduce"),
-        ({"dp": 4, "tp": 2, "overlap_tp_comm": True}, "overlap_tp_comm"),  # configs.py:307-314
+        ({"dp": 4, "tp": 2, "overlap_tp_comm": True}, "overlap_tp_comm"),  # configs.py:306-313
         ({"dp": 4, "cp": 2, "zero": 0}, "zero"),  # FSDP over dp_shard x cp
         ({"dp": 8, "zero": 1, "global_batch": 32}, "zero"),  # 4 micro-batches without PP
         ({"dp": 2, "pp": 4, "zero": 2, "global_batch": 16}, "zero"),

@@ -42,7 +42,8 @@ parses emitted commands with torchtitan's own config classes. A boolean ``f`` is
   with ``pipeline_parallel_first_stage_less_layers``/``last_stage_less_layers`` 0 (:197, :203;
   ``pipeline_parallel.py:357-447``); the stage count is the schedule's default (1 per rank,
   2 for looped and V schedules, ``pipeline_parallel.py:259-263``) or set by
-  ``pipeline_parallel_layers_per_stage`` (:209; stages = ceil(layers / it), :220-224);
+  ``pipeline_parallel_layers_per_stage`` (:209; stages = ceil(layers / it),
+  ``pipeline_parallel.py:219-225``);
   ``training.disable_cuda_graphs`` with pipelining (``trainer.py:172-176`` raises without it)
   and with expert parallelism (``trainer.py:178-199``, unless the model's dispatcher runs
   without host synchronization);
@@ -63,7 +64,7 @@ parses emitted commands with torchtitan's own config classes. A boolean ``f`` is
   (hwtune's Megatron ``selective``);
 - compile: ``--framework torchtitan-compile`` is ``compile.enable`` with ``compile.components
   model`` (:295, :301; hwtune's preset keeps the loss eager); TP communication overlap is
-  ``compile.enable_async_tensor_parallel`` (:298), which needs compile (:307-314).
+  ``compile.enable_async_tensor_parallel`` (:298), which needs compile (:306-313).
 
 Refused (`torchtitan_refusal`), each naming its field: the schedules above; fp16 (no such
 ``mixed_precision_param``) and fp8 (torchtitan's float8 is a converter in the model
@@ -286,7 +287,7 @@ def _layers_per_stage(st: Strategy, n_layers: int) -> int | None:
     default = 2 if st.schedule in ("interleaved", "zbv", "dualpipev") else 1
     if per_rank == default:
         return None
-    k = -(-n_layers // chunks)  # stages = ceil(layers / k) (pipeline_parallel.py:220-224)
+    k = -(-n_layers // chunks)  # stages = ceil(layers / k) (pipeline_parallel.py:219-225)
     return k if -(-n_layers // k) == chunks else 0
 
 
