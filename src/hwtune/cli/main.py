@@ -26,6 +26,7 @@ from hwtune.cli.software import (
     Zero3Gather,
     check_launch_framework,
     launch_document,
+    launch_fields,
     print_launch,
     software_fields,
 )
@@ -208,7 +209,7 @@ def estimate(
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
             raise HwtuneInputError("--zero", zero, "a ZeRO stage 0, 1, 2 or 3")
-        check_launch_framework(launch, framework)
+        framework = check_launch_framework(launch, framework)
         spec = get_model(model)
         job = read_megatron_args(megatron_args, ctx) if megatron_args is not None else None
         if job is not None and cluster is None:
@@ -233,6 +234,7 @@ def estimate(
             cl = cl.model_copy(update={"sustained_clocks": False})
         software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
                                    framework, zero3_gather, grad_accumulation)  # fmt: skip
+        software |= launch_fields(launch)
         if job is not None:
             if job.n_gpus not in (None, cl.n_gpus):
                 raise HwtuneInputError("--megatron-args", f"torchrun over {job.n_gpus} GPUs",

@@ -37,6 +37,7 @@ from hwtune.cli.software import (
     check_launch_framework,
     launch_constraints,
     launch_document,
+    launch_fields,
     print_launch,
     software_fields,
 )
@@ -244,9 +245,9 @@ def plan_cmd(
                 raise HwtuneInputError("--schedule", s, f"one of {', '.join(SCHEDULES)}")
         c = Constraints(fixed=fixed, maxima=maxima, schedules=tuple(schedule) if schedule else None,
                         allow_offload=not no_offload)  # type: ignore[arg-type]  # fmt: skip
-        check_launch_framework(launch, framework)
+        framework = check_launch_framework(launch, framework)
         if launch is not None:
-            c = launch_constraints(launch, c)
+            c = launch_constraints(launch, c, spec)
         if cluster is not None:
             cluster_only(gpu=gpu, gpus=gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                          scaleup_domain=scaleup_domain)  # fmt: skip
@@ -269,6 +270,7 @@ def plan_cmd(
             zero3_gather,
             grad_accumulation,
         )
+        software |= launch_fields(launch)
         # one-line errors for bad values, and for switches that would change nothing (an fp8
         # recipe without fp8, MoE dispatch on a dense model), before the search starts: the
         # checks and wording of `hwtune estimate`

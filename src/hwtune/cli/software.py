@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from hwtune.model.spec import ModelSpec
     from hwtune.train.estimator import Estimate
     from hwtune.train.search import Constraints
+    from hwtune.train.strategy import Strategy
 
 AttentionKernel = Annotated[
     str,
@@ -104,9 +105,10 @@ LaunchOpt = Annotated[
     str | None,
     typer.Option(
         "--launch",
-        help="megatron: also give the strategy as a Megatron-LM launch command (torchrun ... "
-        "pretrain_gpt.py with its parallelism, batch, precision, recomputation and overlap "
-        "flags); `plan` then searches only what Megatron-LM runs",
+        help="megatron | torchtitan: also give the strategy as that framework's launch command "
+        "(torchrun ... pretrain_gpt.py, or torchrun ... -m torchtitan.train, with its "
+        "parallelism, batch, precision, recomputation and overlap options); `plan` then "
+        "searches only what the framework runs",
     ),
 ]
 
@@ -117,27 +119,53 @@ LAUNCH_REFUSAL_FLAGS = {
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
-    "sequence_parallel": "--sequence-parallel",
+    "sequence_parallel": "--sequence-parallel", "precision": "--precision", "zero": "--zero",
+    "vpp": "--vpp", "pp": "--pp", "moe_dispatch": "--moe-dispatch", "flash_attention": "--no-flash",
 }  # fmt: skip
-NEGATED_SWITCHES = ("fused_elementwise", "overlap_grad_reduce", "overlap_p2p_comm")
+NEGATED_SWITCHES = (
+    "fused_elementwise",
+    "overlap_grad_reduce",
+    "overlap_p2p_comm",
+    "flash_attention",
+)
 """Fields a ``--no-``/``--eager`` option turned off: the refusal names that option, typed."""
 """The option that set each `Strategy` field a framework's launch can refuse
 (`hwtune.train.launch.megatron_refusal`)."""
 
 
-def check_launch_framework(launch: str | None, framework: str | None) -> None:
-    """``--launch`` is a framework it knows, and ``--framework`` (its kernels) is that one."""
+LAUNCH_KERNELS: dict[str, tuple[str, ...]] = {
+    "megatron": ("megatron",),
+    "torchtitan": ("torchtitan", "torchtitan-compile"),
+}
+"""The ``--framework`` kernel sets each ``--launch`` framework runs (the first is its default;
+torchtitan-compile is torchtitan with ``--compile.enable``)."""
+
+
+def check_launch_framework(launch: str | None, framework: str | None) -> str | None:
+    """``--launch`` is a framework it knows, and ``--framework`` (its kernels) one of its
+    kernel sets; returns the kernel set to use (torchtitan's by default with ``--launch
+    torchtitan``; Megatron's are the strategy's defaults)."""
     from hwtune.errors import HwtuneInputError
     from hwtune.train.launch import LAUNCH_FRAMEWORKS
 
     if launch is None:
-        return
+        return framework
     if launch not in LAUNCH_FRAMEWORKS:
         raise HwtuneInputError("--launch", launch, "one of " + ", ".join(LAUNCH_FRAMEWORKS))
-    if framework is not None and framework != launch:
+    allowed = LAUNCH_KERNELS[launch]
+    if framework is not None and framework not in allowed:
         raise HwtuneInputError(
-            "--framework", framework, f"{launch} (or none) with --launch {launch}"
+            "--framework", framework, f"{' or '.join(allowed)} (or none) with --launch {launch}"
         )
+    if framework is None and launch != "megatron":
+        return allowed[0]
+    return framework
+
+
+def launch_fields(launch: str | None) -> dict:
+    """`Strategy` fields a ``--launch`` framework fixes beside its kernels: torchtitan reduces
+    gradients in fp32 only (``training.mixed_precision_reduce``)."""
+    return {"grad_reduce_dtype": "fp32"} if launch == "torchtitan" else {}
 
 
 def launch_document(
@@ -169,27 +197,43 @@ def print_launch(doc: dict) -> None:
     from rich.console import Console
 
     con = Console(soft_wrap=True)
-    con.print(f"\n[bold]{doc['framework']} launch[/bold] (add the model, data and optimizer "
-              "hyperparameters):", highlight=False)  # fmt: skip
+    add = doc.get("note") or "add the model, data and optimizer hyperparameters"
+    con.print(f"\n[bold]{doc['framework']} launch[/bold] ({add}):", highlight=False)
     con.print(doc["command"], highlight=False, markup=False)
 
 
-def launch_constraints(launch: str, c: Constraints) -> Constraints:
+def launch_constraints(launch: str, c: Constraints, model: ModelSpec | None = None) -> Constraints:
     """The search constraints ``c`` narrowed to what framework ``launch`` runs (its pipeline
-    schedules and recomputation policies); a ``--schedule`` or ``--fix`` outside them is a
-    one-line error."""
+    schedules and recomputation policies, and a filter of what it refuses, which for torchtitan
+    reads ``model``'s layer count); a ``--schedule`` or ``--fix`` outside them is a one-line
+    error."""
     from dataclasses import replace
 
     from hwtune.errors import HwtuneInputError
     from hwtune.train.launch import MEGATRON_RECOMPUTE, MEGATRON_SCHEDULES, megatron_refusal
+    from hwtune.train.launch_torchtitan import (
+        TORCHTITAN_RECOMPUTE,
+        TORCHTITAN_SCHEDULES,
+        torchtitan_refusal,
+    )
 
-    runs = {"schedule": MEGATRON_SCHEDULES, "recompute": MEGATRON_RECOMPUTE}
+    if launch == "torchtitan":
+        schedules, recomputes = tuple(TORCHTITAN_SCHEDULES), tuple(TORCHTITAN_RECOMPUTE)
+
+        def runs(st: Strategy) -> bool:
+            return torchtitan_refusal(st, model) is None
+    else:
+        schedules, recomputes = MEGATRON_SCHEDULES, MEGATRON_RECOMPUTE
+
+        def runs(st: Strategy) -> bool:
+            return megatron_refusal(st) is None
+
     for s in c.schedules or ():
-        if s not in MEGATRON_SCHEDULES:
+        if s not in schedules:
             raise HwtuneInputError(
-                "--schedule", s, f"one of {', '.join(MEGATRON_SCHEDULES)} (--launch {launch})"
+                "--schedule", s, f"one of {', '.join(schedules)} (--launch {launch})"
             )
-    for knob, allowed in runs.items():
+    for knob, allowed in {"schedule": schedules, "recompute": recomputes}.items():
         v = c.fixed.get(knob)
         if v is not None and v not in allowed:
             raise HwtuneInputError(
@@ -197,7 +241,8 @@ def launch_constraints(launch: str, c: Constraints) -> Constraints:
             )
     return replace(
         c,
-        schedules=c.schedules or MEGATRON_SCHEDULES,
-        recomputes=MEGATRON_RECOMPUTE,
-        runs=lambda st: megatron_refusal(st) is None,
+        schedules=c.schedules or schedules,
+        recomputes=recomputes,
+        runs=runs,
+        allow_offload=c.allow_offload and launch != "torchtitan",  # it offloads more (refused)
     )

@@ -1,5 +1,8 @@
 """A strategy as a framework's launch command: apply what `estimate` and `plan` chose.
 
+torchtitan (``torchrun ... -m torchtitan.train``): `hwtune.train.launch_torchtitan`, with its
+sources; `launch_for` is the one entry point for both.
+
 Megatron-LM (``pretrain_gpt.py`` under ``torchrun``). Flag names and defaults from
 NVIDIA/Megatron-LM at d98e8a64 (2026-08): ``megatron/training/arguments.py`` and the dataclass
 fields it turns into flags (``megatron/core/model_parallel_config.py``,
@@ -65,7 +68,7 @@ from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import grads_in_fp32
 from hwtune.train.strategy import Strategy
 
-LAUNCH_FRAMEWORKS: tuple[str, ...] = ("megatron",)
+LAUNCH_FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan")
 MEGATRON_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 MEGATRON_RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 MEGATRON_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
@@ -79,18 +82,19 @@ class Launch:
     framework: str
     nnodes: int
     nproc_per_node: int
-    entry: str
+    entry: str  # the script, or "-m module"
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()  # environment assignments before torchrun
+    note: str = ""  # what is to be added beyond the model, data and optimizer hyperparameters
 
     def command(self) -> str:
         """The shell command line (model, data and optimizer hyperparameters to be added)."""
         run = [f"{k}={v}" for k, v in self.env]
         run += ["torchrun", "--nnodes", str(self.nnodes), "--nproc-per-node"]
-        return shlex.join([*run, str(self.nproc_per_node), self.entry, *self.args])
+        return shlex.join([*run, str(self.nproc_per_node), *self.entry.split(), *self.args])
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "framework": self.framework,
             "nnodes": self.nnodes,
             "nproc_per_node": self.nproc_per_node,
@@ -99,6 +103,9 @@ class Launch:
             "env": dict(self.env),
             "command": self.command(),
         }
+        if self.note:
+            doc["note"] = self.note
+        return doc
 
 
 def megatron_refusal(st: Strategy) -> HwtuneInputError | None:
@@ -642,6 +649,10 @@ def launch_for(
     """The launch of ``st`` in ``framework`` (one of `LAUNCH_FRAMEWORKS`)."""
     if framework == "megatron":
         return megatron_launch(st, model, n_gpus, gpus_per_node)
+    if framework == "torchtitan":
+        from hwtune.train.launch_torchtitan import torchtitan_launch
+
+        return torchtitan_launch(st, model, n_gpus, gpus_per_node)
     raise HwtuneInputError("launch", framework, "one of " + ", ".join(LAUNCH_FRAMEWORKS))
 
 
