@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hwtune.cli.main import app
@@ -81,3 +82,47 @@ def test_serve_plan_carries_the_scope_too():
     assert r.exit_code == 0, r.output
     acc = json.loads(r.output)["accuracy"]
     assert "ampere" in acc["agg"]["scope"]
+
+
+def _dsv3(dp: int, seqs: int = 256):
+    from hwtune.hardware.catalog import get_device
+    from hwtune.model.catalog import get_model
+    from hwtune.serve.config import ReplicaConfig
+
+    return ReplicaConfig(get_model("deepseek-v3"), get_device("h200-sxm-141gb"), tp=8 // dp,
+                         dp_attention=dp, ep=8, weight_dtype="fp8", kv_dtype="fp8",
+                         max_num_seqs=seqs, max_num_batched_tokens=8192)  # fmt: skip
+
+
+def test_attention_dp_activations_are_a_full_rank_budget():
+    """The token budget is per attention-DP rank (the scheduler's rank_budget; each engine's
+    profiling run fills it on every rank), so a DP-8 rank holds the activations of 8,192 tokens
+    like a TP-8 GPU does, plus logits of its eighth of the sequences; it was priced at 1,024."""
+    from hwtune.serve.memory import activation_bytes_per_gpu
+
+    spec = _dsv3(8).model
+    t, up = 8192, 2
+    widest = max(spec.ffn_hidden * up, (spec.n_heads + 2 * spec.kv_heads) * spec.hd,
+                 spec.moe.top_k * up * spec.moe.expert_ffn_hidden)  # tp 1, moe_tp 1  # fmt: skip
+    want = 2.0 * t * (4 * spec.d_model + 2 * widest) + 4.0 * 2 * (256 // 8) * spec.vocab
+    assert activation_bytes_per_gpu(_dsv3(8)) == pytest.approx(want)
+
+
+def test_vllm_max_num_seqs_is_per_data_parallel_rank():
+    """vLLM runs each data-parallel rank as its own engine core with its own scheduler, so the
+    replica's 256 sequences over 4 ranks are --max-num-seqs 64 (it gave 256: 4x the simulated)."""
+    from launch_args import flags
+
+    from hwtune.serve.config import Deployment
+    from hwtune.serve.launch import vllm_launch
+
+    cfg = _dsv3(4).with_(kv_memory_rule="total", scheduler="vllm", ep=8)
+    got = flags(vllm_launch(Deployment(cfg), "deepseek-ai/DeepSeek-V3").args)
+    assert got["--max-num-seqs"] == "64" and got["--data-parallel-size"] == "4"
+    assert got["--max-num-batched-tokens"] == "8192"  # a rank's budget already
+    from hwtune.serve.launch import vllm_refusal
+
+    bad = vllm_refusal(cfg.with_(max_num_seqs=10))
+    assert (
+        bad is not None and bad.field == "max_num_seqs" and "per data-parallel rank" in bad.expected
+    )

@@ -11,7 +11,11 @@ vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_
 - experts: without ``--enable-expert-parallel`` vLLM shards every expert over the
   tensor x data parallel ranks (hwtune's ``ep`` 1); with it, it spreads whole experts over all
   of them (``ep`` = those ranks). Any other expert-parallel degree has no vLLM setting;
-- ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization`` (a fraction of
+- ``--max-num-seqs``, ``--max-num-batched-tokens`` (both per data-parallel rank: "each DP rank
+  is deployed as a separate core engine process", vLLM's "Data Parallel Deployment" guide, with
+  its own scheduler; hwtune's ``max_num_seqs`` is the replica's, so it is divided by
+  ``dp_attention``, which it must be a multiple of, and its token budget is a rank's already),
+  ``--gpu-memory-utilization`` (a fraction of
   the whole device, as `ReplicaConfig` ``kv_memory_rule`` "total" reads it), ``--block-size``
   (only for a size other than `VLLM_DEFAULT_BLOCK_SIZE`);
 - ``--kv-cache-dtype fp8`` for an fp8 KV cache (``auto``, the default, is the model's dtype);
@@ -281,6 +285,9 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (1 < cfg.ep < cfg.stage_gpus, "ep", cfg.ep,
          f"1 or {cfg.stage_gpus} (vLLM spreads experts over all tensor x data parallel ranks "
          "or over none)"),
+        (cfg.max_num_seqs % cfg.dp_attention != 0, "max_num_seqs", cfg.max_num_seqs,
+         f"a multiple of dp_attention = {cfg.dp_attention} (vLLM's --max-num-seqs is per "
+         "data-parallel rank)"),
     )  # fmt: skip
     return _first_refusal(cfg, checks)
 
@@ -309,7 +316,9 @@ def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
         a += ["--quantization", "fp8"]
     if cfg.kv_dtype == "fp8":
         a += ["--kv-cache-dtype", "fp8"]
-    a += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    # per data-parallel rank: each rank is an engine core with its own scheduler (vLLM's "Data
+    # Parallel Deployment" guide), like the token budget; hwtune's max_num_seqs is the replica's
+    a += ["--max-num-seqs", str(cfg.max_num_seqs // cfg.dp_attention)]
     a += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
     a += ["--gpu-memory-utilization", f"{cfg.gpu_memory_utilization:g}"]
     if cfg.block_size != VLLM_DEFAULT_BLOCK_SIZE:  # else the attention backend's own choice

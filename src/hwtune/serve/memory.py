@@ -73,9 +73,13 @@ def weight_bytes_per_gpu(cfg: ReplicaConfig) -> float:
 def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     """Peak activation of one step of ``max_num_batched_tokens`` tokens (the profiling run):
     the residual stream and the widest intermediate (QKV or gated FFN up-projection) in 16 bits,
-    plus fp32 logits of ``max_num_seqs`` sampled rows."""
+    plus fp32 logits of ``max_num_seqs`` sampled rows. Under attention DP both are a rank's: the
+    token budget is per rank already (`hwtune.serve.scheduler`'s ``rank_budget``; each engine's
+    profiling run fills it on every rank, TensorRT-LLM's ``KvCacheCreator`` and vLLM's per-rank
+    engine cores), and a rank samples its share of the replica's ``max_num_seqs``. Dividing the
+    budget by ``dp_attention`` too priced a DP-8 rank's activations at an eighth."""
     spec = cfg.model
-    t = -(-cfg.token_budget() // cfg.dp_attention)
+    t = cfg.token_budget()
     up = 2 if spec.gated else 1
     widest = max(
         spec.ffn_hidden * up // cfg.tp, (spec.n_heads + 2 * spec.kv_heads) * spec.hd // cfg.tp
@@ -83,7 +87,7 @@ def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     if spec.moe is not None:
         widest = max(widest, spec.moe.top_k * up * spec.moe.expert_ffn_hidden // cfg.moe_tp)
     act = 2.0 * t * (4 * spec.d_model + 2 * widest)
-    logits = 4.0 * 2 * cfg.max_num_seqs * -(-spec.vocab // cfg.tp)
+    logits = 4.0 * 2 * -(-cfg.max_num_seqs // cfg.dp_attention) * -(-spec.vocab // cfg.tp)
     return act + logits
 
 
