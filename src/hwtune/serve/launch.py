@@ -205,7 +205,11 @@ the PyTorch executor do was read in its source (``_torch/pyexecutor/``: ``_util.
 Not modelled by hwtune and left as TensorRT-LLM does them: with block reuse the capacity
 scheduler skips, for a step, a new prompt whose first uncached block an earlier prompt of the
 same step is computing, to reuse it the step after (``capacityScheduler.cpp``,
-``beneficialToSkip``); under attention DP the request queue assigns each request to a rank.
+``beneficialToSkip``); under attention DP the request queue gives each new request to the rank
+with the fewest active tokens, each rank capped at its own limit
+(``ExecutorRequestQueue._balance_requests_across_ranks``), where hwtune keeps one queue; with
+``enable_prefix_aware_scheduling`` (on by default) the budget counts a prompt's uncached tokens
+as hwtune does, which was not read in the source.
 
 Refused, with the field that stops it: a GPU TensorRT-LLM does not run on (NVIDIA's
 "Supported Hardware": Ampere, Ada, Hopper and Blackwell; `TRTLLM_ARCHITECTURES`), a scheduler
