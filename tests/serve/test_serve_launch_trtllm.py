@@ -50,6 +50,7 @@ LLM_ARGS_FIELDS = {
     "enable_chunked_prefill", "scheduler_config", "max_batch_size", "max_num_tokens",
     "cuda_graph_config", "attention_dp_config", "disable_overlap_scheduler", "moe_config",
     "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio", "prefill_cuda_graph_backend",
+    "prefill_capture_num_tokens",
 }  # fmt: skip
 NESTED_FIELDS = {
     # class KvCacheConfig
@@ -298,7 +299,7 @@ def test_launch_reads_back_as_simulated(
     f, opts = options(c)
     check_names(f, opts)
     assert int(f["--tp_size"]) * int(f.get("--pp_size") or 1) == c.gpus  # type: ignore[arg-type]
-    assert int(f["--max_batch_size"]) * dp == seqs  # type: ignore[arg-type]
+    assert int(f["--max_batch_size"]) * dp * pp == seqs  # type: ignore[arg-type]
     assert int(f["--max_num_tokens"]) == tokens  # type: ignore[arg-type]
     assert ("--ep_size" in f) == (c.model.moe is not None)
     kvc = opts["kv_cache_config"]

@@ -102,60 +102,135 @@ FILE the YAML of LLM API options it writes beside the command; the click options
 ``tensorrt_llm/llmapi/llm_args.py`` at `TRTLLM_ARGS_COMMIT`, the two versions the source index
 held; ai-dynamo/aiconfigurator's generator, ``generator/config/backend_templates/trtllm/
 extra_engine_args.yaml.j2`` and ``generator/rule_plugin/trtllm.rule`` at
-`AICONFIGURATOR_COMMIT`, writes the same keys for the published rows):
+`AICONFIGURATOR_COMMIT`, writes the same keys for the published rows). What each setting makes
+the PyTorch executor do was read in its source (``_torch/pyexecutor/``: ``_util.py`` at
+`TRTLLM_ARGS_COMMIT`; ``py_executor_creator.py``, ``py_executor.py``, the C++
+``batch_manager/capacityScheduler.cpp`` and ``microBatchScheduler.cpp`` and
+``llmapi/llm.py`` at the commits the index held, the function named):
 
 - ``--tp_size`` is every GPU of a pipeline stage (``tensor_parallel_size``; aiconfigurator's
   rule sets it to ``moe_tensor_parallel_size x moe_expert_parallel_size``), ``--pp_size``;
   ``enable_attention_dp: true`` for attention data parallelism (a MoE model): every rank runs
   attention alone (NVIDIA Dynamo's TensorRT-LLM guide, "DP Rank Routing": it "sets
   attention_dp_size = tensor_parallel_size"), so hwtune's ``tp`` must be 1 under it (attention
-  TP inside a DP group has no TensorRT-LLM setting); ``--ep_size`` (``moe_expert_parallel_size``) for a MoE model, the
-  experts' tensor parallelism being the rest of the stage (``moe_tp x moe_ep = tp``);
-- ``--max_batch_size`` and ``--max_num_tokens`` are per rank: under attention DP each rank
-  schedules its own batch, so ``max_batch_size`` is hwtune's replica-wide ``max_num_seqs`` over
-  ``dp_attention`` (which it must divide) and ``max_num_tokens`` is hwtune's per-rank budget
-  as it is (`hwtune.serve.scheduler`, ``rank_budget``; TensorRT-LLM's recipe
-  ``examples/configs/database/deepseek-ai/DeepSeek-R1-0528/B200/1k1k_tp8_conc2048.yaml`` at
-  57b1988 gives 2,048 clients on 8 attention-DP ranks ``max_num_tokens: 2112``, a rank's
-  budget, with ``attention_dp_config`` as below);
+  TP inside a DP group has no TensorRT-LLM setting); ``--ep_size`` (``moe_expert_parallel_size``)
+  for a MoE model, the experts' tensor parallelism being the rest of the stage
+  (``moe_tp x moe_ep = tp``);
+- ``--max_batch_size`` and ``--max_num_tokens`` are per attention-DP rank and per pipeline
+  micro-batch. Every rank runs its own executor whose schedulers get both unchanged
+  (``create_py_executor_instance``: ``BindMicroBatchScheduler(max_batch_size,
+  max_num_tokens, ...)``), and KV sizing profiles a ``max_num_tokens`` step on each rank
+  (``KvCacheCreator._create_dummy_context_requests``: the dummy requests fill
+  ``max_num_tokens`` and are repeated ``tp_size`` times under attention DP, "each rank gets
+  work"; TensorRT-LLM's recipe ``examples/configs/database/deepseek-ai/DeepSeek-R1-0528/B200/
+  1k1k_tp8_conc2048.yaml`` at 57b1988 gives 2,048 clients on 8 attention-DP ranks
+  ``max_num_tokens: 2112``, a rank's budget). Under pipeline parallelism the capacity scheduler
+  admits ``max_batch_size * pp_size`` requests (``scheduler_capacity``;
+  ``compute_max_num_sequences``) and each micro-batch's forward at most ``max_batch_size``.
+  hwtune's ``max_num_seqs`` is the replica's total, so ``--max_batch_size`` is ``max_num_seqs
+  / (dp_attention x pp)`` (refused unless it divides), and ``--max_num_tokens`` is hwtune's
+  per-rank budget as it is (`hwtune.serve.scheduler`, ``rank_budget``). The per-micro-batch
+  cap is TensorRT-LLM's, not hwtune's (whose micro-batches share the total): the same in a
+  steady state, tighter while one micro-batch holds more than its share;
 - ``kv_cache_config``: ``free_gpu_memory_fraction`` is ``gpu_memory_utilization`` under the
-  ``free`` rule ("the fraction of GPU memory ... allocated for the KV cache" after the model,
-  `ReplicaConfig` ``kv_memory_rule``; the ``total`` rule has no TensorRT-LLM setting and is
-  refused), ``enable_block_reuse`` is prefix caching, ``dtype`` ``auto`` for the checkpoint's
-  KV format (TensorRT-LLM rejects a literal bf16/fp16, aiconfigurator's rule maps them to
-  ``auto``), ``fp8``, or ``nvfp4`` for an fp4 KV cache on a GPU with FP4 math;
-  ``tokens_per_block`` for a ``block_size`` other than `hwtune.serve.memory.DEFAULT_BLOCK_SIZE`
-  (TensorRT-LLM's own default, 32 tokens, otherwise; the difference is rounding in a block);
+  ``free`` rule. TensorRT-LLM sizes the pool as ``(total - peak + temporary KV) x fraction``
+  (``KvCacheCreator._cal_max_memory``), ``peak`` measured by ``configure_kv_cache_capacity``
+  after a warm-up run of ``max_num_tokens`` dummy tokens per rank on an executor whose
+  construction already captured the CUDA graphs (``PyExecutor.__init__`` calls
+  ``model_engine.warmup``): weights, peak activations, CUDA-graph pools and what lies outside
+  torch (NCCL, context). That is the ``free`` rule of `hwtune.serve.memory` (a fraction of
+  what weights, the activations of a budget-sized step and the workspace leave); the amounts
+  are hwtune's estimates, the rule is the same. ``max_tokens`` is not needed: unset, the pool
+  is the fraction's (``max_tokens`` would only lower it). The ``total`` rule has no
+  TensorRT-LLM setting and is refused. ``enable_block_reuse`` is prefix caching, ``dtype``
+  ``auto`` for the checkpoint's KV format (TensorRT-LLM rejects a literal bf16/fp16,
+  aiconfigurator's rule maps them to ``auto``), ``fp8``, or ``nvfp4`` for an fp4 KV cache on a
+  GPU with FP4 math; ``tokens_per_block`` for a ``block_size`` other than
+  `hwtune.serve.memory.DEFAULT_BLOCK_SIZE` (TensorRT-LLM's own default, 32 tokens, otherwise,
+  and 64 for an MLA model with FlashMLA whatever is asked: ``create_py_executor``). The block
+  size changes only rounding within a block: the last block of a request, the prefix blocks
+  reused (TensorRT-LLM also reuses a partly matching block, ``enable_partial_reuse``), a
+  reservation to completion, and a chunk cut short (below);
 - ``scheduler_config.capacity_scheduler_policy``: ``GUARANTEED_NO_EVICT`` when KV is reserved
-  to completion (``reserve_to_completion``; TensorRT-LLM's default), ``MAX_UTILIZATION`` when
-  blocks grow on demand and a full cache pauses requests;
-- ``enable_chunked_prefill``: false for the ``orca`` scheduler (whole prompts within
-  ``max_num_tokens``, TensorRT-LLM's default, `hwtune.serve.engines`), true for ``vllm``
-  (prompts chunked into the running batch);
-- ``disable_overlap_scheduler`` is ``not overlap_schedule``; ``cuda_graph_config`` with
-  ``enable_padding: true`` and ``max_batch_size`` the per-rank batch limit, so every decode-only
-  batch runs a CUDA graph as simulated (its default captures batches up to 128 only);
-  prefill steps run eagerly (``prefill_cuda_graph_backend`` ``disabled``, the default at
+  to completion (``reserve_to_completion``; TensorRT-LLM's default): ``GuaranteedNoEvictScheduler``
+  keeps the blocks the running requests still need to finish and admits waiting ones FCFS
+  while their blocks to completion fit, stopping at the first that does not, as hwtune's
+  ``_reserve``. "Completion" is the request's ``max_tokens``: a client that sets it to the
+  output length (benchmark clients with ``ignore_eos``) reserves what hwtune reserves; one that
+  leaves it unset reserves up to ``max_seq_len`` (``_deduce_max_tokens``: ``max_seq_len`` less
+  the prompt), far more. ``MAX_UTILIZATION`` when blocks grow on demand: when a running request
+  cannot get its next block, ``MaxUtilizationScheduler`` pauses the last started request
+  (``PyExecutor._pause_requests``: ``LlmRequest.pause`` makes its prompt and generated tokens
+  the new prompt, the executor's ``max_input_len`` being unbounded), so it is prefilled again:
+  hwtune's preemption by recompute of the most recently admitted request;
+- ``enable_chunked_prefill``: false for the ``orca`` scheduler (whole prompts,
+  TensorRT-LLM's default, `hwtune.serve.engines`): ``MicroBatchScheduler`` takes the
+  generation requests and then whole prompts FCFS while the step stays within
+  ``max_num_tokens``, stopping at the first that does not fit, as hwtune's ``orca``. A prompt
+  longer than ``max_num_tokens`` differs: hwtune runs it alone in a step, TensorRT-LLM rejects
+  the request (``BaseLLM._check_arguments``: "The sum of prompt length ... should not exceed
+  max_num_tokens", pytorch backend without chunked prefill). The command does not know the
+  prompts; under ``orca`` it serves the simulated workload only when every prompt fits
+  ``max_num_tokens``. True for ``vllm``: one step holds the generation requests (one token
+  each, within ``max_num_tokens``) and the remaining budget goes to prompt chunks FCFS
+  (``setCtxRequestsChunkSize``, ``FIRST_COME_FIRST_SERVED``), one forward for both, as hwtune's
+  ``vllm`` policy; a chunk that is cut is rounded down to a multiple of ``tokens_per_block``
+  (``chunk_unit_size``), which hwtune does not round;
+- ``disable_overlap_scheduler`` is ``not overlap_schedule``. ``cuda_graph_config`` with
+  ``enable_padding: true`` and ``max_batch_size`` the per-micro-batch batch limit: its batch
+  sizes (``BaseCudaGraphConfig._generate_cuda_graph_batch_sizes``: 1, 2, 4, then multiples of
+  8 to 128, then every 64, then the limit) cover every decode-only batch, padded to the next,
+  so every one runs a CUDA graph as simulated (the default captures batches up to 128 only).
+  Prefill steps run eagerly (``prefill_cuda_graph_backend`` ``disabled``, the default at
   `TRTLLM_ARGS_COMMIT`), which is ``eager_prefill``; without it, ``prefill_cuda_graph_backend:
   piecewise`` (a prototype field at that commit; releases before it have
-  ``torch_compile_config.enable_piecewise_cuda_graph`` instead and reject the key);
+  ``torch_compile_config.enable_piecewise_cuda_graph`` instead and reject the key). A step runs
+  the prefill graph only when its tokens (the largest rank's under attention DP) are at most the
+  largest captured size, padded up to the next one (``get_padding_params``), and the default
+  sizes (`TRTLLM_DEFAULT_PREFILL_CAPTURE`) end at 3,072: for a larger budget
+  ``prefill_capture_num_tokens`` continues them at their 256-token spacing to the per-rank
+  budget, so no step is eager that hwtune prices as a graph (the padding, up to 255 tokens, is
+  not simulated);
 - ``attention_dp_config: {enable_balance: true, timeout_iters: N, batching_wait_iters: 0}`` for
-  attention-DP balancing (``adp_balance_timeout_iters`` N, under attention DP);
-  ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` (TorchLlmArgs fields of the
-  same names; the ratio is of ``max_num_tokens``) for batch waiting;
+  attention-DP balancing (``adp_balance_timeout_iters`` N, under attention DP):
+  ``PyExecutor._balance_adp_requests`` schedules the context requests when every rank has one
+  (and a free slot), holds them otherwise, and lets them go after N held steps or when some
+  rank has no generation request; ``batching_wait_iters`` 0 adds no wait once every rank has
+  one. hwtune's ``_adp_hold`` is that rule over the replica's one queue (the ranks' own queues
+  are approximated). ``batch_wait_timeout_iters`` and ``batch_wait_max_tokens_ratio`` for
+  batch waiting: ``PyExecutor._waiting_requests`` (only without attention DP and only in a
+  step with context and generation requests) holds the step's context requests until their
+  whole prompts plus the generation tokens reach ``ratio x max_num_tokens`` or N steps have
+  been held; either at 0 means no waiting (``count >= 0`` or ``tokens >= 0`` is always true),
+  as in hwtune's ``_batch_wait_hold``. TensorRT-LLM holds a chunked prompt's later chunks
+  too, hwtune only new prompts;
 - ``moe_config.backend: TRITON`` for the ``triton-mxfp4`` weight-only kernel of a MoE model.
 
-Refused, with the field that stops it: a scheduler other than ``orca`` and ``vllm``, speculative
-decoding (its ``speculative_config`` depends on the model's draft), a weight format other than
-the checkpoint's (the PyTorch backend serves a checkpoint in the format it was quantized to), a
-KV format ``auto`` cannot give (bf16/fp16 over a quantized checkpoint's KV) or fp4 on a GPU
-without FP4 math, the Marlin kernel (hwtune's is vLLM's) and any weight-only kernel other than
-the native one for a dense model, attention DP with ``tp`` > 1 or for a dense model, a
-``max_num_seqs`` that is not a multiple of ``dp_attention``, the ``total`` KV memory rule, a
-disaggregated deployment (a context and a generation server with ``cache_transceiver_config``
-and ``trtllm-serve disaggregated``), a front-end limit. ``benchmarks/check_trtllm_launch.py``
-checks the names and values written against those two files (VALIDATION.md, "Launch
-commands").
+Not modelled by hwtune and left as TensorRT-LLM does them: with block reuse the capacity
+scheduler skips, for a step, a new prompt whose first uncached block an earlier prompt of the
+same step is computing, to reuse it the step after (``capacityScheduler.cpp``,
+``beneficialToSkip``); under attention DP the request queue gives each new request to the rank
+with the fewest active tokens, each rank capped at its own limit
+(``ExecutorRequestQueue._balance_requests_across_ranks``), where hwtune keeps one queue; with
+``enable_prefix_aware_scheduling`` (on by default) the budget counts a prompt's uncached tokens
+as hwtune does, which was not read in the source.
+
+Refused, with the field that stops it: a GPU TensorRT-LLM does not run on (NVIDIA's
+"Supported Hardware": Ampere, Ada, Hopper and Blackwell; `TRTLLM_ARCHITECTURES`), a scheduler
+other than ``orca`` and ``vllm``, speculative decoding (its ``speculative_config`` depends on
+the model's draft), a weight format other than the checkpoint's (the PyTorch backend serves a
+checkpoint in the format it was quantized to), a KV format ``auto`` cannot give (bf16/fp16
+over a quantized checkpoint's KV) or fp4 on a GPU without FP4 math, the Marlin kernel
+(hwtune's is vLLM's) and any weight-only kernel other than the native one for a dense model,
+attention DP with ``tp`` > 1 or for a dense model, a ``max_num_seqs`` that is not a multiple
+of ``dp_attention x pp``, the ``total`` KV memory rule, a disaggregated deployment (a context
+and a generation server with ``cache_transceiver_config`` and ``trtllm-serve
+disaggregated``), a front-end limit; and what TensorRT-LLM switches off with a warning for an
+MLA model (``create_py_executor``, ``if is_mla(config)``, the same at bab0f2e and 000429d):
+prefix caching below SM90 (`TRTLLM_MLA_ARCHITECTURES`) or with an fp4 KV cache (MLA blocks
+are reused only unquantized or fp8), and chunked prefill (``scheduler`` vllm) below SM90.
+``benchmarks/check_trtllm_launch.py`` checks the names and values written against those two
+files (VALIDATION.md, "Launch commands").
 """
 
 from __future__ import annotations
@@ -198,6 +273,24 @@ TRTLLM_SCHEDULERS: dict[str, bool] = {"orca": False, "vllm": True}
 TRTLLM_MOE_BACKENDS: dict[str, str] = {"triton-mxfp4": "TRITON"}
 """``moe_config.backend`` for a weight-only kernel other than the native one (``wgmma``: the
 default, ``AUTO``)."""
+TRTLLM_ARCHITECTURES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell", "blackwell-ultra")
+"""The NVIDIA architectures (`hwtune.hardware.device.Device.architecture`) TensorRT-LLM runs on:
+NVIDIA's "Supported Hardware" page (nvidia.github.io/TensorRT-LLM/supported-hardware.html):
+Blackwell, Hopper, Ada Lovelace, Ampere."""
+TRTLLM_MLA_ARCHITECTURES: tuple[str, ...] = ("hopper", "blackwell", "blackwell-ultra")
+"""Those whose SM (90, 100, 103) is one ``create_py_executor`` keeps block reuse and chunked
+prefill on for an MLA model ("can only be enabled on SM90/SM100/SM103/SM120"; SM120 has no
+catalog device here)."""
+TRTLLM_DEFAULT_PREFILL_CAPTURE: tuple[int, ...] = (
+    *(2**i for i in range(8)),
+    *range(256, 3073, 256),
+)
+"""``llm_args.py``'s ``_DEFAULT_PREFILL_CAPTURE_NUM_TOKENS`` at `TRTLLM_ARGS_COMMIT`: the step
+sizes (tokens) whose prefill CUDA graphs are captured unless ``prefill_capture_num_tokens``
+says otherwise; a larger step runs eagerly."""
+TRTLLM_PREFILL_CAPTURE_STEP = 256
+"""The spacing of `TRTLLM_DEFAULT_PREFILL_CAPTURE` above 256 tokens, kept when the captured
+sizes are extended to a larger budget (a step is padded up to the next captured size)."""
 
 
 @dataclass(frozen=True)
@@ -437,9 +530,25 @@ def trtllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     dp = cfg.dp_attention
     ckpt = cfg.model.checkpoint_precision or "bf16"
     kernel = cfg.weight_only_kernel
+    dev = cfg.effective_device
+    # create_py_executor turns these off with a warning for an MLA model
+    mla = cfg.model.mla is not None
+    mla_sm = dev.architecture in TRTLLM_MLA_ARCHITECTURES
     checks: tuple[tuple[bool, str, object, str], ...] = (
+        (dev.vendor != "nvidia" or dev.architecture not in TRTLLM_ARCHITECTURES, "gpu",
+         dev.name, "an NVIDIA Ampere, Ada, Hopper or Blackwell GPU (TensorRT-LLM's supported "
+         "hardware)"),
         (cfg.scheduler not in TRTLLM_SCHEDULERS, "scheduler", cfg.scheduler,
          "orca (TensorRT-LLM's default, whole prompts) or vllm (enable_chunked_prefill)"),
+        (mla and cfg.scheduler == "vllm" and not mla_sm, "scheduler", cfg.scheduler,
+         f"orca for an MLA model on {dev.name} (TensorRT-LLM turns chunked prefill off for "
+         "MLA below SM90)"),
+        (mla and cfg.enable_prefix_caching and not mla_sm, "prefix_caching", True,
+         f"off for an MLA model on {dev.name} (TensorRT-LLM turns block reuse off for MLA "
+         "below SM90)"),
+        (mla and cfg.enable_prefix_caching and cfg.kv_dtype == "fp4", "prefix_caching", True,
+         "off for an MLA model with an fp4 KV cache (TensorRT-LLM reuses MLA blocks only "
+         "unquantized or fp8)"),
         (cfg.spec_tokens > 0, "spec_tokens", cfg.spec_tokens,
          "0 (set speculative_config for the model's draft yourself)"),
         (cfg.weight_dtype != ckpt, "precision", cfg.weight_dtype,
@@ -458,11 +567,28 @@ def trtllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (dp > 1 and cfg.tp > 1 and cfg.model.moe is not None, "tp", cfg.tp,
          "1 with dp_attention > 1 (TensorRT-LLM's enable_attention_dp runs attention on each "
          "rank alone)"),
-        (cfg.max_num_seqs % dp != 0, "max_num_seqs", cfg.max_num_seqs,
-         f"a multiple of dp_attention = {dp} (TensorRT-LLM's max_batch_size is per "
-         "attention-DP rank)"),
+        (cfg.max_num_seqs % (dp * cfg.pp) != 0, "max_num_seqs", cfg.max_num_seqs,
+         f"a multiple of dp_attention x pp = {dp * cfg.pp} (TensorRT-LLM's max_batch_size is "
+         "per attention-DP rank and per pipeline micro-batch)"),
     )  # fmt: skip
     return _first_refusal(cfg, checks, trtllm_knobs=True)
+
+
+def _trtllm_batch(cfg: ReplicaConfig) -> int:
+    """``--max_batch_size``: hwtune's replica-wide ``max_num_seqs`` per attention-DP rank and per
+    pipeline micro-batch (TensorRT-LLM admits ``max_batch_size * pp_size`` per rank)."""
+    return cfg.max_num_seqs // (cfg.dp_attention * cfg.pp)
+
+
+def _trtllm_prefill_capture(cfg: ReplicaConfig) -> list[int] | None:
+    """``prefill_capture_num_tokens`` reaching the per-rank budget when
+    `TRTLLM_DEFAULT_PREFILL_CAPTURE` stops short of it (None: the default covers every step):
+    the default sizes, then every `TRTLLM_PREFILL_CAPTURE_STEP` tokens, then the budget."""
+    budget, last = cfg.max_num_batched_tokens, TRTLLM_DEFAULT_PREFILL_CAPTURE[-1]
+    if budget <= last:
+        return None
+    more = range(last + TRTLLM_PREFILL_CAPTURE_STEP, budget, TRTLLM_PREFILL_CAPTURE_STEP)
+    return [*TRTLLM_DEFAULT_PREFILL_CAPTURE, *more, budget]
 
 
 def trtllm_options(cfg: ReplicaConfig) -> dict[str, object]:
@@ -471,7 +597,7 @@ def trtllm_options(cfg: ReplicaConfig) -> dict[str, object]:
     from hwtune.serve.memory import DEFAULT_BLOCK_SIZE
 
     dp = cfg.dp_attention
-    batch = cfg.max_num_seqs // dp  # per attention-DP rank
+    batch = _trtllm_batch(cfg)  # per attention-DP rank and pipeline micro-batch
     kv: dict[str, object] = {
         "free_gpu_memory_fraction": cfg.gpu_memory_utilization,
         "enable_block_reuse": cfg.enable_prefix_caching,
@@ -490,6 +616,9 @@ def trtllm_options(cfg: ReplicaConfig) -> dict[str, object]:
     }
     if not cfg.eager_prefill:
         opts["prefill_cuda_graph_backend"] = "piecewise"
+        capture = _trtllm_prefill_capture(cfg)
+        if capture is not None:
+            opts["prefill_capture_num_tokens"] = capture
     if dp > 1 and cfg.adp_balance_timeout_iters > 0:
         opts["attention_dp_config"] = {
             "enable_balance": True,
@@ -525,7 +654,7 @@ def trtllm_launch(dep: Deployment, model: str) -> ServeLaunch:
         a += ["--pp_size", str(cfg.pp)]
     if cfg.model.moe is not None:
         a += ["--ep_size", str(cfg.ep)]
-    a += ["--max_batch_size", str(cfg.max_num_seqs // cfg.dp_attention)]
+    a += ["--max_batch_size", str(_trtllm_batch(cfg))]
     a += ["--max_num_tokens", str(cfg.max_num_batched_tokens)]
     a += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
@@ -569,9 +698,13 @@ __all__ = [
     "sglang_launch",
     "sglang_mem_fraction_static",
     "sglang_refusal",
+    "TRTLLM_ARCHITECTURES",
     "TRTLLM_ARGS_COMMIT",
+    "TRTLLM_DEFAULT_PREFILL_CAPTURE",
+    "TRTLLM_MLA_ARCHITECTURES",
     "TRTLLM_MOE_BACKENDS",
     "TRTLLM_OPTIONS_FILE",
+    "TRTLLM_PREFILL_CAPTURE_STEP",
     "TRTLLM_SCHEDULERS",
     "TRTLLM_SERVE_COMMIT",
     "trtllm_launch",
