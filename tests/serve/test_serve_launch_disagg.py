@@ -13,6 +13,15 @@ Names and values are facts of the pinned sources (each cited where used):
   [BOOTSTRAP_PORT]`` (``nargs="+"``, given once per server; without the port the router assumes
   none), ``--decode URL`` (``nargs=1``), ``--policy`` with choices random, round_robin,
   cache_aware, power_of_two;
+- vLLM ``docs/features/nixl_connector_usage.md`` at 026c83f974fcee0e1887060ebdcc53dc427bacfc:
+  ``--kv-transfer-config`` JSON with ``kv_connector`` "NixlConnector" and ``kv_role``
+  (kv_producer for prefill, kv_consumer for decode; kv_both); the proxy
+  ``tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` (at
+  030ea52effcb05071543c8c42b8f0145e94cee43) with ``--prefiller-hosts``/``--prefiller-ports``
+  and ``--decoder-hosts``/``--decoder-ports`` (``nargs="+"``, as many hosts as ports, else
+  ValueError), a round robin over each pool; ``nixl_connector_compatibility.md`` at
+  0a5110ef53c5d0d86ac19464bad6e7b9a9c44dbc: the same KV cache dtype on both sides, a prefill
+  block size at most the decode one ("Only P block size < D block size is supported");
 - TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` at 0004396720054fd8e205cbf616f21f0b57c6b412:
   ``CacheTransceiverConfig.backend`` Literal["DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"];
   ``tensorrt_llm/llmapi/disagg_utils.py`` at 0228a71223416496ff056a157936bad2e42c762f:
@@ -25,7 +34,6 @@ Names and values are facts of the pinned sources (each cited where used):
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 import yaml
@@ -47,6 +55,7 @@ from hwtune.serve.launch import (
     serve_launch_for,
     sglang_disagg_launch,
     trtllm_disagg_launch,
+    vllm_disagg_launch,
 )
 from hwtune.serve.plan import candidates
 
@@ -160,9 +169,11 @@ def test_a_pool_refusal_names_the_field_and_the_pool() -> None:
     dep = trtllm_dep(replica=cfg(kv_memory_rule="total"))
     e = disagg_launch_refusal("trtllm", dep)
     assert e is not None and e.field == "kv_memory_rule" and "decode" in e.expected
-    # vLLM has no disaggregated launch here
-    e = disagg_launch_refusal("vllm", sglang_dep())
-    assert e is not None and e.field == "disagg"
+    e = disagg_launch_refusal("vllm", sglang_dep(prefill=cfg(tp=2, scheduler="orca")))
+    assert e is not None and e.field == "scheduler" and "prefill" in e.expected
+    # an aggregated deployment is no disaggregated launch
+    e = disagg_launch_refusal("sglang", Deployment(cfg(tp=8, scheduler="orca")))
+    assert e is not None and e.field == "scheduler"
 
 
 def test_sglang_attention_dp_decode_pool() -> None:
@@ -258,7 +269,9 @@ def test_cli_serve_lists_the_commands_in_order() -> None:
         ("trtllm", ["--prefill-replicas", "2", "--router", "least-tokens"], "--router",
          ["least-tokens", "round-robin"]),
         ("sglang", ["--scheduler", "orca"], "--scheduler", ["orca"]),
-        ("vllm", [], "--disagg", ["aggregated"]),
+        ("vllm", ["--replicas", "2", "--router", "least-tokens"], "--router",
+         ["least-tokens", "round-robin"]),
+        ("vllm", ["--scheduler", "orca"], "--scheduler", ["orca"]),
     ],
 )  # fmt: skip
 def test_cli_refusals(rejects, engine: str, args: list[str], field: str,  # noqa: ANN001
@@ -268,7 +281,7 @@ def test_cli_refusals(rejects, engine: str, args: list[str], field: str,  # noqa
 
 @settings(max_examples=8, deadline=None)
 @given(
-    engine=hs.sampled_from(["sglang", "trtllm"]),
+    engine=hs.sampled_from(["sglang", "trtllm", "vllm"]),
     tp=hs.sampled_from([1, 2]),
     prefill_tp=hs.sampled_from([1, 2, 4]),
     replicas=hs.integers(1, 2),
@@ -281,7 +294,8 @@ def test_cli_serve_disagg_launch_counts(engine: str, tp: int, prefill_tp: int, r
         "--prefill-replicas", str(prefill_replicas), "--launch", engine, "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
     la = json.loads(res.output)["launch"]
-    tp_flag = "--tp-size" if engine == "sglang" else "--tp_size"
+    tp_flag = {"sglang": "--tp-size", "trtllm": "--tp_size",
+               "vllm": "--tensor-parallel-size"}[engine]  # fmt: skip
     for pool, n, t in (("prefill", prefill_replicas, prefill_tp), ("decode", replicas, tp)):
         assert la[pool]["replicas"] == n and la[pool]["gpus_per_replica"] == t
         assert flags(tuple(la[pool]["args"]))[tp_flag] == str(t)
@@ -290,7 +304,7 @@ def test_cli_serve_disagg_launch_counts(engine: str, tp: int, prefill_tp: int, r
 
 @settings(max_examples=12, deadline=None)
 @given(
-    engine=hs.sampled_from(["sglang", "trtllm"]),
+    engine=hs.sampled_from(["sglang", "trtllm", "vllm"]),
     model=hs.sampled_from(["llama3.1-8b", "mixtral-8x7b", "qwen3-32b"]),
     gpu=hs.sampled_from(["h100-sxm-80gb", "h200-sxm-141gb"]),
     max_gpus=hs.integers(2, 6),
@@ -322,15 +336,12 @@ def test_cli_serve_plan_searches_disaggregated_layouts() -> None:
     plan = ["serve", "plan", "--ttft-p90", "2", "--tpot-p90", "0.05", "--rate", "4",
             "--num-requests", "60", "--max-gpus", "3", "--processes", "1", "--top", "50",
             "--json", "--disagg"]  # fmt: skip
-    for engine in ("sglang", "trtllm"):
+    for engine in ("sglang", "trtllm", "vllm"):
         res = CliRunner().invoke(app, [*plan, "--launch", engine])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.output)
         assert any(b["disaggregated"] for b in doc["best"]), engine
         assert doc["launch"]["engine"] == engine
-    res = CliRunner().invoke(app, [*plan, "--launch", "vllm"])  # no disaggregated vLLM launch
-    assert res.exit_code == 0, res.output
-    assert not any(b["disaggregated"] for b in json.loads(res.output)["best"])
 
 
 def test_plan_disaggregated_layouts_use_a_router_the_engine_has() -> None:
@@ -341,4 +352,43 @@ def test_plan_disaggregated_layouts_use_a_router_the_engine_has() -> None:
     assert many and all(d.router == "round-robin" for d in many)
     # the aggregated layouts keep the planner's router (their launch has none)
     assert {d.router for d in kept if d.prefill is None} == {"least-tokens"}
-    assert replace(base) == base
+
+
+def test_vllm_pools_connector_and_proxy() -> None:
+    dep = sglang_dep(prefill=cfg(tp=2, max_num_seqs=16, max_num_batched_tokens=32768),
+                     replica=cfg(tp=1, max_num_seqs=128, max_num_batched_tokens=4096))  # fmt: skip
+    la = vllm_disagg_launch(dep, "meta-llama/Llama-3.1-8B")
+    p, d = flags(la.prefill.args), flags(la.decode.args)
+    assert p["--tensor-parallel-size"] == "2" and d["--tensor-parallel-size"] == "1"
+    assert p["--max-num-seqs"] == "16" and d["--max-num-seqs"] == "128"
+    assert p["--max-num-batched-tokens"] == "32768" and d["--max-num-batched-tokens"] == "4096"
+    roles = []
+    for f in (p, d):
+        kv = json.loads(f["--kv-transfer-config"])  # type: ignore[arg-type]
+        assert kv["kv_connector"] == "NixlConnector"
+        roles.append(kv["kv_role"])
+    assert roles == ["kv_producer", "kv_consumer"]
+    assert la.prefill.replicas == 3 and la.decode.replicas == 2
+    r = list(la.router)
+    assert r[:2] == ["python", "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"]
+
+    def values(flag: str) -> list[str]:  # nargs="+": the words up to the next flag
+        i = r.index(flag) + 1
+        j = next((k for k in range(i, len(r)) if r[k].startswith("--")), len(r))
+        return r[i:j]
+
+    assert len(values("--prefiller-hosts")) == len(values("--prefiller-ports")) == 3
+    assert len(values("--decoder-hosts")) == len(values("--decoder-ports")) == 2
+    assert set(values("--prefiller-ports")) == {p["--port"]}
+    assert set(values("--decoder-ports")) == {d["--port"]}
+
+
+def test_vllm_refuses_what_the_connector_does_not_pair() -> None:
+    fp8 = sglang_dep(prefill=cfg(tp=2, kv_dtype="fp8"), replica=cfg())
+    e = disagg_launch_refusal("vllm", fp8)
+    assert e is not None and e.field == "kv_precision"
+    big = sglang_dep(prefill=cfg(tp=2, block_size=32), replica=cfg(block_size=16))
+    e = disagg_launch_refusal("vllm", big)
+    assert e is not None and e.field == "block_size"
+    small = sglang_dep(prefill=cfg(tp=2, block_size=16), replica=cfg(block_size=32))
+    assert disagg_launch_refusal("vllm", small) is None

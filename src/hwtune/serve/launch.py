@@ -1,7 +1,7 @@
 """A simulated deployment as the serving engine's command: apply what `serve` and `serve plan`
 chose, on vLLM, SGLang or TensorRT-LLM (`SERVE_LAUNCH_ENGINES`); a disaggregated deployment as
-its prefill and decode servers and the router in front, on SGLang or TensorRT-LLM
-(`DISAGG_LAUNCH_ENGINES`, `DisaggLaunch`).
+its prefill and decode servers and the router in front (`DISAGG_LAUNCH_ENGINES`,
+`DisaggLaunch`).
 
 vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_b`` as
 ``--a-b``, booleans with ``--no-`` forms: vLLM's "Engine Arguments" documentation and
@@ -28,8 +28,30 @@ Refused, with the field that stops it: a scheduler other than vLLM's chunked pre
 prefill steps (vLLM runs CUDA graphs; ``--enforce-eager`` makes every step eager), speculative
 decoding (its method depends on the model's draft), a weight format that is neither the
 checkpoint's nor fp8 from bf16, an fp4 KV cache, a disaggregated deployment (one command per
-pool and a KV connector), TensorRT-LLM's batch waiting and attention-DP balancing, a front-end
+pool and a KV connector: `vllm_disagg_launch` below), TensorRT-LLM's batch waiting and attention-DP balancing, a front-end
 limit (a property of the server, not a setting).
+
+vLLM, disaggregated (`vllm_disagg_launch`; what `vllm_launch` refuses): a prefill server per
+prefill replica and a decode server per decode replica, each ``vllm serve`` with the flags above
+for its own pool's replica, and the proxy of vLLM's NixlConnector guide
+(``docs/features/nixl_connector_usage.md`` at `VLLM_NIXL_DOCS_COMMIT`) in front:
+
+- ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":...}'`` (``kv_producer``
+  on the prefill servers, ``kv_consumer`` on the decode ones; the guide: the NixlConnector
+  does not act on the role, the proxy decides): NIXL over UCX moves the KV cache over the
+  scale-out network, as simulated (``UCX_NET_DEVICES`` / ``VLLM_NIXL_SIDE_CHANNEL_HOST`` name
+  the NICs and each server's address when the servers are on different machines);
+- ``python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` (from a vLLM checkout;
+  at `VLLM_PROXY_COMMIT`) with ``--prefiller-hosts``/``--prefiller-ports`` and
+  ``--decoder-hosts``/``--decoder-ports``, one per server (``PREFILL_i``/``DECODE_i`` for the
+  hosts they run on): it sends each request to the next prefill server (round robin) with
+  ``max_tokens`` 1, then to the next decode server with the prefill's ``kv_transfer_params``,
+  so it picks the decode server when the prefill has finished, as hwtune's round-robin router
+  does; it has no other policy, so ``least-tokens`` is refused while a pool has more than one
+  server;
+- the pools may differ in TP (``nixl_connector_compatibility.md``: "tensor-parallel-size
+  (heterogeneous TP ...)" may differ); the KV cache dtype must be the same on both, and a
+  prefill block size larger than the decode one is not paired: both refused.
 
 SGLang (``python -m sglang.launch_server --model-path MODEL``; flags are the ``ServerArgs``
 dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, read at commit
@@ -810,14 +832,89 @@ def trtllm_disagg_launch(dep: Deployment, model: str) -> DisaggLaunch:
     return DisaggLaunch("trtllm", model, ctx, gen, router, ((TRTLLM_DISAGG_FILE, text),))
 
 
-DISAGG_LAUNCH_ENGINES: tuple[str, ...] = ("sglang", "trtllm")
+VLLM_NIXL_DOCS_COMMIT = "026c83f974fcee0e1887060ebdcc53dc427bacfc"
+"""The vllm-project/vllm commit whose ``docs/features/nixl_connector_usage.md`` was read
+(``nixl_connector_compatibility.md`` at 0a5110ef53c5d0d86ac19464bad6e7b9a9c44dbc)."""
+VLLM_PROXY_COMMIT = "030ea52effcb05071543c8c42b8f0145e94cee43"
+"""The vllm-project/vllm commit whose ``tests/v1/kv_connector/nixl_integration/
+toy_proxy_server.py`` (the proxy the NixlConnector guide runs) was read."""
+VLLM_PROXY_SCRIPT = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+"""The proxy, a script of vLLM's source tree (run from a checkout of the release served)."""
+VLLM_POOL_PORTS: dict[str, int] = {"prefill": 8100, "decode": 8200}
+"""The port of each pool's servers (the NixlConnector guide's)."""
+VLLM_KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def vllm_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
+    """Why vLLM cannot run the disaggregated deployment ``dep`` as simulated (the first
+    reason), or None: either pool's replica (`vllm_refusal`), KV formats or block sizes the
+    NixlConnector does not pair, or a router the proxy does not have while a pool has more
+    than one server."""
+    pre = dep.prefill
+    if pre is None:
+        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
+    dec = dep.replica
+    for cfg, pool in ((pre, "prefill"), (dec, "decode")):
+        refusal = _pool_refusal(vllm_refusal(cfg), pool)
+        if refusal is not None:
+            return refusal
+    checks: tuple[tuple[bool, str, object, str], ...] = (
+        (pre.kv_dtype != dec.kv_dtype, "kv_precision", pre.kv_dtype,
+         f"the decode pool's {dec.kv_dtype} (the NixlConnector's handshake requires the same "
+         "KV cache dtype on both sides)"),
+        (pre.block_size > dec.block_size, "block_size", pre.block_size,
+         f"at most the decode pool's {dec.block_size} (the NixlConnector pairs a prefill block "
+         "size only below or equal to the decode one)"),
+        (dep.router != "round-robin" and max(dep.replicas, dep.prefill_replicas) > 1, "router",
+         dep.router, "round-robin, or one replica in each pool (vLLM's proxy cycles through "
+         "each pool's servers)"),
+    )  # fmt: skip
+    for bad, field, value, expected in checks:
+        if bad:
+            return HwtuneInputError(field, value, expected)
+    return None
+
+
+def _vllm_pool(cfg: ReplicaConfig, replicas: int, model: str, pool: str) -> ServeLaunch:
+    """One pool's ``vllm serve`` command: the aggregated flags of ``cfg`` (`vllm_launch`) with
+    its port and ``--kv-transfer-config`` for the NixlConnector."""
+    import json
+
+    agg = vllm_launch(Deployment(cfg, replicas), model)
+    kv = {"kv_connector": "NixlConnector", "kv_role": VLLM_KV_ROLES[pool]}
+    a = [*agg.args, "--host", "0.0.0.0", "--port", str(VLLM_POOL_PORTS[pool]),
+         "--kv-transfer-config", json.dumps(kv, separators=(",", ":"))]  # fmt: skip
+    return ServeLaunch("vllm", model, tuple(a), agg.env, replicas, cfg.gpus)
+
+
+def vllm_disagg_launch(dep: Deployment, model: str) -> DisaggLaunch:
+    """The disaggregated deployment ``dep`` as vLLM's prefill and decode servers (``vllm serve``
+    with the NixlConnector, each pool with its own replica's flags) and the proxy of vLLM's
+    NixlConnector guide in front (see the module docstring). The proxy names the servers
+    ``PREFILL_i`` and ``DECODE_i``: the hosts they run on."""
+    refusal = vllm_disagg_refusal(dep)
+    if refusal is not None:
+        raise refusal
+    assert dep.prefill is not None
+    pre = _vllm_pool(dep.prefill, dep.prefill_replicas, model, "prefill")
+    dec = _vllm_pool(dep.replica, dep.replicas, model, "decode")
+    r = ["python", VLLM_PROXY_SCRIPT, "--host", "0.0.0.0", "--port", "8000"]
+    for flag, host, n, pool in (("prefiller", "PREFILL", dep.prefill_replicas, "prefill"),
+                                ("decoder", "DECODE", dep.replicas, "decode")):  # fmt: skip
+        r += [f"--{flag}-hosts", *(f"{host}_{i}" for i in range(1, n + 1))]
+        r += [f"--{flag}-ports", *([str(VLLM_POOL_PORTS[pool])] * n)]
+    return DisaggLaunch("vllm", model, pre, dec, tuple(r))
+
+
+DISAGG_LAUNCH_ENGINES: tuple[str, ...] = ("sglang", "trtllm", "vllm")
 """The engines whose disaggregated deployments hwtune writes (`disagg_launch_refusal`)."""
 
 
 def disagg_plan_router(engine: str) -> str:
     """The router of the disaggregated layouts ``serve plan --launch ENGINE`` searches: the
-    planner's ``least-tokens`` where the engine's router has it, else ``round-robin``."""
-    return "round-robin" if engine in ("sglang", "trtllm") else "least-tokens"
+    planner's ``least-tokens`` where the engine's router has it, else ``round-robin`` (none of
+    `DISAGG_LAUNCH_ENGINES` has it)."""
+    return "round-robin" if engine in DISAGG_LAUNCH_ENGINES else "least-tokens"
 
 
 def disagg_launch_refusal(engine: str, dep: Deployment) -> HwtuneInputError | None:
@@ -830,11 +927,8 @@ def disagg_launch_refusal(engine: str, dep: Deployment) -> HwtuneInputError | No
         return sglang_disagg_refusal(dep)
     if engine == "trtllm":
         return trtllm_disagg_refusal(dep)
-    if engine in SERVE_LAUNCH_ENGINES:
-        return HwtuneInputError(
-            "disagg", True, "an aggregated deployment (hwtune writes disaggregated launches for "
-            + ", ".join(DISAGG_LAUNCH_ENGINES) + ")",
-        )  # fmt: skip
+    if engine == "vllm":
+        return vllm_disagg_refusal(dep)
     return HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
 
 
@@ -857,6 +951,8 @@ def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch | 
         return sglang_disagg_launch(dep, model)
     if dep.prefill is not None and engine == "trtllm":
         return trtllm_disagg_launch(dep, model)
+    if dep.prefill is not None and engine == "vllm":
+        return vllm_disagg_launch(dep, model)
     if engine == "vllm":
         return vllm_launch(dep, model)
     if engine == "sglang":
@@ -906,6 +1002,13 @@ __all__ = [
     "trtllm_launch",
     "trtllm_options",
     "trtllm_refusal",
+    "VLLM_KV_ROLES",
+    "VLLM_NIXL_DOCS_COMMIT",
+    "VLLM_POOL_PORTS",
+    "VLLM_PROXY_COMMIT",
+    "VLLM_PROXY_SCRIPT",
+    "vllm_disagg_launch",
+    "vllm_disagg_refusal",
     "vllm_launch",
     "vllm_refusal",
 ]
