@@ -149,9 +149,8 @@ def test_least_tokens_needs_one_server_per_pool() -> None:
     one = sglang_dep(replicas=1, prefill_replicas=1, router="least-tokens")
     _p, _d, rest = router_servers(sglang_disagg_launch(one, "m").router[3:])
     assert "--policy" not in rest
-    doc = yaml.safe_load(dict(trtllm_disagg_launch(trtllm_dep(replicas=1, prefill_replicas=1,
-                                                               router="least-tokens"),
-                                                    "m").files)["hwtune-trtllm-disagg.yaml"])  # fmt: skip
+    one = trtllm_dep(replicas=1, prefill_replicas=1, router="least-tokens")
+    doc = yaml.safe_load(dict(trtllm_disagg_launch(one, "m").files)["hwtune-trtllm-disagg.yaml"])
     assert "router" not in doc["context_servers"]
     for engine, dep in (("sglang", sglang_dep(router="least-tokens")),
                         ("trtllm", trtllm_dep(router="least-tokens", replicas=1))):  # fmt: skip
@@ -272,6 +271,10 @@ def test_cli_serve_lists_the_commands_in_order() -> None:
         ("vllm", ["--replicas", "2", "--router", "least-tokens"], "--router",
          ["least-tokens", "round-robin"]),
         ("vllm", ["--scheduler", "orca"], "--scheduler", ["orca"]),
+        # attention DP with attention TP: TensorRT-LLM runs attention on each rank alone; the
+        # prefill pool's TP is --prefill-tp's
+        ("trtllm", ["-m", "mixtral-8x7b", "--tp", "1", "--dp-attention", "2", "--ep", "2",
+                    "--prefill-tp", "2"], "--prefill-tp", ["2", "prefill pool"]),
     ],
 )  # fmt: skip
 def test_cli_refusals(rejects, engine: str, args: list[str], field: str,  # noqa: ANN001

@@ -28,8 +28,8 @@ Refused, with the field that stops it: a scheduler other than vLLM's chunked pre
 prefill steps (vLLM runs CUDA graphs; ``--enforce-eager`` makes every step eager), speculative
 decoding (its method depends on the model's draft), a weight format that is neither the
 checkpoint's nor fp8 from bf16, an fp4 KV cache, a disaggregated deployment (one command per
-pool and a KV connector: `vllm_disagg_launch` below), TensorRT-LLM's batch waiting and attention-DP balancing, a front-end
-limit (a property of the server, not a setting).
+pool and a KV connector: `vllm_disagg_launch` below), TensorRT-LLM's batch waiting and
+attention-DP balancing, a front-end limit (a property of the server, not a setting).
 
 vLLM, disaggregated (`vllm_disagg_launch`; what `vllm_launch` refuses): a prefill server per
 prefill replica and a decode server per decode replica, each ``vllm serve`` with the flags above
@@ -678,10 +678,12 @@ class DisaggLaunch:
 
 
 def _pool_refusal(refusal: HwtuneInputError | None, pool: str) -> HwtuneInputError | None:
-    """An engine's refusal of one pool's replica, saying which pool."""
+    """An engine's refusal of one pool's replica, saying which pool (the prefill pool's ``tp``
+    is ``prefill_tp``, as `serve --prefill-tp` sets it)."""
     if refusal is None:
         return None
-    return HwtuneInputError(refusal.field, refusal.value, f"{refusal.expected} (the {pool} pool)")
+    field = "prefill_tp" if pool == "prefill" and refusal.field == "tp" else refusal.field
+    return HwtuneInputError(field, refusal.value, f"{refusal.expected} (the {pool} pool)")
 
 
 def sglang_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
