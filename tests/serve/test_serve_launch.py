@@ -163,7 +163,6 @@ def test_cli_serve_plan_launch_is_the_first_layout() -> None:
         (["--engine", "sglang"], "--engine", ["sglang", "vllm"]),
         (["--scheduler", "orca"], "--scheduler", ["orca"]),
         (["--tp", "8", "-m", "mixtral-8x7b", "--ep", "2"], "--ep", ["1 or 8"]),
-        (["--disagg"], "--disagg", ["aggregated"]),
     ],
 )
 def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) -> None:  # noqa: ANN001

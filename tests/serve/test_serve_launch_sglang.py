@@ -281,7 +281,6 @@ def test_cli_serve_plan_refuses_before_searching(rejects) -> None:  # noqa: ANN0
         (["--engine", "vllm"], "--engine", ["vllm", "sglang"]),
         (["--pp", "2", "--overlap-schedule"], "--overlap-schedule", ["pp > 1"]),
         (["--scheduler", "orca"], "--scheduler", ["orca", "enable-mixed-chunk"]),
-        (["--disagg"], "--disagg", ["aggregated"]),
         (["--dp-attention", "2", "--tp", "2"], "--dp-attention", ["dense"]),
         (["-m", "mixtral-8x7b", "--tp", "2", "--dp-attention", "2", "--max-num-seqs", "5"],
          "--max-num-seqs", ["5", "multiple"]),

@@ -385,7 +385,6 @@ def test_cli_serve_plan_launch_is_the_first_layout() -> None:
     [
         (["--engine", "vllm"], "--engine", ["vllm", "trtllm"]),
         (["--scheduler", "sarathi"], "--scheduler", ["sarathi", "orca"]),
-        (["--disagg"], "--disagg", ["aggregated"]),
         (["--dp-attention", "2", "--tp", "2"], "--dp-attention", ["dense"]),
         (["-m", "mixtral-8x7b", "--tp", "2", "--dp-attention", "2"], "--tp", ["attention"]),
         (["--kv-precision", "fp4"], "--kv-precision", ["fp4"]),

@@ -280,9 +280,50 @@ def _launchable(launch: str, cfg: ReplicaConfig) -> bool:
     return launch_refusal(launch, cfg) is None
 
 
+def _launchable_layout(launch: str, dep: Deployment) -> bool:
+    """Whether engine ``launch`` runs deployment ``dep`` as simulated: a disaggregated one's
+    pools and router too (`hwtune.serve.launch.disagg_launch_refusal`)."""
+    from hwtune.serve.launch import disagg_launch_refusal
+
+    return disagg_launch_refusal(launch, dep) is None
+
+
+def _gpus_words(n: int, g: int) -> str:
+    gpus = f"{g} GPU" + ("s" if g > 1 else "")
+    return f"{n} replicas, each on {gpus}" if n > 1 else f"1 replica on {gpus}"
+
+
+def _print_disagg_launch(doc: dict) -> None:
+    """A disaggregated launch: each pool's server command with how many of it, the router's
+    command, then the files they read."""
+    from rich.console import Console
+
+    con = Console(soft_wrap=True)
+    con.print(f"\n[bold]{doc['engine']} launch[/bold] (disaggregated, {doc['gpus']} GPUs):",
+              highlight=False)  # fmt: skip
+    files: dict[str, str] = {}
+    for pool in ("prefill", "decode"):
+        p = doc[pool]
+        con.print(f"\n{pool} ({_gpus_words(p['replicas'], p['gpus_per_replica'])}):",
+                  highlight=False, markup=False)  # fmt: skip
+        con.print(p["command"], highlight=False, markup=False)
+        files |= p.get("files", {})
+    con.print("\nrouter:", highlight=False, markup=False)
+    con.print(doc["router"]["command"], highlight=False, markup=False)
+    for name, text in (files | doc.get("files", {})).items():
+        con.print(f"\n{name}:", highlight=False, markup=False)
+        con.print(text.rstrip("\n"), highlight=False, markup=False)
+    if "model_of" in doc:
+        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
+                  highlight=False)  # fmt: skip
+
+
 def _print_launch(doc: dict) -> None:
     """The engine command under a human-readable result (nothing without ``--launch``)."""
     if not doc:
+        return
+    if doc.get("disaggregated"):
+        _print_disagg_launch(doc)
         return
     from rich.console import Console
 
@@ -739,8 +780,10 @@ def plan_cmd(
         check_workers(processes, ray, "processes")
         corr = load_correction(correction) if correction is not None else None
         engine = _launch_engine(launch, engine)
-        if launch is not None:  # what it launches: aggregated layouts only
-            disagg = False
+        from hwtune.serve.launch import DISAGG_LAUNCH_ENGINES
+
+        if launch is not None and launch not in DISAGG_LAUNCH_ENGINES:
+            disagg = False  # what it launches: aggregated layouts only
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -751,14 +794,17 @@ def plan_cmd(
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
                           frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
-        keep = None
+        keep = keep_layout = None
+        disagg_router = "least-tokens"
         if launch is not None:  # refuse now what no layout changes; search what it launches
-            from hwtune.serve.launch import launch_refusal
+            from hwtune.serve.launch import disagg_plan_router, launch_refusal
 
             refusal = launch_refusal(launch, base)
             if refusal is not None:
                 raise _launch_error(refusal, launch)
             keep = partial(_launchable, launch)
+            keep_layout = partial(_launchable_layout, launch)
+            disagg_router = disagg_plan_router(launch)
         if corr is not None:
             check_applies(corr, _fitted_to(base, eng, profile))
             if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
@@ -773,7 +819,8 @@ def plan_cmd(
         with progress_bar("layouts", not as_json) as cb:
             res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                        processes, correction=corr, margin=margin == "likely", ray_address=ray,
-                       progress=cb, keep=keep)  # fmt: skip
+                       progress=cb, keep=keep, keep_layout=keep_layout,
+                       disagg_router=disagg_router)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return

@@ -1,5 +1,7 @@
 """A simulated deployment as the serving engine's command: apply what `serve` and `serve plan`
-chose, on vLLM, SGLang or TensorRT-LLM (`SERVE_LAUNCH_ENGINES`).
+chose, on vLLM, SGLang or TensorRT-LLM (`SERVE_LAUNCH_ENGINES`); a disaggregated deployment as
+its prefill and decode servers and the router in front (`DISAGG_LAUNCH_ENGINES`,
+`DisaggLaunch`).
 
 vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_b`` as
 ``--a-b``, booleans with ``--no-`` forms: vLLM's "Engine Arguments" documentation and
@@ -30,8 +32,30 @@ Refused, with the field that stops it: a scheduler other than vLLM's chunked pre
 prefill steps (vLLM runs CUDA graphs; ``--enforce-eager`` makes every step eager), speculative
 decoding (its method depends on the model's draft), a weight format that is neither the
 checkpoint's nor fp8 from bf16, an fp4 KV cache, a disaggregated deployment (one command per
-pool and a KV connector), TensorRT-LLM's batch waiting and attention-DP balancing, a front-end
-limit (a property of the server, not a setting).
+pool and a KV connector: `vllm_disagg_launch` below), TensorRT-LLM's batch waiting and
+attention-DP balancing, a front-end limit (a property of the server, not a setting).
+
+vLLM, disaggregated (`vllm_disagg_launch`; what `vllm_launch` refuses): a prefill server per
+prefill replica and a decode server per decode replica, each ``vllm serve`` with the flags above
+for its own pool's replica, and the proxy of vLLM's NixlConnector guide
+(``docs/features/nixl_connector_usage.md`` at `VLLM_NIXL_DOCS_COMMIT`) in front:
+
+- ``--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":...}'`` (``kv_producer``
+  on the prefill servers, ``kv_consumer`` on the decode ones; the guide: the NixlConnector
+  does not act on the role, the proxy decides): NIXL over UCX moves the KV cache over the
+  scale-out network, as simulated (``UCX_NET_DEVICES`` / ``VLLM_NIXL_SIDE_CHANNEL_HOST`` name
+  the NICs and each server's address when the servers are on different machines);
+- ``python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`` (from a vLLM checkout;
+  at `VLLM_PROXY_COMMIT`) with ``--prefiller-hosts``/``--prefiller-ports`` and
+  ``--decoder-hosts``/``--decoder-ports``, one per server (``PREFILL_i``/``DECODE_i`` for the
+  hosts they run on): it sends each request to the next prefill server (round robin) with
+  ``max_tokens`` 1, then to the next decode server with the prefill's ``kv_transfer_params``,
+  so it picks the decode server when the prefill has finished, as hwtune's round-robin router
+  does; it has no other policy, so ``least-tokens`` is refused while a pool has more than one
+  server;
+- the pools may differ in TP (``nixl_connector_compatibility.md``: "tensor-parallel-size
+  (heterogeneous TP ...)" may differ); the KV cache dtype must be the same on both, and a
+  prefill block size larger than the decode one is not paired: both refused.
 
 SGLang (``python -m sglang.launch_server --model-path MODEL``; flags are the ``ServerArgs``
 dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, read at commit
@@ -91,10 +115,50 @@ an fp4 KV cache (SGLang's ``nvfp4`` and ``fp4_mx_block16`` recipes are not what 
 is checked against), a weight format that is neither the checkpoint's nor fp8 from bf16, a
 weight-only kernel other than the native one (hwtune's Marlin and Triton MXFP4 kernels are
 vLLM's and TensorRT-LLM's), attention DP for a dense model, a ``max_num_seqs`` that is not a
-multiple of ``dp_attention``, a disaggregated deployment,
+multiple of ``dp_attention``, a disaggregated deployment (`sglang_disagg_launch` writes it),
 TensorRT-LLM's batch waiting and attention-DP balancing, the ``free`` KV memory rule, reserving
 KV to completion, a front-end limit, overlap scheduling with pipeline parallelism (SGLang turns
 it off there).
+
+SGLang, disaggregated (`sglang_disagg_launch`; a `Deployment` with ``prefill``): a prefill
+server per prefill replica and a decode server per decode replica, each with the flags above
+for its own pool's replica (the prefill pool's ``prefill`` `ReplicaConfig`, the decode pool's
+``replica``: its TP/DP/EP degrees, ``--max-running-requests``, token budget, memory fraction),
+and ``python -m sglang_router.launch_router --pd-disaggregation`` in front (SGLang's
+``docs/advanced_features/pd_disaggregation.md`` at 08edc506b2da77e7fa8a6a3a1ec7a704241703d4,
+the router's ``router_args.py`` at `SGLANG_ROUTER_COMMIT`):
+
+- ``--disaggregation-mode prefill`` / ``decode`` (``ServerArgs`` at `SGLANG_COMMIT`, "PD
+  disaggregation" fields); ``--disaggregation-transfer-backend mooncake``, SGLang's default,
+  which moves the KV cache over RDMA: the scale-out network over which the simulator sends
+  each prefill GPU's shard (`hwtune.serve.simulator`); the InfiniBand devices are detected
+  (``--disaggregation-ib-device`` to name them). The two pools may differ in TP: at
+  `SGLANG_COMMIT` there is no ``--disaggregation-decode-tp`` to set;
+- the prefill server's ``--disaggregation-bootstrap-port`` (its default, 8998) is given to the
+  router with each prefill URL (``--prefill URL PORT``: without it the router assumes none,
+  ``_parse_prefill_urls``); ``--decode URL`` per decode server; the URLs name the servers
+  ``PREFILL_i`` / ``DECODE_i`` on SGLang's default port, for the hosts they run on;
+- ``--disaggregation-decode-extra-slots 0``: a request whose KV is in transfer then holds one of
+  the decode server's ``max_running_requests`` slots, as the simulated decode replica admits a
+  hand-off into a sequence slot before pulling its cache (SGLang's default adds 2x the batch
+  of spare slots for batches of 32 or fewer per worker);
+- the router's ``--policy round_robin`` (prefill and decode alike) for hwtune's ``round-robin``
+  router. SGLang's router picks the decode server when the request arrives, hwtune's when the
+  prefill finishes: the same rotation, in a possibly different order. Its other policies
+  (random, power_of_two, cache_aware) are not hwtune's ``least-tokens``, which is refused while
+  a pool has more than one server (with one each, no policy is given); ``serve plan --launch
+  sglang`` searches disaggregated layouts with the round-robin router
+  (`disagg_plan_router`);
+- ``--enable-mixed-chunk`` is left out (no step of a prefill or decode server has both prompt
+  and decode tokens); the decode server runs a chunk cache whatever the radix flag
+  (``arg_groups/pd_disaggregation_hook.py`` at `SGLANG_PD_HOOK_COMMIT`: "KV cache is forced as
+  chunk cache for decode server"), as the simulated decode replica never looks a prompt up.
+
+Not simulated, so not set: the router's own admission limit (``--max-concurrent-requests``,
+256 by default, with a queue of 100): raise it above the clients you send; SGLang's decode
+server reserves ``--num-reserved-decode-tokens`` (512) per running request when it admits.
+Refused, with the field: whatever either pool's replica is refused for above (the message
+names the pool), and ``router`` ``least-tokens`` with more than one server in a pool.
 
 TensorRT-LLM (``trtllm-serve MODEL --backend pytorch ... --extra_llm_api_options FILE``, with
 FILE the YAML of LLM API options it writes beside the command; the click options of
@@ -231,6 +295,41 @@ prefix caching below SM90 (`TRTLLM_MLA_ARCHITECTURES`) or with an fp4 KV cache (
 are reused only unquantized or fp8), and chunked prefill (``scheduler`` vllm) below SM90.
 ``benchmarks/check_trtllm_launch.py`` checks the names and values written against those two
 files (VALIDATION.md, "Launch commands").
+
+TensorRT-LLM, disaggregated (`trtllm_disagg_launch`; what `trtllm_launch` refuses): a context
+server per prefill replica and a generation server per decode replica, each ``trtllm-serve``
+with the flags and options above for its own pool's replica (its own options file,
+`TRTLLM_POOL_FILES`, on its pool's port, `TRTLLM_POOL_PORTS`), and ``trtllm-serve
+disaggregated -c`` `TRTLLM_DISAGG_FILE` in front (the ``disaggregated`` click command of
+``serve.py`` at `TRTLLM_SERVE_COMMIT`; ``examples/disaggregated/README.md`` as the index holds
+it, 013971245ed5ddb230f1917dd8ccce711a17280f):
+
+- ``cache_transceiver_config: {backend: DEFAULT}`` in both pools' options (``TorchLlmArgs``
+  at `TRTLLM_ARGS_COMMIT`: ``CacheTransceiverConfig.backend`` one of DEFAULT, UCX, NIXL,
+  MOONCAKE, MPI; DEFAULT is NIXL unless a legacy ``TRTLLM_USE_*_KVCACHE`` variable names
+  another): the KV cache goes over the scale-out network, as simulated.
+  ``max_tokens_in_buffer`` is left unset (hwtune simulates no transfer buffer);
+- the disaggregated server's YAML (``extract_disagg_cfg`` / ``extract_ctx_gen_cfgs`` of
+  ``disagg_utils.py`` at `TRTLLM_DISAGG_UTILS_COMMIT`): ``hostname``, ``port``,
+  ``context_servers`` and ``generation_servers`` each with ``num_instances`` and ``urls``
+  (``host:port``, one per instance; here ``CTX_i`` / ``GEN_i`` for the hosts the servers run
+  on), and ``router: {type: round_robin}`` for hwtune's ``round-robin`` router
+  (``create_router`` of ``serve/router.py`` at `TRTLLM_ROUTER_COMMIT`: round_robin,
+  load_balancing, kv_cache_aware, conversation). In its default ``context_first`` schedule
+  the disaggregated server picks the generation server after the context server has answered
+  (``serve/openai_disagg_service.py`` as the index holds it,
+  319f5114a2744b322286be6be2721f782e7eee8a), as hwtune routes a hand-off when the prefill
+  ends;
+- each pool keeps its own ``disable_overlap_scheduler`` as simulated (the README's example
+  turns the overlap scheduler off on its context servers; hwtune's ``overlap_schedule`` of the
+  prefill pool says which).
+
+Not simulated, so not set: the disaggregated server's request timeout (``-r``, 180 s by
+default): raise it for runs whose requests take longer. Refused, with the field: whatever
+either pool's replica is refused for above (the message names the pool), and ``router``
+``least-tokens`` with more than one server in a pool (``load_balancing`` counts requests, or
+with ``use_tokens`` the prompt tokens of context requests and none of a generation request's:
+``get_request_num_tokens`` refuses ``generation_only`` requests).
 """
 
 from __future__ import annotations
@@ -662,6 +761,317 @@ def trtllm_launch(dep: Deployment, model: str) -> ServeLaunch:
                        ((TRTLLM_OPTIONS_FILE, text),))  # fmt: skip
 
 
+SGLANG_PD_HOOK_COMMIT = "00e1106f4ab55cfb7dceeba2dfbc04b0cc40bb6f"
+"""The sgl-project/sglang commit whose ``python/sglang/srt/arg_groups/pd_disaggregation_hook.py``
+(what ``--disaggregation-mode`` does to the other arguments) was read; the source index holds it
+at no commit nearer `SGLANG_COMMIT`."""
+SGLANG_ROUTER_COMMIT = "083d601378d0baaef6191e7f2d40fb70d06518af"
+"""The sgl-project/sglang commit whose ``sgl-router/py_src/sglang_router/router_args.py`` (the
+``sglang_router.launch_router`` options) was read."""
+SGLANG_ROUTER_PROGRAM: tuple[str, ...] = ("python", "-m", "sglang_router.launch_router")
+SGLANG_TRANSFER_BACKEND = "mooncake"
+"""``--disaggregation-transfer-backend``: SGLang's default, over RDMA (``mooncake_tcp`` forces
+TCP), the scale-out network the simulator sends the KV cache over."""
+SGLANG_PORT = 30000
+"""SGLang's default server port (``ServerArgs.port``), in the router's worker URLs."""
+SGLANG_BOOTSTRAP_PORT = 8998
+"""``ServerArgs.disaggregation_bootstrap_port``'s default: the prefill server's bootstrap port,
+which the router must be told (``--prefill URL`` alone means none: ``_parse_prefill_urls``)."""
+SGLANG_ROUTER_POLICIES: dict[str, str] = {"round-robin": "round_robin"}
+"""The router's ``--policy`` for each hwtune router it has (its choices: random, round_robin,
+cache_aware, power_of_two)."""
+
+
+@dataclass(frozen=True)
+class DisaggLaunch:
+    """A disaggregated deployment's commands: the prefill pool's server (``prefill.replicas``
+    of it), the decode pool's (``decode.replicas``), and the router in front of both, with the
+    files the router reads (TensorRT-LLM's disaggregated-server YAML)."""
+
+    engine: str
+    model: str
+    prefill: ServeLaunch
+    decode: ServeLaunch
+    router: tuple[str, ...]
+    """The router's whole command line (program and arguments)."""
+    files: tuple[tuple[str, str], ...] = ()
+
+    def router_command(self) -> str:
+        return shlex.join(self.router)
+
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "engine": self.engine,
+            "model": self.model,
+            "disaggregated": True,
+            "gpus": self.prefill.replicas * self.prefill.gpus_per_replica
+            + self.decode.replicas * self.decode.gpus_per_replica,
+            "prefill": self.prefill.to_dict(),
+            "decode": self.decode.to_dict(),
+            "router": {"args": list(self.router), "command": self.router_command()},
+        }
+        if self.files:
+            doc["files"] = dict(self.files)
+        return doc
+
+
+def _pool_refusal(refusal: HwtuneInputError | None, pool: str) -> HwtuneInputError | None:
+    """An engine's refusal of one pool's replica, saying which pool (the prefill pool's ``tp``
+    is ``prefill_tp``, as `serve --prefill-tp` sets it)."""
+    if refusal is None:
+        return None
+    field = "prefill_tp" if pool == "prefill" and refusal.field == "tp" else refusal.field
+    return HwtuneInputError(field, refusal.value, f"{refusal.expected} (the {pool} pool)")
+
+
+def sglang_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
+    """Why SGLang cannot run the disaggregated deployment ``dep`` as simulated (the first
+    reason), or None: either pool's replica (`sglang_refusal`), or a router policy its router
+    has no equivalent of while a pool has more than one server to choose from."""
+    pre = dep.prefill
+    if pre is None:
+        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
+    for cfg, pool in ((pre, "prefill"), (dep.replica, "decode")):
+        refusal = _pool_refusal(sglang_refusal(cfg), pool)
+        if refusal is not None:
+            return refusal
+    if dep.router not in SGLANG_ROUTER_POLICIES and max(dep.replicas, dep.prefill_replicas) > 1:
+        return HwtuneInputError(
+            "router", dep.router, "round-robin, or one replica in each pool (SGLang's router "
+            "has round_robin; its power_of_two samples two servers and cache_aware balances "
+            "only past a threshold, neither the least outstanding tokens)",
+        )  # fmt: skip
+    return None
+
+
+def _sglang_pool(cfg: ReplicaConfig, replicas: int, model: str, mode: str) -> ServeLaunch:
+    """One pool's server command: the aggregated flags of ``cfg`` (`sglang_launch`) with
+    ``--disaggregation-mode``; ``--enable-mixed-chunk`` is dropped (no step of either pool has
+    both prompt and decode tokens)."""
+    agg = sglang_launch(Deployment(cfg, replicas), model)
+    a = [x for x in agg.args if x != "--enable-mixed-chunk"]
+    a += ["--disaggregation-mode", mode,
+          "--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND,
+          "--host", "0.0.0.0"]  # fmt: skip
+    if mode == "prefill":
+        a += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_PORT)]
+    else:  # a request in transfer holds one of the max_running_requests slots, as simulated
+        a += ["--disaggregation-decode-extra-slots", "0"]
+    return ServeLaunch("sglang", model, tuple(a), agg.env, replicas, cfg.gpus)
+
+
+def sglang_disagg_launch(dep: Deployment, model: str) -> DisaggLaunch:
+    """The disaggregated deployment ``dep`` as SGLang's prefill and decode servers
+    (``--disaggregation-mode``, each pool with its own replica's flags) and
+    ``sglang_router.launch_router --pd-disaggregation`` in front (see the module docstring).
+    The router's worker URLs name the servers ``PREFILL_i`` and ``DECODE_i``: the hosts they
+    run on."""
+    refusal = sglang_disagg_refusal(dep)
+    if refusal is not None:
+        raise refusal
+    assert dep.prefill is not None
+    pre = _sglang_pool(dep.prefill, dep.prefill_replicas, model, "prefill")
+    dec = _sglang_pool(dep.replica, dep.replicas, model, "decode")
+    r = [*SGLANG_ROUTER_PROGRAM, "--pd-disaggregation"]
+    for i in range(1, dep.prefill_replicas + 1):
+        r += ["--prefill", f"http://PREFILL_{i}:{SGLANG_PORT}", str(SGLANG_BOOTSTRAP_PORT)]
+    for i in range(1, dep.replicas + 1):
+        r += ["--decode", f"http://DECODE_{i}:{SGLANG_PORT}"]
+    if dep.router in SGLANG_ROUTER_POLICIES:
+        r += ["--policy", SGLANG_ROUTER_POLICIES[dep.router]]
+    r += ["--host", "0.0.0.0", "--port", "8000"]
+    return DisaggLaunch("sglang", model, pre, dec, tuple(r))
+
+
+TRTLLM_DISAGG_UTILS_COMMIT = "0228a71223416496ff056a157936bad2e42c762f"
+"""The NVIDIA/TensorRT-LLM commit whose ``tensorrt_llm/llmapi/disagg_utils.py`` (how
+``trtllm-serve disaggregated -c FILE`` reads ``context_servers`` / ``generation_servers``) was
+read."""
+TRTLLM_ROUTER_COMMIT = "00895e31dc5f9865c6bdfd2dd0508a9d6d964e9d"
+"""The NVIDIA/TensorRT-LLM commit whose ``tensorrt_llm/serve/router.py`` (``create_router``'s
+router types) was read."""
+TRTLLM_DISAGG_FILE = "hwtune-trtllm-disagg.yaml"
+"""The disaggregated server's configuration (``trtllm-serve disaggregated -c``)."""
+TRTLLM_POOL_FILES: dict[str, str] = {
+    "context": "hwtune-trtllm-ctx.yaml",
+    "generation": "hwtune-trtllm-gen.yaml",
+}
+"""Each pool's LLM API options file (``--extra_llm_api_options``)."""
+TRTLLM_POOL_PORTS: dict[str, int] = {"context": 8001, "generation": 8002}
+"""The port of each pool's servers (the disaggregated server takes ``trtllm-serve``'s default,
+8000)."""
+TRTLLM_CACHE_TRANSCEIVER_BACKEND = "DEFAULT"
+"""``cache_transceiver_config.backend``: ``DEFAULT`` is NIXL unless a legacy environment
+variable names another (``CacheTransceiverConfig._resolve_default_backend``)."""
+TRTLLM_ROUTERS: dict[str, str] = {"round-robin": "round_robin"}
+"""The disaggregated server's router ``type`` for each hwtune router it has."""
+
+
+def trtllm_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
+    """Why TensorRT-LLM cannot run the disaggregated deployment ``dep`` as simulated (the first
+    reason), or None: either pool's replica (`trtllm_refusal`), or a router it has no
+    equivalent of while a pool has more than one server."""
+    pre = dep.prefill
+    if pre is None:
+        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
+    for cfg, pool in ((pre, "prefill"), (dep.replica, "decode")):
+        refusal = _pool_refusal(trtllm_refusal(cfg), pool)
+        if refusal is not None:
+            return refusal
+    if dep.router not in TRTLLM_ROUTERS and max(dep.replicas, dep.prefill_replicas) > 1:
+        return HwtuneInputError(
+            "router", dep.router, "round-robin, or one replica in each pool (TensorRT-LLM's "
+            "load_balancing router counts requests, or with use_tokens the prompt tokens of "
+            "context requests only, not the outstanding tokens)",
+        )  # fmt: skip
+    return None
+
+
+def _trtllm_pool(cfg: ReplicaConfig, replicas: int, model: str, pool: str) -> ServeLaunch:
+    """One pool's ``trtllm-serve`` command and options file: the aggregated ones of ``cfg``
+    (`trtllm_launch`, `trtllm_options`) with ``cache_transceiver_config``, on the pool's port."""
+    import yaml
+
+    agg = trtllm_launch(Deployment(cfg, replicas), model)
+    name = TRTLLM_POOL_FILES[pool]
+    a = list(agg.args)
+    a[a.index("--extra_llm_api_options") + 1] = name
+    a += ["--host", "0.0.0.0", "--port", str(TRTLLM_POOL_PORTS[pool])]
+    opts = trtllm_options(cfg)
+    opts["cache_transceiver_config"] = {"backend": TRTLLM_CACHE_TRANSCEIVER_BACKEND}
+    text = yaml.safe_dump(opts, sort_keys=False)
+    return ServeLaunch("trtllm", model, tuple(a), agg.env, replicas, cfg.gpus, ((name, text),))
+
+
+def trtllm_disagg_launch(dep: Deployment, model: str) -> DisaggLaunch:
+    """The disaggregated deployment ``dep`` as TensorRT-LLM's context and generation servers
+    (``trtllm-serve`` with ``cache_transceiver_config``, each pool with its own replica's
+    options) and ``trtllm-serve disaggregated -c`` in front (see the module docstring). The
+    servers are named ``CTX_i`` and ``GEN_i`` in its configuration: the hosts they run on."""
+    import yaml
+
+    refusal = trtllm_disagg_refusal(dep)
+    if refusal is not None:
+        raise refusal
+    assert dep.prefill is not None
+    ctx = _trtllm_pool(dep.prefill, dep.prefill_replicas, model, "context")
+    gen = _trtllm_pool(dep.replica, dep.replicas, model, "generation")
+    doc: dict[str, object] = {"hostname": "0.0.0.0", "port": 8000}
+    for key, host, n, pool in (("context_servers", "CTX", dep.prefill_replicas, "context"),
+                               ("generation_servers", "GEN", dep.replicas, "generation")):  # fmt: skip
+        port = TRTLLM_POOL_PORTS[pool]
+        servers: dict[str, object] = {
+            "num_instances": n,
+            "urls": [f"{host}_{i}:{port}" for i in range(1, n + 1)],
+        }
+        if dep.router in TRTLLM_ROUTERS:
+            servers["router"] = {"type": TRTLLM_ROUTERS[dep.router]}
+        doc[key] = servers
+    text = yaml.safe_dump(doc, sort_keys=False)
+    router = ("trtllm-serve", "disaggregated", "-c", TRTLLM_DISAGG_FILE)
+    return DisaggLaunch("trtllm", model, ctx, gen, router, ((TRTLLM_DISAGG_FILE, text),))
+
+
+VLLM_NIXL_DOCS_COMMIT = "026c83f974fcee0e1887060ebdcc53dc427bacfc"
+"""The vllm-project/vllm commit whose ``docs/features/nixl_connector_usage.md`` was read
+(``nixl_connector_compatibility.md`` at 0a5110ef53c5d0d86ac19464bad6e7b9a9c44dbc)."""
+VLLM_PROXY_COMMIT = "030ea52effcb05071543c8c42b8f0145e94cee43"
+"""The vllm-project/vllm commit whose ``tests/v1/kv_connector/nixl_integration/
+toy_proxy_server.py`` (the proxy the NixlConnector guide runs) was read."""
+VLLM_PROXY_SCRIPT = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+"""The proxy, a script of vLLM's source tree (run from a checkout of the release served)."""
+VLLM_POOL_PORTS: dict[str, int] = {"prefill": 8100, "decode": 8200}
+"""The port of each pool's servers (the NixlConnector guide's)."""
+VLLM_KV_ROLES: dict[str, str] = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def vllm_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
+    """Why vLLM cannot run the disaggregated deployment ``dep`` as simulated (the first
+    reason), or None: either pool's replica (`vllm_refusal`), KV formats or block sizes the
+    NixlConnector does not pair, or a router the proxy does not have while a pool has more
+    than one server."""
+    pre = dep.prefill
+    if pre is None:
+        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
+    dec = dep.replica
+    for cfg, pool in ((pre, "prefill"), (dec, "decode")):
+        refusal = _pool_refusal(vllm_refusal(cfg), pool)
+        if refusal is not None:
+            return refusal
+    checks: tuple[tuple[bool, str, object, str], ...] = (
+        (pre.kv_dtype != dec.kv_dtype, "kv_precision", pre.kv_dtype,
+         f"the decode pool's {dec.kv_dtype} (the NixlConnector's handshake requires the same "
+         "KV cache dtype on both sides)"),
+        (pre.block_size > dec.block_size, "block_size", pre.block_size,
+         f"at most the decode pool's {dec.block_size} (the NixlConnector pairs a prefill block "
+         "size only below or equal to the decode one)"),
+        (dep.router != "round-robin" and max(dep.replicas, dep.prefill_replicas) > 1, "router",
+         dep.router, "round-robin, or one replica in each pool (vLLM's proxy cycles through "
+         "each pool's servers)"),
+    )  # fmt: skip
+    for bad, field, value, expected in checks:
+        if bad:
+            return HwtuneInputError(field, value, expected)
+    return None
+
+
+def _vllm_pool(cfg: ReplicaConfig, replicas: int, model: str, pool: str) -> ServeLaunch:
+    """One pool's ``vllm serve`` command: the aggregated flags of ``cfg`` (`vllm_launch`) with
+    its port and ``--kv-transfer-config`` for the NixlConnector."""
+    import json
+
+    agg = vllm_launch(Deployment(cfg, replicas), model)
+    kv = {"kv_connector": "NixlConnector", "kv_role": VLLM_KV_ROLES[pool]}
+    a = [*agg.args, "--host", "0.0.0.0", "--port", str(VLLM_POOL_PORTS[pool]),
+         "--kv-transfer-config", json.dumps(kv, separators=(",", ":"))]  # fmt: skip
+    return ServeLaunch("vllm", model, tuple(a), agg.env, replicas, cfg.gpus)
+
+
+def vllm_disagg_launch(dep: Deployment, model: str) -> DisaggLaunch:
+    """The disaggregated deployment ``dep`` as vLLM's prefill and decode servers (``vllm serve``
+    with the NixlConnector, each pool with its own replica's flags) and the proxy of vLLM's
+    NixlConnector guide in front (see the module docstring). The proxy names the servers
+    ``PREFILL_i`` and ``DECODE_i``: the hosts they run on."""
+    refusal = vllm_disagg_refusal(dep)
+    if refusal is not None:
+        raise refusal
+    assert dep.prefill is not None
+    pre = _vllm_pool(dep.prefill, dep.prefill_replicas, model, "prefill")
+    dec = _vllm_pool(dep.replica, dep.replicas, model, "decode")
+    r = ["python", VLLM_PROXY_SCRIPT, "--host", "0.0.0.0", "--port", "8000"]
+    for flag, host, n, pool in (("prefiller", "PREFILL", dep.prefill_replicas, "prefill"),
+                                ("decoder", "DECODE", dep.replicas, "decode")):  # fmt: skip
+        r += [f"--{flag}-hosts", *(f"{host}_{i}" for i in range(1, n + 1))]
+        r += [f"--{flag}-ports", *([str(VLLM_POOL_PORTS[pool])] * n)]
+    return DisaggLaunch("vllm", model, pre, dec, tuple(r))
+
+
+DISAGG_LAUNCH_ENGINES: tuple[str, ...] = ("sglang", "trtllm", "vllm")
+"""The engines whose disaggregated deployments hwtune writes (`disagg_launch_refusal`)."""
+
+
+def disagg_plan_router(engine: str) -> str:
+    """The router of the disaggregated layouts ``serve plan --launch ENGINE`` searches: the
+    planner's ``least-tokens`` where the engine's router has it, else ``round-robin`` (none of
+    `DISAGG_LAUNCH_ENGINES` has it)."""
+    return "round-robin" if engine in DISAGG_LAUNCH_ENGINES else "least-tokens"
+
+
+def disagg_launch_refusal(engine: str, dep: Deployment) -> HwtuneInputError | None:
+    """Why ``engine`` cannot run deployment ``dep`` as simulated, or None: `launch_refusal` of
+    its replica when aggregated; when disaggregated, the engine's own check of both pools and
+    the router (`sglang_disagg_refusal`), or the engine has no disaggregated launch here."""
+    if dep.prefill is None:
+        return launch_refusal(engine, dep.replica)
+    if engine == "sglang":
+        return sglang_disagg_refusal(dep)
+    if engine == "trtllm":
+        return trtllm_disagg_refusal(dep)
+    if engine == "vllm":
+        return vllm_disagg_refusal(dep)
+    return HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
+
+
 def launch_refusal(engine: str, cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why ``engine`` (one of `SERVE_LAUNCH_ENGINES`) cannot run replica ``cfg`` as simulated,
     or None (`vllm_refusal`, `sglang_refusal`, `trtllm_refusal`)."""
@@ -674,8 +1084,15 @@ def launch_refusal(engine: str, cfg: ReplicaConfig) -> HwtuneInputError | None:
     return HwtuneInputError("launch", engine, "one of " + ", ".join(SERVE_LAUNCH_ENGINES))
 
 
-def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch:
-    """The launch of ``dep`` on ``engine`` (one of `SERVE_LAUNCH_ENGINES`)."""
+def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch | DisaggLaunch:
+    """The launch of ``dep`` on ``engine`` (one of `SERVE_LAUNCH_ENGINES`): a `DisaggLaunch`
+    for a disaggregated deployment on an engine of `DISAGG_LAUNCH_ENGINES`."""
+    if dep.prefill is not None and engine == "sglang":
+        return sglang_disagg_launch(dep, model)
+    if dep.prefill is not None and engine == "trtllm":
+        return trtllm_disagg_launch(dep, model)
+    if dep.prefill is not None and engine == "vllm":
+        return vllm_disagg_launch(dep, model)
     if engine == "vllm":
         return vllm_launch(dep, model)
     if engine == "sglang":
@@ -687,29 +1104,55 @@ def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch:
 
 __all__ = [
     "AICONFIGURATOR_COMMIT",
+    "DISAGG_LAUNCH_ENGINES",
+    "DisaggLaunch",
+    "disagg_launch_refusal",
+    "disagg_plan_router",
     "LAUNCH_PROGRAMS",
     "SERVE_LAUNCH_ENGINES",
     "SGLANG_COMMIT",
+    "SGLANG_BOOTSTRAP_PORT",
     "SGLANG_DEFAULT_MAX_PREFILL_TOKENS",
+    "SGLANG_PD_HOOK_COMMIT",
+    "SGLANG_ROUTER_COMMIT",
+    "SGLANG_ROUTER_POLICIES",
     "SGLANG_SCHEDULERS",
     "ServeLaunch",
     "launch_refusal",
     "serve_launch_for",
+    "sglang_disagg_launch",
+    "sglang_disagg_refusal",
     "sglang_launch",
     "sglang_mem_fraction_static",
     "sglang_refusal",
     "TRTLLM_ARCHITECTURES",
     "TRTLLM_ARGS_COMMIT",
+    "TRTLLM_CACHE_TRANSCEIVER_BACKEND",
     "TRTLLM_DEFAULT_PREFILL_CAPTURE",
+    "TRTLLM_DISAGG_FILE",
+    "TRTLLM_DISAGG_UTILS_COMMIT",
     "TRTLLM_MLA_ARCHITECTURES",
     "TRTLLM_MOE_BACKENDS",
     "TRTLLM_OPTIONS_FILE",
+    "TRTLLM_POOL_FILES",
+    "TRTLLM_POOL_PORTS",
     "TRTLLM_PREFILL_CAPTURE_STEP",
+    "TRTLLM_ROUTERS",
+    "TRTLLM_ROUTER_COMMIT",
     "TRTLLM_SCHEDULERS",
     "TRTLLM_SERVE_COMMIT",
+    "trtllm_disagg_launch",
+    "trtllm_disagg_refusal",
     "trtllm_launch",
     "trtllm_options",
     "trtllm_refusal",
+    "VLLM_KV_ROLES",
+    "VLLM_NIXL_DOCS_COMMIT",
+    "VLLM_POOL_PORTS",
+    "VLLM_PROXY_COMMIT",
+    "VLLM_PROXY_SCRIPT",
+    "vllm_disagg_launch",
+    "vllm_disagg_refusal",
     "vllm_launch",
     "vllm_refusal",
 ]

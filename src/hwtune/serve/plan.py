@@ -93,10 +93,16 @@ def candidates(
     max_gpus: int,
     disagg: bool = True,
     keep: Callable[[ReplicaConfig], bool] | None = None,
+    keep_layout: Callable[[Deployment], bool] | None = None,
+    disagg_router: str = "least-tokens",
 ) -> list[Deployment]:
     """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs; with
     ``keep``, only replicas it keeps (``serve plan --launch``: those the engine runs as
-    simulated, `hwtune.serve.launch.launch_refusal`)."""
+    simulated, `hwtune.serve.launch.launch_refusal`), and with ``keep_layout`` only the
+    deployments it keeps (a disaggregated one's pools and router,
+    `hwtune.serve.launch.disagg_launch_refusal`). ``disagg_router``: the router of the
+    disaggregated layouts (``round-robin`` where the launched engine's router has no
+    least-tokens policy)."""
     spec = base.model
     dom = 8
     tps = [t for t in (1, 2, 4, 8) if t <= min(max_gpus, dom) and spec.n_heads % t == 0]
@@ -128,7 +134,9 @@ def candidates(
                     left = max_gpus - nd * dcfg.gpus
                     for npf in range(1, left // pcfg.gpus + 1):
                         p = replace(pcfg, max_num_seqs=16)
-                        out.append(Deployment(dcfg, nd, "least-tokens", p, npf))
+                        out.append(Deployment(dcfg, nd, disagg_router, p, npf))
+    if keep_layout is not None:
+        out = [d for d in out if keep_layout(d)]
     out.sort(key=lambda d: (d.gpus, d.prefill is not None, d.replica.tp, d.replica.pp))
     return out
 
@@ -202,6 +210,8 @@ def plan(
     ray_address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     keep: Callable[[ReplicaConfig], bool] | None = None,
+    keep_layout: Callable[[Deployment], bool] | None = None,
+    disagg_router: str = "least-tokens",
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -211,7 +221,8 @@ def plan(
     (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
     record's worst tenth. ``processes`` local processes (default: all cores) or ``ray_address``
     (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them;
-    ``keep`` limits the layouts searched (`candidates`)."""
+    ``keep``, ``keep_layout`` and ``disagg_router`` limit the layouts searched
+    (`candidates`)."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -226,8 +237,9 @@ def plan(
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
     check_workers(processes, ray_address, "processes")
-    cands = candidates(base, max_gpus, disagg, keep)[:limit]
-    if not cands and keep is not None and candidates(base, max_gpus, disagg):
+    cands = candidates(base, max_gpus, disagg, keep, keep_layout, disagg_router)[:limit]
+    limited = keep is not None or keep_layout is not None
+    if not cands and limited and candidates(base, max_gpus, disagg):
         raise HwtuneInputError("max_gpus", max_gpus, "enough GPUs for a layout that the launched "
                                "engine runs as simulated")  # fmt: skip
     if not cands:
