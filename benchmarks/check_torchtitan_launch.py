@@ -116,7 +116,7 @@ def emit(path: Path) -> int:
                 vpp=vpp, recompute=rng.choice(["none", "selective-op", "full"]),
                 precision=rng.choice(["bf16", "fp32"]),
                 optimizer=rng.choice(["adam", "adam-bf16"]), attention_kernel="flex",
-                loss_kernel="chunked", fused_elementwise=rng.random() < 0.5,
+                loss_kernel="chunked", fused_elementwise=rng.random() < 0.5, fused_norm=True,
                 overlap_tp_comm=rng.random() < 0.3, grad_reduce_dtype="fp32",
             )  # fmt: skip
             if st.precision == "fp32" and st.optimizer != "adam":

@@ -31,7 +31,7 @@ from hwtune.cost.memory import logits_bytes
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
-from hwtune.model.lowering import Shard, lower_head
+from hwtune.model.lowering import Shard, lower_head, lower_layer
 from hwtune.train.frameworks import FRAMEWORKS
 from hwtune.train.launch_torchtitan import torchtitan_launch, torchtitan_refusal
 from hwtune.train.strategy import Strategy
@@ -157,3 +157,20 @@ def test_the_estimate_prices_less_loss_memory_for_the_chunked_run() -> None:
     spec = get_model("llama3.1-8b")
     # the unchunked loss of the Dec 2024 kernels alone holds 12 B x 8192 x vocab
     assert now < 12 * 8192 * spec.vocab
+
+
+def test_eager_torchtitan_norm_is_pytorchs_fused_rmsnorm() -> None:
+    # models/common/nn_modules.py:134-148: RMSNorm(nn.RMSNorm); PyTorch's rms_norm dispatches to
+    # _fused_rms_norm (layer_norm.cpp rms_norm_symint, PR #153666): one kernel, read x, write y;
+    # SwiGLU (feed_forward.py:54) and the complex rotary (rope.py:260-264) stay eager
+    assert FRAMEWORKS["torchtitan-flex"]["fused_norm"] is True
+    assert FRAMEWORKS["torchtitan-flex"]["fused_elementwise"] is False
+    spec = get_model("llama3.1-8b")
+    sh = Shard(tokens=8192, seq=8192, fused=False, fused_norm=True)
+    ops = {op.name: op for op in lower_layer(spec, "full", False, sh)}
+    assert ops["norms"].kernels == 2  # attention_norm and ffn_norm, one kernel each
+    assert ops["norms"].bytes == pytest.approx(2 * 2.0 * 2 * 8192 * spec.d_model)
+    eager = {op.name: op for op in lower_layer(spec, "full", False, Shard(8192, 8192, fused=False))}
+    assert ops["rotary"].bytes == eager["rotary"].bytes
+    assert ops["mlp_act"].bytes == eager["mlp_act"].bytes
+    assert ops["norms"].bytes < eager["norms"].bytes

@@ -73,6 +73,7 @@ class Shard:
     moe_imbalance: float = 1.0
     attn_kernel: str = "best"  # fused attention kernel (cost.compute.ATTENTION_KERNELS)
     fused: bool = True  # elementwise ops fused (Megatron/TE, torch.compile); False: eager PyTorch
+    fused_norm: bool = False  # RMSNorm one kernel even when the rest is eager (native nn.RMSNorm)
     moe_dispatch: str = "alltoall"  # "alltoall" | "deepep" (one network copy per node)
     fp8_recipe: str = ""  # "" (no fp8 GEMMs) | "delayed" | "current" (moe_expert_ops)
     loss_chunks: int = 1  # slices of the tokens the LM head and loss run in turn (lower_head)
@@ -332,8 +333,11 @@ def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
 
 def _norm_op(name: str, spec: ModelSpec, sh: Shard, elems: float, count: int) -> Op:
     """``count`` norms over ``elems`` normalized elements in all. LayerNorm is one native kernel
-    in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``)."""
-    eager = not sh.fused and spec.norm == "rmsnorm"
+    in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``), unless it is PyTorch's
+    ``nn.RMSNorm`` of a release with its fused kernel (``fused_norm``: ``rms_norm`` dispatches to
+    ``_fused_rms_norm`` when weight and input share a dtype, ``aten/src/ATen/native/
+    layer_norm.cpp`` ``rms_norm_symint``, from PyTorch PR #153666, 2025)."""
+    eager = not (sh.fused or sh.fused_norm) and spec.norm == "rmsnorm"
     return memop(name, rmsnorm_bytes(sh.act_bytes, not eager) * elems,
                  kernels=count * (7 if eager else 1))  # fmt: skip
 

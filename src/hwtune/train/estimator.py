@@ -525,7 +525,7 @@ def shard_of(st: Strategy) -> Shard:
         tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
         sp=st.sequence_parallel, act_bytes=4.0 if st.precision == "fp32" else 2.0,
         flash=st.flash_attention, moe_imbalance=st.moe_imbalance,
-        attn_kernel=st.attention_kernel, fused=st.fused_elementwise,
+        attn_kernel=st.attention_kernel, fused=st.fused_elementwise, fused_norm=st.fused_norm,
         moe_dispatch=st.moe_dispatch,
         fp8_recipe=(st.fp8_recipe if st.precision == "fp8" else ""),
         loss_chunks=LOSS_CHUNKS.get(st.loss_kernel, 1),
@@ -644,7 +644,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             "tokens in turn (torchtitan's ChunkedLossWrapper)"
         )
     if not st.fused_elementwise:
-        notes.append("elementwise ops eager: one kernel per elementary op (no torch.compile)")
+        notes.append(
+            "elementwise ops eager: one kernel per elementary op (no torch.compile)"
+            + ("; RMSNorm PyTorch's fused kernel" if st.fused_norm else "")
+        )
 
     # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over tp x cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks

@@ -18,8 +18,11 @@ descriptions) from what the framework's code calls:
   FlexAttention, the attention backend every language-model registry defaults to
   (``models/llama3/__init__.py:371``; SDPA raises for language models,
   ``models/common/config_utils.py:97-101``), its Triton kernel compiled by ``torch.compile``
-  whatever ``compile.enable`` says (``models/common/attention.py:258-261``); eager RMSNorm,
-  SwiGLU and complex rotary as before; the loss is ``ChunkedLossWrapper`` over
+  whatever ``compile.enable`` says (``models/common/attention.py:258-261``); SwiGLU
+  (``models/common/feed_forward.py:54``) and complex rotary (``models/common/rope.py:260-264``)
+  eager as before, but RMSNorm is ``torch.nn.RMSNorm`` (``models/common/nn_modules.py:134-148``),
+  one fused kernel in the PyTorch nightly torchtitan requires (its ``README.md:105-121``;
+  `Strategy.fused_norm`); the loss is ``ChunkedLossWrapper`` over
   ``CrossEntropyLoss`` (``models/llama3/config_registry.py:197-201, 270-274``), 8 slices
   (`hwtune.cost.memory.LOSS_CHUNKS`).
 - ``torchtitan-flex-compile``: the same with ``compile.enable`` (the model's elementwise ops fused).
@@ -47,11 +50,13 @@ FRAMEWORKS: dict[str, dict[str, object]] = {
     "torchtitan-flex": {
         "attention_kernel": "flex",
         "fused_elementwise": False,
+        "fused_norm": True,
         "loss_kernel": "chunked",
     },
     "torchtitan-flex-compile": {
         "attention_kernel": "flex",
         "fused_elementwise": True,
+        "fused_norm": True,
         "loss_kernel": "chunked",
     },
     "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "pytorch"},

@@ -129,6 +129,12 @@ class Strategy(BaseModel):
         description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
         "torch.compile); False = eager PyTorch, one kernel per elementary op",
     )
+    fused_norm: bool = Field(
+        default=False,
+        description="with eager elementwise ops, RMSNorm still one fused kernel: PyTorch's "
+        "nn.RMSNorm since its native fused kernel (aten _fused_rms_norm, PyTorch PR #153666, "
+        "2025), as torchtitan of 2026 calls it; rotary and SwiGLU stay eager",
+    )
     fp8_recipe: Literal["delayed", "current"] = Field(
         default="delayed",
         description="fp8 scaling (with precision fp8): delayed = scale from the amax history, one "
