@@ -25,7 +25,14 @@ Two halves, two interpreters (torchtitan's config code needs tyro, hwtune's need
      schedules are GPipe and 1F1B, the rest multi-stage), and the trainer's checks transcribed
      with their lines (``trainer.py:124-128``, ``172-176``, ``296-307``, ``412-427``);
    - the parsed values are compared with the strategy: degrees, micro-batches per step, tokens,
-     each pipeline rank's layers (hwtune's `_stage_layers`), recomputation and compile.
+     each pipeline rank's layers (hwtune's `_stage_layers`), recomputation and compile;
+   - the kernels: the strategies are priced with flex attention and the chunked loss
+     (``--framework torchtitan-flex``), and ``ast`` reads in torchtitan's sources that
+     ``llama3_8b``/``llama3_70b`` run them (``models/llama3/__init__.py`` ``model_registry``'s
+     default backend, ``config_registry.py``, ``models/common/config_utils.py``'s ``sdpa``
+     branch, ``components/loss.py``'s ``num_chunks`` default) and that no ``model.`` option
+     exists to change the backend; each rank's tokens split into the loss's slices
+     (``loss.py:604-607``).
 
 Usage::
 
@@ -49,6 +56,7 @@ def emit(path: Path) -> int:
     import random
 
     from hwtune.cli.software import launch_constraints, launch_fields, software_fields
+    from hwtune.cost.memory import LOSS_CHUNKS
     from hwtune.hardware.cluster import make_cluster
     from hwtune.model.catalog import get_model
     from hwtune.train.estimator import _stage_layers
@@ -79,7 +87,7 @@ def emit(path: Path) -> int:
         for n in counts:
             for seq in seqs:
                 for per_gpu in (1, 4):
-                    for fw in ("torchtitan", "torchtitan-compile"):
+                    for fw in ("torchtitan-flex", "torchtitan-flex-compile"):
                         base = software_fields("best", False, "fused", "alltoall", "delayed", fw)
                         base |= launch_fields("torchtitan")
                         c = launch_constraints("torchtitan", Constraints(), spec)
@@ -107,8 +115,8 @@ def emit(path: Path) -> int:
                 global_batch=mb * m * dp, seq=rng.choice([2048, 4096, 8192]), schedule=sched,
                 vpp=vpp, recompute=rng.choice(["none", "selective-op", "full"]),
                 precision=rng.choice(["bf16", "fp32"]),
-                optimizer=rng.choice(["adam", "adam-bf16"]), attention_kernel="fa2",
-                loss_kernel="pytorch", fused_elementwise=rng.random() < 0.5,
+                optimizer=rng.choice(["adam", "adam-bf16"]), attention_kernel="flex",
+                loss_kernel="chunked", fused_elementwise=rng.random() < 0.5, fused_norm=True,
                 overlap_tp_comm=rng.random() < 0.3, grad_reduce_dtype="fp32",
             )  # fmt: skip
             if st.precision == "fp32" and st.optimizer != "adam":
@@ -154,7 +162,8 @@ def emit(path: Path) -> int:
     mutate(
         flat, "degrees over the world size", flat["args"][i + 1], str(2 * int(flat["args"][i + 1]))
     )
-    doc = {"options": sorted(TORCHTITAN_CLI_OPTIONS), "rows": rows}
+    doc = {"options": sorted(TORCHTITAN_CLI_OPTIONS), "rows": rows,
+           "loss_chunks": LOSS_CHUNKS["chunked"]}  # fmt: skip
     path.write_text(json.dumps(doc))
     return len(rows)
 
@@ -205,6 +214,8 @@ def check(path: Path, repo: str, commit: str) -> int:  # noqa: C901, PLR0915
         "torchtitan/distributed/activation_checkpoint.py",
         "torchtitan/distributed/parallel_dims.py", "torchtitan/distributed/pipeline_parallel.py",
         "tests/unit_tests/test_no_new_cli_options.py",
+        "torchtitan/models/llama3/__init__.py", "torchtitan/models/llama3/config_registry.py",
+        "torchtitan/models/common/config_utils.py", "torchtitan/components/loss.py",
     )}  # fmt: skip
     # -- option names: dataclass fields (ast) and the frozen CLI list
     fields_of: dict[str, set[str]] = {}
@@ -225,6 +236,10 @@ def check(path: Path, repo: str, commit: str) -> int:  # noqa: C901, PLR0915
         if o not in frozen or o.split(".")[1] not in fields_of[section_class[o.split(".")[0]]]
     ]  # fmt: skip
     print(f"options written: {len(doc['options'])}; not torchtitan's: {bad_names or 'none'}")
+    kernel_facts = _kernel_facts(src, frozen, doc["loss_chunks"])
+    print("kernels the launched configurations run: " + "; ".join(
+        f"{k} {'yes' if v else 'NO'}" for k, v in kernel_facts.items()))  # fmt: skip
+    chunks = doc["loss_chunks"]
 
     # -- torchtitan's config modules, with stubs for what they import but parsing does not use
     cuda = types.SimpleNamespace(is_available=lambda: False)
@@ -329,6 +344,11 @@ def check(path: Path, repo: str, commit: str) -> int:  # noqa: C901, PLR0915
             )
             if tr.num_tokens_per_microbatch_per_dp_rank % divisor:  # trainer.py:296-307
                 raise ValueError("tokens per micro-batch vs TP x 2CP")
+            # components/loss.py:604-607: each rank's tokens split into the loss's slices
+            if (tr.num_tokens_per_microbatch_per_dp_rank // dims.cp) % chunks:
+                raise ValueError("tokens per rank vs the chunked loss's slices")
+            if (st["attention_kernel"], st["loss_kernel"]) != ("flex", "chunked"):
+                raise ValueError("kernels other than torchtitan's")
             pp_mb = par.num_pp_microbatches if dims.pp > 1 else 1  # trainer.py:409-427
             per_dp = tr.num_tokens_per_microbatch_per_dp_rank * pp_mb
             dp_degree = dims.dp_replicate * dims.dp_shard
@@ -385,7 +405,47 @@ def check(path: Path, repo: str, commit: str) -> int:  # noqa: C901, PLR0915
     )
     for reason, k in sorted(failures.items(), key=lambda kv: -kv[1]):
         print(f"  {k} x {reason}\n    e.g. {examples[reason][:400]}")
-    return 1 if failures or bad_names or caught < len(controls) else 0
+    bad = failures or bad_names or caught < len(controls) or not all(kernel_facts.values())
+    return 1 if bad else 0
+
+
+def _kernel_facts(src: dict[str, str], frozen: set[str], chunks: int) -> dict[str, bool]:
+    """What the launched Llama configurations run, read from torchtitan's sources (``ast``):
+    the attention backend and loss hwtune's ``torchtitan-flex`` preset prices."""
+    import ast
+
+    def func(path: str, name: str) -> ast.FunctionDef:
+        for node in ast.walk(ast.parse(src[path])):
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+        raise LookupError(name)
+
+    reg = func("torchtitan/models/llama3/__init__.py", "model_registry")
+    backend = {a.arg: d for a, d in zip(reg.args.args[-len(reg.args.defaults):],
+                                        reg.args.defaults, strict=True)}  # fmt: skip
+    facts = {"model_registry defaults to flex": ast.literal_eval(backend["attn_backend"]) == "flex"}
+    for name in ("llama3_8b", "llama3_70b"):
+        calls = [n for n in ast.walk(func("torchtitan/models/llama3/config_registry.py", name))
+                 if isinstance(n, ast.Call)]  # fmt: skip
+        regs = [c for c in calls if ast.unparse(c.func) == "model_registry"]
+        loss = [c for c in calls if ast.unparse(c.func) == "ChunkedLossWrapper.Config"]
+        facts[f"{name}: flex, ChunkedLossWrapper at its default slices"] = (
+            len(regs) == 1 and not any(k.arg == "attn_backend" for k in regs[0].keywords)
+            and len(loss) == 1 and not any(k.arg == "num_chunks" for k in loss[0].keywords)
+        )  # fmt: skip
+    sdpa = [n for n in ast.walk(func("torchtitan/models/common/config_utils.py",
+                                     "get_attention_config"))
+            if isinstance(n, ast.If) and "'sdpa'" in ast.unparse(n.test)]  # fmt: skip
+    facts["sdpa raises for language models"] = bool(sdpa) and isinstance(sdpa[0].body[0], ast.Raise)
+    default = None
+    for node in ast.walk(ast.parse(src["torchtitan/components/loss.py"])):
+        if isinstance(node, ast.ClassDef) and node.name == "ChunkedLossWrapper":
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.AnnAssign) and ast.unparse(sub.target) == "num_chunks":
+                    default = ast.literal_eval(sub.value)  # type: ignore[arg-type]
+    facts[f"ChunkedLossWrapper num_chunks defaults to {chunks}"] = default == chunks
+    facts["no model.* CLI option"] = not any(o.startswith("model.") for o in frozen)
+    return facts
 
 
 def main() -> int:

@@ -31,9 +31,10 @@ from hwtune.train.launch_torchtitan import (
 from hwtune.train.search import Constraints, plan
 from hwtune.train.strategy import Strategy
 
-TITAN = {"attention_kernel": "fa2", "fused_elementwise": False, "loss_kernel": "pytorch",
+TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
          "grad_reduce_dtype": "fp32"}  # fmt: skip
-"""The torchtitan kernels (`hwtune.train.frameworks`) and its fp32 gradient reduction."""
+"""The kernels of torchtitan at b5bcd76c (`hwtune.train.frameworks` ``torchtitan-flex``: flex
+attention, the chunked loss) and its fp32 gradient reduction."""
 COMPILE = {**TITAN, "fused_elementwise": True}
 P = "--parallelism."
 
@@ -241,7 +242,7 @@ def test_expert_parallel_with_replicated_data() -> None:
         (["estimate", "--pp", "2", "--dp", "4", "--schedule", "zb-h1"], "--schedule", ["zb-h1"]),
         (["estimate", "--recompute", "selective"], "--recompute", ["selective-op"]),
         (["estimate", "--precision", "fp16"], "--precision", ["fp16", "bf16"]),
-        (["estimate", "--framework", "megatron"], "--framework", ["torchtitan-compile"]),
+        (["estimate", "--framework", "megatron"], "--framework", ["torchtitan-flex-compile"]),
         (["estimate", "--no-flash"], "--no-flash", ["fused"]),
         (["estimate", "--dp", "8", "--zero", "1", "--global-batch", "32"], "--zero", ["micro"]),
         (["estimate", "--optimizer", "sgd"], "--optimizer", ["adam-bf16"]),
@@ -259,7 +260,7 @@ def test_estimate_launch_uses_torchtitans_kernels() -> None:
     )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["strategy"]["attention_kernel"] == "fa2"
+    assert doc["strategy"]["attention_kernel"] == "flex"
     assert doc["strategy"]["grad_reduce_dtype"] == "fp32"  # configs.py:102
     assert doc["launch"]["framework"] == "torchtitan"
     assert "torchrun --nnodes 1 --nproc-per-node 8 -m torchtitan.train " in doc["launch"]["command"]
@@ -270,7 +271,7 @@ def test_plan_launch_json_is_the_best_strategy() -> None:
         app,
         ["plan", "-m", "llama3.1-8b", "--gpus", "32", "--global-batch", "64", "--seq", "8192",
          "--fix", "pp=4", "--top", "2", "--launch", "torchtitan",
-         "--framework", "torchtitan-compile", "--json"],
+         "--framework", "torchtitan-flex-compile", "--json"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
@@ -293,7 +294,7 @@ def test_plan_launch_json_is_the_best_strategy() -> None:
 def test_plan_answers_launch(model: str, n: int, per_gpu: int, seq: int, compiled: bool) -> None:
     spec = get_model(model)
     cl = make_cluster("h100-sxm-80gb", n)
-    fw = "torchtitan-compile" if compiled else "torchtitan"
+    fw = "torchtitan-flex-compile" if compiled else "torchtitan-flex"
     base = software_fields("best", False, "fused", "alltoall", "delayed", fw)
     base |= launch_fields("torchtitan")
     c = launch_constraints("torchtitan", Constraints(), spec)

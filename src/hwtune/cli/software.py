@@ -17,7 +17,8 @@ AttentionKernel = Annotated[
     str,
     typer.Option(
         help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper) | fa2 "
-        "(FlashAttention-2, PyTorch SDPA's flash backend)"
+        "(FlashAttention-2, PyTorch SDPA's flash backend) | flex (FlexAttention's compiled "
+        "Triton kernel: torchtitan)"
     ),
 ]
 Eager = Annotated[
@@ -28,7 +29,8 @@ Loss = Annotated[
     str,
     typer.Option(
         help="fused (Megatron's in-place vocab-parallel cross-entropy) | pytorch "
-        "(F.cross_entropy on an fp32 upcast: torchtitan, Hugging Face)"
+        "(F.cross_entropy on an fp32 upcast: torchtitan of 2024, Hugging Face) | chunked "
+        "(torchtitan's ChunkedLossWrapper: LM head and loss over 8 slices of the tokens)"
     ),
 ]
 MoeDispatch = Annotated[
@@ -41,8 +43,9 @@ MoeDispatch = Annotated[
 Framework = Annotated[
     str | None,
     typer.Option(
-        help="megatron | torchtitan | torchtitan-compile | llm-foundry | huggingface | "
-        "huggingface-deepspeed: sets the attention kernel, eager ops, loss and ZeRO-3 gathers as "
+        help="megatron | torchtitan | torchtitan-compile (torchtitan of Dec 2024: SDPA) | "
+        "torchtitan-flex | torchtitan-flex-compile (torchtitan of 2026: flex attention, chunked "
+        "loss) | llm-foundry | huggingface | huggingface-deepspeed: sets the attention kernel, eager ops, loss and ZeRO-3 gathers as "
         "that framework runs them (other flags that differ from their defaults win)"
     ),
 ]
@@ -135,10 +138,12 @@ NEGATED_SWITCHES = (
 
 LAUNCH_KERNELS: dict[str, tuple[str, ...]] = {
     "megatron": ("megatron",),
-    "torchtitan": ("torchtitan", "torchtitan-compile"),
+    "torchtitan": ("torchtitan-flex", "torchtitan-flex-compile"),
 }
 """The ``--framework`` kernel sets each ``--launch`` framework runs (the first is its default;
-torchtitan-compile is torchtitan with ``--compile.enable``)."""
+torchtitan-flex-compile is torchtitan-flex with ``--compile.enable``). torchtitan at the commit
+the launch is written for runs flex attention and a chunked loss (`hwtune.train.frameworks`),
+not the SDPA kernels of its Dec 2024 runs (``--framework torchtitan``)."""
 
 
 def check_launch_framework(launch: str | None, framework: str | None) -> str | None:

@@ -189,7 +189,7 @@ def _per_op_sac_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape)
     return kept
 
 
-LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0}
+LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0, "chunked": 14.0}
 """Peak bytes per logit of the loss on the last stage, by cross-entropy implementation.
 
 - ``fused``: Megatron-Core's vocabulary-parallel cross-entropy (``tensor_parallel/
@@ -198,9 +198,24 @@ LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0}
 - ``pytorch``: ``F.cross_entropy(logits.float(), labels)`` (torchtitan, Hugging Face,
   llm-foundry). The backward of ``log_softmax`` holds its saved fp32 output, the fp32 gradient
   from ``nll_loss`` and the fp32 input gradient it allocates at once: 12 (the 16-bit logits are
-  dropped before backward, torchtitan's ``del pred``; the forward peak is 2 + 4 + 4 = 10)."""
+  dropped before backward, torchtitan's ``del pred``; the forward peak is 2 + 4 + 4 = 10).
+- ``chunked``: torchtitan's ``ChunkedLossWrapper`` (pytorch/torchtitan at b5bcd76c,
+  ``components/loss.py:501-721``; every Llama 3 configuration, ``models/llama3/
+  config_registry.py:197-201, 270-274``): the LM head and ``F.cross_entropy(pred.float())``
+  (``loss.py:57-62``) run on one of `LOSS_CHUNKS` slices of the tokens at a time, each slice's
+  backward before the next. A slice holds the ``pytorch`` 12 and its 16-bit logits, which the
+  loop's ``logits`` keeps alive through that backward (``loss.py:682-700``): 14, per logit of
+  one slice. Beside it an fp32 buffer of the hidden-state gradient, 4 B per token and model
+  dimension (``GradAccumulator``, ``loss.py:432``, ``dtype=torch.float32`` at :639-643)."""
+
+LOSS_CHUNKS: dict[str, int] = {"chunked": 8}
+"""Slices of the tokens a chunked loss runs in turn: ``ChunkedLossWrapper.Config.num_chunks``
+defaults to 8 (torchtitan ``components/loss.py:544``), which the Llama 3 configurations keep."""
 
 
 def logits_bytes(spec: ModelSpec, tokens: int, tp: int, loss: str = "fused") -> float:
-    """Peak bytes of the loss on the last stage (``LOSS_KERNELS``), vocabulary split over tp."""
-    return LOSS_KERNELS[loss] * tokens * -(-spec.vocab // tp)
+    """Peak bytes of the loss on the last stage (``LOSS_KERNELS``), vocabulary split over tp;
+    a chunked loss holds one slice's logits and the fp32 hidden-state gradient."""
+    chunks = LOSS_CHUNKS.get(loss, 1)
+    logits = LOSS_KERNELS[loss] * -(-tokens // chunks) * -(-spec.vocab // tp)
+    return logits + (4.0 * tokens * spec.d_model if chunks > 1 else 0.0)

@@ -73,8 +73,10 @@ class Shard:
     moe_imbalance: float = 1.0
     attn_kernel: str = "best"  # fused attention kernel (cost.compute.ATTENTION_KERNELS)
     fused: bool = True  # elementwise ops fused (Megatron/TE, torch.compile); False: eager PyTorch
+    fused_norm: bool = False  # RMSNorm one kernel even when the rest is eager (native nn.RMSNorm)
     moe_dispatch: str = "alltoall"  # "alltoall" | "deepep" (one network copy per node)
     fp8_recipe: str = ""  # "" (no fp8 GEMMs) | "delayed" | "current" (moe_expert_ops)
+    loss_chunks: int = 1  # slices of the tokens the LM head and loss run in turn (lower_head)
 
 
 def _div(x: int, t: int) -> int:
@@ -331,8 +333,11 @@ def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
 
 def _norm_op(name: str, spec: ModelSpec, sh: Shard, elems: float, count: int) -> Op:
     """``count`` norms over ``elems`` normalized elements in all. LayerNorm is one native kernel
-    in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``)."""
-    eager = not sh.fused and spec.norm == "rmsnorm"
+    in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``), unless it is PyTorch's
+    ``nn.RMSNorm`` of a release with its fused kernel (``fused_norm``: ``rms_norm`` dispatches to
+    ``_fused_rms_norm`` when weight and input share a dtype, ``aten/src/ATen/native/
+    layer_norm.cpp`` ``rms_norm_symint``, from PyTorch PR #153666, 2025)."""
+    eager = not (sh.fused or sh.fused_norm) and spec.norm == "rmsnorm"
     return memop(name, rmsnorm_bytes(sh.act_bytes, not eager) * elems,
                  kernels=count * (7 if eager else 1))  # fmt: skip
 
@@ -353,14 +358,25 @@ def lower_embedding(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
 
 @functools.lru_cache(maxsize=1024)
 def lower_head(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
-    """Final norm, vocabulary-parallel LM head and softmax cross-entropy (fp32 logits)."""
+    """Final norm, vocabulary-parallel LM head and softmax cross-entropy (fp32 logits).
+
+    A chunked loss (``loss_chunks`` > 1, torchtitan's ``ChunkedLossWrapper``) issues the LM head
+    and the loss once per slice of the tokens (``gemm`` with ``batch`` = slices, each slice its
+    own GEMM) and gathers the slices' hidden-state gradients in an fp32 buffer: each slice's
+    bf16 gradient read and written as fp32 (2 + 4 B), then the buffer read and written back in
+    bf16 (4 + 2 B) per token and model dimension (``components/loss.py:434-475, 711``)."""
     v = -(-spec.vocab // sh.tp)
     rows = sh.tokens // sh.tp if sh.sp else sh.tokens
-    return (
+    c = max(1, sh.loss_chunks)
+    ops = [
         _norm_op("final_norm", spec, sh, rows * spec.d_model, 1),
-        gemm("lm_head", sh.tokens, v, spec.d_model),
-        memop("cross_entropy", 3 * 4.0 * sh.tokens * v, kernels=3),
-    )
+        gemm("lm_head", sh.tokens // c, v, spec.d_model, batch=c),
+        memop("cross_entropy", 3 * 4.0 * sh.tokens * v, kernels=3 * c),
+    ]
+    if c > 1:
+        ops.append(memop("loss_grad_accumulate", 12.0 * sh.tokens * spec.d_model, kernels=c + 1,
+                         bwd_factor=0.0))  # fmt: skip
+    return tuple(ops)
 
 
 @functools.lru_cache(maxsize=1024)

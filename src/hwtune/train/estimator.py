@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import attention_kernel_share, attention_time, gemm_time, memory_time
 from hwtune.cost.memory import (
+    LOSS_CHUNKS,
     ActShape,
     embedding_activation_bytes,
     layer_activation_bytes,
@@ -491,10 +492,11 @@ def pipeline_ranks(
     emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
     head_f = head_b = 0.0
     for op in lower_head(spec, sh):
-        if op.kind == "gemm":
-            head_f += gemm_time(op.m, op.n, op.k, dev, "bf16" if gdt == "fp8" else gdt)
-            head_b += gemm_time(op.m, op.k, op.n, dev, "bf16" if gdt == "fp8" else gdt) + gemm_time(
-                op.k, op.n, op.m, dev, "bf16" if gdt == "fp8" else gdt
+        if op.kind == "gemm":  # a chunked loss issues one GEMM per slice (op.batch of them)
+            hdt = "bf16" if gdt == "fp8" else gdt
+            head_f += op.batch * gemm_time(op.m, op.n, op.k, dev, hdt)
+            head_b += op.batch * (
+                gemm_time(op.m, op.k, op.n, dev, hdt) + gemm_time(op.k, op.n, op.m, dev, hdt)
             )
         else:
             head_f += memory_time(op.bytes, dev, op.kernels)
@@ -523,9 +525,10 @@ def shard_of(st: Strategy) -> Shard:
         tokens=st.micro_batch * st.seq // st.cp, seq=st.seq, tp=st.tp, cp=st.cp, ep=st.ep,
         sp=st.sequence_parallel, act_bytes=4.0 if st.precision == "fp32" else 2.0,
         flash=st.flash_attention, moe_imbalance=st.moe_imbalance,
-        attn_kernel=st.attention_kernel, fused=st.fused_elementwise,
+        attn_kernel=st.attention_kernel, fused=st.fused_elementwise, fused_norm=st.fused_norm,
         moe_dispatch=st.moe_dispatch,
         fp8_recipe=(st.fp8_recipe if st.precision == "fp8" else ""),
+        loss_chunks=LOSS_CHUNKS.get(st.loss_kernel, 1),
     )  # fmt: skip
 
 
@@ -626,10 +629,25 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 f"GEMMs this GPU holds about {sus:.2f} of them (not applied in tier 2)"
             )
     share = attention_kernel_share(dev, st.attention_kernel)
-    if share < 1.0:
+    if st.attention_kernel == "flex":
+        back = attention_kernel_share(dev, "flex", backward=True)
+        notes.append(
+            f"attention: FlexAttention at {share:.2f}x (forward) and {back:.2f}x (backward) the "
+            "device's best, causal over the whole sequence (torchtitan also masks across packed "
+            "documents, which skips more blocks on short documents)"
+        )
+    elif share < 1.0:
         notes.append(f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best")
+    if st.loss_kernel in LOSS_CHUNKS:
+        notes.append(
+            f"loss: LM head and cross-entropy over {LOSS_CHUNKS[st.loss_kernel]} slices of the "
+            "tokens in turn (torchtitan's ChunkedLossWrapper)"
+        )
     if not st.fused_elementwise:
-        notes.append("elementwise ops eager: one kernel per elementary op (no torch.compile)")
+        notes.append(
+            "elementwise ops eager: one kernel per elementary op (no torch.compile)"
+            + ("; RMSNorm PyTorch's fused kernel" if st.fused_norm else "")
+        )
 
     # ---- process-group placement (Megatron order: tp, cp, dp, pp; ep folded over tp x cp x dp)
     dp_span = cl.span(dp * cp, tp)  # gradients reduce over data x context ranks

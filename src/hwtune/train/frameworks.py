@@ -12,7 +12,20 @@ descriptions) from what the framework's code calls:
   May 2025), i.e. FlashAttention-2; RMSNorm, SwiGLU and complex-form rotary run eagerly, one kernel
   per elementary op; ``F.cross_entropy`` on an fp32 upcast of the logits.
 - ``torchtitan-compile``: the same with ``torch.compile`` fusing the elementwise ops of each block
-  (the loss stays eager).
+  (the loss stays eager). These two are the torchtitan of the Dec 2024 benchmark runs of the
+  training validation.
+- ``torchtitan-flex`` (pytorch/torchtitan at b5bcd76c, 2026-08, what ``--launch torchtitan`` runs):
+  FlexAttention, the attention backend every language-model registry defaults to
+  (``models/llama3/__init__.py:371``; SDPA raises for language models,
+  ``models/common/config_utils.py:97-101``), its Triton kernel compiled by ``torch.compile``
+  whatever ``compile.enable`` says (``models/common/attention.py:258-261``); SwiGLU
+  (``models/common/feed_forward.py:54``) and complex rotary (``models/common/rope.py:260-264``)
+  eager as before, but RMSNorm is ``torch.nn.RMSNorm`` (``models/common/nn_modules.py:134-148``),
+  one fused kernel in the PyTorch nightly torchtitan requires (its ``README.md:105-121``;
+  `Strategy.fused_norm`); the loss is ``ChunkedLossWrapper`` over
+  ``CrossEntropyLoss`` (``models/llama3/config_registry.py:197-201, 270-274``), 8 slices
+  (`hwtune.cost.memory.LOSS_CHUNKS`).
+- ``torchtitan-flex-compile``: the same with ``compile.enable`` (the model's elementwise ops fused).
 - ``llm-foundry`` (MosaicML Composer, 2023): FlashAttention-2-class kernels (flash-attn 2 or
   Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, ``F.cross_entropy``.
 - ``huggingface`` (``transformers`` + Trainer, eager, SDPA): FlashAttention-2 through SDPA, eager
@@ -33,6 +46,18 @@ FRAMEWORKS: dict[str, dict[str, object]] = {
         "attention_kernel": "fa2",
         "fused_elementwise": True,
         "loss_kernel": "pytorch",
+    },
+    "torchtitan-flex": {
+        "attention_kernel": "flex",
+        "fused_elementwise": False,
+        "fused_norm": True,
+        "loss_kernel": "chunked",
+    },
+    "torchtitan-flex-compile": {
+        "attention_kernel": "flex",
+        "fused_elementwise": True,
+        "fused_norm": True,
+        "loss_kernel": "chunked",
     },
     "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "pytorch"},
     "huggingface": {

@@ -62,22 +62,36 @@ parses emitted commands with torchtitan's own config classes. A boolean ``f`` is
   ``activation-checkpoint:none``, ``:full`` (every block), ``:selective`` (per-op SAC: every
   other matmul recomputed, hwtune's ``selective-op``). It has no core-attention-only policy
   (hwtune's Megatron ``selective``);
-- compile: ``--framework torchtitan-compile`` is ``compile.enable`` with ``compile.components
+- compile: ``--framework torchtitan-flex-compile`` is ``compile.enable`` with ``compile.components
   model`` (:295, :301; hwtune's preset keeps the loss eager); TP communication overlap is
-  ``compile.enable_async_tensor_parallel`` (:298), which needs compile (:306-313).
+  ``compile.enable_async_tensor_parallel`` (:298), which needs compile (:306-313);
+- kernels: what runs is priced as ``--framework torchtitan-flex`` (`hwtune.train.frameworks`),
+  not as the SDPA of torchtitan's Dec 2024 runs (``--framework torchtitan``). Attention is
+  FlexAttention: ``model_registry`` defaults ``attn_backend`` to ``"flex"``
+  (``models/llama3/__init__.py:369-377``), which ``llama3_8b`` and ``llama3_70b`` keep
+  (``config_registry.py:195, 268``); ``get_attention_config`` raises for ``"sdpa"``
+  (``models/common/config_utils.py:97-101``), and no command-line option reaches the model
+  configuration (the frozen list has no ``model.`` option), so no launch selects SDPA. The
+  loss is ``ChunkedLossWrapper`` over ``CrossEntropyLoss`` (``config_registry.py:197-201,
+  270-274``) with its default 8 slices (``components/loss.py:544``); ``loss.num_chunks`` is
+  in the frozen list, but an unchunked loss is not (a slice count of 1 still runs the wrapper),
+  so the launch leaves the configuration's 8, which the estimate prices
+  (`hwtune.cost.memory.LOSS_CHUNKS`). Each rank's tokens of a micro-batch must split into the
+  8 slices (``loss.py:604-607``).
 
 Refused (`torchtitan_refusal`), each naming its field: the schedules above; fp16 (no such
 ``mixed_precision_param``) and fp8 (torchtitan's float8 is a converter in the model
 configuration, ``Float8LinearConverter`` with rowwise recipes only,
 ``components/quantization/float8.py:58``: no option sets it); 8-bit and SGD optimizers; optimizer
 offload (``training.enable_cpu_offload``, :70, offloads parameters and gradients too); 16-bit
-gradient reduction; kernels of another framework; unfused attention; dropout (torchtitan's models
-have none); DeepEP dispatch and the MoE all-to-all overlap (set in the model configuration, not
-by an option); turned-off gradient or gather overlap (FSDP2 always prefetches and overlaps);
-ZeRO 0 with context parallelism, or with experts over more than the TP ranks (FSDP shards
-over ``dp_shard x cp``, and EP takes its ranks from ``dp_shard x cp x tp``,
-``parallel_dims.py:186-193``); the ZeRO stages whose traffic differs (above); and virtual stages
-that no ``pipeline_parallel_layers_per_stage`` gives.
+gradient reduction; kernels of another framework, torchtitan's own of Dec 2024 included (SDPA,
+the unchunked loss); unfused attention; dropout (torchtitan's models have none); DeepEP dispatch
+and the MoE all-to-all overlap (set in the model configuration, not by an option); turned-off
+gradient or gather overlap (FSDP2 always prefetches and overlaps); ZeRO 0 with context
+parallelism, or with experts over more than the TP ranks (FSDP shards over ``dp_shard x cp``, and
+EP takes its ranks from ``dp_shard x cp x tp``, ``parallel_dims.py:186-193``); the ZeRO stages
+whose traffic differs (above); virtual stages that no ``pipeline_parallel_layers_per_stage``
+gives; and micro-batches whose tokens per rank the chunked loss cannot split into its 8 slices.
 
 The model is named only for a catalog model whose torchtitan configuration carries nothing that
 a strategy option does not override (`TORCHTITAN_CONFIGS`); otherwise ``--module`` and
@@ -88,6 +102,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hwtune.cost.memory import LOSS_CHUNKS
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import grads_in_fp32
@@ -154,6 +169,13 @@ NEEDS_MODEL = (
     "add --module and --config naming the model's torchtitan configuration "
     "(torchtitan/models/<model>/config_registry.py), then the data and optimizer settings"
 )
+GENERIC_KERNELS = (
+    "; the estimate prices flex attention and the 8-slice ChunkedLossWrapper (the defaults of "
+    "torchtitan's model registries), not a configuration's varlen attention or unchunked loss"
+)
+"""What the estimate assumes of a configuration the launch does not name: the attention backend
+most ``model_registry`` functions default to (``"flex"``: llama3, qwen3, deepseek_v3 ...;
+``gpt_oss`` defaults to ``"varlen"``) and the loss of the Llama 3 configurations."""
 
 
 def _refuse(field: str, value: object, expected: str) -> HwtuneInputError:
@@ -191,14 +213,16 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "offloads the parameters and gradients too, FSDP2's CPUOffloadPolicy)",
         )  # fmt: skip
     kernels = (
-        ("attention_kernel", st.attention_kernel, "fa2", "SDPA's flash kernel"),
-        ("loss_kernel", st.loss_kernel, "pytorch", "F.cross_entropy on fp32 logits"),
+        ("attention_kernel", st.attention_kernel, "flex", "FlexAttention (its language models "
+         "have no SDPA backend: models/common/config_utils.py:97-101)"),
+        ("loss_kernel", st.loss_kernel, "chunked", "its ChunkedLossWrapper over 8 slices of the "
+         "tokens (models/llama3/config_registry.py:197-201)"),
         ("grad_accumulation", st.grad_accumulation, "fused", "autograd's accumulation"),
-    )
+    )  # fmt: skip
     for field, value, titan, what in kernels:
         if value != titan:
             return _refuse(field, value, f"{titan!r}: torchtitan runs {what} (--framework "
-                           "torchtitan or torchtitan-compile)")  # fmt: skip
+                           "torchtitan-flex or torchtitan-flex-compile)")  # fmt: skip
     if not st.flash_attention:
         return _refuse("flash_attention", False, "True: torchtitan's attention is fused (the "
                        "model configuration's backend)")  # fmt: skip
@@ -233,6 +257,11 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
     if (st.micro_batch * st.seq) % divisor:  # trainer.py:296-307
         return _refuse("seq", st.seq, f"a length whose micro-batch of {st.micro_batch} rows "
                        f"torchtitan splits evenly over {divisor} TP x 2 CP shards")  # fmt: skip
+    slices = LOSS_CHUNKS["chunked"]
+    if (st.micro_batch * st.seq // st.cp) % slices:  # components/loss.py:604-607
+        return _refuse("seq", st.seq, f"a length whose {st.micro_batch}-row micro-batch leaves "
+                       f"each of the {st.cp} CP ranks a token count that torchtitan's chunked "
+                       f"loss splits into its {slices} slices")  # fmt: skip
     if model is not None and st.pp > 1 and _layers_per_stage(st, model.n_layers) == 0:
         chunks = st.pp * _stages_per_rank(st)
         if chunks > model.n_layers:
@@ -353,9 +382,10 @@ def torchtitan_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node
     per_node = min(gpus_per_node, n_gpus)
     nodes = max(1, n_gpus // per_node)
     env = (("PYTORCH_ALLOC_CONF", "expandable_segments:True"),)  # as run_train.sh:43 sets it
-    note = NEEDS_MODEL
+    note = NEEDS_MODEL + GENERIC_KERNELS
     if named is not None:
-        note = f"the model, data and optimizer of torchtitan's {named[1]} configuration"
+        note = (f"the model, data and optimizer of torchtitan's {named[1]} configuration, with "
+                "its flex attention and 8-slice chunked loss, as estimated")  # fmt: skip
     return Launch("torchtitan", nodes, per_node, TORCHTITAN_ENTRY, tuple(a), env, note)
 
 

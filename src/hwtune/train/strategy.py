@@ -118,15 +118,22 @@ class Strategy(BaseModel):
         "on by default)",
     )
     flash_attention: bool = True
-    attention_kernel: Literal["best", "fa2"] = Field(
+    attention_kernel: Literal["best", "fa2", "flex"] = Field(
         default="best",
         description="fused attention kernel: best = the device's fastest (FA3/cuDNN on Hopper); "
-        "fa2 = FlashAttention-2 (PyTorch SDPA's flash backend)",
+        "fa2 = FlashAttention-2 (PyTorch SDPA's flash backend); flex = FlexAttention's "
+        "compiled Triton kernel (torchtitan's language models)",
     )
     fused_elementwise: bool = Field(
         default=True,
         description="norms, activations and rotary embeddings as fused kernels (Megatron/TE, "
         "torch.compile); False = eager PyTorch, one kernel per elementary op",
+    )
+    fused_norm: bool = Field(
+        default=False,
+        description="with eager elementwise ops, RMSNorm still one fused kernel: PyTorch's "
+        "nn.RMSNorm since its native fused kernel (aten _fused_rms_norm, PyTorch PR #153666, "
+        "2025), as torchtitan of 2026 calls it; rotary and SwiGLU stay eager",
     )
     fp8_recipe: Literal["delayed", "current"] = Field(
         default="delayed",
@@ -138,10 +145,12 @@ class Strategy(BaseModel):
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
         "deepep = one network copy per destination node, fanned out over NVLink (DeepEP)",
     )
-    loss_kernel: Literal["fused", "pytorch"] = Field(
+    loss_kernel: Literal["fused", "pytorch", "chunked"] = Field(
         default="fused",
         description="cross-entropy: fused = Megatron's in-place vocab-parallel kernel (6 B per "
-        "logit at peak); pytorch = F.cross_entropy on an fp32 upcast (12 B)",
+        "logit at peak); pytorch = F.cross_entropy on an fp32 upcast (12 B); chunked = "
+        "torchtitan's ChunkedLossWrapper: LM head and that loss over 8 slices of the tokens in "
+        "turn (14 B per logit of one slice, plus an fp32 gradient of the hidden states)",
     )
     dropout: bool = False
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = None
