@@ -335,6 +335,7 @@ with ``use_tokens`` the prompt tokens of context requests and none of a generati
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from hwtune.errors import HwtuneInputError
@@ -824,24 +825,44 @@ def _pool_refusal(refusal: HwtuneInputError | None, pool: str) -> HwtuneInputErr
     return HwtuneInputError(field, refusal.value, f"{refusal.expected} (the {pool} pool)")
 
 
-def sglang_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
-    """Why SGLang cannot run the disaggregated deployment ``dep`` as simulated (the first
-    reason), or None: either pool's replica (`sglang_refusal`), or a router policy its router
-    has no equivalent of while a pool has more than one server to choose from."""
+def _disagg_refusal(
+    dep: Deployment,
+    replica_refusal: Callable[[ReplicaConfig], HwtuneInputError | None],
+    routers: Collection[str],
+    router_expected: str,
+    pair: Callable[[ReplicaConfig, ReplicaConfig], HwtuneInputError | None] | None = None,
+) -> HwtuneInputError | None:
+    """The first reason an engine cannot run the disaggregated deployment ``dep`` as
+    simulated, or None: not disaggregated; either pool's replica (``replica_refusal``, the
+    message naming the pool); what the engine cannot pair between the prefill and the decode
+    replica (``pair``); a router outside ``routers`` while a pool has more than one server to
+    choose from (``router_expected`` says what the engine's router does instead)."""
     pre = dep.prefill
     if pre is None:
         return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
     for cfg, pool in ((pre, "prefill"), (dep.replica, "decode")):
-        refusal = _pool_refusal(sglang_refusal(cfg), pool)
+        refusal = _pool_refusal(replica_refusal(cfg), pool)
         if refusal is not None:
             return refusal
-    if dep.router not in SGLANG_ROUTER_POLICIES and max(dep.replicas, dep.prefill_replicas) > 1:
+    refusal = pair(pre, dep.replica) if pair is not None else None
+    if refusal is not None:
+        return refusal
+    if dep.router not in routers and max(dep.replicas, dep.prefill_replicas) > 1:
         return HwtuneInputError(
-            "router", dep.router, "round-robin, or one replica in each pool (SGLang's router "
-            "has round_robin; its power_of_two samples two servers and cache_aware balances "
-            "only past a threshold, neither the least outstanding tokens)",
-        )  # fmt: skip
+            "router", dep.router, f"round-robin, or one replica in each pool ({router_expected})"
+        )
     return None
+
+
+def sglang_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
+    """Why SGLang cannot run the disaggregated deployment ``dep`` as simulated (the first
+    reason), or None: either pool's replica (`sglang_refusal`), or a router policy its router
+    has no equivalent of while a pool has more than one server to choose from."""
+    return _disagg_refusal(
+        dep, sglang_refusal, SGLANG_ROUTER_POLICIES, "SGLang's router has round_robin; its "
+        "power_of_two samples two servers and cache_aware balances only past a threshold, "
+        "neither the least outstanding tokens",
+    )  # fmt: skip
 
 
 def _sglang_pool(cfg: ReplicaConfig, replicas: int, model: str, mode: str) -> ServeLaunch:
@@ -911,20 +932,11 @@ def trtllm_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
     """Why TensorRT-LLM cannot run the disaggregated deployment ``dep`` as simulated (the first
     reason), or None: either pool's replica (`trtllm_refusal`), or a router it has no
     equivalent of while a pool has more than one server."""
-    pre = dep.prefill
-    if pre is None:
-        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
-    for cfg, pool in ((pre, "prefill"), (dep.replica, "decode")):
-        refusal = _pool_refusal(trtllm_refusal(cfg), pool)
-        if refusal is not None:
-            return refusal
-    if dep.router not in TRTLLM_ROUTERS and max(dep.replicas, dep.prefill_replicas) > 1:
-        return HwtuneInputError(
-            "router", dep.router, "round-robin, or one replica in each pool (TensorRT-LLM's "
-            "load_balancing router counts requests, or with use_tokens the prompt tokens of "
-            "context requests only, not the outstanding tokens)",
-        )  # fmt: skip
-    return None
+    return _disagg_refusal(
+        dep, trtllm_refusal, TRTLLM_ROUTERS, "TensorRT-LLM's load_balancing router counts "
+        "requests, or with use_tokens the prompt tokens of context requests only, not the "
+        "outstanding tokens",
+    )  # fmt: skip
 
 
 def _trtllm_pool(cfg: ReplicaConfig, replicas: int, model: str, pool: str) -> ServeLaunch:
@@ -990,28 +1002,20 @@ def vllm_disagg_refusal(dep: Deployment) -> HwtuneInputError | None:
     reason), or None: either pool's replica (`vllm_refusal`), KV formats or block sizes the
     NixlConnector does not pair, or a router the proxy does not have while a pool has more
     than one server."""
-    pre = dep.prefill
-    if pre is None:
-        return HwtuneInputError("disagg", False, "a disaggregated deployment (--disagg)")
-    dec = dep.replica
-    for cfg, pool in ((pre, "prefill"), (dec, "decode")):
-        refusal = _pool_refusal(vllm_refusal(cfg), pool)
-        if refusal is not None:
-            return refusal
-    checks: tuple[tuple[bool, str, object, str], ...] = (
-        (pre.kv_dtype != dec.kv_dtype, "kv_precision", pre.kv_dtype,
-         f"the decode pool's {dec.kv_dtype} (the NixlConnector's handshake requires the same "
-         "KV cache dtype on both sides)"),
-        (pre.block_size > dec.block_size, "block_size", pre.block_size,
-         f"at most the decode pool's {dec.block_size} (the NixlConnector pairs a prefill block "
-         "size only below or equal to the decode one)"),
-        (dep.router != "round-robin" and max(dep.replicas, dep.prefill_replicas) > 1, "router",
-         dep.router, "round-robin, or one replica in each pool (vLLM's proxy cycles through "
-         "each pool's servers)"),
-    )  # fmt: skip
-    for bad, field, value, expected in checks:
-        if bad:
-            return HwtuneInputError(field, value, expected)
+    return _disagg_refusal(dep, vllm_refusal, ("round-robin",),
+                           "vLLM's proxy cycles through each pool's servers", _nixl_pair)  # fmt: skip
+
+
+def _nixl_pair(pre: ReplicaConfig, dec: ReplicaConfig) -> HwtuneInputError | None:
+    """What vLLM's NixlConnector cannot pair between a prefill and a decode replica."""
+    if pre.kv_dtype != dec.kv_dtype:
+        return HwtuneInputError("kv_precision", pre.kv_dtype, f"the decode pool's "
+                                f"{dec.kv_dtype} (the NixlConnector's handshake requires the "
+                                "same KV cache dtype on both sides)")  # fmt: skip
+    if pre.block_size > dec.block_size:
+        return HwtuneInputError("block_size", pre.block_size, f"at most the decode pool's "
+                                f"{dec.block_size} (the NixlConnector pairs a prefill block "
+                                "size only below or equal to the decode one)")  # fmt: skip
     return None
 
 
