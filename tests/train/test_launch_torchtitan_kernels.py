@@ -121,13 +121,16 @@ def test_flex_runs_at_the_blogs_share_of_flashattention2(backward: bool, share: 
     assert fa2 / flex == pytest.approx(share, rel=1e-4)
 
 
-def test_flex_on_hopper_is_below_flashattention2() -> None:
+def test_flex_and_flashattention2_on_hopper_are_below_the_best_kernel() -> None:
+    # FA3 paper: FA2 at 0.57x FA3 on H100; PyTorch FlexAttention + FlashAttention-4 blog
+    # (2026-03-05): FlexAttention's Triton kernel at roughly 60% of FA3 on Hopper
     h100 = get_device("h100-sxm-80gb")
     for backward in (False, True):
         fa2 = attention_time(1e15, 1.0, h100, "bf16", backward, "fa2")
         best = attention_time(1e15, 1.0, h100, "bf16", backward, "best")
         flex = attention_time(1e15, 1.0, h100, "bf16", backward, "flex")
-        assert best < fa2 < flex
+        assert best < fa2
+        assert best < flex
 
 
 def test_chunked_loss_memory_is_one_slice_and_an_fp32_gradient() -> None:
