@@ -73,6 +73,9 @@ MEGATRON_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 MEGATRON_RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 MEGATRON_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 MEGATRON_ENTRY = "pretrain_gpt.py"
+RENDEZVOUS_HOST = "NODE_0"
+"""The placeholder for the host of torchrun's c10d rendezvous in a several-node command (any
+one of the job's nodes; the output says to replace it, as the serving launches' host names)."""
 
 
 @dataclass(frozen=True)
@@ -87,24 +90,46 @@ class Launch:
     env: tuple[tuple[str, str], ...] = ()  # environment assignments before torchrun
     note: str = ""  # what is to be added beyond the model, data and optimizer hyperparameters
 
+    def rendezvous(self) -> tuple[str, ...]:
+        """torchrun's options that let every node run the same command: none on one node (the
+        default static rendezvous on localhost); on several, the c10d rendezvous at
+        `RENDEZVOUS_HOST` (torchrun's default is node rank 0 at 127.0.0.1, so each node would
+        wait for the others on itself)."""
+        if self.nnodes == 1:
+            return ()
+        return ("--rdzv-backend", "c10d", "--rdzv-endpoint", f"{RENDEZVOUS_HOST}:29500")
+
     def command(self) -> str:
         """The shell command line (model, data and optimizer hyperparameters to be added)."""
         run = [f"{k}={v}" for k, v in self.env]
         run += ["torchrun", "--nnodes", str(self.nnodes), "--nproc-per-node"]
-        return shlex.join([*run, str(self.nproc_per_node), *self.entry.split(), *self.args])
+        run += [str(self.nproc_per_node), *self.rendezvous()]
+        return shlex.join([*run, *self.entry.split(), *self.args])
+
+    def instructions(self) -> str:
+        """What to run where, and what to add: the same for every launch document."""
+        where = (
+            "run it once, on one node"
+            if self.nnodes == 1
+            else f"run it on each of the {self.nnodes} nodes, with {RENDEZVOUS_HOST} replaced "
+            "by the host name of one of them"
+        )
+        add = self.note or "add the model, data and optimizer hyperparameters"
+        return f"{where}; {add}"
 
     def to_dict(self) -> dict[str, object]:
         doc: dict[str, object] = {
             "framework": self.framework,
             "nnodes": self.nnodes,
             "nproc_per_node": self.nproc_per_node,
+            "gpus": self.nnodes * self.nproc_per_node,
             "entry": self.entry,
             "args": list(self.args),
             "env": dict(self.env),
+            "files": {},
             "command": self.command(),
+            "note": self.instructions(),
         }
-        if self.note:
-            doc["note"] = self.note
         return doc
 
 
@@ -339,6 +364,29 @@ MEGATRON_SHAPE: dict[str, str] = {
 """Megatron-LM model-shape options checked against the `ModelSpec` being estimated
 (``--num-query-groups`` only with ``--group-query-attention``, as Megatron-LM reads it)."""
 TORCHRUN_VALUES = {"--nnodes": "nnodes", "--nproc-per-node": "nproc", "--nproc_per_node": "nproc"}
+TORCHRUN_OTHER = frozenset(
+    f"--{name.replace('_', sep)}"
+    for name in [
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "rdzv_backend",
+        "rdzv_endpoint",
+        "rdzv_id",
+        "rdzv_conf",
+        "max_restarts",
+        "monitor_interval",
+        "start_method",
+        "log_dir",
+        "local_addr",
+        "role",
+        "redirects",
+        "tee",
+    ]
+    for sep in "-_"
+)
+"""torchrun's own options with a value (torch/distributed/run.py, both spellings): where the
+processes meet, not what they train, so neither read nor listed as Megatron-LM options not read."""
 SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 """Megatron-FSDP's ``--data-parallel-sharding-strategy`` as a ZeRO stage."""
 
@@ -416,6 +464,9 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
             else:
                 raw[MEGATRON_VALUES[name]] = v
             i += 1 if eq else 2
+            continue
+        if name in TORCHRUN_OTHER or name == "--standalone":
+            i += 1 if eq or name == "--standalone" or not value_next else 2
             continue
         not_read.append(name)
         i += 1
