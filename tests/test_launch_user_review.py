@@ -146,3 +146,74 @@ def test_training_output_says_how_many_nodes_run_the_line() -> None:
     out = _text([*TRAIN, "--launch", "megatron"])
     assert "2 nodes x 8 GPUs" in out and "each of the 2 nodes" in out
     assert "NODE_0" in out.split("each of the 2 nodes")[1].split("torchrun")[0]
+
+
+# ---- Megatron-LM's pipeline stages ---------------------------------------------------------
+# DeepSeek-V3 has 61 layers (config.json num_hidden_layers), a prime. Megatron-LM (d98e8a64)
+# asserts num_layers % pp == 0 (arguments.py:998) and (num_layers / pp) % vpp == 0
+# (transformer_block.py:176) unless --decoder-first/last-pipeline-num-layers set the first or
+# last rank's count, the other ranks then even (transformer_block.py:125-131).
+DSV3 = get_model("deepseek-v3")
+
+
+def _megatron_rank_layers(args: list[str], n_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline rank as Megatron-LM builds them from ``args`` (no virtual stages)."""
+    opt = {args[i]: int(args[i + 1]) for i in range(len(args) - 1) if args[i].startswith("--")
+           and args[i + 1].isdigit()}  # fmt: skip
+    first = opt.get("--decoder-first-pipeline-num-layers")
+    last = opt.get("--decoder-last-pipeline-num-layers")
+    rest = n_layers - (first or 0) - (last or 0)
+    middle = pp - (first is not None) - (last is not None)
+    assert rest % middle == 0, "Megatron-LM asserts the other ranks are even"
+    ranks = [rest // middle] * middle
+    return ([first] if first is not None else []) + ranks + ([last] if last is not None else [])
+
+
+def test_megatron_launch_builds_the_stages_the_estimate_prices() -> None:
+    from hwtune.train.estimator import _stage_layers
+
+    assert DSV3.n_layers == 61
+    for pp in (2, 4, 5):  # 61 = pp * base + 1: one more layer on the first rank
+        st = Strategy(pp=pp, dp=2, ep=2, sequence_parallel=False, global_batch=4 * pp)
+        la = megatron_launch(st, DSV3, 2 * pp, 8)
+        built = _megatron_rank_layers(list(la.args), 61, pp)
+        assert built == [len(r) for r in _stage_layers(61, pp, 1)], pp
+    # 61 over 32 ranks: 29 ranks of 2 and 3 of 1, which no first/last count gives
+    with pytest.raises(Exception) as info:
+        megatron_launch(Strategy(pp=32, dp=1, global_batch=64), DSV3, 32, 8)
+    assert getattr(info.value, "field", None) == "pp"
+    # interleaving 32 layers over 4 ranks of 8 in 3 virtual stages
+    st = Strategy(pp=4, dp=2, schedule="interleaved", vpp=3, global_batch=64)
+    with pytest.raises(Exception) as info:
+        megatron_launch(st, LLAMA, 8, 8)
+    assert getattr(info.value, "field", None) == "vpp"
+
+
+def test_uneven_pipeline_errors_are_one_line_and_read_back() -> None:
+    args = ["estimate", "-m", "deepseek-v3", "--gpus", "2048", "--pp", "32", "--cp", "4",
+            "--ep", "8", "--global-batch", "2048", "--seq", "8192", "--launch", "megatron"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "--pp" in res.output and len(res.output.splitlines()) == 1
+    args = ["estimate", "-m", "deepseek-v3", "--gpus", "256", "--pp", "4", "--ep", "8",
+            "--global-batch", "256", "--seq", "4096", "--launch", "megatron", "--json"]  # fmt: skip
+    line = _launch(args)["command"]
+    assert "--decoder-first-pipeline-num-layers 16" in line  # 16 + 3 x 15 = 61
+    res = CliRunner().invoke(app, ["estimate", "-m", "deepseek-v3", "--megatron-args", line])
+    assert res.exit_code == 0, res.output
+    assert "not read" not in res.output  # the first-stage count is read, and matches
+    cut = line.replace(" --decoder-first-pipeline-num-layers 16", "")
+    res = CliRunner().invoke(app, ["estimate", "-m", "deepseek-v3", "--megatron-args", cut])
+    assert res.exit_code == 2 and "--decoder-first-pipeline-num-layers" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_plan_launches_only_pipelines_megatron_builds() -> None:
+    args = ["plan", "-m", "deepseek-v3", "--gpus", "256", "--global-batch", "256", "--seq",
+            "4096", "--top", "5", "--launch", "megatron", "--json"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    for row in json.loads(res.output)["top"]:
+        st = row["strategy"]
+        v = st["vpp"] if st["schedule"] == "interleaved" else 1
+        even = 61 % (st["pp"] * v) == 0
+        assert even or (v == 1 and 61 % st["pp"] in (1, st["pp"] - 1)), st

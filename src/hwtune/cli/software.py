@@ -234,7 +234,7 @@ def launch_constraints(launch: str, c: Constraints, model: ModelSpec | None = No
         schedules, recomputes = MEGATRON_SCHEDULES, MEGATRON_RECOMPUTE
 
         def runs(st: Strategy) -> bool:
-            return megatron_refusal(st) is None
+            return megatron_refusal(st, model) is None
 
     for s in c.schedules or ():
         if s not in schedules:
