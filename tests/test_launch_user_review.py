@@ -217,3 +217,11 @@ def test_plan_launches_only_pipelines_megatron_builds() -> None:
         v = st["vpp"] if st["schedule"] == "interleaved" else 1
         even = 61 % (st["pp"] * v) == 0
         assert even or (v == 1 and 61 % st["pp"] in (1, st["pp"] - 1)), st
+
+
+def test_model_placeholder_is_in_the_json_note_too() -> None:
+    # llama2-7b's catalog entry names no Hugging Face repository, so the command says MODEL
+    doc = _launch(["serve", "-m", "llama2-7b", "--concurrency", "2", "--num-requests", "4",
+                   "--input-len", "128", "--output-len", "4", "--launch", "vllm", "--json"])  # fmt: skip
+    assert " MODEL " in doc["command"]
+    assert "MODEL" in doc["note"] and "llama2-7b" in doc["note"]

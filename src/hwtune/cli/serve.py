@@ -273,6 +273,9 @@ def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
     doc["note"] = launch_instructions(doc, dep.router)
     if target == "MODEL":
         doc["model_of"] = dep.replica.model.name
+        doc["note"] += (
+            f"; replace MODEL with the Hugging Face id or local directory of {doc['model_of']}"
+        )
     return doc
 
 
@@ -317,9 +320,6 @@ def _print_disagg_launch(doc: dict) -> None:
     for name, text in (files | doc.get("files", {})).items():
         con.print(f"\n{name}:", highlight=False, markup=False)
         con.print(text.rstrip("\n"), highlight=False, markup=False)
-    if "model_of" in doc:
-        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
-                  highlight=False)  # fmt: skip
 
 
 def _print_launch(doc: dict) -> None:
@@ -342,9 +342,6 @@ def _print_launch(doc: dict) -> None:
     for name, text in doc.get("files", {}).items():  # what the command reads, beside it
         con.print(f"\n{name}:", highlight=False, markup=False)
         con.print(text.rstrip("\n"), highlight=False, markup=False)
-    if "model_of" in doc:
-        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
-                  highlight=False)  # fmt: skip
 
 
 def _engine_memory(e: Engine | None) -> dict[str, object]:

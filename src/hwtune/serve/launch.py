@@ -1093,10 +1093,17 @@ def launch_instructions(doc: dict[str, object], router: str) -> str:
         if doc["engine"] == "vllm"
         else ""
     )
-    return (f"run the prefill server {np_} time(s) and the decode server {nd} time(s), each "
-            f"copy on its own GPUs and host (copies sharing a host need other ports), then "
-            f"the router once{proxy}; replace {pre}_1..{pre}_{np_} and {dec}_1..{dec}_{nd} "
-            f"with the hosts of the prefill and decode servers"
+
+    def times(n: int) -> str:
+        return "once" if n == 1 else f"{n} times"
+
+    def hosts(name: str, n: int) -> str:
+        return f"{name}_1" if n == 1 else f"{name}_1..{name}_{n}"
+
+    return (f"run the prefill server {times(np_)} and the decode server {times(nd)}, each copy "
+            f"on its own GPUs and host (copies sharing a host need other ports), then the "
+            f"router once{proxy}; replace {hosts(pre, np_)} and {hosts(dec, nd)} with the hosts "
+            f"of the prefill and decode servers"
             + (files if doc["files"] else ""))  # fmt: skip
 
 
