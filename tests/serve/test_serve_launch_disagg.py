@@ -233,8 +233,10 @@ def test_launch_document() -> None:
     assert doc["prefill"]["replicas"] == 3 and doc["decode"]["replicas"] == 2
     assert doc["router"]["command"].startswith("python -m sglang_router.launch_router ")
     doc = trtllm_disagg_launch(trtllm_dep(), "m").to_dict()
-    assert set(doc["files"]) == {"hwtune-trtllm-disagg.yaml"}  # type: ignore[arg-type]
+    assert set(doc["router"]["files"]) == {"hwtune-trtllm-disagg.yaml"}  # type: ignore[index]
     assert "files" in doc["prefill"] and "files" in doc["decode"]  # type: ignore[operator]
+    # `launch.files` is every file to write, as in an aggregated launch (the pools' too)
+    assert "hwtune-trtllm-disagg.yaml" in doc["files"]  # type: ignore[operator]
 
 
 SERVE = ["serve", "--concurrency", "4", "--num-requests", "8", "--input-len", "256",
@@ -257,7 +259,9 @@ def test_cli_serve_lists_the_commands_in_order() -> None:
     launch = json.loads(res.output)["launch"]
     assert launch["engine"] == "trtllm" and launch["decode"]["replicas"] == 2
     assert launch["prefill"]["replicas"] == 1
-    assert set(launch["files"]) == {"hwtune-trtllm-disagg.yaml"}
+    assert set(launch["router"]["files"]) == {"hwtune-trtllm-disagg.yaml"}
+    assert set(launch["files"]) == {"hwtune-trtllm-disagg.yaml", "hwtune-trtllm-ctx.yaml",
+                                    "hwtune-trtllm-gen.yaml"}  # fmt: skip
 
 
 @pytest.mark.parametrize(

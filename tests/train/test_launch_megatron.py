@@ -216,7 +216,10 @@ def test_plan_launch_json_is_the_best_strategy() -> None:
     f = flags(tuple(doc["launch"]["args"]))
     assert int(f["--pipeline-model-parallel-size"]) == best["pp"] == 4  # type: ignore[arg-type]
     assert int(f["--micro-batch-size"]) == best["micro_batch"]  # type: ignore[arg-type]
-    assert "torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py " in doc["launch"]["command"]
+    # four nodes: torchrun's c10d rendezvous sits between its sizes and the script, so that
+    # every node runs the same line (tests/test_launch_user_review.py)
+    assert "torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d " in doc["launch"]["command"]
+    assert " pretrain_gpt.py --tensor-model-parallel-size " in doc["launch"]["command"]
 
 
 def test_estimate_launch_prints_the_command() -> None:

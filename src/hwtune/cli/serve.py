@@ -253,7 +253,7 @@ def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
     names the option that set the field. ``model`` as typed: a config.json's directory is what
     the engine loads, a Hugging Face id is kept, a catalog name becomes the repository of its
     config.json (`hwtune.model.catalog.hf_repo`), or MODEL for an entry given inline."""
-    from hwtune.serve.launch import serve_launch_for
+    from hwtune.serve.launch import launch_instructions, serve_launch_for
 
     if launch is None:
         return {}
@@ -268,8 +268,14 @@ def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
         doc = serve_launch_for(launch, dep, target).to_dict()
     except HwtuneInputError as e:
         raise _launch_error(e, launch) from None
+    if not doc.get("disaggregated"):  # the same top-level keys as a disaggregated launch
+        doc["disaggregated"] = False
+    doc["note"] = launch_instructions(doc, dep.router)
     if target == "MODEL":
         doc["model_of"] = dep.replica.model.name
+        doc["note"] += (
+            f"; replace MODEL with the Hugging Face id or local directory of {doc['model_of']}"
+        )
     return doc
 
 
@@ -301,6 +307,7 @@ def _print_disagg_launch(doc: dict) -> None:
     con = Console(soft_wrap=True)
     con.print(f"\n[bold]{doc['engine']} launch[/bold] (disaggregated, {doc['gpus']} GPUs):",
               highlight=False)  # fmt: skip
+    con.print(f"to run: {doc['note']}", highlight=False, markup=False)
     files: dict[str, str] = {}
     for pool in ("prefill", "decode"):
         p = doc[pool]
@@ -313,9 +320,6 @@ def _print_disagg_launch(doc: dict) -> None:
     for name, text in (files | doc.get("files", {})).items():
         con.print(f"\n{name}:", highlight=False, markup=False)
         con.print(text.rstrip("\n"), highlight=False, markup=False)
-    if "model_of" in doc:
-        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
-                  highlight=False)  # fmt: skip
 
 
 def _print_launch(doc: dict) -> None:
@@ -333,13 +337,11 @@ def _print_launch(doc: dict) -> None:
     gpus = f"{g} GPU" + ("s" if g > 1 else "")
     each = f"{n} replicas, each on {gpus}" if n > 1 else f"on {gpus}"
     con.print(f"\n[bold]{doc['engine']} launch[/bold] ({each}):", highlight=False)
+    con.print(f"to run: {doc['note']}", highlight=False, markup=False)
     con.print(doc["command"], highlight=False, markup=False)
     for name, text in doc.get("files", {}).items():  # what the command reads, beside it
         con.print(f"\n{name}:", highlight=False, markup=False)
         con.print(text.rstrip("\n"), highlight=False, markup=False)
-    if "model_of" in doc:
-        con.print(f"MODEL: the Hugging Face id or local directory of {doc['model_of']}",
-                  highlight=False)  # fmt: skip
 
 
 def _engine_memory(e: Engine | None) -> dict[str, object]:

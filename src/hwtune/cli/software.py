@@ -200,10 +200,13 @@ def print_launch(doc: dict) -> None:
     if not doc:
         return
     from rich.console import Console
+    from rich.markup import escape
 
     con = Console(soft_wrap=True)
-    add = doc.get("note") or "add the model, data and optimizer hyperparameters"
-    con.print(f"\n[bold]{doc['framework']} launch[/bold] ({add}):", highlight=False)
+    n, g = doc["nnodes"], doc["nproc_per_node"]
+    size = f"{n} node{'s' if n > 1 else ''} x {g} GPU{'s' if g > 1 else ''}"
+    con.print(f"\n[bold]{doc['framework']} launch[/bold] ({escape(size)}; {escape(doc['note'])}):",
+              highlight=False)  # fmt: skip
     con.print(doc["command"], highlight=False, markup=False)
 
 
@@ -231,7 +234,7 @@ def launch_constraints(launch: str, c: Constraints, model: ModelSpec | None = No
         schedules, recomputes = MEGATRON_SCHEDULES, MEGATRON_RECOMPUTE
 
         def runs(st: Strategy) -> bool:
-            return megatron_refusal(st) is None
+            return megatron_refusal(st, model) is None
 
     for s in c.schedules or ():
         if s not in schedules:

@@ -419,10 +419,10 @@ class ServeLaunch:
             "env": dict(self.env),
             "replicas": self.replicas,
             "gpus_per_replica": self.gpus_per_replica,
+            "gpus": self.replicas * self.gpus_per_replica,
             "command": self.command(),
+            "files": dict(self.files),  # empty for vLLM and SGLang: every launch has the key
         }
-        if self.files:
-            doc["files"] = dict(self.files)
         return doc
 
 
@@ -809,10 +809,19 @@ class DisaggLaunch:
             + self.decode.replicas * self.decode.gpus_per_replica,
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(),
-            "router": {"args": list(self.router), "command": self.router_command()},
+            "router": {
+                "args": list(self.router),
+                "env": {},
+                "replicas": 1,
+                "gpus_per_replica": 0,
+                "gpus": 0,
+                "command": self.router_command(),
+                "files": dict(self.files),
+            },
+            # every file of the deployment, as `launch.files` of an aggregated one: the pools'
+            # options files beside the router's (each part also lists its own)
+            "files": {**dict(self.prefill.files), **dict(self.decode.files), **dict(self.files)},
         }
-        if self.files:
-            doc["files"] = dict(self.files)
         return doc
 
 
@@ -1054,6 +1063,50 @@ DISAGG_LAUNCH_ENGINES: tuple[str, ...] = ("sglang", "trtllm", "vllm")
 """The engines whose disaggregated deployments hwtune writes (`disagg_launch_refusal`)."""
 
 
+DISAGG_HOSTS: dict[str, tuple[str, str]] = {
+    "vllm": ("PREFILL", "DECODE"),
+    "sglang": ("PREFILL", "DECODE"),
+    "trtllm": ("CTX", "GEN"),
+}
+"""The placeholders, numbered from 1, for the hosts of the prefill and decode servers in a
+disaggregated router's command or file (to be replaced with the machines they run on)."""
+
+
+def launch_instructions(doc: dict[str, object], router: str) -> str:
+    """What to run where, how many times, and what to replace, for a launch document
+    (`ServeLaunch.to_dict` or `DisaggLaunch.to_dict`) behind ``router``: the ``note`` of every
+    launch document, as the training launches have."""
+    files = "; write each file under the command beside it, in its working directory"
+    if not doc.get("disaggregated"):
+        n, g = doc["replicas"], doc["gpus_per_replica"]
+        gpus = f"{g} GPU" + ("s" if g != 1 else "")
+        if n == 1:
+            return f"run it once, on {gpus}" + (files if doc["files"] else "")
+        return (f"run it {n} times, each copy on its own {gpus}, with a {router} load balancer "
+                "in front, as simulated (separate servers do not balance among themselves)"
+                + (files if doc["files"] else ""))  # fmt: skip
+    pre, dec = DISAGG_HOSTS[str(doc["engine"])]
+    pool = {k: doc[k] for k in ("prefill", "decode")}
+    np_, nd = (int(v["replicas"]) for v in pool.values())  # type: ignore[index]
+    proxy = (
+        " from the root of a vLLM source checkout (its NixlConnector example proxy)"
+        if doc["engine"] == "vllm"
+        else ""
+    )
+
+    def times(n: int) -> str:
+        return "once" if n == 1 else f"{n} times"
+
+    def hosts(name: str, n: int) -> str:
+        return f"{name}_1" if n == 1 else f"{name}_1..{name}_{n}"
+
+    return (f"run the prefill server {times(np_)} and the decode server {times(nd)}, each copy "
+            f"on its own GPUs and host (copies sharing a host need other ports), then the "
+            f"router once{proxy}; replace {hosts(pre, np_)} and {hosts(dec, nd)} with the hosts "
+            f"of the prefill and decode servers"
+            + (files if doc["files"] else ""))  # fmt: skip
+
+
 def disagg_plan_router(engine: str) -> str:
     """The router of the disaggregated layouts ``serve plan --launch ENGINE`` searches: the
     planner's ``least-tokens`` where the engine's router has it, else ``round-robin`` (none of
@@ -1108,8 +1161,10 @@ def serve_launch_for(engine: str, dep: Deployment, model: str) -> ServeLaunch | 
 
 __all__ = [
     "AICONFIGURATOR_COMMIT",
+    "DISAGG_HOSTS",
     "DISAGG_LAUNCH_ENGINES",
     "DisaggLaunch",
+    "launch_instructions",
     "disagg_launch_refusal",
     "disagg_plan_router",
     "LAUNCH_PROGRAMS",

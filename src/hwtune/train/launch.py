@@ -54,7 +54,10 @@ gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): p
 overlap without gradient-reduce overlap, interleaving at pp=2
 without p2p overlap, the MoE all-to-all overlap with PP but no virtual stages, full
 recomputation, fp32, or Megatron-FSDP with virtual stages; a MoE model at TP > 1 without
-sequence parallelism (``moe_layer.py:636``). Optimizer offload at ZeRO 0, which Megatron-LM
+sequence parallelism (``moe_layer.py:636``); with the model, a pipeline whose stages it does
+not build as estimated (`_stage_args`: uneven splits other than one extra layer on the first
+rank or one fewer on the last, which ``--decoder-first/last-pipeline-num-layers`` write).
+Optimizer offload at ZeRO 0, which Megatron-LM
 does not run either, is refused for every framework (`Strategy.validate_for`).
 """
 
@@ -73,6 +76,9 @@ MEGATRON_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
 MEGATRON_RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 MEGATRON_OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 MEGATRON_ENTRY = "pretrain_gpt.py"
+RENDEZVOUS_HOST = "NODE_0"
+"""The placeholder for the host of torchrun's c10d rendezvous in a several-node command (any
+one of the job's nodes; the output says to replace it, as the serving launches' host names)."""
 
 
 @dataclass(frozen=True)
@@ -87,35 +93,62 @@ class Launch:
     env: tuple[tuple[str, str], ...] = ()  # environment assignments before torchrun
     note: str = ""  # what is to be added beyond the model, data and optimizer hyperparameters
 
+    def rendezvous(self) -> tuple[str, ...]:
+        """torchrun's options that let every node run the same command: none on one node (the
+        default static rendezvous on localhost); on several, the c10d rendezvous at
+        `RENDEZVOUS_HOST` (torchrun's default is node rank 0 at 127.0.0.1, so each node would
+        wait for the others on itself)."""
+        if self.nnodes == 1:
+            return ()
+        return ("--rdzv-backend", "c10d", "--rdzv-endpoint", f"{RENDEZVOUS_HOST}:29500")
+
     def command(self) -> str:
         """The shell command line (model, data and optimizer hyperparameters to be added)."""
         run = [f"{k}={v}" for k, v in self.env]
         run += ["torchrun", "--nnodes", str(self.nnodes), "--nproc-per-node"]
-        return shlex.join([*run, str(self.nproc_per_node), *self.entry.split(), *self.args])
+        run += [str(self.nproc_per_node), *self.rendezvous()]
+        return shlex.join([*run, *self.entry.split(), *self.args])
+
+    def instructions(self) -> str:
+        """What to run where, and what to add: the same for every launch document."""
+        where = (
+            "run it once, on one node"
+            if self.nnodes == 1
+            else f"run it on each of the {self.nnodes} nodes, with {RENDEZVOUS_HOST} replaced "
+            "by the host name of one of them"
+        )
+        add = self.note or "add the model, data and optimizer hyperparameters"
+        return f"{where}; {add}"
 
     def to_dict(self) -> dict[str, object]:
         doc: dict[str, object] = {
             "framework": self.framework,
             "nnodes": self.nnodes,
             "nproc_per_node": self.nproc_per_node,
+            "gpus": self.nnodes * self.nproc_per_node,
             "entry": self.entry,
             "args": list(self.args),
             "env": dict(self.env),
+            "files": {},
             "command": self.command(),
+            "note": self.instructions(),
         }
-        if self.note:
-            doc["note"] = self.note
         return doc
 
 
-def megatron_refusal(st: Strategy) -> HwtuneInputError | None:
-    """Why Megatron-LM cannot run ``st`` (the first reason, as a one-line error), or None."""
+def megatron_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneInputError | None:
+    """Why Megatron-LM cannot run ``st`` (the first reason, as a one-line error), or None; with
+    ``model``, also a pipeline Megatron-LM does not split as estimated (`_stage_args`)."""
     if st.pp > 1 and st.schedule not in MEGATRON_SCHEDULES:
         return HwtuneInputError(
             "schedule",
             st.schedule,
             "a schedule Megatron-LM runs: " + " or ".join(MEGATRON_SCHEDULES),
         )
+    if model is not None:
+        stages = _stage_args(st, model.n_layers)
+        if isinstance(stages, HwtuneInputError):
+            return stages
     if st.recompute not in MEGATRON_RECOMPUTE:
         return HwtuneInputError(
             "recompute", st.recompute, "none, selective or full (Megatron-LM has no per-op policy)"
@@ -186,11 +219,50 @@ _MOE_NEEDS_SP = HwtuneInputError(
 )  # fmt: skip
 
 
+FIRST_STAGE, LAST_STAGE = (
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+)
+
+
+def _stage_args(st: Strategy, n_layers: int) -> dict[str, int] | HwtuneInputError:
+    """The uneven-stage flags that make Megatron-LM build the stages the estimate prices, or why
+    it cannot. The estimate gives the remainder of ``n_layers / (pp * vpp)`` to the first
+    chunks (`hwtune.train.estimator._stage_layers`); Megatron-LM builds ``n_layers / pp`` layers
+    per rank and ``1/vpp`` of those per virtual stage, asserting both divide (arguments.py:985-998,
+    "Number of layers should be divisible by the pipeline-model-parallel size";
+    transformer_block.py:156-158, 175-178), unless the first or last stage is given its own
+    count, the other stages then even (``--decoder-first-pipeline-num-layers``,
+    ``--decoder-last-pipeline-num-layers``; transformer_block.py:110-135). So one extra layer
+    on the first rank, or one fewer on the last, is expressible without virtual stages."""
+    if st.pp == 1:
+        return {}
+    v = st.vpp if st.schedule == "interleaved" else 1
+    base, extra = divmod(n_layers, st.pp * v)
+    if extra == 0:
+        return {}
+    if v == 1 and extra == 1:
+        return {FIRST_STAGE: base + 1}
+    if v == 1 and extra == st.pp - 1:
+        return {LAST_STAGE: base}
+    if v > 1:
+        return HwtuneInputError(
+            "vpp", st.vpp, f"a divisor of the {n_layers // st.pp} layers per pipeline rank"
+            if n_layers % st.pp == 0 else f"1 with {n_layers} layers over {st.pp} stages "
+            "(Megatron-LM's uneven first and last stages hold whole ranks)",
+        )  # fmt: skip
+    return HwtuneInputError(
+        "pp", st.pp, f"a pipeline over the model's {n_layers} layers that Megatron-LM builds as "
+        f"estimated: even stages, or one more layer on the first ({FIRST_STAGE}) or one fewer on "
+        "the last",
+    )  # fmt: skip
+
+
 def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: int) -> Launch:
     """``st`` as a Megatron-LM ``pretrain_gpt.py`` launch over ``n_gpus`` GPUs (see the module
     docstring for each flag's source); a one-line error for what Megatron-LM cannot run."""
     st.validate_for(model, n_gpus)
-    refusal = megatron_refusal(st)
+    refusal = megatron_refusal(st, model)
     if refusal is not None:
         raise refusal
     if model.moe is not None and st.tp > 1 and not st.sequence_parallel:
@@ -205,6 +277,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a.append("--sequence-parallel")
     if st.schedule == "interleaved":
         a += ["--num-virtual-stages-per-pipeline-rank", str(st.vpp)]
+    for flag, n in _stage_args(st, model.n_layers).items():  # type: ignore[union-attr]
+        a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
     if st.pp > 1 and not st.overlap_p2p_comm:
         a.append("--no-overlap-p2p-communication")
     a += ["--micro-batch-size", str(st.micro_batch)]
@@ -339,6 +413,29 @@ MEGATRON_SHAPE: dict[str, str] = {
 """Megatron-LM model-shape options checked against the `ModelSpec` being estimated
 (``--num-query-groups`` only with ``--group-query-attention``, as Megatron-LM reads it)."""
 TORCHRUN_VALUES = {"--nnodes": "nnodes", "--nproc-per-node": "nproc", "--nproc_per_node": "nproc"}
+TORCHRUN_OTHER = frozenset(
+    f"--{name.replace('_', sep)}"
+    for name in [
+        "node_rank",
+        "master_addr",
+        "master_port",
+        "rdzv_backend",
+        "rdzv_endpoint",
+        "rdzv_id",
+        "rdzv_conf",
+        "max_restarts",
+        "monitor_interval",
+        "start_method",
+        "log_dir",
+        "local_addr",
+        "role",
+        "redirects",
+        "tee",
+    ]
+    for sep in "-_"
+)
+"""torchrun's own options with a value (torch/distributed/run.py, both spellings): where the
+processes meet, not what they train, so neither read nor listed as Megatron-LM options not read."""
 SHARDING_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 """Megatron-FSDP's ``--data-parallel-sharding-strategy`` as a ZeRO stage."""
 
@@ -353,6 +450,7 @@ class MegatronJob:
     n_gpus: int | None
     not_read: tuple[str, ...]
     shape: tuple[tuple[str, int], ...] = ()  # (option, value) of `MEGATRON_SHAPE`
+    stages: tuple[tuple[str, int], ...] = ()  # (option, value): uneven first or last stage
 
 
 def split_command(text: str) -> list[str]:
@@ -371,6 +469,7 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
     raw: dict[str, object] = {}
     run: dict[str, int] = {}
     shape: dict[str, int] = {}
+    stages: dict[str, int] = {}
     gqa = False
     not_read: list[str] = []
     i = 0
@@ -385,6 +484,10 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
             key, v = MEGATRON_SWITCHES[name]
             raw[key] = v
             i += 1
+            continue
+        if name in (FIRST_STAGE, LAST_STAGE) and (eq or value_next):
+            stages[name] = _int(name, inline if eq else tokens[i + 1])
+            i += 1 if eq else 2
             continue
         if name in MEGATRON_SHAPE and (eq or value_next):
             shape[name] = _int(name, inline if eq else tokens[i + 1])
@@ -417,6 +520,9 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
                 raw[MEGATRON_VALUES[name]] = v
             i += 1 if eq else 2
             continue
+        if name in TORCHRUN_OTHER or name == "--standalone":
+            i += 1 if eq or name == "--standalone" or not value_next else 2
+            continue
         not_read.append(name)
         i += 1
     if "--num-layers" in shape:
@@ -425,7 +531,9 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
         shape.pop("--num-query-groups", None)
     fields = _megatron_fields(raw)
     n = run["nnodes"] * run["nproc"] if {"nnodes", "nproc"} <= set(run) else None
-    return MegatronJob(fields, n, tuple(dict.fromkeys(not_read)), tuple(shape.items()))
+    return MegatronJob(
+        fields, n, tuple(dict.fromkeys(not_read)), tuple(shape.items()), tuple(stages.items())
+    )
 
 
 def _int(flag: str, v: object) -> int:
@@ -640,7 +748,22 @@ def megatron_strategy(job: MegatronJob, model: ModelSpec, n_gpus: int) -> Strate
         raise HwtuneInputError(
             "GPU count", n_gpus, f"a multiple of tp*pp*cp = {other} from the Megatron-LM flags"
         )
-    return make_strategy(dp=n_gpus // other, **f)
+    st = make_strategy(dp=n_gpus // other, **f)
+    want = _stage_args(st, model.n_layers)
+    if isinstance(want, HwtuneInputError):
+        flag = {"pp": "--pipeline-model-parallel-size"}.get(
+            want.field, "--num-virtual-stages-per-pipeline-rank"
+        )
+        raise HwtuneInputError(flag, want.value, want.expected)
+    got = dict(job.stages)
+    for flag in (FIRST_STAGE, LAST_STAGE):
+        if got.get(flag) != want.get(flag):
+            raise HwtuneInputError(
+                flag, got.get(flag, "absent"), f"{want.get(flag, 'absent')} for {model.n_layers} "
+                f"layers over {st.pp} stages (the stages the estimate models: the remaining "
+                "layers on the first ones)",
+            )  # fmt: skip
+    return st
 
 
 def launch_for(
