@@ -125,6 +125,8 @@ LAUNCH_REFUSAL_FLAGS = {
     "sequence_parallel": "--sequence-parallel", "precision": "--precision", "zero": "--zero",
     "vpp": "--vpp", "pp": "--pp", "moe_dispatch": "--moe-dispatch", "flash_attention": "--no-flash",
 }  # fmt: skip
+"""The option that set each `Strategy` field a framework's launch can refuse
+(`hwtune.train.launch.megatron_refusal`, `hwtune.train.launch_torchtitan.torchtitan_refusal`)."""
 NEGATED_SWITCHES = (
     "fused_elementwise",
     "overlap_grad_reduce",
@@ -132,8 +134,6 @@ NEGATED_SWITCHES = (
     "flash_attention",
 )
 """Fields a ``--no-``/``--eager`` option turned off: the refusal names that option, typed."""
-"""The option that set each `Strategy` field a framework's launch can refuse
-(`hwtune.train.launch.megatron_refusal`)."""
 
 
 LAUNCH_KERNELS: dict[str, tuple[str, ...]] = {

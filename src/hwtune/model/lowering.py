@@ -370,7 +370,8 @@ def lower_head(spec: ModelSpec, sh: Shard) -> tuple[Op, ...]:
     c = max(1, sh.loss_chunks)
     ops = [
         _norm_op("final_norm", spec, sh, rows * spec.d_model, 1),
-        gemm("lm_head", sh.tokens // c, v, spec.d_model, batch=c),
+        # each slice's rows rounded up, as `hwtune.cost.memory.logits_bytes` sizes a slice
+        gemm("lm_head", -(-sh.tokens // c), v, spec.d_model, batch=c),
         memop("cross_entropy", 3 * 4.0 * sh.tokens * v, kernels=3 * c),
     ]
     if c > 1:

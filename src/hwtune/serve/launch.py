@@ -1117,7 +1117,8 @@ def disagg_plan_router(engine: str) -> str:
 def disagg_launch_refusal(engine: str, dep: Deployment) -> HwtuneInputError | None:
     """Why ``engine`` cannot run deployment ``dep`` as simulated, or None: `launch_refusal` of
     its replica when aggregated; when disaggregated, the engine's own check of both pools and
-    the router (`sglang_disagg_refusal`), or the engine has no disaggregated launch here."""
+    the router (`sglang_disagg_refusal`, `trtllm_disagg_refusal`, `vllm_disagg_refusal`), or
+    the engine has no disaggregated launch here."""
     if dep.prefill is None:
         return launch_refusal(engine, dep.replica)
     if engine == "sglang":

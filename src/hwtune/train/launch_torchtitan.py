@@ -169,13 +169,18 @@ NEEDS_MODEL = (
     "add --module and --config naming the model's torchtitan configuration "
     "(torchtitan/models/<model>/config_registry.py), then the data and optimizer settings"
 )
-GENERIC_KERNELS = (
-    "; the estimate prices flex attention and the 8-slice ChunkedLossWrapper (the defaults of "
-    "torchtitan's model registries), not a configuration's varlen attention or unchunked loss"
-)
-"""What the estimate assumes of a configuration the launch does not name: the attention backend
-most ``model_registry`` functions default to (``"flex"``: llama3, qwen3, deepseek_v3 ...;
-``gpt_oss`` defaults to ``"varlen"``) and the loss of the Llama 3 configurations."""
+
+
+def _generic_kernels() -> str:
+    """What the estimate assumes of a configuration the launch does not name: the attention
+    backend most ``model_registry`` functions default to (``"flex"``: llama3, qwen3,
+    deepseek_v3 ...; ``gpt_oss`` defaults to ``"varlen"``) and the loss of the Llama 3
+    configurations, its slice count `LOSS_CHUNKS`'s."""
+    return (
+        f"; the estimate prices flex attention and the {LOSS_CHUNKS['chunked']}-slice "
+        "ChunkedLossWrapper (the defaults of torchtitan's model registries), not a "
+        "configuration's varlen attention or unchunked loss"
+    )
 
 
 def _refuse(field: str, value: object, expected: str) -> HwtuneInputError:
@@ -215,8 +220,9 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
     kernels = (
         ("attention_kernel", st.attention_kernel, "flex", "FlexAttention (its language models "
          "have no SDPA backend: models/common/config_utils.py:97-101)"),
-        ("loss_kernel", st.loss_kernel, "chunked", "its ChunkedLossWrapper over 8 slices of the "
-         "tokens (models/llama3/config_registry.py:197-201)"),
+        ("loss_kernel", st.loss_kernel, "chunked", f"its ChunkedLossWrapper over "
+         f"{LOSS_CHUNKS['chunked']} slices of the tokens (models/llama3/config_registry.py:"
+         "197-201)"),
         ("grad_accumulation", st.grad_accumulation, "fused", "autograd's accumulation"),
     )  # fmt: skip
     for field, value, titan, what in kernels:
@@ -242,7 +248,7 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
     if st.overlap_tp_comm and st.tp > 1 and not st.fused_elementwise:
         return _refuse(
             "overlap_tp_comm", True, "off without torch.compile (torchtitan's async TP, "
-            "compile.enable_async_tensor_parallel, needs it: --framework torchtitan-compile)",
+            "compile.enable_async_tensor_parallel, needs it: --framework torchtitan-flex-compile)",
         )  # fmt: skip
     if st.dp * st.cp > 1 and not st.overlap_grad_reduce:
         return _refuse("overlap_grad_reduce", False, "True: FSDP2 overlaps the gradient "
@@ -382,10 +388,11 @@ def torchtitan_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node
     per_node = min(gpus_per_node, n_gpus)
     nodes = max(1, n_gpus // per_node)
     env = (("PYTORCH_ALLOC_CONF", "expandable_segments:True"),)  # as run_train.sh:43 sets it
-    note = NEEDS_MODEL + GENERIC_KERNELS
+    note = NEEDS_MODEL + _generic_kernels()
     if named is not None:
         note = (f"the model, data and optimizer of torchtitan's {named[1]} configuration, with "
-                "its flex attention and 8-slice chunked loss, as estimated")  # fmt: skip
+                f"its flex attention and {LOSS_CHUNKS['chunked']}-slice chunked loss, as "
+                "estimated")  # fmt: skip
     return Launch("torchtitan", nodes, per_node, TORCHTITAN_ENTRY, tuple(a), env, note)
 
 

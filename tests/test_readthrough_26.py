@@ -1,0 +1,89 @@
+"""Read-through of session 26's change: facts the launch, kernel and lowering code must keep.
+
+Each test states an independent fact (what the CLI accepts, what a slice count means, that every
+token passes through the LM head), not a value read from the code's own output."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hwtune.cli.software import LAUNCH_KERNELS, check_launch_framework
+from hwtune.cost.memory import LOSS_CHUNKS
+from hwtune.model.catalog import get_model
+from hwtune.model.lowering import Shard, lower_head
+from hwtune.train.launch_torchtitan import torchtitan_launch, torchtitan_refusal
+from hwtune.train.strategy import Strategy
+
+TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
+         "grad_reduce_dtype": "fp32"}  # fmt: skip
+
+
+def test_async_tp_refusal_names_a_framework_the_torchtitan_launch_accepts() -> None:
+    """Async TP needs torch.compile; the refusal tells the user which ``--framework`` gives it.
+    That framework must be one ``--launch torchtitan`` accepts (``torchtitan-compile`` is the
+    Dec 2024 SDPA kernel set, refused with ``--launch torchtitan``)."""
+    st = Strategy(**TITAN, dp=4, tp=2, sequence_parallel=True, overlap_tp_comm=True)
+    refusal = torchtitan_refusal(st)
+    assert refusal is not None and refusal.field == "overlap_tp_comm"
+    named = re.findall(r"--framework ([\w-]+)", refusal.expected)
+    assert named, refusal.expected
+    for framework in named:
+        assert framework in LAUNCH_KERNELS["torchtitan"]
+        assert check_launch_framework("torchtitan", framework) == framework
+        # and it is the compiled one: the eager set is what was refused
+        assert framework != check_launch_framework("torchtitan", None)
+
+
+@pytest.fixture
+def four_slices(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The chunked loss's slice count changed where it is defined (`LOSS_CHUNKS`)."""
+    monkeypatch.setitem(LOSS_CHUNKS, "chunked", 4)
+    return 4
+
+
+@pytest.mark.parametrize("model", ["llama3.1-8b", "mixtral-8x7b"])
+def test_launch_note_slice_count_is_the_estimates(model: str, four_slices: int) -> None:
+    """The note printed with the command states the slices the estimate priced: one number,
+    `LOSS_CHUNKS`, not a copy of it in the text (a named and an unnamed configuration)."""
+    st = Strategy(**TITAN, dp=8)
+    note = torchtitan_launch(st, get_model(model), 8, 8).note
+    counts = {int(n) for n in re.findall(r"(\d+)-slice", note)}
+    assert counts == {four_slices}, note
+
+
+def test_loss_refusal_slice_count_is_the_estimates(four_slices: int) -> None:
+    refusal = torchtitan_refusal(Strategy(**{**TITAN, "loss_kernel": "pytorch"}, dp=8))
+    assert refusal is not None and refusal.field == "loss_kernel"
+    counts = {int(n) for n in re.findall(r"(\d+) slices", refusal.expected)}
+    assert counts == {four_slices}, refusal.expected
+
+
+@pytest.mark.parametrize("tokens", [4096, 4097, 8191, 1000])
+def test_chunked_lm_head_covers_every_token(tokens: int) -> None:
+    """Every token's hidden state goes through the LM head, however the tokens split into
+    slices (torch.chunk gives ceil-sized slices, the last shorter): the slices' rows together
+    are at least the tokens, and fewer than one extra row per slice."""
+    spec = get_model("llama3.1-8b")
+    c = 8
+    (head,) = [op for op in lower_head(spec, Shard(tokens=tokens, seq=tokens, loss_chunks=c))
+               if op.kind == "gemm"]  # fmt: skip
+    assert head.batch == c
+    assert tokens <= head.m * head.batch < tokens + c
+
+
+def test_chunked_slice_rows_agree_with_memory() -> None:
+    """The slice the memory model holds (`logits_bytes`) and the GEMM the time model runs have
+    the same rows: one slice size, not two roundings."""
+    from hwtune.cost.memory import LOSS_KERNELS, logits_bytes
+
+    spec = get_model("llama3.1-8b")
+    tokens, c = 4097, LOSS_CHUNKS["chunked"]
+    (head,) = [op for op in lower_head(spec, Shard(tokens=tokens, seq=tokens, loss_chunks=c))
+               if op.kind == "gemm"]  # fmt: skip
+    grad = 4.0 * tokens * spec.d_model
+    slice_rows = (logits_bytes(spec, tokens, 1, "chunked") - grad) / (
+        LOSS_KERNELS["chunked"] * spec.vocab
+    )
+    assert head.m == slice_rows
