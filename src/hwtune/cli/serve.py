@@ -294,9 +294,10 @@ def _launchable_layout(launch: str, dep: Deployment) -> bool:
     return disagg_launch_refusal(launch, dep) is None
 
 
-def _gpus_words(n: int, g: int) -> str:
+def _gpus_words(n: int, g: int, one: str = "1 replica on") -> str:
+    """``n`` replicas of ``g`` GPUs in words; ``one`` what precedes the GPUs of a single one."""
     gpus = f"{g} GPU" + ("s" if g > 1 else "")
-    return f"{n} replicas, each on {gpus}" if n > 1 else f"1 replica on {gpus}"
+    return f"{n} replicas, each on {gpus}" if n > 1 else f"{one} {gpus}"
 
 
 def _print_disagg_launch(doc: dict) -> None:
@@ -332,10 +333,7 @@ def _print_launch(doc: dict) -> None:
     from rich.console import Console
 
     con = Console(soft_wrap=True)
-    n = doc["replicas"]
-    g = doc["gpus_per_replica"]
-    gpus = f"{g} GPU" + ("s" if g > 1 else "")
-    each = f"{n} replicas, each on {gpus}" if n > 1 else f"on {gpus}"
+    each = _gpus_words(doc["replicas"], doc["gpus_per_replica"], "on")
     con.print(f"\n[bold]{doc['engine']} launch[/bold] ({each}):", highlight=False)
     con.print(f"to run: {doc['note']}", highlight=False, markup=False)
     con.print(doc["command"], highlight=False, markup=False)

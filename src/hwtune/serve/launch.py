@@ -407,6 +407,11 @@ class ServeLaunch:
     """Files the command reads, as (name, text), written beside it (TensorRT-LLM's YAML of
     LLM API options); none for vLLM and SGLang."""
 
+    @property
+    def gpus(self) -> int:
+        """GPUs of all the replicas together."""
+        return self.replicas * self.gpus_per_replica
+
     def command(self) -> str:
         env = [f"{k}={v}" for k, v in self.env]
         return shlex.join([*env, *LAUNCH_PROGRAMS[self.engine], self.model, *self.args])
@@ -419,7 +424,7 @@ class ServeLaunch:
             "env": dict(self.env),
             "replicas": self.replicas,
             "gpus_per_replica": self.gpus_per_replica,
-            "gpus": self.replicas * self.gpus_per_replica,
+            "gpus": self.gpus,
             "command": self.command(),
             "files": dict(self.files),  # empty for vLLM and SGLang: every launch has the key
         }
@@ -805,8 +810,7 @@ class DisaggLaunch:
             "engine": self.engine,
             "model": self.model,
             "disaggregated": True,
-            "gpus": self.prefill.replicas * self.prefill.gpus_per_replica
-            + self.decode.replicas * self.decode.gpus_per_replica,
+            "gpus": self.prefill.gpus + self.decode.gpus,
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(),
             "router": {
