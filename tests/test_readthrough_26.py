@@ -5,10 +5,14 @@ token passes through the LM head), not a value read from the code's own output."
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from hwtune.cli.main import app
 from hwtune.cli.software import LAUNCH_KERNELS, check_launch_framework
 from hwtune.cost.memory import LOSS_CHUNKS
 from hwtune.model.catalog import get_model
@@ -87,3 +91,30 @@ def test_chunked_slice_rows_agree_with_memory() -> None:
         LOSS_KERNELS["chunked"] * spec.vocab
     )
     assert head.m == slice_rows
+
+
+H200_PROFILE = str(
+    Path(__file__).resolve().parents[1] / "src/hwtune/hardware/profiles/nvidia-h200-sxm.yaml"
+)
+
+
+def _estimate_json(gpu: str, kernel: str) -> dict:
+    res = CliRunner().invoke(app, ["estimate", "-m", "llama3.1-8b", "--gpu", gpu, "--gpus", "8",
+                                   "--dp", "8", "--attention-kernel", kernel, "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+@pytest.mark.parametrize("kernel", ["flex", "fa2"])
+def test_tier2_attention_note_does_not_claim_an_unapplied_share(kernel: str) -> None:
+    """A measured profile times the attention kernel the device's SDPA ran (`attention_time`):
+    in tier 2 the step does not change with the kernel named, so the note must not state a
+    share of the best kernel as if it priced the step; in tier 1 it does change, and says so."""
+    best, named = _estimate_json(H200_PROFILE, "best"), _estimate_json(H200_PROFILE, kernel)
+    assert named["step_time_s"] == best["step_time_s"]  # the fact: nothing applied
+    (note,) = [n for n in named["notes"] if n.startswith("attention:")]
+    assert "not applied" in note
+    spec_best, spec_named = (_estimate_json("h200-sxm-141gb", k) for k in ("best", kernel))
+    assert spec_named["step_time_s"] > spec_best["step_time_s"]  # slower kernel, tier 1
+    (note,) = [n for n in spec_named["notes"] if n.startswith("attention:")]
+    assert "not applied" not in note

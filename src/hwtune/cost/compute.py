@@ -285,6 +285,20 @@ def attention_kernel_share(device: Device, kernel: str, backward: bool = False) 
     return 1.0
 
 
+def _attention_dtype(dtype: str) -> str:
+    """The dtype attention runs in: 16 bits under fp8/fp4/int8 GEMMs."""
+    return "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
+
+
+def attention_measured(device: Device, dtype: str, backward: bool = False) -> bool:
+    """Whether `attention_time` prices ``device``'s attention in ``dtype`` at its measured
+    profile's rates (tier 2), which time whatever kernel the device's SDPA ran: there the
+    kernel's share (`attention_kernel_share`) is not applied."""
+    prof = device.profile
+    phase = "bwd" if backward else "fwd"
+    return prof is not None and prof.attention_rate(phase, _attention_dtype(dtype)) is not None
+
+
 def attention_time(
     flops: float,
     io_bytes: float,
@@ -302,7 +316,7 @@ def attention_time(
     """
     if flops <= 0:
         return 0.0
-    adt = "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
+    adt = _attention_dtype(dtype)
     prof = device.profile
     if prof is not None:
         f_exec = (FLASH_BWD_FLOP_RATIO if backward else 1.0) * flops  # as the profile counts
@@ -345,6 +359,7 @@ __all__ = [
     "FLEX_SHARE_OF_FA2",
     "KERNEL_OVERHEAD_S",
     "attention_kernel_share",
+    "attention_measured",
     "attention_time",
     "dtype_bytes",
     "gemm_time",

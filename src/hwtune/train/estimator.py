@@ -19,7 +19,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from hwtune.cost import collectives as coll
-from hwtune.cost.compute import attention_kernel_share, attention_time, gemm_time, memory_time
+from hwtune.cost.compute import (
+    attention_kernel_share,
+    attention_measured,
+    attention_time,
+    gemm_time,
+    memory_time,
+)
 from hwtune.cost.memory import (
     LOSS_CHUNKS,
     ActShape,
@@ -629,15 +635,22 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 f"GEMMs this GPU holds about {sus:.2f} of them (not applied in tier 2)"
             )
     share = attention_kernel_share(dev, st.attention_kernel)
+    # a measured profile times the kernel it ran, whichever the strategy names
+    measured = all(attention_measured(dev, gdt, b) for b in (False, True))
+    unapplied = " (not applied in tier 2: the profile times the kernel it measured)"
     if st.attention_kernel == "flex":
         back = attention_kernel_share(dev, "flex", backward=True)
         notes.append(
             f"attention: FlexAttention at {share:.2f}x (forward) and {back:.2f}x (backward) the "
             "device's best, causal over the whole sequence (torchtitan also masks across packed "
             "documents, which skips more blocks on short documents)"
+            + (unapplied if measured else "")
         )
     elif share < 1.0:
-        notes.append(f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best")
+        notes.append(
+            f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best"
+            + (unapplied if measured else "")
+        )
     if st.loss_kernel in LOSS_CHUNKS:
         notes.append(
             f"loss: LM head and cross-entropy over {LOSS_CHUNKS[st.loss_kernel]} slices of the "
