@@ -24,8 +24,8 @@ from hwtune.train.launch_torchtitan import torchtitan_launch
 from hwtune.train.strategy import Strategy
 
 LLAMA = get_model("llama3.1-8b")
-TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
-         "grad_reduce_dtype": "fp32"}  # fmt: skip
+TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "fused_norm": True,
+         "loss_kernel": "chunked", "grad_reduce_dtype": "fp32"}  # fmt: skip
 """The kernels torchtitan runs (``--framework torchtitan-flex``)."""
 COMMON = ("command", "env", "files", "gpus", "note")
 """What every launch document has, whatever the framework or engine."""

@@ -20,8 +20,8 @@ from hwtune.model.lowering import Shard, lower_head
 from hwtune.train.launch_torchtitan import torchtitan_launch, torchtitan_refusal
 from hwtune.train.strategy import Strategy
 
-TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
-         "grad_reduce_dtype": "fp32"}  # fmt: skip
+TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "fused_norm": True,
+         "loss_kernel": "chunked", "grad_reduce_dtype": "fp32"}  # fmt: skip
 
 
 def test_async_tp_refusal_names_a_framework_the_torchtitan_launch_accepts() -> None:
@@ -118,3 +118,16 @@ def test_tier2_attention_note_does_not_claim_an_unapplied_share(kernel: str) -> 
     assert spec_named["step_time_s"] > spec_best["step_time_s"]  # slower kernel, tier 1
     (note,) = [n for n in spec_named["notes"] if n.startswith("attention:")]
     assert "not applied" not in note
+
+
+def test_an_eager_rmsnorm_torchtitan_does_not_run_is_refused() -> None:
+    """torchtitan's RMSNorm is ``nn.RMSNorm`` (models/common/nn_modules.py:134-148), one fused
+    kernel with or without torch.compile; an eager strategy whose RMSNorm is seven kernels
+    (``fused_norm`` off) is not the run the launch starts, so it is refused like the other
+    kernels torchtitan does not run. Compiled, the norm is fused either way."""
+    eager = Strategy(**{**TITAN, "fused_norm": False}, dp=8)
+    refusal = torchtitan_refusal(eager)
+    assert refusal is not None and refusal.field == "fused_norm"
+    compiled = Strategy(**{**TITAN, "fused_norm": False, "fused_elementwise": True}, dp=8)
+    assert torchtitan_refusal(compiled) is None
+    assert torchtitan_refusal(Strategy(**TITAN, dp=8)) is None

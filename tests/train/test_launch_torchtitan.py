@@ -31,8 +31,8 @@ from hwtune.train.launch_torchtitan import (
 from hwtune.train.search import Constraints, plan
 from hwtune.train.strategy import Strategy
 
-TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
-         "grad_reduce_dtype": "fp32"}  # fmt: skip
+TITAN = {"attention_kernel": "flex", "fused_elementwise": False, "fused_norm": True,
+         "loss_kernel": "chunked", "grad_reduce_dtype": "fp32"}  # fmt: skip
 """The kernels of torchtitan at b5bcd76c (`hwtune.train.frameworks` ``torchtitan-flex``: flex
 attention, the chunked loss) and its fp32 gradient reduction."""
 COMPILE = {**TITAN, "fused_elementwise": True}

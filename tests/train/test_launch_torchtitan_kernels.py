@@ -36,8 +36,8 @@ from hwtune.train.frameworks import FRAMEWORKS
 from hwtune.train.launch_torchtitan import torchtitan_launch, torchtitan_refusal
 from hwtune.train.strategy import Strategy
 
-NOW = {"attention_kernel": "flex", "fused_elementwise": False, "loss_kernel": "chunked",
-       "grad_reduce_dtype": "fp32"}  # fmt: skip
+NOW = {"attention_kernel": "flex", "fused_elementwise": False, "fused_norm": True,
+       "loss_kernel": "chunked", "grad_reduce_dtype": "fp32"}  # fmt: skip
 """torchtitan at b5bcd76c: flex attention, the 8-slice chunked loss, fp32 gradient reduction."""
 DEC_2024 = {**NOW, "attention_kernel": "fa2", "loss_kernel": "pytorch"}
 """torchtitan of the Dec 2024 benchmark runs: SDPA's flash backend, one F.cross_entropy."""

@@ -85,7 +85,8 @@ configuration, ``Float8LinearConverter`` with rowwise recipes only,
 ``components/quantization/float8.py:58``: no option sets it); 8-bit and SGD optimizers; optimizer
 offload (``training.enable_cpu_offload``, :70, offloads parameters and gradients too); 16-bit
 gradient reduction; kernels of another framework, torchtitan's own of Dec 2024 included (SDPA,
-the unchunked loss); unfused attention; dropout (torchtitan's models have none); DeepEP dispatch
+the unchunked loss, and an eager RMSNorm of seven kernels where torchtitan calls PyTorch's
+fused ``nn.RMSNorm``); unfused attention; dropout (torchtitan's models have none); DeepEP dispatch
 and the MoE all-to-all overlap (set in the model configuration, not by an option); turned-off
 gradient or gather overlap (FSDP2 always prefetches and overlaps); ZeRO 0 with context
 parallelism, or with experts over more than the TP ranks (FSDP shards over ``dp_shard x cp``, and
@@ -229,6 +230,10 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
         if value != titan:
             return _refuse(field, value, f"{titan!r}: torchtitan runs {what} (--framework "
                            "torchtitan-flex or torchtitan-flex-compile)")  # fmt: skip
+    if not st.fused_elementwise and not st.fused_norm:  # compiled, the norm is fused anyway
+        return _refuse("fused_norm", False, "True without torch.compile: torchtitan's RMSNorm is "
+                       "nn.RMSNorm, one fused kernel (models/common/nn_modules.py:134-148; "
+                       "--framework torchtitan-flex)")  # fmt: skip
     if not st.flash_attention:
         return _refuse("flash_attention", False, "True: torchtitan's attention is fused (the "
                        "model configuration's backend)")  # fmt: skip
