@@ -45,8 +45,9 @@ Framework = Annotated[
     typer.Option(
         help="megatron | torchtitan | torchtitan-compile (torchtitan of Dec 2024: SDPA) | "
         "torchtitan-flex | torchtitan-flex-compile (torchtitan of 2026: flex attention, chunked "
-        "loss) | llm-foundry | huggingface | huggingface-deepspeed: sets the attention kernel, eager ops, loss and ZeRO-3 gathers as "
-        "that framework runs them (other flags that differ from their defaults win)"
+        "loss) | llm-foundry | huggingface | huggingface-deepspeed: sets the attention kernel, "
+        "eager ops, loss and ZeRO-3 gathers as that framework runs them (other flags that "
+        "differ from their defaults win)"
     ),
 ]
 Zero3Gather = Annotated[

@@ -239,12 +239,13 @@ class DeviceProfile(FrozenModel):
 
         Without ``flops``: the median rate. With ``flops``: log(time per FLOP) interpolated
         linearly in log(FLOPs) between the measured kernels that bracket it (sizes within
-        SAME_SIZE_REL are one size, their times averaged), at the largest one's rate above them and, below them, at the time of a power
-        law through the two smallest (exponent kept in [0, 1]) — kernel rates grow with size as
-        fixed costs amortize, so the size of the kernel is the first-order variable. In log-log
-        the time is a power law between two kernels, so it never leaves their range: time per
-        FLOP itself linear in log(FLOPs) priced a kernel between two of equal time (a latency-
-        bound pair 100x apart in size) at up to 5x that time."""
+        SAME_SIZE_REL are one size, their times averaged), at the largest one's rate above them
+        and, below them, at the time of a power law through the two smallest (exponent kept in
+        [0, 1]) — kernel rates grow with size as fixed costs amortize, so the size of the kernel
+        is the first-order variable. In log-log the time is a power law between two kernels, so
+        it never leaves their range: time per FLOP itself linear in log(FLOPs) priced a kernel
+        between two of equal time (a latency-bound pair 100x apart in size) at up to 5x that
+        time."""
         pts = [
             p
             for p in self.attention

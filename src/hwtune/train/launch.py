@@ -49,8 +49,8 @@ What Megatron-LM cannot run is refused with the field that stops it (`megatron_r
 GPipe, ZB-H1, ZB-V, DualPipe(V); TP communication overlap without sequence parallelism
 (``arguments.py`` asserts it); per-op selective recomputation (torchtitan's); the 8-bit and
 pure-bf16 optimizers of `hwtune.optim`; kernels of another framework (FlashAttention-2 through
-SDPA, FlexAttention, eager elementwise ops, the fp32 and the chunked cross-entropy); DeepSpeed's ZeRO-3 gathers and fp32
-gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): parameter-gather
+SDPA, FlexAttention, eager elementwise ops, the fp32 and the chunked cross-entropy);
+DeepSpeed's ZeRO-3 gathers and fp32 gradient copies; and what Megatron-LM asserts against (`_megatron_assertion`): parameter-gather
 overlap without gradient-reduce overlap, interleaving at pp=2
 without p2p overlap, the MoE all-to-all overlap with PP but no virtual stages, full
 recomputation, fp32, or Megatron-FSDP with virtual stages; a MoE model at TP > 1 without
