@@ -23,7 +23,7 @@ from hwtune.serve.memory import replica_memory
 from hwtune.serve.metrics import summarize
 from hwtune.serve.request import Request, Workload
 from hwtune.serve.scheduler import Replica
-from hwtune.serve.simulator import simulate
+from hwtune.serve.simulator import WHOLE_PROMPT_POLICIES, simulate
 
 MODEL = get_model("llama3.1-8b")
 DEVICE = get_device("h100-sxm-80gb")
@@ -149,9 +149,11 @@ def probe(monkeypatch):
     return fresh
 
 
-def _workload(data, n, closed, seed, cap, prompt_cap=None):
+def _workload(data, n, closed, seed, cap, prompt_cap=None, cfg=None):
     """Uniform random lengths up to a drawn maximum (numpy from a drawn seed: hypothesis
-    alone mostly draws short prompts, which never fill the cache)."""
+    alone mostly draws short prompts, which never fill the cache). With ``cfg`` (the replica
+    that prefills), prompts fit its token budget where its policy prefills them whole
+    (`simulator._check_whole_prompts` refuses longer ones)."""
     rng = np.random.default_rng(seed)
     groups = data.draw(st.integers(0, 3))
     prefix = data.draw(st.sampled_from([1, 15, 16, 100, 500])) if groups else 0
@@ -161,6 +163,8 @@ def _workload(data, n, closed, seed, cap, prompt_cap=None):
     plen = np.minimum(plen, cap - olen)  # every request fits in the cache alone
     if prompt_cap is not None:  # and its prompt in a prefill replica's
         plen = np.minimum(plen, prompt_cap)
+    if cfg is not None and cfg.scheduler in WHOLE_PROMPT_POLICIES:
+        plen = np.minimum(plen, cfg.token_budget())
     if prefix and plen.min() <= prefix:
         groups = prefix = 0
     g = tuple(int(x) for x in rng.integers(0, groups, n)) if prefix else ()
@@ -285,7 +289,7 @@ def _run(probe, dep, wl, **kw):
 def test_aggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
     cfg = _config(data)
     mem = _memory_or_redraw(cfg)
-    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens, cfg=cfg)
     reps = data.draw(st.integers(1, 3))
     router = data.draw(st.sampled_from(["round-robin", "least-tokens"]))
     res, p = _run(probe, Deployment(cfg, reps, router), wl, record_tokens=True)
@@ -313,7 +317,7 @@ def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
         cap = min(mem.kv_tokens - dec.spec_tokens, pmem.kv_tokens - pre.spec_tokens)
     else:
         cap = mem.kv_tokens - dec.spec_tokens
-    wl = _workload(data, n, closed, seed, cap, pmem.kv_tokens)
+    wl = _workload(data, n, closed, seed, cap, pmem.kv_tokens, cfg=pre)
     dep = Deployment(dec, data.draw(st.integers(1, 3)),
                      data.draw(st.sampled_from(["round-robin", "least-tokens"])), pre,
                      data.draw(st.integers(1, 2)))  # fmt: skip
@@ -326,7 +330,7 @@ def test_disaggregated_runs_keep_every_invariant(probe, data, n, closed, seed):
 def test_same_inputs_same_results(data, n, closed, seed):
     cfg = _config(data)
     mem = _memory_or_redraw(cfg)
-    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens, cfg=cfg)
     dep = Deployment(cfg, data.draw(st.integers(1, 2)))
     a = simulate(dep, wl)
     b = simulate(dep, wl)
@@ -352,8 +356,11 @@ def test_same_inputs_same_results(data, n, closed, seed):
 def test_preempted_requests_restart_and_finish(probe, sched, n, prompt, output, conc, prefix):
     """A KV cache of a few thousand tokens under FCFS: requests are preempted, prefilled again
     from scratch and still all finish (no livelock within `MAX_EVENTS`)."""
+    # a whole-prompt policy's budget holds the prompt (not its recompute after a preemption,
+    # which then runs alone)
+    budget = prompt if sched in WHOLE_PROMPT_POLICIES else 512
     cfg = BASE.with_(scheduler=sched, gpu_memory_utilization=0.216, enable_prefix_caching=prefix,
-                     max_num_batched_tokens=512)  # fmt: skip
+                     max_num_batched_tokens=budget)  # fmt: skip
     cap = replica_memory(cfg).kv_tokens
     assume(prompt + output <= cap)
     wl = Workload((prompt,) * n, (output,) * n, "closed", conc)
@@ -461,7 +468,7 @@ def test_sarathi_never_preempts_a_request_already_in_the_step(probe):
 def test_fast_forward_equals_step_by_step_for_random_runs(data, n, closed, seed):
     cfg = _config(data)
     mem = _memory_or_redraw(cfg)
-    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens - cfg.spec_tokens, cfg=cfg)
     dep = Deployment(cfg, data.draw(st.integers(1, 2)))
     a = simulate(dep, wl, fast=True, record_steps=True)
     b = simulate(dep, wl, fast=False, record_steps=True)
@@ -497,7 +504,7 @@ def test_attention_dp_and_engine_holds_keep_every_invariant(probe, data, n, clos
     if tokens is not None:
         cfg = _small_cache(cfg, tokens)
     mem = _memory_or_redraw(cfg)
-    wl = _workload(data, n, closed, seed, mem.kv_tokens)
+    wl = _workload(data, n, closed, seed, mem.kv_tokens, cfg=cfg)
     res, _p = _run(probe, cfg, wl, record_tokens=True)
     _check_requests(res, wl, True)
 

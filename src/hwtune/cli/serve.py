@@ -732,6 +732,7 @@ def plan_cmd(
     trace: Trace = None,
     scheduler: Sched = None,
     engine: EngineOpt = None,
+    max_num_batched_tokens: TokenBudget = 8192,
     objective: Annotated[str, typer.Option(help="gpus|cost")] = "gpus",
     disagg: Annotated[bool, typer.Option("--disagg/--no-disagg", help="also disaggregated")] = True,
     processes: Annotated[
@@ -788,8 +789,9 @@ def plan_cmd(
             engine, scheduler, eager_prefill, overlap_schedule
         )
         name = eng and eng.name
-        base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256, 8192,
-                        16, 0.9, True, profile, weight_only_kernel)  # fmt: skip
+        base = _replica(model, gpu, 1, 1, 1, 1, precision, kv_precision, scheduler, 256,
+                        max_num_batched_tokens, 16, 0.9, True, profile,
+                        weight_only_kernel)  # fmt: skip
         base = base.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,

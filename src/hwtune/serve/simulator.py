@@ -155,6 +155,31 @@ def _check_lengths(
             )  # fmt: skip
 
 
+WHOLE_PROMPT_POLICIES: tuple[str, ...] = ("orca", "prefill-first")
+"""Scheduler policies that prefill a prompt whole in one step, within the token budget."""
+
+
+def _check_whole_prompts(reqs: list[Request], cfg: ReplicaConfig, what: str) -> None:
+    """Refuse a prompt longer than one step's token budget under a policy that prefills prompts
+    whole (`WHOLE_PROMPT_POLICIES`): no engine runs one. TensorRT-LLM's PyTorch backend without
+    chunked prefill rejects the request ("The sum of prompt length (P), query length (Q) should
+    not exceed max_num_tokens (M)", ``tensorrt_llm/llmapi/llm.py`` ``_check_arguments``, an HTTP
+    400 from ``trtllm-serve``); vLLM without chunked prefill refuses to start with
+    ``max_num_batched_tokens`` below ``max_model_len`` (``SchedulerConfig`` verification: it
+    "makes vLLM reject longer sequences"). The whole prompt counts, cached prefix or not."""
+    if cfg.scheduler not in WHOLE_PROMPT_POLICIES:
+        return
+    budget = cfg.token_budget()
+    for r in reqs:
+        if r.prompt > budget:
+            raise HwtuneInputError(
+                "input-len", r.prompt,
+                f"at most {budget} tokens, the {what}'s max-num-batched-tokens: scheduler "
+                f"{cfg.scheduler} prefills a prompt whole in one step (request {r.rid}); raise "
+                "the budget or use a chunking scheduler (vllm, sarathi, sglang)",
+            )  # fmt: skip
+
+
 def _merged_prefix_log(reps: list[Replica]) -> np.ndarray:
     rows = [e for x in reps for e in x.prefix_log]
     log = np.array(rows, dtype=float).reshape(-1, 3)
@@ -207,6 +232,9 @@ def simulate(
     if disagg:
         assert pcfg is not None and pmem is not None
         _check_lengths(reqs, pcfg, pmem, "prefill", not pcfg.reserve_to_completion)
+        _check_whole_prompts(reqs, pcfg, "prefill pool")
+    else:
+        _check_whole_prompts(reqs, cfg, "replica")
     entry = preps if disagg else reps
 
     heap: list[tuple[float, int, int, object, object]] = []
