@@ -10,6 +10,8 @@ Sources (causal, bf16, head dim 128, 8k tokens, MHA):
   data, github.com/drisspg/vizz commit 555dcde, ``vizz/presentations/ptce_2026_flex_flash/data/``:
   ``flex_vs_fav3_causal.csv`` ("H100: FA3 vs FlexAttention", shape (2, 16, 8192, 16, 8192, 128))
   and ``gb200_triton_cudnn.csv`` (shape (4, 16, 8192, 16, 8192, 128)).
+- FlashAttention-4 and FlashAttention-2 on B200: Dao-AILab/flash-attention PR #2280 and issue
+  #1589, meta-pytorch/tritonbench PR #171 (figures below).
 - Guessous, Liang, Dong and He, "FlexAttention: The Flexibility of PyTorch with the Performance
   of FlashAttention", PyTorch blog, 2024-08-07, "Performance": 90% of FlashAttention-2 forward,
   85% backward, on A100.
@@ -26,6 +28,13 @@ H100_FA3_TFLOPS = (679.737, 474.924)  # flex_vs_fav3_causal.csv, 8192 tokens: fw
 H100_FLEX_TFLOPS = (396.273, 315.676)
 GB200_CUDNN_TFLOPS = (1419.6, 1007.4)  # gb200_triton_cudnn.csv, causal (4, 16, 8192, 16, 8192, 128)
 GB200_FLEX_TFLOPS = (507.99, 473.74)
+# Dao-AILab/flash-attention PR #2280 (2026-02-27), B200, (4, 16, 8192, 128), FA4 fwd and 2-CTA bwd
+B200_FA4_CAUSAL_TFLOPS = (1418.1, 1208.6)
+B200_FA4_NONCAUSAL_TFLOPS = (1534.8, 1359.8)
+# meta-pytorch/tritonbench PR #171 (2025-03-04), B200, flash_v2 forward at (8, 16, 8192, 128)
+B200_FA2_NONCAUSAL_FWD = 361.591
+# flash-attention issue #1589 (2025-04-13), B200, flash_attn 2.7.4, head dim 64, 8k: fwd, bwd
+B200_FA2_HD64_TFLOPS = (343.07, 329.09)
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -49,12 +58,68 @@ def test_flex_on_hopper_is_roughly_sixty_percent_of_flashattention3() -> None:
 
 @pytest.mark.parametrize("name", ["b200", "gb200", "b300", "gb300"])
 @pytest.mark.parametrize("backward", [False, True])
-def test_flex_on_blackwell_runs_at_the_gb200_share_of_cudnn(name: str, backward: bool) -> None:
+def test_flex_on_blackwell_runs_at_the_gb200_rate_against_the_best_kernel(
+    name: str, backward: bool
+) -> None:
+    # the best kernel: cuDNN's forward (FA4's causal forward, 1418.1, is the same) and FA4's
+    # backward, which outruns cuDNN's 1007.4
     i = 1 if backward else 0
-    published = GB200_FLEX_TFLOPS[i] / GB200_CUDNN_TFLOPS[i]  # 0.358 forward, 0.470 backward
+    best = (GB200_CUDNN_TFLOPS[0], B200_FA4_CAUSAL_TFLOPS[1])[i]
+    published = GB200_FLEX_TFLOPS[i] / best  # 0.358 forward, 0.392 backward
     assert attention_kernel_share(get_device(name), "flex", backward) == pytest.approx(
         published, abs=0.01
     )
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_flex_on_gb200_runs_at_its_measured_rate(backward: bool) -> None:
+    # absolute: the catalog's GB200 attention rate times the share gives the blog's Triton figure
+    gb200 = get_device("gb200")
+    i = 1 if backward else 0
+    flops = 1e15
+    t = attention_time(flops, 1.0, gb200, "bf16", backward, "flex")
+    executed = flops * (2.5 if backward else 1.0)  # FlashAttention counts backward as 2.5x
+    assert executed / t / 1e12 == pytest.approx(GB200_FLEX_TFLOPS[i], rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["b200", "gb200"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_blackwell_best_attention_runs_at_flashattention4s_causal_rate(
+    name: str, backward: bool
+) -> None:
+    # PR #2280's B200 figures, the same absolute rate on GB200's higher nominal peak
+    i = 1 if backward else 0
+    flops = 1e15
+    t = attention_time(flops, 1.0, get_device(name), "bf16", backward)
+    executed = flops * (2.5 if backward else 1.0)
+    assert executed / t / 1e12 == pytest.approx(B200_FA4_CAUSAL_TFLOPS[i], rel=0.03)
+
+
+def test_fa2_on_b200_runs_at_tritonbenchs_rate() -> None:
+    # tritonbench's FA2 forward on B200 (non-causal, 8k, head dim 128) against FA4's
+    b200 = get_device("b200")
+    assert attention_kernel_share(b200, "fa2") == pytest.approx(
+        B200_FA2_NONCAUSAL_FWD / B200_FA4_NONCAUSAL_TFLOPS[0], abs=0.01
+    )
+    # backward: FA2's own bwd/fwd ratio on B200 (head dim 64) carried to head dim 128
+    bwd = B200_FA2_HD64_TFLOPS[1] / B200_FA2_HD64_TFLOPS[0] * B200_FA2_NONCAUSAL_FWD
+    assert attention_kernel_share(b200, "fa2", True) == pytest.approx(
+        bwd / B200_FA4_NONCAUSAL_TFLOPS[1], abs=0.01
+    )
+
+
+@pytest.mark.parametrize("arch_device", ["h100-sxm-80gb", "b200", "gb300"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_fa2_is_slower_than_the_best_kernel_where_one_replaced_it(
+    arch_device: str, backward: bool
+) -> None:
+    # FA2 issues mma.sync: below wgmma (Hopper) and tcgen05 (Blackwell) kernels, and on
+    # Blackwell (where Triton issues tcgen05) below the Triton FlexAttention kernel as well
+    dev = get_device(arch_device)
+    fa2 = attention_kernel_share(dev, "fa2", backward)
+    assert fa2 < 0.6
+    if dev.architecture.startswith("blackwell"):
+        assert fa2 < attention_kernel_share(dev, "flex", backward)
 
 
 def test_flex_on_ampere_keeps_the_2024_blogs_share_of_flashattention2() -> None:

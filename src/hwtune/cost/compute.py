@@ -216,12 +216,27 @@ FlashAttention-2, what PyTorch's SDPA flash backend runs (torchtitan before 2025
 models since SDPA was dropped for them; `FLEX_SHARE_OF_BEST` on Hopper and Blackwell,
 `FLEX_SHARE_OF_FA2` elsewhere)."""
 
-FA2_SHARE_ON_HOPPER = 0.57
-"""FlashAttention-2's speed on Hopper as a share of FlashAttention-3's (it issues Ampere
-``mma.sync`` instructions, neither ``wgmma`` nor TMA): Shah et al. 2024 ("FlashAttention-3"),
-Fig. 5 and 7, H100 SXM5, head dim 128, 8k tokens: forward 370 vs 646 TFLOP/s (0.57), backward
-318 vs 559 (0.57). PyTorch issue #142132 (Dec 2024 nightly, H100): SDPA's flash backend 329 vs
-cuDNN 631 TFLOP/s (0.52) at (1, 24, 4608, 128)."""
+FA2_SHARE_OF_BEST: dict[str, tuple[float, float]] = {
+    "hopper": (0.57, 0.57),
+    "blackwell": (0.24, 0.26),
+    "blackwell-ultra": (0.24, 0.26),
+}
+"""FlashAttention-2's speed as a share of the architecture's best fused attention kernel, forward
+and backward, where FA2 is not the best (it issues Ampere ``mma.sync`` instructions: neither
+Hopper's ``wgmma`` and TMA nor Blackwell's ``tcgen05`` and tensor memory). Elsewhere (Ampere,
+Ada, AMD) it is the best and its share is 1.
+
+- Hopper: Shah et al. 2024 ("FlashAttention-3"), Fig. 5 and 7, H100 SXM5, head dim 128, 8k
+  tokens: forward 370 vs 646 TFLOP/s (0.57), backward 318 vs 559 (0.57). PyTorch issue #142132
+  (Dec 2024 nightly, H100): SDPA's flash backend 329 vs cuDNN 631 TFLOP/s (0.52) at
+  (1, 24, 4608, 128).
+- Blackwell (B200, non-causal, head dim 128, 8k tokens): FlashAttention-2 forward 361.6 TFLOP/s
+  at (8, 16, 8192, 128) (meta-pytorch/tritonbench PR #171, 2025-03-04, ``--only flash_v2``)
+  against FlashAttention-4 forward 1534.8 at (4, 16, 8192, 128) and backward 1359.8 (two-CTA;
+  Dao-AILab/flash-attention PR #2280, 2026-02-27): forward 0.24. No FA2 backward figure at head
+  dim 128 was found; FA2's backward runs at 0.96x its forward on B200 at head dim 64, 8k tokens
+  (343.1 / 329.1 TFLOP/s, flash-attention issue #1589, flash_attn 2.7.4), so 0.96 x 361.6 /
+  1359.8 = 0.26. Blackwell Ultra (B300, GB300) has no figure of its own and takes Blackwell's."""
 
 
 FLEX_SHARE_OF_FA2: tuple[float, float] = (0.90, 0.85)
@@ -237,8 +252,8 @@ kernel on the architectures `FLEX_SHARE_OF_BEST` does not list (Ampere, Ada, AMD
 
 FLEX_SHARE_OF_BEST: dict[str, tuple[float, float]] = {
     "hopper": (0.58, 0.66),
-    "blackwell": (0.36, 0.47),
-    "blackwell-ultra": (0.36, 0.47),
+    "blackwell": (0.36, 0.39),
+    "blackwell-ultra": (0.36, 0.39),
 }
 """FlexAttention's Triton kernel as a share of the architecture's best fused attention kernel,
 forward and backward, where one was published (causal, bf16, head dim 128, 8k tokens, MHA).
@@ -255,14 +270,18 @@ commit 555dcde, ``vizz/presentations/ptce_2026_flex_flash/data/``), at (B, H, S,
 - Hopper, ``flex_vs_fav3_causal.csv`` (the blog's "H100: FA3 vs FlexAttention, causal, BF16"):
   FlashAttention-3 679.7 / 474.9 TFLOP/s, FlexAttention 396.3 / 315.7 (0.58 / 0.66); 0.58-0.59 /
   0.65-0.69 from 4k to 16k tokens. A Triton kernel issues ``wgmma``, which FlashAttention-2 does
-  not, and both directions are above `FA2_SHARE_ON_HOPPER` (0.57): forward 1.02x
-  FlashAttention-2, within the 1.00-1.22x of Dong et al. (arXiv:2412.05496, §6.2, Fig. 7:
+  not, and both directions are above FlashAttention-2's Hopper share (0.57,
+  `FA2_SHARE_OF_BEST`): forward 1.02x FlashAttention-2, within the 1.00-1.22x of Dong et al. (arXiv:2412.05496, §6.2, Fig. 7:
   causal, head dim 64; the paper runs H100, A100 and A6000 and does not name Fig. 7's GPU);
   backward 1.16x, above their 0.86-1.05x (the blog's causal FA3 backward, 474.9 TFLOP/s, is below
-  the 559 of the FA3 paper that `FA2_SHARE_ON_HOPPER` takes).
+  the 559 of the FA3 paper that `FA2_SHARE_OF_BEST` takes).
 - Blackwell, ``gb200_triton_cudnn.csv`` (the blog's GB200 "FlexAttention Triton vs cuDNN"):
-  cuDNN 1419.6 / 1007.4 TFLOP/s, FlexAttention 508.0 / 473.7 (0.36 / 0.47). Blackwell Ultra
-  (B300, GB300) has no figure of its own and takes Blackwell's.
+  cuDNN 1419.6 / 1007.4 TFLOP/s, FlexAttention 508.0 / 473.7 (0.36 / 0.47). cuDNN's forward
+  is Blackwell's best (FlashAttention-4, causal, same shape, on B200: 1418.1), its backward is
+  not: FlashAttention-4's two-CTA backward runs at 1208.6 (Dao-AILab/flash-attention PR #2280,
+  2026-02-27), the rate the catalog's Blackwell ``attention_bwd_efficiency`` takes, so the
+  backward share is 473.7 / 1208.6 = 0.39. Blackwell Ultra (B300, GB300) has no figure of its
+  own and takes Blackwell's.
 
 FlexAttention's FlashAttention-4 backend (``BACKEND: "FLASH"``, the same post) is faster again
 (1.30-2.01x the Triton kernel on H200 for ALiBi, document masking and sliding window; 1.6-3.2x
@@ -273,11 +292,11 @@ here."""
 def attention_kernel_share(device: Device, kernel: str, backward: bool = False) -> float:
     """Speed of ``kernel`` as a share of the device's best fused attention kernel, in the
     forward (or with ``backward``, the backward) pass."""
-    fa2 = FA2_SHARE_ON_HOPPER if device.architecture == "hopper" else 1.0
+    direction = 1 if backward else 0
+    fa2 = FA2_SHARE_OF_BEST.get(device.architecture, (1.0, 1.0))[direction]
     if kernel == "fa2":
         return fa2
     if kernel == "flex":
-        direction = 1 if backward else 0
         published = FLEX_SHARE_OF_BEST.get(device.architecture)
         if published is not None:
             return published[direction]
@@ -354,7 +373,7 @@ def matmul_flops(m: int, n: int, k: int) -> float:
 
 __all__ = [
     "ATTENTION_KERNELS",
-    "FA2_SHARE_ON_HOPPER",
+    "FA2_SHARE_OF_BEST",
     "FLEX_SHARE_OF_BEST",
     "FLEX_SHARE_OF_FA2",
     "KERNEL_OVERHEAD_S",
