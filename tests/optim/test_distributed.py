@@ -145,6 +145,12 @@ def fsdp_worker(rank, port):
             assert torch.equal(p.to_local(), q.to_local())
             for key, value in opt.state[p].items():
                 assert torch.equal(value, opt2.state[q][key]), key
+        # as in ddp_worker: drop the sharded models (their hooks and gathered buffers) on both
+        # ranks and meet at a barrier before the group goes away, so neither rank tears gloo
+        # down while the other still has work in flight
+        del opt, opt2, fresh_opt, model, model2, fresh
+        gc.collect()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
