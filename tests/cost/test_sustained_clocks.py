@@ -28,7 +28,7 @@ def test_sustained_scales_every_peak_and_burst_keeps_them():
 
 
 def test_devices_without_a_figure_are_unchanged():
-    for name in ("a100-80gb", "b200"):
+    for name in ("a100-80gb", "gb200"):
         dev = get_device(name)
         assert dev.sustained_gemm_fraction is None
         assert power_limited(dev) == dev
