@@ -343,6 +343,15 @@ def from_row(r: dict) -> PublishedRun:
     gb = p.get("global_batch")
     other = p.get("other") or {}
     vpp = p.get("vpp") or 1
+    if other.get("cpu_offloading_num_layers"):
+        # Megatron-Core's activation offloading (--cpu-offloading-num-layers: the activations of
+        # that many layers go to host memory, over NVLink-C2C on Grace parts) has no cost or
+        # memory model here
+        run.skip_reason = (
+            f"activations of {other['cpu_offloading_num_layers']} layers offloaded to the CPU "
+            "(cpu_offloading_num_layers), which the estimator does not model"
+        )
+        return run
     if mb is None and other.get("local_batch_size") and pp > 1:
         # torchtitan default: as many pipeline micro-batches as stages
         mb = max(1, other["local_batch_size"] // pp)
