@@ -190,7 +190,7 @@ NOTES = [
     "- **torchtitan**: a 96 GB H100 capped at 500 W (clock derated by the cube law, `cost/power.py`).",
     "  Two software facts of the runs are modelled, not fitted: PyTorch SDPA's flash backend is",
     "  FlashAttention-2, which runs at 0.57x FlashAttention-3 on Hopper (FA3 paper Fig. 5/7;",
-    "  `cost.compute.FA2_SHARE_ON_HOPPER`), and without torch.compile RMSNorm, SwiGLU and rotary run",
+    "  `cost.compute.FA2_SHARE_OF_BEST`), and without torch.compile RMSNorm, SwiGLU and rotary run",
     "  eagerly, one kernel per elementary op (`model.lowering.rmsnorm_bytes` and neighbours). The",
     "  eager kernels alone predict compile's gain as 1.12x (at the catalog's 3.35 TB/s) to 1.16x",
     "  (at 2.4 TB/s, the low end for six HBM2e stacks) against 1.16x measured (a test). FA2 matters",

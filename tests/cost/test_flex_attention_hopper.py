@@ -108,18 +108,15 @@ def test_fa2_on_b200_runs_at_tritonbenchs_rate() -> None:
     )
 
 
-@pytest.mark.parametrize("arch_device", ["h100-sxm-80gb", "b200", "gb300"])
+@pytest.mark.parametrize("name", ["b200", "gb200", "b300", "gb300"])
 @pytest.mark.parametrize("backward", [False, True])
-def test_fa2_is_slower_than_the_best_kernel_where_one_replaced_it(
-    arch_device: str, backward: bool
-) -> None:
-    # FA2 issues mma.sync: below wgmma (Hopper) and tcgen05 (Blackwell) kernels, and on
-    # Blackwell (where Triton issues tcgen05) below the Triton FlexAttention kernel as well
-    dev = get_device(arch_device)
-    fa2 = attention_kernel_share(dev, "fa2", backward)
-    assert fa2 < 0.6
-    if dev.architecture.startswith("blackwell"):
-        assert fa2 < attention_kernel_share(dev, "flex", backward)
+def test_fa2_is_below_flex_on_blackwell(name: str, backward: bool) -> None:
+    # FA2 issues Ampere mma.sync; Triton's FlexAttention issues tcgen05 on Blackwell: FA2's
+    # 361.6 TFLOP/s (tritonbench) is below Flex's 508.0 forward (the blog's GB200 data)
+    dev = get_device(name)
+    assert attention_kernel_share(dev, "fa2", backward) < attention_kernel_share(
+        dev, "flex", backward
+    )
 
 
 def test_flex_on_ampere_keeps_the_2024_blogs_share_of_flashattention2() -> None:

@@ -148,7 +148,7 @@ def fsdp_worker(rank, port):
         # as in ddp_worker: drop the sharded models (their hooks and gathered buffers) on both
         # ranks and meet at a barrier before the group goes away, so neither rank tears gloo
         # down while the other still has work in flight
-        del opt, opt2, fresh_opt, model, model2, fresh
+        del opt, opt2, fresh_opt, model, model2, fresh, p, q, value
         gc.collect()
         dist.barrier()
     finally:

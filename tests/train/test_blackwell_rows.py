@@ -39,7 +39,7 @@ def test_b200_sustains_flashinfers_throttled_share():
 
 
 def test_rows_are_the_tables_figures():
-    # spot checks against the archive's tables, independent of the generator
+    # the archive's figures, restated: a column mix-up in the generator (mbs for gbs) fails here
     rows = {r["id"]: r for r in map(json.loads, DATA.read_text().splitlines())}
     b200_8b = rows["mbridge-25.11-b200-llama3-8b-fp8-cs-8gpu"]
     assert b200_8b["measured"][0]["value"] == 30624

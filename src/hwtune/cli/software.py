@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 AttentionKernel = Annotated[
     str,
     typer.Option(
-        help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper) | fa2 "
+        help="best (the device's fastest fused kernel: FA3/cuDNN on Hopper, FA4/cuDNN on "
+        "Blackwell) | fa2 "
         "(FlashAttention-2, PyTorch SDPA's flash backend) | flex (FlexAttention's compiled "
         "Triton kernel: torchtitan)"
     ),

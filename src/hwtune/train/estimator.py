@@ -647,9 +647,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             + (unapplied if measured else "")
         )
     elif share < 1.0:
+        back = attention_kernel_share(dev, st.attention_kernel, backward=True)
         notes.append(
-            f"attention: FlashAttention-2 kernels at {share:.2f}x the device's best"
-            + (unapplied if measured else "")
+            f"attention: FlashAttention-2 kernels at {share:.2f}x (forward) and {back:.2f}x "
+            "(backward) the device's best" + (unapplied if measured else "")
         )
     if st.loss_kernel in LOSS_CHUNKS:
         notes.append(

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hwtune.cost.compute import FA2_SHARE_OF_BEST
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.hardware.cluster import Cluster, make_cluster
@@ -287,7 +288,7 @@ def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str,
     else:
         name = "megatron"  # Megatron-LM, NeMo, Megatron-Bridge, Megatron-DeepSpeed
     f = framework_fields(name)
-    if f["attention_kernel"] == "fa2" and dev.architecture == "hopper":
+    if f["attention_kernel"] == "fa2" and dev.architecture in FA2_SHARE_OF_BEST:
         run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")
     if not f["fused_elementwise"]:
         run.assumptions.append("eager elementwise ops (no torch.compile)")
