@@ -303,11 +303,12 @@ def main() -> None:
               f"p90 {v['p90_abs_error']:.1%} signed median {v['signed_median']:+.1%}")  # fmt: skip
     if a.print_only:
         return
-    ACCURACY_FILE.write_text(
-        json.dumps({"source": f"benchmarks/validate_training.py on {a.data.name}, "
-                              f"{datetime.date.today().isoformat()}", "classes": classes},
-                   indent=2) + "\n"
-    )  # fmt: skip
+    old = json.loads(ACCURACY_FILE.read_text()) if ACCURACY_FILE.exists() else {}
+    doc = {"source": f"benchmarks/validate_training.py on {a.data.name}, "
+                     f"{datetime.date.today().isoformat()}", "classes": classes}  # fmt: skip
+    if "by_architecture" in old:  # benchmarks/validate_training_blackwell.py's records
+        doc["by_architecture"] = old["by_architecture"]
+    ACCURACY_FILE.write_text(json.dumps(doc, indent=2) + "\n")
     lines = [
         "## Training estimator (`hwtune estimate`) against published runs",
         "",

@@ -12,6 +12,8 @@ VALIDATION.md. These rows are not part of the track record every estimate prints
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import platform
 import statistics
 import sys
@@ -19,7 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_training import NO_FIT, error_stats, evaluate, write_section  # noqa: E402
+from validate_training import NO_FIT, class_table, error_stats, evaluate, write_section  # noqa: E402
+
+from hwtune.train.accuracy import ACCURACY_FILE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data" / "training_blackwell.jsonl"
@@ -54,6 +58,13 @@ def main() -> None:
           f"signed median {st['signed_median']:+.1%}; skipped {len(skipped)}")  # fmt: skip
     if a.print_only:
         return
+    table = json.loads(ACCURACY_FILE.read_text())
+    table.setdefault("by_architecture", {})["blackwell"] = {
+        "source": f"benchmarks/validate_training_blackwell.py on {a.data.name}, "
+        f"{datetime.date.today().isoformat()}",
+        "classes": class_table(rows),
+    }
+    ACCURACY_FILE.write_text(json.dumps(table, indent=2) + "\n")
     lines = [
         "## Training estimator on Blackwell (Megatron-Bridge's B200, B300, GB200, GB300 rows)",
         "",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hwtune.hardware.catalog import get_device
-from hwtune.train.estimator import _estimate
+from hwtune.train.accuracy import accuracy_line
+from hwtune.train.estimator import _estimate, estimate
 from hwtune.train.published import load_published
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "training_blackwell.jsonl"
@@ -69,3 +70,24 @@ def test_dense_llama_rows_median_within_15_percent(runs):
     errs = [abs(_error(r)) for i, r in runs.items() if "llama" in i and not r.skip_reason]
     assert len(errs) == 8
     assert statistics.median(errs) <= 0.15
+
+
+def test_blackwell_estimates_carry_the_blackwell_record(runs):
+    """The record a B200/GB300 estimate prints is recomputed here from the Blackwell rows
+    (independently of the benchmark that writes accuracy.json): a model change that moves these
+    errors must rewrite it (`python benchmarks/validate_training_blackwell.py`)."""
+    errs = [_error(r) for r in runs.values() if not r.skip_reason]
+    for gpu in ("b200", "gb300"):
+        acc = estimate("llama3.1-8b", gpu=gpu, gpus=8).accuracy
+        assert acc["architecture"] == "blackwell" and "scope" not in acc
+        assert acc["rows"] == len(errs) == 19
+        assert acc["median_abs_error"] == pytest.approx(statistics.median(map(abs, errs)), abs=1e-4)
+        assert acc["signed_median"] == pytest.approx(statistics.median(errs), abs=1e-4)
+
+
+def test_an_architecture_no_run_covers_says_so():
+    acc = estimate("llama3.1-8b", gpu="mi300x", gpus=8).accuracy
+    assert acc["scope"] == "measured on V100, A100 and H100 runs; none on cdna3"
+    assert "none on cdna3" in accuracy_line(acc)
+    h100 = estimate("llama3.1-8b", gpu="h100-sxm-80gb", gpus=8).accuracy
+    assert "scope" not in h100 and "architecture" not in h100

@@ -133,6 +133,7 @@ class Estimate:
     peak_flops_used: float
     strategy: Strategy
     notes: list[str] = field(default_factory=list)
+    architecture: str | None = None
 
     @property
     def memory_per_gpu_bytes(self) -> float:
@@ -148,7 +149,7 @@ class Estimate:
     def accuracy(self) -> dict | None:
         """The throughput error measured on published runs of this strategy's software class
         (`hwtune.train.accuracy`); a track record shown beside the estimate, not applied to it."""
-        return accuracy_for(self.strategy)
+        return accuracy_for(self.strategy, self.architecture)
 
     def to_dict(self) -> dict:
         """The JSON document of `hwtune estimate --json`."""
@@ -864,6 +865,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         peak_flops_used=peak,
         strategy=st,
         notes=notes,
+        architecture=dev.architecture,
     )
 
 
