@@ -253,8 +253,8 @@ kernel on the architectures `FLEX_SHARE_OF_BEST` does not list (Ampere, Ada, AMD
 
 FLEX_SHARE_OF_BEST: dict[str, tuple[float, float]] = {
     "hopper": (0.58, 0.66),
-    "blackwell": (0.36, 0.39),
-    "blackwell-ultra": (0.36, 0.39),
+    "blackwell": (0.31, 0.34),
+    "blackwell-ultra": (0.31, 0.34),
 }
 """FlexAttention's Triton kernel as a share of the architecture's best fused attention kernel,
 forward and backward, where one was published (causal, bf16, head dim 128, 8k tokens, MHA).
@@ -277,12 +277,12 @@ commit 555dcde, ``vizz/presentations/ptce_2026_flex_flash/data/``), at (B, H, S,
   backward 1.16x, above their 0.86-1.05x (the blog's causal FA3 backward, 474.9 TFLOP/s, is below
   the 559 of the FA3 paper that `FA2_SHARE_OF_BEST` takes).
 - Blackwell, ``gb200_triton_cudnn.csv`` (the blog's GB200 "FlexAttention Triton vs cuDNN"):
-  cuDNN 1419.6 / 1007.4 TFLOP/s, FlexAttention 508.0 / 473.7 (0.36 / 0.47). cuDNN's forward
-  is Blackwell's best (FlashAttention-4, causal, same shape, on B200: 1418.1), its backward is
-  not: FlashAttention-4's two-CTA backward runs at 1208.6 (Dao-AILab/flash-attention PR #2280,
-  2026-02-27), the rate the catalog's Blackwell ``attention_bwd_efficiency`` takes, so the
-  backward share is 473.7 / 1208.6 = 0.39. Blackwell Ultra (B300, GB300) has no figure of its
-  own and takes Blackwell's.
+  cuDNN 1419.6 / 1007.4 TFLOP/s, FlexAttention 508.0 / 473.7 (0.36 / 0.47 of that cuDNN). The
+  share is taken against the GB200's best as the catalog has it: NVIDIA's cudnn-frontend
+  ``sdpa_benchmark_training`` results of 2026-07-24 (cuDNN 9.26, causal, 8192 tokens, head dim
+  128): cuDNN forward 1646, FlashAttention-4 backward 1389, so 508.0 / 1646 = 0.31 and
+  473.7 / 1389 = 0.34 (the Triton kernel as of the blog against the best kernels of mid-2026).
+  Blackwell Ultra (B300, GB300) has no figure of its own and takes Blackwell's.
 
 FlexAttention's FlashAttention-4 backend (``BACKEND: "FLASH"``, the same post) is faster again
 (1.30-2.01x the Triton kernel on H200 for ALiBi, document masking and sliding window; 1.6-3.2x
