@@ -34,6 +34,7 @@ GPU = {
     "DGX-B200": ("NVIDIA B200", 180, 8, "NVLink5 + NVSwitch (DGX B200)"),
     "DGX-GB200": ("NVIDIA GB200", 186, 4, "NVLink5, 72-GPU NVL72 domain"),
     "DGX-GB300": ("NVIDIA GB300", 288, 4, "NVLink5, 72-GPU NVL72 domain"),
+    "DGX-B300": ("NVIDIA B300", 288, 8, "NVLink5 + NVSwitch (DGX B300)"),
 }
 # (system, model, gpus, precision, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ep, tokens/s/GPU, model TFLOP/s/GPU)
 ROWS_2511 = [
@@ -53,7 +54,6 @@ ROWS_2511 = [
     ("DGX-B200", "llama3.1-405b", 128, "fp8-cs", 64, 1, 8192, 0, 4, 8, 2, 8, 1, 661, 1667),
     ("DGX-B200", "gpt-oss-120b", 64, "bf16", 512, 4, 4096, 0, 1, 1, 1, 1, 8, 8213, 223),
 ]
-GPU["DGX-B300"] = ("NVIDIA B300", 288, 8, "NVLink5 + NVSwitch (DGX B300)")
 FP8_2602 = "FP8 (the 26.02 table says FP8 beside MXFP8 and NVFP4; taken as current scaling, the 25.11 FP8-CS recipe)"
 ROWS_2602 = [
     ("DGX-GB300", "llama3-70b", 64, FP8_2602, 256, 2, 8192, 64, 1, 1, 1, None, 1, 5003, 2248),
