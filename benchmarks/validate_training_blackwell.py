@@ -4,9 +4,9 @@ GB200, GB300), against the same tables' H100 rows in the shared validation set.
     python benchmarks/validate_training_blackwell.py [--print-only]
 
 Reads benchmarks/data/training_blackwell.jsonl (written by
-benchmarks/data/make_training_blackwell.py) and writes the ``training-blackwell`` section of
-VALIDATION.md. These rows are not part of the track record every estimate prints
-(src/hwtune/train/accuracy.json comes from the shared set alone).
+benchmarks/data/make_training_blackwell.py), writes the ``training-blackwell`` section of
+VALIDATION.md and the Blackwell record of src/hwtune/train/accuracy.json (``by_architecture``:
+the track record a Blackwell estimate prints instead of the shared set's).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_training import NO_FIT, class_table, error_stats, evaluate, write_section  # noqa: E402
 
 from hwtune.train.accuracy import ACCURACY_FILE  # noqa: E402
+from hwtune.train.estimator import _estimate  # noqa: E402
+from hwtune.train.published import load_published  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "benchmarks" / "data" / "training_blackwell.jsonl"
@@ -74,8 +76,9 @@ def main() -> None:
         "`benchmarks/data/make_training_blackwell.py` from the same tables whose H100 rows are in",
         "the shared set (model blocks copied from those rows). BF16 and FP8 current scaling only.",
         f"Command: `python benchmarks/validate_training_blackwell.py` (Python "
-        f"{platform.python_version()}, {platform.machine()}). Tier 1, nothing fitted; these rows",
-        "are not in the track record `hwtune estimate` prints (that is the shared set's).",
+        f"{platform.python_version()}, {platform.machine()}). Tier 1, nothing fitted. A Blackwell",
+        "estimate prints these rows' record (`accuracy.json` `by_architecture`), not the shared",
+        "set's.",
         "",
         "| group | rows | median abs. error | signed median |",
         "|---|---:|---:|---:|",
@@ -98,48 +101,73 @@ def main() -> None:
     lines += [f"- {i}: {why}" for i, why in skipped] or ["- (none)"]
     lines += ["", "The estimate says these do not fit (they ran, so the memory model is off):", ""]
     lines += [f"- {i}: {need:.0f} GiB predicted of {have:.0f}" for i, need, have in NO_FIT]
-    lines += NOTES
+    lines += notes(rows, a.data)
     write_section(a.out, "training-blackwell", "\n".join(lines))
     print(f"wrote {a.out}", file=sys.stderr)
 
 
-NOTES = [
-    "",
-    "What the rows say (2026-12-03):",
-    "",
-    "- **B200 under continuous kernels.** With the burst rates of the catalog alone the B200",
-    "  rows were +24% (Llama-3-8B) and +35% (405B). A B200 at its 1000 W limit throttles after",
-    "  ~5 ms of back-to-back kernels (SM clock 1965 -> ~1580 MHz; FlashAttention-4 1450 -> 1237",
-    "  TFLOP/s: flashinfer-ai/flashinfer PR #2899), so the catalog now carries",
-    "  `sustained_gemm_fraction` 0.85 for it, as the H200's measured 0.82: +8.8% and +18.8%.",
-    "- **GB200 against GB300.** The catalog gives the two the same GEMM rates (2500 TFLOP/s bf16,",
-    "  the GB200's MAMF efficiency) and each its own measured attention (NVIDIA cudnn-frontend",
-    "  `sdpa_benchmark_training` results of 2026-07-24: causal forward 1646 and 1991 TFLOP/s in the",
-    "  same run; with the B200's FlashAttention-4 rates for both, the GB300 dense rows were -7..-5%",
-    "  and the GB200 ones +12..+20%). The GB300 rows are -6..+8% on the dense and MoE models and",
-    "  the GB200 rows +13..+24%. The GB300",
-    "  runs at 1400 W, the GB200 at 1200 W; a GB200 throttling like the B200 would explain it,",
-    "  but no sustained GB200 figure was found, so none is applied.",
-    "- **gpt-oss-120b is +23..+86% on every Blackwell part** (+52..+86% but for the 26.02 B200",
-    "  run; +16.5% on H100). What the sources say (a helper read Megatron-Bridge v0.2.0 = 25.11",
-    "  and v0.3.0 = 26.02, Transformer Engine 2.9): attention ran cuDNN's fused kernel with the",
-    "  learnable sinks (TE 2.9 with cuDNN 9.13.1 enables it), not the unfused fallback; the",
-    "  recipe's `recompute_modules` had no effect in 25.11 (no `selective` granularity until",
-    "  Megatron-Bridge c9dd0586); GB200 and B200 ran without CUDA graphs, the GB300 with graphs",
-    "  around attention and the router only, and no run overlapped the expert all-to-all. The",
-    "  25.11 B200 row's table says EP 8 but that release's recipe sets EP 64 for the B200; with",
-    "  EP 64 the estimate is 9,867 tokens/s/GPU (+20.1%) instead of 14,073 (+71.4%); the row is",
-    "  kept as the table states it. A model this thin (hidden 2880, 128 experts) spends much of",
-    "  a step in kernel launches and unfused element-wise steps (the expert clamp and bias are",
-    "  Python-level ops in Megatron-Core 0.15), which the estimator does not price as host time.",
-    "  (The tables' model TFLOP/s undercount gpt-oss: Megatron-Bridge's formula counts a quick-GELU",
-    "  GLU as a two-matrix MLP, fixed in baa0259b; the comparison here is in tokens/s.)",
-    "- **Activation offloading.** Megatron-Bridge's 70B FSDP recipes on Grace parts offload the",
-    "  activations of 20 (GB300) or 40 (GB200) layers to the CPU over NVLink-C2C",
-    "  (`cpu_offloading_num_layers`, `scripts/performance/configs/llama/"
-    "llama3_workload_base_configs.py`), which the estimator does not model: those rows are",
-    "  listed as not expressible.",
-]
+def _span(errs: list[float]) -> str:
+    """``-6..+8%``: the range of relative errors ``errs``."""
+    return f"{min(errs):+.0%}..{max(errs):+.0%}"
+
+
+def notes(rows: list[dict], data: Path) -> list[str]:
+    """What the rows say; every figure computed here from ``rows`` or a re-estimate of one."""
+
+    def errs(sys_name: str | None, gpt_oss: bool) -> list[float]:
+        return [r["rel_err"] for r in rows
+                if (sys_name is None or system(r["id"]) == sys_name)
+                and ("gpt-oss" in r["id"]) == gpt_oss]  # fmt: skip
+
+    runs = {r.id: r for r in load_published(data)}
+    b200 = {i: r for i, r in runs.items() if system(i) == "b200" and "llama" in i}
+    burst = [_estimate(r.spec, r.cluster.model_copy(update={"sustained_clocks": False}),
+                       r.strategy).tokens_per_s_per_gpu / r.targets["tokens_per_s_per_gpu"] - 1
+             for r in b200.values()]  # fmt: skip
+    sustained = [r["rel_err"] for r in rows if r["id"] in b200]
+    oss = runs["mbridge-25.11-b200-gpt-oss-120b-bf16-64gpu"]
+    ep64 = _estimate(oss.spec, oss.cluster, oss.strategy.model_copy(update={"ep": 64}))
+    meas = oss.targets["tokens_per_s_per_gpu"]
+    table = next(r for r in rows if r["id"] == oss.id)
+    return [
+        "",
+        "What the rows say:",
+        "",
+        "- **B200 under continuous kernels.** With the burst rates of the catalog alone",
+        f"  (`sustained_clocks` off) the B200 Llama rows are {_span(burst)}. A B200 at its 1000 W",
+        "  limit throttles after ~5 ms of back-to-back kernels (SM clock 1965 -> ~1580 MHz;",
+        "  FlashAttention-4 1450 -> 1237 TFLOP/s: flashinfer-ai/flashinfer PR #2899), so the catalog",
+        "  carries `sustained_gemm_fraction` 0.85 for it, as the H200's measured 0.82:",
+        f"  {_span(sustained)}.",
+        "- **GB200 against GB300.** The catalog gives the two the same GEMM rates (2500 TFLOP/s bf16,",
+        "  the GB200's MAMF efficiency) and each its own measured attention (NVIDIA cudnn-frontend",
+        "  `sdpa_benchmark_training` results of 2026-07-24: causal forward 1646 and 1991 TFLOP/s in",
+        "  the same run). Without gpt-oss the GB300 rows are "
+        f"{_span(errs('gb300', False))} and the GB200 rows {_span(errs('gb200', False))}.",
+        "  The GB300 runs at 1400 W, the GB200 at 1200 W; a GB200 throttling like the B200 would",
+        "  explain it, but no sustained GB200 figure was found, so none is applied.",
+        f"- **gpt-oss-120b is {_span(errs(None, True))} on the Blackwell parts** (+16.5% on H100).",
+        "  What the sources say (a helper read Megatron-Bridge v0.2.0 = 25.11 and v0.3.0 = 26.02,",
+        "  Transformer Engine 2.9): attention ran cuDNN's fused kernel with the learnable sinks",
+        "  (TE 2.9 with cuDNN 9.13.1 enables it), not the unfused fallback; the recipe's",
+        "  `recompute_modules` had no effect in 25.11 (no `selective` granularity until",
+        "  Megatron-Bridge c9dd0586); GB200 and B200 ran without CUDA graphs, the GB300 with graphs",
+        "  around attention and the router only, and no run overlapped the expert all-to-all. The",
+        "  25.11 B200 row's table says EP 8 but that release's recipe",
+        "  (`GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1`) sets EP 64; with EP 64 the estimate is",
+        f"  {ep64.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({ep64.tokens_per_s_per_gpu / meas - 1:+.1%})",
+        f"  instead of {table['predicted']:,.0f} ({table['rel_err']:+.1%}); the row is kept as the",
+        "  table states it. A model this thin (hidden 2880, 128 experts) spends much of a step in",
+        "  kernel launches and unfused element-wise steps (the expert clamp and bias are",
+        "  Python-level ops in Megatron-Core 0.15), which the estimator does not price as host time.",
+        "  (The tables' model TFLOP/s undercount gpt-oss: Megatron-Bridge's formula counts a",
+        "  quick-GELU GLU as a two-matrix MLP, fixed in baa0259b; the comparison here is in tokens/s.)",
+        "- **Activation offloading.** Megatron-Bridge's 70B FSDP recipes on Grace parts offload the",
+        "  activations of 20 (GB300) or 40 (GB200) layers to the CPU over NVLink-C2C",
+        "  (`cpu_offloading_num_layers`, `scripts/performance/configs/llama/"
+        "llama3_workload_base_configs.py`), which the estimator does not model: those rows are",
+        "  listed as not expressible.",
+    ]
 
 
 if __name__ == "__main__":

@@ -24,6 +24,21 @@ class HwtuneInputError(ValueError):
         self.expected = expected
         super().__init__(f"{field}: got {value!r}; expected {expected}")
 
+    @classmethod
+    def from_message(cls, text: str) -> HwtuneInputError | None:
+        """The error whose message is ``text`` (as `str` of one gives it, e.g. after crossing a
+        process boundary as text), or None when ``text`` is not of that form."""
+        field, _, rest = text.partition(": got ")
+        value, _, expected = rest.partition("; expected ")
+        return cls(field, _Verbatim(value), expected) if field and expected else None
+
+
+class _Verbatim(str):
+    """A value already written as an error message shows it (not quoted a second time)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
 
 def suggest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """The closest catalog names to ``name`` (case-insensitive), best first."""

@@ -26,8 +26,7 @@ from hwtune.hardware.catalog import get_device
 
 H100_FA3_TFLOPS = (679.737, 474.924)  # flex_vs_fav3_causal.csv, 8192 tokens: fwd, bwd
 H100_FLEX_TFLOPS = (396.273, 315.676)
-GB200_CUDNN_TFLOPS = (1419.6, 1007.4)  # gb200_triton_cudnn.csv, causal (4, 16, 8192, 16, 8192, 128)
-GB200_FLEX_TFLOPS = (507.99, 473.74)
+GB200_FLEX_TFLOPS = (507.99, 473.74)  # gb200_triton_cudnn.csv, causal (4, 16, 8192, 16, 8192, 128)
 # NVIDIA/cudnn-frontend sdpa_benchmark_training results, 2026-07-24 (commit e99b0d0b, cuDNN
 # 9.26): Llama-3.1 GQA (2, 64/8 heads, 128), bf16, causal, 8192 tokens; forward cuDNN, backward
 # FlashAttention-4 (the faster of the two in each direction)

@@ -109,3 +109,14 @@ def test_plan_takes_the_budget_and_launches_it():
     assert r.exit_code == 0, r.output
     args = json.loads(r.stdout)["launch"]["args"]
     assert args[args.index("--max_num_tokens") + 1] == "12288"
+
+
+@given(field=st.sampled_from(["input-len", "tp", "gpu"]), value=st.integers(0, 10**6),
+       expected=st.text(alphabet="abc 0123456789,()", min_size=1, max_size=40))  # fmt: skip
+def test_an_error_read_back_from_its_text_says_the_same(field, value, expected):
+    # `serve plan`'s layouts return their refusals as text; read back, one says the same line
+    text = str(HwtuneInputError(field, value, expected))
+    again = HwtuneInputError.from_message(text)
+    assert again is not None and str(again) == text
+    assert (again.field, again.expected) == (field, expected)
+    assert HwtuneInputError.from_message("every layout failed") is None

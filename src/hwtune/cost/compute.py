@@ -220,7 +220,6 @@ models since SDPA was dropped for them; `FLEX_SHARE_OF_BEST` on Hopper and Black
 FA2_SHARE_OF_BEST: dict[str, tuple[float, float]] = {
     "hopper": (0.57, 0.57),
     "blackwell": (0.24, 0.26),
-    "blackwell-ultra": (0.24, 0.26),
 }
 """FlashAttention-2's speed as a share of the architecture's best fused attention kernel, forward
 and backward, where FA2 is not the best (it issues Ampere ``mma.sync`` instructions: neither
@@ -237,7 +236,9 @@ Ada, AMD) it is the best and its share is 1.
   Dao-AILab/flash-attention PR #2280, 2026-02-27): forward 0.24. No FA2 backward figure at head
   dim 128 was found; FA2's backward runs at 0.96x its forward on B200 at head dim 64, 8k tokens
   (forward 343.1, backward 329.1 TFLOP/s, flash-attention issue #1589, flash_attn 2.7.4), so
-  0.96 x 361.6 / 1359.8 = 0.26. Blackwell Ultra (B300, GB300) has no figure of its own and takes Blackwell's."""
+  0.96 x 361.6 / 1359.8 = 0.26. Blackwell Ultra (B300, GB300) has no figure of its own and
+  takes Blackwell's."""
+FA2_SHARE_OF_BEST["blackwell-ultra"] = FA2_SHARE_OF_BEST["blackwell"]
 
 
 FLEX_SHARE_OF_FA2: tuple[float, float] = (0.90, 0.85)
@@ -254,7 +255,6 @@ kernel on the architectures `FLEX_SHARE_OF_BEST` does not list (Ampere, Ada, AMD
 FLEX_SHARE_OF_BEST: dict[str, tuple[float, float]] = {
     "hopper": (0.58, 0.66),
     "blackwell": (0.31, 0.34),
-    "blackwell-ultra": (0.31, 0.34),
 }
 """FlexAttention's Triton kernel as a share of the architecture's best fused attention kernel,
 forward and backward, where one was published (causal, bf16, head dim 128, 8k tokens, MHA).
@@ -273,7 +273,8 @@ commit 555dcde, ``vizz/presentations/ptce_2026_flex_flash/data/``), at (B, H, S,
   0.65-0.69 from 4k to 16k tokens. A Triton kernel issues ``wgmma``, which FlashAttention-2 does
   not, and both directions are above FlashAttention-2's Hopper share (0.57,
   `FA2_SHARE_OF_BEST`): forward 1.02x FlashAttention-2, within the 1.00-1.22x of Dong et al.
-  (arXiv:2412.05496, §6.2, Fig. 7: causal, head dim 64; the paper runs H100, A100 and A6000 and does not name Fig. 7's GPU);
+  (arXiv:2412.05496, §6.2, Fig. 7: causal, head dim 64; the paper runs H100, A100 and A6000
+  and does not name Fig. 7's GPU);
   backward 1.16x, above their 0.86-1.05x (the blog's causal FA3 backward, 474.9 TFLOP/s, is below
   the 559 of the FA3 paper that `FA2_SHARE_OF_BEST` takes).
 - Blackwell, ``gb200_triton_cudnn.csv`` (the blog's GB200 "FlexAttention Triton vs cuDNN"):
@@ -288,6 +289,7 @@ FlexAttention's FlashAttention-4 backend (``BACKEND: "FLASH"``, the same post) i
 (1.30-2.01x the Triton kernel on H200 for ALiBi, document masking and sliding window; 1.6-3.2x
 forward and 1.85-2.3x backward on GB200); torchtitan's default is the Triton kernel priced
 here."""
+FLEX_SHARE_OF_BEST["blackwell-ultra"] = FLEX_SHARE_OF_BEST["blackwell"]
 
 
 def attention_kernel_share(device: Device, kernel: str, backward: bool = False) -> float:

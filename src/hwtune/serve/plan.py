@@ -80,13 +80,6 @@ class PlanResult:
         return out
 
 
-class _Verbatim(str):
-    """A value already written as the error text shows it (kept as is, not quoted again)."""
-
-    def __repr__(self) -> str:
-        return str(self)
-
-
 def _fits(cfg: ReplicaConfig) -> bool:
     try:
         replica_memory(cfg)
@@ -271,11 +264,9 @@ def plan(
     if not ok:
         valid = [r for r in results if not r.error]
         if not valid:
-            errors = {r.error for r in results}
-            field, _, rest = results[0].error.partition(": got ")
-            value, _, expected = rest.partition("; expected ")
-            if len(errors) == 1 and expected:  # the input, not a layout: its own refusal
-                raise HwtuneInputError(field, _Verbatim(value), expected)
+            same = HwtuneInputError.from_message(results[0].error)
+            if same is not None and len({r.error for r in results}) == 1:
+                raise same  # the input, not a layout, is refused: its own error
             raise HwtuneInputError("workload", "every layout failed", results[0].error)
         bt = min(valid, key=lambda r: r.ttft_p90_s)
         bp = min(valid, key=lambda r: r.tpot_p90_s if r.tpot_p90_s == r.tpot_p90_s else math.inf)

@@ -480,8 +480,9 @@ class Replica:
             q = 1 if rem <= 0 else min(rem, budget, self.rank_budget)
             if q < rem and not chunk and not (not batch and budget == self.budget):
                 self._unlookup(r)
-                break  # whole prompts only; an over-budget one (a prompt recomputed with its
-                # generated tokens: `simulator._check_whole_prompts` refuses longer prompts) runs alone
+                # whole prompts only; an over-budget one (a prompt recomputed with its generated
+                # tokens: `simulator._check_whole_prompts` refuses longer prompts) runs alone
+                break
             if q < rem and not chunk:
                 q = rem
             if self.policy == "sglang" and not self._prompt_room(r):
