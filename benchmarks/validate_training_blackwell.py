@@ -21,7 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from validate_training import NO_FIT, class_table, error_stats, evaluate, write_section  # noqa: E402
+from validate_training import (  # noqa: E402
+    DEFAULT_DATA,
+    NO_FIT,
+    class_table,
+    error_stats,
+    evaluate,
+    write_section,
+)
 
 from hwtune.train.accuracy import ACCURACY_FILE  # noqa: E402
 from hwtune.train.estimator import _estimate  # noqa: E402
@@ -106,6 +113,10 @@ def main() -> None:
     print(f"wrote {a.out}", file=sys.stderr)
 
 
+H100_GPT_OSS = "mbridge-25.11-h100-gpt-oss-120b-bf16-64gpu"
+"""The same table's H100 gpt-oss row (the shared set), for comparison in the notes."""
+
+
 def _span(errs: list[float]) -> str:
     """``-6..+8%``: the range of relative errors ``errs``."""
     return f"{min(errs):+.0%}..{max(errs):+.0%}"
@@ -129,6 +140,12 @@ def notes(rows: list[dict], data: Path) -> list[str]:
     ep64 = _estimate(oss.spec, oss.cluster, oss.strategy.model_copy(update={"ep": 64}))
     meas = oss.targets["tokens_per_s_per_gpu"]
     table = next(r for r in rows if r["id"] == oss.id)
+    h100 = next(r for r in load_published(DEFAULT_DATA) if r.id == H100_GPT_OSS)
+    h100_err = (
+        _estimate(h100.spec, h100.cluster, h100.strategy).tokens_per_s_per_gpu
+        / h100.targets["tokens_per_s_per_gpu"]
+        - 1
+    )
     return [
         "",
         "What the rows say:",
@@ -146,7 +163,8 @@ def notes(rows: list[dict], data: Path) -> list[str]:
         f"{_span(errs('gb300', False))} and the GB200 rows {_span(errs('gb200', False))}.",
         "  The GB300 runs at 1400 W, the GB200 at 1200 W; a GB200 throttling like the B200 would",
         "  explain it, but no sustained GB200 figure was found, so none is applied.",
-        f"- **gpt-oss-120b is {_span(errs(None, True))} on the Blackwell parts** (+16.5% on H100).",
+        f"- **gpt-oss-120b is {_span(errs(None, True))} on the Blackwell parts** "
+        f"({h100_err:+.1%} on H100).",
         "  What the sources say (a helper read Megatron-Bridge v0.2.0 = 25.11 and v0.3.0 = 26.02,",
         "  Transformer Engine 2.9): attention ran cuDNN's fused kernel with the learnable sinks",
         "  (TE 2.9 with cuDNN 9.13.1 enables it), not the unfused fallback; the recipe's",

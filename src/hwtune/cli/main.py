@@ -23,6 +23,7 @@ from hwtune.cli.software import (
     LaunchOpt,
     Loss,
     MoeDispatch,
+    PipelineSplit,
     Zero3Gather,
     check_launch_framework,
     launch_document,
@@ -188,6 +189,7 @@ def estimate(
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
+    pipeline_split: PipelineSplit = "layers",
     launch: LaunchOpt = None,
     megatron_args: Annotated[
         str | None,
@@ -233,7 +235,8 @@ def estimate(
         if burst_clocks:
             cl = cl.model_copy(update={"sustained_clocks": False})
         software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
-                                   framework, zero3_gather, grad_accumulation)  # fmt: skip
+                                   framework, zero3_gather, grad_accumulation,
+                                   pipeline_split)  # fmt: skip
         software |= launch_fields(launch)
         if job is not None:
             if job.n_gpus not in (None, cl.n_gpus):
@@ -256,6 +259,9 @@ def estimate(
                 "--zero3-gather", zero3_gather,
                 f"layer (the default) unless ZeRO stage 3 (here stage {est.strategy.zero}; --zero 3)",
             )  # fmt: skip
+        if pipeline_split != "layers" and est.strategy.pp == 1:  # typed, it would change nothing
+            raise HwtuneInputError("--pipeline-split", pipeline_split,
+                                   "layers (the default) without pipeline parallelism (--pp > 1)")  # fmt: skip
         launch_doc = launch_document(launch, est, spec, cl)
     except HwtuneInputError as e:
         # the GPU count is --gpus's (typed, or its default 8) unless --dp made it

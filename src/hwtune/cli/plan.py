@@ -33,6 +33,7 @@ from hwtune.cli.software import (
     LaunchOpt,
     Loss,
     MoeDispatch,
+    PipelineSplit,
     Zero3Gather,
     check_launch_framework,
     launch_constraints,
@@ -224,6 +225,7 @@ def plan_cmd(
     framework: Framework = None,
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
+    pipeline_split: PipelineSplit = "layers",
     launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
@@ -269,6 +271,7 @@ def plan_cmd(
             framework,
             zero3_gather,
             grad_accumulation,
+            pipeline_split,
         )
         software |= launch_fields(launch)
         # one-line errors for bad values, and for switches that would change nothing (an fp8

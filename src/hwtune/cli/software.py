@@ -67,6 +67,16 @@ GradAccumulation = Annotated[
         "added into fp32 copies, 18 B per parameter)"
     ),
 ]
+PipelineSplit = Annotated[
+    str,
+    typer.Option(
+        help="with pipeline parallelism: layers (even, the remainder to the first stages) | "
+        "layers+embedding+loss (the embedding and the loss count as one layer each: "
+        "Megatron-Core's --account-for-embedding-in-pipeline-split and "
+        "--account-for-loss-in-pipeline-split, as Megatron-Bridge's Llama 3.1 405B and "
+        "Qwen3-235B recipes run)"
+    ),
+]
 Fp8Recipe = Annotated[
     str,
     typer.Option(
@@ -85,6 +95,7 @@ def software_fields(
     framework: str | None = None,
     zero3_gather: str = "layer",
     grad_accumulation: str = "fused",
+    pipeline_split: str = "layers",
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -99,6 +110,7 @@ def software_fields(
         "fp8_recipe": (fp8_recipe, "delayed"),
         "zero3_gather": (zero3_gather, "layer"),
         "grad_accumulation": (grad_accumulation, "fused"),
+        "pipeline_split": (pipeline_split, "layers"),
     }
     for key, (value, default) in flags.items():
         if value != default or key not in out:
@@ -122,6 +134,7 @@ LAUNCH_REFUSAL_FLAGS = {
     "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
     "loss_kernel": "--loss", "zero3_gather": "--zero3-gather",
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
+    "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
     "sequence_parallel": "--sequence-parallel", "precision": "--precision", "zero": "--zero",

@@ -85,6 +85,7 @@ class ActShape:
     ep: int = 1
     moe_imbalance: float = 1.0
     loss: str = "fused"  # cross-entropy implementation (LOSS_KERNELS)
+    linear_bytes: float | None = None  # bytes per element of a linear layer's kept input
 
 
 def embedding_activation_bytes(spec: ModelSpec, a: ActShape) -> float:
@@ -115,8 +116,19 @@ def layer_activation_bytes(
 
     ``recompute``: "none"; "selective" (attention core recomputed: no s^2 tensors, Korthikanti
     §4.2); "full" (only the layer input is kept: 2 s b h / t with sequence parallelism).
+
+    The input each linear layer keeps for its weight gradient (the QKV and MLP inputs after
+    their norms, the attention output before the output projection, the activation output,
+    the permuted expert input) takes ``a.linear_bytes`` per element: 1 under fp8 with
+    Transformer Engine, which keeps only the quantized copy (``_Linear.forward`` of TE 2.x
+    drops the row-wise data and saves the column-wise fp8 data). The attention output is then
+    kept twice: in 16 bits by the attention kernel for its own backward, in fp8 by the output
+    projection. Norm inputs, the attention's Q, K, V, the up-projection outputs (the
+    activation's input) and the expert outputs (the un-permutation's) stay 16-bit.
     """
     e, h, t, m = a.act_bytes, spec.d_model, a.tp, a.tokens
+    li = e if a.linear_bytes is None else a.linear_bytes
+    proj_copy = li if li != e else 0.0  # the output projection's own copy of its input
     rep = m / t if a.sp else m  # tokens of the replicated (non-TP) region held by this rank
     if recompute == "full":
         return e * rep * h
@@ -125,7 +137,7 @@ def layer_activation_bytes(
     mask = 1.0 if a.dropout else 0.0
     heads = _div(spec.n_heads, t)
     # --- attention block (Korthikanti Table 2 terms, per stored tensor)
-    attn = 2 * e * rep * h + mask * rep * h  # norm input, QKV input, output dropout mask
+    attn = (e + li) * rep * h + mask * rep * h  # norm input, QKV input, output dropout mask
     if ltype == "linear" and spec.linear_attention is not None:
         la = spec.linear_attention
         hk, hv = _div(la.n_key_heads, t), _div(la.n_value_heads, t)
@@ -136,9 +148,11 @@ def layer_activation_bytes(
         lora = (ml.q_lora_rank or 0) + ml.kv_lora_rank
         attn += e * m * (2 * lora + ml.qk_rope_head_dim)  # latent outputs and their norms' inputs
         attn += e * m * heads * (2 * dqk + 2 * ml.v_head_dim)  # Q, K, V, context
+        attn += proj_copy * m * heads * ml.v_head_dim
     else:
         kvh = _div(spec.kv_heads, t)
         attn += e * m * (heads + 2 * kvh + heads) * spec.hd  # Q, K, V, context (o-proj input)
+        attn += proj_copy * m * heads * spec.hd
     if not a.flash and recompute == "none" and ltype != "linear":
         keys = (
             min(a.seq, spec.sliding_window) if ltype == "sliding" and spec.sliding_window else a.seq
@@ -156,12 +170,15 @@ def layer_activation_bytes(
         slots = routed * moe.top_k * a.moe_imbalance
         ffn += e * routed * h  # router / expert-dispatch input
         ffn += 4.0 * routed * moe.n_routed_experts  # fp32 router probabilities
-        ffn += e * slots * (2 * h + (up + 1) * moe.expert_ffn_hidden)  # permuted in/out, up, act
+        fe = moe.expert_ffn_hidden
+        ffn += slots * ((li + e) * h + (e * up + li) * fe)  # permuted in/out, up, act
         if moe.shared_width:
-            ffn += e * m * (h + (up + 1) * _div(moe.shared_width, t))
+            fs = _div(moe.shared_width, t)
+            ffn += m * (li * h + (e * up + li) * fs)
     else:
-        ffn += e * rep * h  # MLP input (norm output; the SP shard is re-gathered in backward)
-        ffn += e * m * (up + 1) * _div(spec.ffn_hidden, t)  # up-projection output(s), act output
+        ffn += li * rep * h  # MLP input (norm output; the SP shard is re-gathered in backward)
+        f = _div(spec.ffn_hidden, t)
+        ffn += m * (e * up + li) * f  # up-projection output(s), act output
     return attn + ffn
 
 

@@ -15,7 +15,7 @@ produces for one rank; it re-derives no cost. Conventions:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from hwtune.cost import collectives as coll
@@ -51,7 +51,13 @@ from hwtune.model.lowering import (
 )
 from hwtune.model.spec import ModelSpec
 from hwtune.train.accuracy import accuracy_for
-from hwtune.train.schedules import in_flight, p2p_boundaries, param_copies, pipeline_time
+from hwtune.train.schedules import (
+    in_flight,
+    interleaved_peak,
+    p2p_boundaries,
+    param_copies,
+    pipeline_time,
+)
 from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
 
 PRE_FA2_ARCHS = ("volta", "turing", "pascal")
@@ -308,41 +314,71 @@ def _layer_times(
     return LayerTimes(fwd, dg, wg, core, sac, core_f, gemm_f, a2a, cp_bytes, flops)
 
 
-def _stage_layers(n_layers: int, pp: int, v: int) -> list[list[int]]:
-    """Layer indices of each pipeline rank: ``pp * v`` contiguous chunks, rank r holding chunks
-    r, r + pp, ... (Megatron's interleaved assignment); the remainder goes to the first chunks."""
+def _chunk_sizes(n_layers: int, pp: int, v: int, split: str = "layers") -> list[int]:
+    """Layers of each of the ``pp * v`` chunks in model order. ``layers``: even, the remainder
+    to the first chunks. ``layers+embedding+loss``: Megatron-Core counts the input embedding and
+    the loss as one layer each (``num_layers + 2`` split evenly, ``get_num_layers_to_build`` /
+    ``get_transformer_layer_offset`` of ``transformer_block.py`` / ``transformer_layer.py``), so
+    the first and last chunk build one transformer layer fewer."""
     chunks = pp * v
+    if split == "layers+embedding+loss":
+        per = (n_layers + 2) // chunks
+        sizes = [per] * chunks
+        sizes[0] -= 1
+        sizes[-1] -= 1
+        return sizes
     base, extra = divmod(n_layers, chunks)
+    return [base + (1 if c < extra else 0) for c in range(chunks)]
+
+
+def _stage_chunks(n_layers: int, pp: int, v: int, split: str = "layers") -> list[list[range]]:
+    """Layer indices of each pipeline rank's chunks: ``pp * v`` contiguous chunks, rank r
+    holding chunks r, r + pp, ... (Megatron's interleaved assignment)."""
     bounds = [0]
-    for c in range(chunks):
-        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
-    ranks: list[list[int]] = [[] for _ in range(pp)]
-    for c in range(chunks):
-        ranks[c % pp].extend(range(bounds[c], bounds[c + 1]))
+    for size in _chunk_sizes(n_layers, pp, v, split):
+        bounds.append(bounds[-1] + size)
+    ranks: list[list[range]] = [[] for _ in range(pp)]
+    for c in range(pp * v):
+        ranks[c % pp].append(range(bounds[c], bounds[c + 1]))
     return ranks
+
+
+def _stage_layers(n_layers: int, pp: int, v: int, split: str = "layers") -> list[list[int]]:
+    """Layer indices of each pipeline rank (its chunks in order, see `_stage_chunks`)."""
+    return [[i for ch in r for i in ch] for r in _stage_chunks(n_layers, pp, v, split)]
+
+
+LayerCounts = tuple[tuple[tuple[str, bool], int], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class RankLayout:
-    """What one pipeline rank holds: layer classes with their counts, and parameters
-    (routed-expert parameters apart, since expert parallelism shards them)."""
+    """What one pipeline rank holds: layer classes with their counts (in all and per chunk),
+    and parameters (routed-expert parameters apart, since expert parallelism shards them)."""
 
-    counts: tuple[tuple[tuple[str, bool], int], ...]
+    counts: LayerCounts
     n_layers: int
     dense_params: float
     expert_params: float
+    chunks: tuple[LayerCounts, ...] = ()
+
+
+def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
+    out: dict[tuple[str, bool], int] = {}
+    for i in layers:
+        key = (spec.layer_type(i), spec.is_moe_layer(i))
+        out[key] = out.get(key, 0) + 1
+    return tuple(out.items())
 
 
 @functools.lru_cache(maxsize=4096)
-def rank_layouts(spec: ModelSpec, pp: int, v: int) -> tuple[RankLayout, ...]:
+def rank_layouts(spec: ModelSpec, pp: int, v: int, split: str = "layers") -> tuple[RankLayout, ...]:
     """Per pipeline rank: embedding on the first, LM head and final norm on the last."""
     out = []
-    for r, layers in enumerate(_stage_layers(spec.n_layers, pp, v)):
-        counts: dict[tuple[str, bool], int] = {}
+    for r, chunks in enumerate(_stage_chunks(spec.n_layers, pp, v, split)):
+        layers = [i for ch in chunks for i in ch]
         dense = expert = 0.0
         for i in layers:
-            key = (spec.layer_type(i), spec.is_moe_layer(i))
-            counts[key] = counts.get(key, 0) + 1
             ex = P.routed_expert_params(spec, i)
             expert += ex
             dense += P.layer_params(spec, i) - ex
@@ -351,7 +387,8 @@ def rank_layouts(spec: ModelSpec, pp: int, v: int) -> tuple[RankLayout, ...]:
         if r == pp - 1:
             dense += P.embedding_params(spec) - P.input_embedding_params(spec)
             dense += P.final_norm_params(spec)
-        out.append(RankLayout(tuple(counts.items()), len(layers), dense, expert))
+        out.append(RankLayout(_counts(spec, layers), len(layers), dense, expert,
+                              tuple(_counts(spec, ch) for ch in chunks)))  # fmt: skip
     return tuple(out)
 
 
@@ -425,6 +462,7 @@ def pipeline_ranks(
     overlap_moe_a2a: bool,
     pp: int,
     v: int,
+    split: str = "layers",
 ) -> tuple[dict, tuple[LayerCost, ...], int, dict]:
     """Per-layer-class times and the per-pipeline-rank costs of one micro-batch (compute and
     exposed in-layer communication), and the busiest rank. Independent of the data-parallel
@@ -494,7 +532,7 @@ def pipeline_ranks(
     costs = {key: layer_cost(key) for key in classes}
 
     # ---- pipeline ranks: layers, embedding on the first, head on the last
-    layouts = rank_layouts(spec, pp, v)
+    layouts = rank_layouts(spec, pp, v, split)
     emb_t = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
     emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
     head_f = head_b = 0.0
@@ -561,7 +599,7 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     v_eff = st.vpp if st.schedule == "interleaved" else 1
     _, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
-        st.overlap_moe_a2a, st.pp, v_eff,
+        st.overlap_moe_a2a, st.pp, v_eff, st.pipeline_split,
     )  # fmt: skip
     rc = per_rank[busiest]
     return st.grad_accum * (rc.f + rc.b + rc.rec)
@@ -672,10 +710,11 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 
     # ---- per-layer times and communication, per pipeline rank
     v_eff = v if st.schedule == "interleaved" else 1
-    layouts = rank_layouts(spec, pp, v_eff)
+    layouts = rank_layouts(spec, pp, v_eff, st.pipeline_split)
     classes, per_rank, busiest, _ = pipeline_ranks(
-        spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff
-    )
+        spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff,
+        st.pipeline_split,
+    )  # fmt: skip
     rc = per_rank[busiest]
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
     busiest_layout = layouts[busiest]
@@ -968,7 +1007,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
-        st.zero3_gather,
+        st.zero3_gather, st.fp8_saved_inputs, st.pipeline_split,
     )  # fmt: skip
 
 
@@ -999,13 +1038,14 @@ def _states(
     optimizer: str,
     grad_reduce_dtype: str | None,
     zero3_gather: str = "layer",
+    split: str = "layers",
 ) -> tuple[tuple[float, float, float, float], ...]:
     """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and the
     gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`)."""  # fmt: skip
     fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
     sb = state_bytes_per_param(precision, optimizer, fp32_grads)
     edp = expert_data_parallel(tp, cp, dp, ep)
-    layouts = rank_layouts(spec, pp, v)
+    layouts = rank_layouts(spec, pp, v, split)
     out = []
     for r in sorted({0, pp - 1}):
         lay = layouts[r]
@@ -1023,28 +1063,50 @@ def _states(
 
 @functools.lru_cache(maxsize=65536)
 def _activations(
-    spec: ModelSpec, pp: int, v: int, a: ActShape, recompute: str, flight: float
-) -> tuple[tuple[float, float], ...]:
-    """Per pipeline rank (first and last): activations kept, and the transient of the loss and
-    of a layer rebuilt by full recomputation."""
-    layouts = rank_layouts(spec, pp, v)
+    spec: ModelSpec, pp: int, v: int, a: ActShape, recompute: str, schedule: str, m: int,
+    split: str = "layers",
+) -> tuple[tuple[float, float], ...]:  # fmt: skip
+    """Per pipeline rank (first and last): activations kept at the schedule's peak, and the
+    transient of the loss and of a layer rebuilt by full recomputation. Under the interleaved
+    schedule the peak is walked chunk by chunk (`interleaved_peak`), since chunks can differ
+    (a remainder of layers, `Strategy.pipeline_split`); otherwise it is `in_flight`
+    micro-batches of all the rank's layers."""
+    layouts = rank_layouts(spec, pp, v, split)
     out = []
     for r in sorted({0, pp - 1}):
         lay = layouts[r]
-        per_mb = 0.0
         biggest_layer = 0.0
-        for (lt, moe), cnt in lay.counts:
-            per_mb += cnt * layer_activation_bytes(spec, lt, moe, a, recompute)
+        for (lt, moe), _ in lay.counts:
             if recompute == "full":
                 biggest_layer = max(biggest_layer, layer_activation_bytes(spec, lt, moe, a, "none"))
-        acts = per_mb * flight
-        if r == 0:  # the embedding's dropout mask (Korthikanti §4.3)
-            acts += embedding_activation_bytes(spec, a) * flight
+        chunk_bytes = [
+            sum(cnt * layer_activation_bytes(spec, lt, moe, a, recompute) for (lt, moe), cnt in ch)
+            for ch in lay.chunks
+        ]
+        if r == 0:  # the embedding's dropout mask (Korthikanti §4.3), with the first chunk
+            chunk_bytes[0] += embedding_activation_bytes(spec, a)
+        if schedule == "interleaved" and pp > 1:
+            acts = interleaved_peak(pp, v, m, r, tuple(chunk_bytes))
+        else:
+            acts = sum(chunk_bytes) * in_flight(schedule, pp, m, v)
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if r == pp - 1:
             transient += logits_bytes(spec, a.tokens, a.tp, a.loss)
         out.append((acts * FRAGMENTATION, transient))
     return tuple(out)
+
+
+def act_shape(
+    precision: str, tp: int, cp: int, ep: int, sp: bool, mb: int, seq: int, flash: bool,
+    dropout: bool, imbalance: float, loss: str, fp8_saved_inputs: bool = True,
+) -> ActShape:  # fmt: skip
+    """What one rank keeps of a micro-batch (`hwtune.cost.memory.ActShape`): 16-bit
+    activations (32-bit in fp32 training), and 1-byte inputs of the linear layers under fp8
+    with Transformer Engine (`Strategy.fp8_saved_inputs`)."""
+    e = 4.0 if precision == "fp32" else 2.0
+    return ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp, act_bytes=e, flash=flash,
+                    dropout=dropout, ep=ep, moe_imbalance=imbalance, loss=loss,
+                    linear_bytes=1.0 if precision == "fp8" and fp8_saved_inputs else e)  # fmt: skip
 
 
 def memory_table(
@@ -1068,16 +1130,16 @@ def memory_table(
     imbalance: float,
     settings: list[tuple[int, str, bool]],
     loss: str = "fused",
+    fp8_saved_inputs: bool = True,
+    split: str = "layers",
 ) -> dict[tuple[int, str, bool], float]:
     """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
 
     Memory is separable: model states depend on (ZeRO, offload), activations on the
     recomputation, so the planner costs each part once and adds them up."""  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
-    a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
-                 act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
-                 ep=ep, moe_imbalance=imbalance, loss=loss)  # fmt: skip
-    flight = in_flight(schedule, pp, m, v)
+    a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
+                  fp8_saved_inputs)  # fmt: skip
     # per rank: model-state bytes for each (ZeRO, offload), activation bytes for each recompute
     states: dict[tuple[int, bool], list[float]] = {}
     acts: dict[str, list[float]] = {}
@@ -1101,11 +1163,13 @@ def memory_table(
                     precision,
                     optimizer,
                     grad_reduce_dtype,
+                    "layer",
+                    split,
                 )  # fmt: skip
             ]
         ac = acts.get(r)
         if ac is None:
-            ac = acts[r] = [x + y for x, y in _activations(spec, pp, v, a, r, flight)]
+            ac = acts[r] = [x + y for x, y in _activations(spec, pp, v, a, r, schedule, m, split)]
         t = s[0] + ac[0]
         if len(s) > 1:
             t = max(t, s[1] + ac[1])
@@ -1117,15 +1181,15 @@ def _memory(
     spec: ModelSpec, precision: str, optimizer: str, grad_reduce_dtype: str | None, tp: int,
     pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
-    loss: str = "fused", zero3_gather: str = "layer",
+    loss: str = "fused", zero3_gather: str = "layer", fp8_saved_inputs: bool = True,
+    split: str = "layers",
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
-                     grad_reduce_dtype, zero3_gather)  # fmt: skip
-    a = ActShape(tokens=mb * seq // cp, seq=seq, tp=tp, sp=sp,
-                 act_bytes=4.0 if precision == "fp32" else 2.0, flash=flash, dropout=dropout,
-                 ep=ep, moe_imbalance=imbalance, loss=loss)  # fmt: skip
-    acts = _activations(spec, pp, v, a, recompute, in_flight(schedule, pp, m, v))
+                     grad_reduce_dtype, zero3_gather, split)  # fmt: skip
+    a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
+                  fp8_saved_inputs)  # fmt: skip
+    acts = _activations(spec, pp, v, a, recompute, schedule, m, split)
     best: Memory | None = None
     for (w, g, o, zt), (act, tr) in zip(states, acts, strict=True):
         mem = Memory(w, g, o, act, tr + zt, FRAMEWORK_RESERVE_BYTES)

@@ -25,6 +25,11 @@ descriptions) from what the framework's code calls:
   `Strategy.fused_norm`); the loss is ``ChunkedLossWrapper`` over
   ``CrossEntropyLoss`` (``models/llama3/config_registry.py:197-201, 270-274``), 8 slices
   (`hwtune.cost.memory.LOSS_CHUNKS`).
+- Every torchtitan preset trains fp8 through torchao's ``Float8Linear``, whose autograd function
+  keeps the high-precision input of each linear layer for backward and casts it again there
+  (``torchao/float8/float8_linear.py``, ``matmul_with_hp_or_float8_args.forward``:
+  ``ctx.save_for_backward(input_hp, weight_hp_t)``): `Strategy.fp8_saved_inputs` False. The
+  Megatron preset's Transformer Engine layers keep the fp8 copy instead.
 - ``torchtitan-flex-compile``: the same with ``compile.enable`` (the model's elementwise ops fused).
 - ``llm-foundry`` (MosaicML Composer, 2023): FlashAttention-2-class kernels (flash-attn 2 or
   Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, ``F.cross_entropy``.
@@ -41,23 +46,31 @@ from hwtune.errors import HwtuneInputError
 
 FRAMEWORKS: dict[str, dict[str, object]] = {
     "megatron": {"attention_kernel": "best", "fused_elementwise": True, "loss_kernel": "fused"},
-    "torchtitan": {"attention_kernel": "fa2", "fused_elementwise": False, "loss_kernel": "pytorch"},
+    "torchtitan": {
+        "attention_kernel": "fa2",
+        "fused_elementwise": False,
+        "loss_kernel": "pytorch",
+        "fp8_saved_inputs": False,
+    },
     "torchtitan-compile": {
         "attention_kernel": "fa2",
         "fused_elementwise": True,
         "loss_kernel": "pytorch",
+        "fp8_saved_inputs": False,
     },
     "torchtitan-flex": {
         "attention_kernel": "flex",
         "fused_elementwise": False,
         "fused_norm": True,
         "loss_kernel": "chunked",
+        "fp8_saved_inputs": False,
     },
     "torchtitan-flex-compile": {
         "attention_kernel": "flex",
         "fused_elementwise": True,
         "fused_norm": True,
         "loss_kernel": "chunked",
+        "fp8_saved_inputs": False,
     },
     "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "pytorch"},
     "huggingface": {

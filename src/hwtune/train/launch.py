@@ -178,6 +178,11 @@ def megatron_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneInpu
         return HwtuneInputError(
             "grad_accumulation", st.grad_accumulation, "fused (Megatron-LM's accumulation fusion)"
         )
+    if st.precision == "fp8" and not st.fp8_saved_inputs:
+        return HwtuneInputError(
+            "fp8_saved_inputs", False, "True: Megatron-LM's Transformer Engine layers keep their "
+            "inputs in fp8",
+        )  # fmt: skip
     return _megatron_assertion(st)
 
 
@@ -219,6 +224,14 @@ _MOE_NEEDS_SP = HwtuneInputError(
 )  # fmt: skip
 
 
+EMBEDDING_SPLIT, LOSS_SPLIT = (
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+)
+"""Megatron-LM's switches that count the input embedding and the loss as one pipeline layer
+each (`Strategy.pipeline_split`); transformer_config.py asserts that the layers plus these
+divide evenly over the stages."""
+
 FIRST_STAGE, LAST_STAGE = (
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
@@ -235,8 +248,8 @@ def _stage_args(st: Strategy, n_layers: int) -> dict[str, int] | HwtuneInputErro
     count, the other stages then even (``--decoder-first-pipeline-num-layers``,
     ``--decoder-last-pipeline-num-layers``; transformer_block.py:110-135). So one extra layer
     on the first rank, or one fewer on the last, is expressible without virtual stages."""
-    if st.pp == 1:
-        return {}
+    if st.pp == 1 or st.pipeline_split != "layers":
+        return {}  # the embedding/loss split is its own pair of switches (`megatron_launch`)
     v = st.vpp if st.schedule == "interleaved" else 1
     base, extra = divmod(n_layers, st.pp * v)
     if extra == 0:
@@ -279,6 +292,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += ["--num-virtual-stages-per-pipeline-rank", str(st.vpp)]
     for flag, n in _stage_args(st, model.n_layers).items():  # type: ignore[union-attr]
         a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
+    if st.pipeline_split == "layers+embedding+loss":
+        a += [EMBEDDING_SPLIT, LOSS_SPLIT]
     if st.pp > 1 and not st.overlap_p2p_comm:
         a.append("--no-overlap-p2p-communication")
     a += ["--micro-batch-size", str(st.micro_batch)]
@@ -361,6 +376,8 @@ MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
     "--moe-grouped-gemm": ("_moe_fused", True),
     "--moe-permute-fusion": ("_moe_fused", True),
     "--moe-router-fusion": ("_moe_fused", True),
+    EMBEDDING_SPLIT: ("_split_embedding", True),
+    LOSS_SPLIT: ("_split_loss", True),
 }
 """Megatron-LM switches (no value) that `strategy_from_megatron` reads, and what each sets."""
 MEGATRON_VALUES: dict[str, str] = {
@@ -578,6 +595,17 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         vpp = per_stage // per_chunk
     if vpp > 1:
         f["vpp"], f["schedule"] = vpp, "interleaved"
+    split_flags = (bool(raw.get("_split_embedding")), bool(raw.get("_split_loss")))
+    if split_flags == (True, True):
+        f["pipeline_split"] = "layers+embedding+loss"
+    elif any(split_flags):
+        given, missing = (
+            (EMBEDDING_SPLIT, LOSS_SPLIT) if split_flags[0] else (LOSS_SPLIT, EMBEDDING_SPLIT)
+        )
+        raise HwtuneInputError(
+            given, "alone", f"{missing} beside it (hwtune models the embedding and loss split "
+            "as a pair)",
+        )  # fmt: skip
     if "_fp8" in raw:
         if raw["_fp8"] not in ("hybrid", "e4m3"):
             raise HwtuneInputError("--fp8-format", raw["_fp8"], "hybrid or e4m3")

@@ -197,6 +197,11 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "runs: " + ", ".join(TORCHTITAN_SCHEDULES) + " (no single-chunk zero-bubble, no "
             "two-copy DualPipe)",
         )  # fmt: skip
+    if st.pipeline_split != "layers":
+        return _refuse(
+            "pipeline_split", st.pipeline_split, "layers (the embedding/loss split is "
+            "Megatron-Core's; hwtune writes torchtitan's stages as layer counts)",
+        )  # fmt: skip
     if st.recompute not in TORCHTITAN_RECOMPUTE:
         return _refuse(
             "recompute", st.recompute, "none, selective-op or full (torchtitan's selective "

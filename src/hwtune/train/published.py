@@ -429,6 +429,22 @@ def from_row(r: dict) -> PublishedRun:
         # configs moved to the flex dispatcher only in 2026).
         dispatch = "deepep"
         run.assumptions.append("DeepEP dispatch (NVIDIA H100 DeepSeek-V3 recipes)")
+    fp8_saved_inputs = "torchtitan" not in fw
+    if precision == "fp8" and not fp8_saved_inputs:
+        run.assumptions.append("fp8 through torchao Float8Linear: linear inputs kept in bf16")
+    split = "layers"
+    name = str(r["model"].get("name", "")).lower()
+    if "Bridge" in fw and pp > 1 and ("405b" in name or "235b" in name):
+        # Megatron-Bridge's Llama 3.1 405B and Qwen3-235B-A22B recipes count the embedding and
+        # the loss as pipeline layers (src/megatron/bridge/recipes/llama/llama3.py
+        # llama31_405b_pretrain_config and recipes/qwen/qwen3_moe.py
+        # qwen3_235b_a22b_pretrain_config at v0.2.0 and v0.3.0; recipes/qwen/qwen3_235b_a22b.py
+        # and llama/llama31_405b.py at v0.1.0rc4), which the performance scripts keep
+        split = "layers+embedding+loss"
+        run.assumptions.append(
+            "embedding and loss counted as pipeline layers (Megatron-Bridge recipe: "
+            "account_for_embedding/loss_in_pipeline_split)"
+        )
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
     if mp in ("DEFAULT", "FULL"):
@@ -436,6 +452,16 @@ def from_row(r: dict) -> PublishedRun:
         # in the autocast dtype), FULL is all fp32, PURE all 16-bit (Composer FSDP docs)
         reduce_dtype = "fp32"
         run.assumptions.append(f"gradients reduced in fp32 (Composer fsdp_mixed_precision {mp})")
+    if "Bridge" in fw:
+        # every Megatron-Bridge performance script sets cfg.ddp.grad_reduce_in_fp32 = False
+        # (scripts/performance/configs/*: the YAMLs of v0.1.0rc3-rc4 = 25.09, the *_llm_pretrain.py
+        # of v0.2.0 = 25.11 and v0.3.0 = 26.02, for Llama 3/3.1, Qwen3, DeepSeek-V3, gpt-oss),
+        # so Megatron-Core's gradient buffer is bf16, not the fp32 of its --bf16 default
+        reduce_dtype = "bf16"
+        run.assumptions.append(
+            "gradients kept and reduced in bf16 (Megatron-Bridge performance scripts: "
+            "grad_reduce_in_fp32 = False)"
+        )
     try:
         run.cluster = make_cluster(
             dev,
@@ -454,6 +480,7 @@ def from_row(r: dict) -> PublishedRun:
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
+            fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

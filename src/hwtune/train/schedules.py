@@ -23,6 +23,7 @@ Sources (REFERENCES.md, *Pipeline schedules*):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -72,6 +73,40 @@ def in_flight(schedule: str, p: int, m: int, v: int) -> float:
     if schedule == "dualpipev":
         return min(float(m), p + 0.5)
     return float(min(m, p))
+
+
+@functools.lru_cache(maxsize=4096)
+def interleaved_peak(p: int, v: int, m: int, rank: int, chunk_bytes: tuple[float, ...]) -> float:
+    """Peak activation bytes pipeline rank ``rank`` holds under Megatron-Core's interleaved
+    1F1B, ``chunk_bytes[c]`` being what its chunk ``c`` keeps for one micro-batch.
+
+    The order of Megatron-Core's ``forward_backward_pipelining_with_interleaving``
+    (``pipeline_parallel/schedules.py``, micro-batch groups of ``p``, its default
+    ``microbatch_group_size_per_vp_stage``): the k-th forward runs chunk ``(k mod pv) // p``, the
+    k-th backward chunk ``v - 1 - (k mod pv) // p``; rank r first runs
+    ``(p - r - 1) 2 + (v - 1) p`` warm-up forwards (all ``m v`` when ``m = p``), then one forward
+    and one backward in turn. The peak is taken after each forward. With equal chunks it is
+    Korthikanti et al. 2022 §4.2.3's ``p (1 + (p - 1)/(p v))`` micro-batches on rank 0
+    (`in_flight`); with unequal ones (Megatron's ``--account-for-embedding-in-pipeline-split``,
+    a remainder of layers) it is where the larger chunks are held, which that formula cannot
+    see. The pattern repeats every ``p v`` forwards once the warm-up is over, so the walk stops
+    two periods after it."""
+    total = m * v
+    warm = total if m == p else min(total, (p - rank - 1) * 2 + (v - 1) * p)
+
+    def fwd_chunk(k: int) -> int:
+        return (k % (p * v)) // p
+
+    def bwd_chunk(k: int) -> int:
+        return v - 1 - (k % (p * v)) // p
+
+    held = sum(chunk_bytes[fwd_chunk(k)] for k in range(warm))
+    peak = held
+    for k in range(min(total - warm, 2 * p * v + 1)):
+        held += chunk_bytes[fwd_chunk(warm + k)]
+        peak = max(peak, held)
+        held -= chunk_bytes[bwd_chunk(k)]
+    return peak
 
 
 def param_copies(schedule: str) -> int:

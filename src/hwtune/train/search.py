@@ -257,6 +257,7 @@ def plan(
     c = constraints or Constraints()
     _check_constraints(c)
     base = dict(base or {})
+    split = str(base.get("pipeline_split", "layers"))
     t0 = time.perf_counter()
     pruned: Counter = Counter()
     top: list[tuple[tuple[float, int], Estimate]] = []
@@ -291,6 +292,9 @@ def plan(
             for sched, v in _schedules(spec, pp, m, c):
                 n_raw = n_raw_for(tp, c, lattice)
                 candidates += n_raw
+                if split != "layers" and pp > 1 and (spec.n_layers + 2) % (pp * v):
+                    pruned["pipeline split: n_layers + 2 not divisible by pp x vpp"] += n_raw
+                    continue
                 pruned["dominated (SP off with TP, ZeRO-0)"] += n_raw - len(lattice)
                 fitting: list[tuple[int, str, bool]] = []
                 b_ = base
@@ -299,7 +303,8 @@ def plan(
                     tp, pp, dp, cp, ep, tp > 1, mb, seq, m, v, sched,
                     bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
                     float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
-                    str(b_.get("loss_kernel", "fused")),
+                    str(b_.get("loss_kernel", "fused")), bool(b_.get("fp8_saved_inputs", True)),
+                    split,
                 )  # fmt: skip
                 lightest_mem = mems[lightest]
                 if lightest_mem > cap:

@@ -140,6 +140,21 @@ class Strategy(BaseModel):
         description="fp8 scaling (with precision fp8): delayed = scale from the amax history, one "
         "fused cast; current = amax of the tensor itself first (TE Float8CurrentScaling)",
     )
+    fp8_saved_inputs: bool = Field(
+        default=True,
+        description="with precision fp8, each linear layer keeps its input for the weight "
+        "gradient in fp8, 1 byte per element (Transformer Engine's Linear, LayerNormLinear and "
+        "GroupedLinear keep only the quantized copy: TE 2.x module/linear.py); False = in 16-bit "
+        "(torchao's Float8Linear keeps the high-precision input and casts it again in backward)",
+    )
+    pipeline_split: Literal["layers", "layers+embedding+loss"] = Field(
+        default="layers",
+        description="how the layers are split over pipeline stages: layers = evenly, the "
+        "remainder to the first chunks; layers+embedding+loss = the input embedding and the "
+        "loss count as one layer each, so the first and last chunk build one layer fewer "
+        "(Megatron-Core --account-for-embedding-in-pipeline-split "
+        "--account-for-loss-in-pipeline-split; needs n_layers + 2 divisible by pp x vpp)",
+    )
     moe_dispatch: Literal["alltoall", "deepep"] = Field(
         default="alltoall",
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
@@ -227,6 +242,14 @@ class Strategy(BaseModel):
         if self.pp > 1 and model.n_layers < chunks:
             raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
         check_schedule(self.schedule, self.pp, self.vpp)
+        if self.pipeline_split != "layers" and self.pp > 1:
+            v = self.vpp if self.schedule == "interleaved" else 1
+            if (model.n_layers + 2) % (self.pp * v):
+                raise HwtuneInputError(
+                    "pipeline_split", self.pipeline_split,
+                    f"layers unless n_layers + 2 (= {model.n_layers + 2}) is divisible by pp x "
+                    f"vpp (= {self.pp * v}), as Megatron-Core requires",
+                )  # fmt: skip
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
             raise HwtuneInputError(
                 "global_batch", gb,

@@ -1,0 +1,186 @@
+"""Memory as Megatron-Core and Transformer Engine keep it: bf16 gradients in Megatron-Bridge's
+performance runs, fp8 copies of the linear layers' inputs, the embedding/loss pipeline split,
+and the interleaved schedule's peak walked chunk by chunk."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from hwtune.cost.memory import ActShape, layer_activation_bytes
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
+from hwtune.model.catalog import get_model
+from hwtune.train.estimator import _chunk_sizes, _estimate, estimate_memory
+from hwtune.train.launch import megatron_launch, strategy_from_megatron
+from hwtune.train.launch_torchtitan import torchtitan_refusal
+from hwtune.train.published import load_published
+from hwtune.train.schedules import in_flight, interleaved_peak
+from hwtune.train.search import plan
+from hwtune.train.strategy import Strategy
+
+BLACKWELL = "benchmarks/data/training_blackwell.jsonl"
+
+
+# ---- the interleaved schedule's peak, chunk by chunk
+
+
+@given(p=hs.integers(2, 12), v=hs.integers(2, 6), groups=hs.integers(1, 6))
+def test_equal_chunks_give_korthikanti_in_flight(p: int, v: int, groups: int) -> None:
+    # Korthikanti et al. 2022 §4.2.3: the first stage holds p (1 + (p-1)/(p v)) micro-batches
+    # of its layers; one chunk is 1/v of them
+    m = p * groups
+    got = interleaved_peak(p, v, m, 0, (1.0,) * v)
+    assert got == pytest.approx(in_flight("interleaved", p, m, v) * v)
+
+
+def test_a_small_first_chunk_is_held_most_on_the_first_rank() -> None:
+    # 405B on 16 stages x 4 chunks with the embedding/loss split: rank 0's chunks hold 1, 2, 2, 2
+    # layers. Megatron's warm-up runs 2 (p - 1) + (v - 1) p = 78 forwards, then one more before
+    # the first backward: chunk 0 of micro-batches 0-15 and 16-30 (31 x 1 layer), chunks 1-3 of
+    # micro-batches 0-15 (48 x 2 layers) = 127 layer-micro-batches, not Korthikanti's
+    # 7 x 16 x (1 + 15/64) = 138 for 7 evenly spread layers
+    assert interleaved_peak(16, 4, 384, 0, (1.0, 2.0, 2.0, 2.0)) == 127
+    # the last rank warms up (v - 1) p = 48 forwards (chunks 0-2 of micro-batches 0-15, 96
+    # layers); its one-layer chunk 3 then runs forward and backward in turn (97 at most), and
+    # the 65th forward, chunk 0 of micro-batch 16, comes before the backward of chunk 2 of
+    # micro-batch 0: 49 two-layer chunks, 98
+    assert interleaved_peak(16, 4, 384, 15, (2.0, 2.0, 2.0, 1.0)) == 98
+
+
+@given(p=hs.integers(2, 8), v=hs.integers(2, 4), groups=hs.integers(1, 4),
+       sizes=hs.lists(hs.integers(0, 5), min_size=4, max_size=4))  # fmt: skip
+def test_peak_lies_between_the_lightest_and_heaviest_chunk(
+    p: int, v: int, groups: int, sizes: list[int]
+) -> None:
+    chunks = tuple(float(x) for x in sizes[:v])
+    m = p * groups
+    peak = interleaved_peak(p, v, m, 0, chunks)
+    forwards = interleaved_peak(p, v, m, 0, (1.0,) * v)  # chunk-forwards held at the peak
+    assert min(chunks) * forwards <= peak <= max(chunks) * forwards
+
+
+# ---- the embedding/loss split
+
+
+@given(n=hs.integers(4, 200), p=hs.integers(2, 16), v=hs.integers(1, 4))
+def test_split_builds_every_layer_once(n: int, p: int, v: int) -> None:
+    if (n + 2) % (p * v) or (n + 2) // (p * v) < 1:
+        return
+    sizes = _chunk_sizes(n, p, v, "layers+embedding+loss")
+    per = (n + 2) // (p * v)
+    assert sum(sizes) == n
+    assert sizes[0] == sizes[-1] == per - 1
+    assert all(s == per for s in sizes[1:-1])
+
+
+def test_split_that_megatron_cannot_build_is_refused() -> None:
+    st = Strategy(tp=8, pp=8, vpp=3, schedule="interleaved", dp=1, global_batch=64,
+                  pipeline_split="layers+embedding+loss")  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="pipeline_split.*128.*24"):
+        st.validate_for(get_model("llama3.1-405b"), 64)
+
+
+def test_megatron_launch_writes_and_reads_the_split() -> None:
+    st = Strategy(tp=8, pp=8, vpp=8, schedule="interleaved", dp=1, global_batch=64,
+                  sequence_parallel=True, pipeline_split="layers+embedding+loss")  # fmt: skip
+    args = megatron_launch(st, get_model("llama3.1-405b"), 64, 8).args
+    assert "--account-for-embedding-in-pipeline-split" in args
+    assert "--account-for-loss-in-pipeline-split" in args
+    assert "--decoder-first-pipeline-num-layers" not in args
+    from hwtune.train.launch import megatron_strategy
+
+    back = megatron_strategy(strategy_from_megatron(list(args)), get_model("llama3.1-405b"), 64)
+    assert back.pipeline_split == "layers+embedding+loss"
+
+
+def test_one_split_switch_alone_is_refused() -> None:
+    from hwtune.train.launch import megatron_strategy
+
+    with pytest.raises(HwtuneInputError, match="account-for-loss.*account-for-embedding"):
+        job = strategy_from_megatron(["--pipeline-model-parallel-size", "2", "--seq-length",
+                                      "4096", "--account-for-loss-in-pipeline-split"])  # fmt: skip
+        megatron_strategy(job, get_model("llama3.1-8b"), 2)
+
+
+def test_torchtitan_refuses_megatrons_split() -> None:
+    st = Strategy(pp=2, dp=1, global_batch=8, pipeline_split="layers+embedding+loss")
+    err = torchtitan_refusal(st)
+    assert err is not None and err.field == "pipeline_split"
+
+
+def test_plan_keeps_only_layouts_the_split_divides() -> None:
+    res = plan("llama3.1-70b", make_cluster("h100-sxm-80gb", 64), 64, 4096, top_k=10,
+               base={"pipeline_split": "layers+embedding+loss"}, micro_batches=[1])  # fmt: skip
+    assert res.top
+    for est in res.top:
+        st = est.strategy
+        v = st.vpp if st.schedule == "interleaved" else 1
+        assert st.pp == 1 or (80 + 2) % (st.pp * v) == 0
+    assert res.pruned["pipeline split: n_layers + 2 not divisible by pp x vpp"] > 0
+
+
+def test_cli_refuses_split_without_pipeline(rejects) -> None:  # noqa: ANN001
+    rejects(["estimate", "--model", "llama3.1-8b", "--gpus", "8", "--pipeline-split",
+             "layers+embedding+loss"], "--pipeline-split", "--pp")  # fmt: skip
+    rejects(["estimate", "--model", "llama3.1-405b", "--gpus", "64", "--tp", "8", "--pp", "8",
+             "--vpp", "3", "--schedule", "interleaved", "--pipeline-split",
+             "layers+embedding+loss"], "--pipeline-split", "128", "24")  # fmt: skip
+
+
+# ---- fp8 inputs of the linear layers
+
+
+def _llama405_tp4(linear_bytes: float | None) -> float:
+    a = ActShape(tokens=8192, seq=8192, tp=4, sp=True, linear_bytes=linear_bytes)
+    return layer_activation_bytes(get_model("llama3.1-405b"), "full", False, a, "none")
+
+
+def test_fp8_keeps_linear_inputs_in_one_byte() -> None:
+    # Transformer Engine keeps one fp8 copy of each linear layer's input: per token on a TP 4
+    # rank with sequence parallelism, the QKV and MLP inputs (h/4 each) and the activation
+    # output (ffn/4) drop from 2 bytes to 1, and the output projection adds a 1-byte copy of
+    # the attention output (heads x head_dim / 4) beside the kernel's bf16 one:
+    # (16384 + 16384 + 53248 - 128 x 128) / 4 = 17408 bytes per token fewer
+    saved = _llama405_tp4(None) - _llama405_tp4(1.0)
+    assert saved == pytest.approx(17408 * 8192)
+
+
+def test_torchao_fp8_keeps_bf16_inputs() -> None:
+    spec, cl = get_model("llama3.1-8b"), make_cluster("h100-sxm-80gb", 8)
+    fields = dict(dp=8, global_batch=8, seq=8192)
+    bf16 = estimate_memory(spec, cl, Strategy(precision="bf16", **fields))
+    te = estimate_memory(spec, cl, Strategy(precision="fp8", **fields))
+    torchao = estimate_memory(spec, cl, Strategy(precision="fp8", fp8_saved_inputs=False, **fields))
+    assert torchao.activations == bf16.activations
+    assert te.activations < bf16.activations
+
+
+def test_megatron_refuses_torchao_fp8() -> None:
+    st = Strategy(dp=8, precision="fp8", fp8_saved_inputs=False)
+    with pytest.raises(HwtuneInputError, match="fp8_saved_inputs"):
+        megatron_launch(st, get_model("llama3.1-8b"), 8, 8)
+
+
+# ---- the published runs that ran
+
+
+def test_megatron_bridge_rows_reduce_in_bf16() -> None:
+    rows = [r for r in load_published(BLACKWELL) if not r.skip_reason]
+    assert rows and all(r.strategy.grad_reduce_dtype == "bf16" for r in rows)
+
+
+def test_published_llama405_runs_fit() -> None:
+    # every one of these ran, on H100, B200, GB200 and GB300: the estimate must fit them
+    import os
+    from pathlib import Path
+
+    shared = Path(os.environ.get("HWTUNE_VALIDATION_DIR", Path(__file__).parents[3] / "shared"
+                                 / "validation")) / "training_published.jsonl"  # fmt: skip
+    runs = [r for p in (BLACKWELL, shared) if Path(p).exists() for r in load_published(p)
+            if "405b" in r.id and "mbridge" in r.id and not r.skip_reason]  # fmt: skip
+    assert len(runs) >= 5
+    for r in runs:
+        est = _estimate(r.spec, r.cluster, r.strategy)
+        assert est.fits, (r.id, est.memory.total / 2**30)
