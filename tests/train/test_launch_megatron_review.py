@@ -162,17 +162,21 @@ def test_recompute_activations_is_selective() -> None:
     assert megatron_strategy(job, LLAMA, 8).recompute == "selective"
 
 
-def test_recompute_modules_other_than_core_attention_are_refused() -> None:
-    # transformer_config.py:1940-1941: selective recomputation defaults to ["core_attn"], which
-    # is hwtune's "selective"; sbatch_mfsdp_deepseek_v3.sh recomputes mlp moe mla_up_proj
-    # layernorm instead
+def test_recompute_modules_hwtune_does_not_model_are_refused() -> None:
+    # transformer_config.py:1940-1941: selective recomputation defaults to ["core_attn"];
+    # sbatch_mfsdp_deepseek_v3.sh recomputes mlp moe mla_up_proj layernorm instead, of which
+    # hwtune models mlp and mla_up_proj (and core_attn, moe_act), not moe or layernorm
     job = strategy_from_megatron(["--recompute-granularity", "selective", "--recompute-modules",
                                   "core_attn", "--bf16"])  # fmt: skip
-    assert megatron_strategy(job, LLAMA, 8).recompute == "selective"
+    st = megatron_strategy(job, LLAMA, 8)
+    assert st.recompute == "selective" and st.recompute_modules == ("core_attn",)
+    job = strategy_from_megatron(["--recompute-granularity", "selective", "--recompute-modules",
+                                  "core_attn", "mlp", "--bf16"])  # fmt: skip
+    assert megatron_strategy(job, LLAMA, 8).recompute_modules == ("core_attn", "mlp")
     with pytest.raises(HwtuneInputError) as info:
         strategy_from_megatron(["--recompute-granularity", "selective", "--recompute-modules",
                                 "mlp", "moe", "--bf16"])  # fmt: skip
-    assert info.value.field == "--recompute-modules" and "mlp moe" in str(info.value.value)
+    assert info.value.field == "--recompute-modules" and info.value.value == "moe"
 
 
 def test_local_attention_backend_is_unfused() -> None:

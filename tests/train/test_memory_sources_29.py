@@ -184,3 +184,90 @@ def test_published_llama405_runs_fit() -> None:
     for r in runs:
         est = _estimate(r.spec, r.cluster, r.strategy)
         assert est.fits, (r.id, est.memory.total / 2**30)
+
+
+# ---- Megatron-Core's selective recomputation by module
+
+
+def _layer(name: str, moe: bool, mods: tuple[str, ...], **shape: object) -> float:
+    a = ActShape(tokens=4096, seq=4096, tp=1, sp=False, **shape)  # type: ignore[arg-type]
+    return layer_activation_bytes(get_model(name), "full", moe, a, "selective", mods)
+
+
+def test_mla_up_proj_drops_the_up_projected_qkv() -> None:
+    # DeepSeek-V3: 128 heads, q/k head dim 128 + 64 (rope), v head dim 128; recomputing the
+    # up-projections keeps the latents and drops Q, K and V: 2 B x 4096 tokens x 128 x
+    # (192 + 192 + 128)
+    saved = _layer("deepseek-v3", True, ("core_attn",)) - _layer(
+        "deepseek-v3", True, ("core_attn", "mla_up_proj")
+    )
+    assert saved == 2 * 4096 * 128 * (192 + 192 + 128)
+
+
+def test_mlp_recompute_keeps_only_the_mlp_input() -> None:
+    # Llama 3.1 8B, bf16, TP 1: the MLP keeps its input (kept anyway, as the checkpoint's),
+    # not the two up-projection outputs and the activation output: 2 B x 3 x 14336 per token
+    saved = _layer("llama3.1-8b", False, ("core_attn",)) - _layer(
+        "llama3.1-8b", False, ("core_attn", "mlp")
+    )
+    assert saved == 2 * 3 * 14336 * 4096
+
+
+def test_moe_act_drops_the_experts_activation_output() -> None:
+    # DeepSeek-V3: top-8 routing, expert width 2048; bf16 activation output per routed slot
+    saved = _layer("deepseek-v3", True, ("core_attn",)) - _layer(
+        "deepseek-v3", True, ("core_attn", "moe_act")
+    )
+    assert saved == 2 * 4096 * 8 * 2048
+
+
+def test_module_recompute_costs_time_and_hardware_flops() -> None:
+    spec, cl = get_model("llama3.1-8b"), make_cluster("h100-sxm-80gb", 8)
+    base = Strategy(dp=8, global_batch=8, seq=8192, recompute="selective")
+    core = _estimate(spec, cl, base)
+    mlp = _estimate(spec, cl, base.model_copy(update={"recompute_modules": ("core_attn", "mlp")}))
+    assert mlp.breakdown["recompute"] > core.breakdown["recompute"] > 0
+    assert mlp.hfu > core.hfu and mlp.mfu < core.mfu
+    assert mlp.memory.activations < core.memory.activations
+
+
+@pytest.mark.parametrize(
+    ("fields", "model", "word"),
+    [
+        ({"recompute": "selective", "recompute_modules": ("mla_up_proj",)}, "llama3.1-8b",
+         "multi-latent"),
+        ({"recompute": "selective", "recompute_modules": ("moe_act",)}, "llama3.1-8b", "MoE"),
+        ({"recompute": "none", "recompute_modules": ("mlp",)}, "llama3.1-8b", "selective"),
+        ({"recompute": "selective", "recompute_modules": ()}, "llama3.1-8b", "one or more"),
+    ],
+)  # fmt: skip
+def test_recompute_modules_that_change_nothing_are_refused(
+    fields: dict, model: str, word: str
+) -> None:
+    with pytest.raises(HwtuneInputError, match=word) as info:
+        Strategy(dp=8, **fields).validate_for(get_model(model), 8)
+    assert info.value.field == "recompute_modules"
+
+
+def test_megatron_launch_round_trips_recompute_modules() -> None:
+    from hwtune.train.launch import megatron_strategy
+
+    spec = get_model("deepseek-v3")
+    st = Strategy(tp=2, pp=1, dp=512, ep=64, sequence_parallel=True, global_batch=1024,
+                  recompute="selective", recompute_modules=("mla_up_proj", "mlp"))  # fmt: skip
+    args = list(megatron_launch(st, spec, 1024, 8).args)
+    i = args.index("--recompute-modules")
+    assert args[i + 1 : i + 3] == ["mla_up_proj", "mlp"]
+    back = megatron_strategy(strategy_from_megatron(args), spec, 1024)
+    assert back.recompute_modules == ("mla_up_proj", "mlp")
+
+
+def test_published_deepseek_gb200_run_fits() -> None:
+    # Megatron-Bridge 25.11 recomputes MLA's up-projections on GB200; the run ran in 186 GB
+    run = next(
+        r
+        for r in load_published(BLACKWELL)
+        if r.id == "mbridge-25.11-gb200-deepseek-v3-bf16-256gpu"
+    )
+    assert run.strategy.recompute_modules == ("mla_up_proj",)
+    assert _estimate(run.spec, run.cluster, run.strategy).fits

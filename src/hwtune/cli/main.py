@@ -24,6 +24,7 @@ from hwtune.cli.software import (
     Loss,
     MoeDispatch,
     PipelineSplit,
+    RecomputeModules,
     Zero3Gather,
     check_launch_framework,
     launch_document,
@@ -190,6 +191,7 @@ def estimate(
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
     pipeline_split: PipelineSplit = "layers",
+    recompute_modules: RecomputeModules = "core_attn",
     launch: LaunchOpt = None,
     megatron_args: Annotated[
         str | None,
@@ -236,7 +238,7 @@ def estimate(
             cl = cl.model_copy(update={"sustained_clocks": False})
         software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
                                    framework, zero3_gather, grad_accumulation,
-                                   pipeline_split)  # fmt: skip
+                                   pipeline_split, recompute_modules)  # fmt: skip
         software |= launch_fields(launch)
         if job is not None:
             if job.n_gpus not in (None, cl.n_gpus):

@@ -34,6 +34,7 @@ from hwtune.cli.software import (
     Loss,
     MoeDispatch,
     PipelineSplit,
+    RecomputeModules,
     Zero3Gather,
     check_launch_framework,
     launch_constraints,
@@ -226,6 +227,7 @@ def plan_cmd(
     zero3_gather: Zero3Gather = "layer",
     grad_accumulation: GradAccumulation = "fused",
     pipeline_split: PipelineSplit = "layers",
+    recompute_modules: RecomputeModules = "core_attn",
     launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
@@ -272,12 +274,15 @@ def plan_cmd(
             zero3_gather,
             grad_accumulation,
             pipeline_split,
+            recompute_modules,
         )
         software |= launch_fields(launch)
         # one-line errors for bad values, and for switches that would change nothing (an fp8
         # recipe without fp8, MoE dispatch on a dense model), before the search starts: the
         # checks and wording of `hwtune estimate`
-        make_strategy(**software, precision=precision).validate_for(spec)
+        # recompute modules apply to the selective settings the search tries
+        selective = {"recompute": "selective"} if "recompute_modules" in software else {}
+        make_strategy(**software, **selective, precision=precision).validate_for(spec)
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip

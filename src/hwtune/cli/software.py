@@ -77,6 +77,14 @@ PipelineSplit = Annotated[
         "Qwen3-235B recipes run)"
     ),
 ]
+RecomputeModules = Annotated[
+    str,
+    typer.Option(
+        help="with --recompute selective: what is recomputed, comma-separated (Megatron-Core "
+        "--recompute-modules): core_attn (the default) | mla_up_proj (MLA's up-projections, "
+        "the latents kept) | mlp (a dense layer's MLP) | moe_act (the experts' activation)"
+    ),
+]
 Fp8Recipe = Annotated[
     str,
     typer.Option(
@@ -96,6 +104,7 @@ def software_fields(
     zero3_gather: str = "layer",
     grad_accumulation: str = "fused",
     pipeline_split: str = "layers",
+    recompute_modules: str = "core_attn",
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -115,6 +124,18 @@ def software_fields(
     for key, (value, default) in flags.items():
         if value != default or key not in out:
             out[key] = value
+    if recompute_modules != "core_attn":
+        from typing import get_args
+
+        from hwtune.errors import HwtuneInputError
+        from hwtune.train.strategy import RecomputeModule
+
+        mods = tuple(m.strip() for m in recompute_modules.split(","))
+        known = get_args(RecomputeModule)
+        for m in mods:
+            if m not in known:
+                raise HwtuneInputError("--recompute-modules", m, "one of " + ", ".join(known))
+        out["recompute_modules"] = mods
     return out
 
 
@@ -135,6 +156,7 @@ LAUNCH_REFUSAL_FLAGS = {
     "loss_kernel": "--loss", "zero3_gather": "--zero3-gather",
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
+    "recompute_modules": "--recompute-modules",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
     "sequence_parallel": "--sequence-parallel", "precision": "--precision", "zero": "--zero",

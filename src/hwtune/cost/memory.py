@@ -110,12 +110,20 @@ def _div(x: int, t: int) -> int:
 
 @functools.lru_cache(maxsize=8192)
 def layer_activation_bytes(
-    spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape, recompute: str
+    spec: ModelSpec,
+    ltype: str,
+    moe_layer: bool,
+    a: ActShape,
+    recompute: str,
+    modules: tuple[str, ...] = ("core_attn",),
 ) -> float:
     """Bytes one layer keeps for backward for one micro-batch on one rank.
 
-    ``recompute``: "none"; "selective" (attention core recomputed: no s^2 tensors, Korthikanti
-    §4.2); "full" (only the layer input is kept: 2 s b h / t with sequence parallelism).
+    ``recompute``: "none"; "selective" (the ``modules`` recomputed, Megatron-Core's
+    --recompute-modules: ``core_attn`` keeps no s^2 tensors, Korthikanti §4.2; ``mla_up_proj``
+    keeps MLA's latents but not the up-projected Q, K, V; ``mlp`` keeps a dense MLP's input
+    only; ``moe_act`` drops the experts' activation output); "full" (only the layer input is
+    kept: 2 s b h / t with sequence parallelism).
 
     The input each linear layer keeps for its weight gradient (the QKV and MLP inputs after
     their norms, the attention output before the output projection, the activation output,
@@ -136,6 +144,7 @@ def layer_activation_bytes(
         return _per_op_sac_bytes(spec, ltype, moe_layer, a)
     mask = 1.0 if a.dropout else 0.0
     heads = _div(spec.n_heads, t)
+    mods = modules if recompute == "selective" else ()
     # --- attention block (Korthikanti Table 2 terms, per stored tensor)
     attn = (e + li) * rep * h + mask * rep * h  # norm input, QKV input, output dropout mask
     if ltype == "linear" and spec.linear_attention is not None:
@@ -147,13 +156,15 @@ def layer_activation_bytes(
         dqk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
         lora = (ml.q_lora_rank or 0) + ml.kv_lora_rank
         attn += e * m * (2 * lora + ml.qk_rope_head_dim)  # latent outputs and their norms' inputs
-        attn += e * m * heads * (2 * dqk + 2 * ml.v_head_dim)  # Q, K, V, context
+        if "mla_up_proj" not in mods:  # Q, K, V (rebuilt from the latents when recomputed)
+            attn += e * m * heads * (2 * dqk + ml.v_head_dim)
+        attn += e * m * heads * ml.v_head_dim  # context
         attn += proj_copy * m * heads * ml.v_head_dim
     else:
         kvh = _div(spec.kv_heads, t)
         attn += e * m * (heads + 2 * kvh + heads) * spec.hd  # Q, K, V, context (o-proj input)
         attn += proj_copy * m * heads * spec.hd
-    if not a.flash and recompute == "none" and ltype != "linear":
+    if not a.flash and "core_attn" not in mods and recompute != "full" and ltype != "linear":
         keys = (
             min(a.seq, spec.sliding_window) if ltype == "sliding" and spec.sliding_window else a.seq
         )
@@ -171,10 +182,13 @@ def layer_activation_bytes(
         ffn += e * routed * h  # router / expert-dispatch input
         ffn += 4.0 * routed * moe.n_routed_experts  # fp32 router probabilities
         fe = moe.expert_ffn_hidden
-        ffn += slots * ((li + e) * h + (e * up + li) * fe)  # permuted in/out, up, act
+        act_out = 0.0 if "moe_act" in mods else li  # the activation output, unless recomputed
+        ffn += slots * ((li + e) * h + (e * up + act_out) * fe)  # permuted in/out, up, act
         if moe.shared_width:
             fs = _div(moe.shared_width, t)
             ffn += m * (li * h + (e * up + li) * fs)
+    elif "mlp" in mods:
+        ffn += e * rep * h  # the checkpointed MLP's input only (its SP shard)
     else:
         ffn += li * rep * h  # MLP input (norm output; the SP shard is re-gathered in backward)
         f = _div(spec.ffn_hidden, t)

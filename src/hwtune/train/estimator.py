@@ -208,6 +208,30 @@ class LayerTimes:
     a2a_bytes: float  # bytes per rank per all-to-all
     cp_bytes: float  # K/V bytes one rank passes around the ring per forward
     flops_fwd: float
+    # forward seconds and FLOPs of the parts Megatron-Core's --recompute-modules can repeat
+    # besides core attention (`SELECTIVE_MODULE_OPS`), as (module, seconds, flops)
+    modules: tuple[tuple[str, float, float], ...] = ()
+
+    def selective(self, modules: tuple[str, ...]) -> tuple[float, float]:
+        """Forward seconds and FLOPs that selective recomputation of ``modules`` repeats."""
+        t = self.attn_core_fwd if "core_attn" in modules else 0.0
+        f = self.core_flops if "core_attn" in modules else 0.0
+        for name, secs, flops in self.modules:
+            if name in modules:
+                t, f = t + secs, f + flops
+        return t, f
+
+
+SELECTIVE_MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "mla_up_proj": ("q_b_proj", "kv_b_proj", "rotary"),
+    "mlp": ("mlp_up", "mlp_act", "mlp_down"),
+    "moe_act": ("expert_act",),
+}
+"""The ops of `hwtune.model.lowering.lower_layer` each of Megatron-Core's recompute modules
+repeats in the backward (TransformerConfig.recompute_modules): ``mla_up_proj`` the MLA
+up-projections and the rotary embedding applied to their outputs
+(multi_latent_attention.py, ``recompute_up_proj``), ``mlp`` a dense layer's MLP
+(transformer_layer.py), ``moe_act`` the experts' activation function (experts.py)."""
 
 
 TP_OVERLAP_SHARE = 0.5
@@ -254,9 +278,15 @@ def _layer_times(
     fwd = dg = wg = core = flops = sac = core_f = gemm_f = 0.0
     fp8 = gdt == "fp8"
     n_weight_gemm = 0
+    module_of = {o: mod for mod, names in SELECTIVE_MODULE_OPS.items() for o in names}
+    mods: dict[str, list[float]] = {}
     for op in ops:
         flops += op.flops
         t_before = fwd
+        mod = module_of.get(op.name)
+        if mod is not None:
+            acc = mods.setdefault(mod, [0.0, 0.0])
+            acc[1] += op.flops
         if op.kind == "gemm":
             dt = "bf16" if (op.attention_core or op.name in ("router",)) and fp8 else gdt
             # a grouped GEMM issued as one GEMM per expert (TE GroupedLinear) pays each launch
@@ -296,6 +326,8 @@ def _layer_times(
             sac += tm
             if op.attention_core:
                 core += tm
+        if mod is not None:
+            mods[mod][0] += fwd - t_before
     e = sh.act_bytes
     a2a = 0.0
     if moe and spec.moe is not None:
@@ -311,7 +343,8 @@ def _layer_times(
         else:
             kvw = 2 * max(1, spec.kv_heads // sh.tp) * spec.hd
         cp_bytes = e * sh.tokens * kvw * (sh.cp - 1)
-    return LayerTimes(fwd, dg, wg, core, sac, core_f, gemm_f, a2a, cp_bytes, flops)
+    return LayerTimes(fwd, dg, wg, core, sac, core_f, gemm_f, a2a, cp_bytes, flops,
+                      tuple((k, v[0], v[1]) for k, v in mods.items()))  # fmt: skip
 
 
 def _chunk_sizes(n_layers: int, pp: int, v: int, split: str = "layers") -> list[int]:
@@ -463,6 +496,7 @@ def pipeline_ranks(
     pp: int,
     v: int,
     split: str = "layers",
+    modules: tuple[str, ...] = ("core_attn",),
 ) -> tuple[dict, tuple[LayerCost, ...], int, dict]:
     """Per-layer-class times and the per-pipeline-rank costs of one micro-batch (compute and
     exposed in-layer communication), and the busiest rank. Independent of the data-parallel
@@ -519,7 +553,7 @@ def pipeline_ranks(
         if recompute == "full":
             rec_c, rec_comm = lt.fwd, t_tp + t_cp_f + t_a2a
         elif recompute == "selective":
-            rec_c = lt.attn_core_fwd
+            rec_c = lt.selective(modules)[0]
         elif recompute == "selective-op":
             rec_c = lt.sac_fwd
         return LayerCost(
@@ -599,7 +633,7 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     v_eff = st.vpp if st.schedule == "interleaved" else 1
     _, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
-        st.overlap_moe_a2a, st.pp, v_eff, st.pipeline_split,
+        st.overlap_moe_a2a, st.pp, v_eff, st.pipeline_split, st.recompute_modules,
     )  # fmt: skip
     rc = per_rank[busiest]
     return st.grad_accum * (rc.f + rc.b + rc.rec)
@@ -713,7 +747,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     layouts = rank_layouts(spec, pp, v_eff, st.pipeline_split)
     classes, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff,
-        st.pipeline_split,
+        st.pipeline_split, st.recompute_modules,
     )  # fmt: skip
     rc = per_rank[busiest]
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
@@ -847,10 +881,14 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     def core_nc(key: tuple[str, bool], lt: LayerTimes) -> float:
         return lt.core_flops * (2.0 if key[0] == "full" and st.flash_attention else 1.0)
 
+    mods = st.recompute_modules
     rec_per_class = {
         "none": lambda key, lt: 0.0,
         "full": lambda key, lt: lt.flops_fwd - lt.core_flops + core_nc(key, lt),
-        "selective": core_nc,
+        "selective": lambda key, lt: (
+            (core_nc(key, lt) if "core_attn" in mods else 0.0)
+            + lt.selective(tuple(x for x in mods if x != "core_attn"))[1]
+        ),
         "selective-op": lambda key, lt: 0.5 * lt.gemm_flops,
     }[st.recompute]
     rec_flops = (
@@ -1007,7 +1045,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
-        st.zero3_gather, st.fp8_saved_inputs, st.pipeline_split,
+        st.zero3_gather, st.fp8_saved_inputs, st.pipeline_split, st.recompute_modules,
     )  # fmt: skip
 
 
@@ -1064,7 +1102,7 @@ def _states(
 @functools.lru_cache(maxsize=65536)
 def _activations(
     spec: ModelSpec, pp: int, v: int, a: ActShape, recompute: str, schedule: str, m: int,
-    split: str = "layers",
+    split: str = "layers", modules: tuple[str, ...] = ("core_attn",),
 ) -> tuple[tuple[float, float], ...]:  # fmt: skip
     """Per pipeline rank (first and last): activations kept at the schedule's peak, and the
     transient of the loss and of a layer rebuilt by full recomputation. Under the interleaved
@@ -1080,7 +1118,10 @@ def _activations(
             if recompute == "full":
                 biggest_layer = max(biggest_layer, layer_activation_bytes(spec, lt, moe, a, "none"))
         chunk_bytes = [
-            sum(cnt * layer_activation_bytes(spec, lt, moe, a, recompute) for (lt, moe), cnt in ch)
+            sum(
+                cnt * layer_activation_bytes(spec, lt, moe, a, recompute, modules)
+                for (lt, moe), cnt in ch
+            )
             for ch in lay.chunks
         ]
         if r == 0:  # the embedding's dropout mask (Korthikanti §4.3), with the first chunk
@@ -1132,6 +1173,7 @@ def memory_table(
     loss: str = "fused",
     fp8_saved_inputs: bool = True,
     split: str = "layers",
+    modules: tuple[str, ...] = ("core_attn",),
 ) -> dict[tuple[int, str, bool], float]:
     """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
 
@@ -1169,7 +1211,9 @@ def memory_table(
             ]
         ac = acts.get(r)
         if ac is None:
-            ac = acts[r] = [x + y for x, y in _activations(spec, pp, v, a, r, schedule, m, split)]
+            ac = acts[r] = [
+                x + y for x, y in _activations(spec, pp, v, a, r, schedule, m, split, modules)
+            ]
         t = s[0] + ac[0]
         if len(s) > 1:
             t = max(t, s[1] + ac[1])
@@ -1182,14 +1226,14 @@ def _memory(
     pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
     loss: str = "fused", zero3_gather: str = "layer", fp8_saved_inputs: bool = True,
-    split: str = "layers",
+    split: str = "layers", modules: tuple[str, ...] = ("core_attn",),
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
                      grad_reduce_dtype, zero3_gather, split)  # fmt: skip
     a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
                   fp8_saved_inputs)  # fmt: skip
-    acts = _activations(spec, pp, v, a, recompute, schedule, m, split)
+    acts = _activations(spec, pp, v, a, recompute, schedule, m, split, modules)
     best: Memory | None = None
     for (w, g, o, zt), (act, tr) in zip(states, acts, strict=True):
         mem = Memory(w, g, o, act, tr + zt, FRAMEWORK_RESERVE_BYTES)

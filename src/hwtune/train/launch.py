@@ -65,11 +65,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import get_args
 
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import grads_in_fp32
-from hwtune.train.strategy import Strategy
+from hwtune.train.strategy import RecomputeModule, Strategy
 
 LAUNCH_FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan")
 MEGATRON_SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved")
@@ -309,6 +310,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", sharding]
     if st.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
+        if st.recompute_modules != ("core_attn",):
+            a += ["--recompute-modules", *st.recompute_modules]
     elif st.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform"]
         a += ["--recompute-num-layers", "1"]
@@ -638,12 +641,15 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         granularity = "selective"
     if granularity == "selective":
         modules = raw.get("_recompute_modules", ["core_attn"])  # transformer_config.py:1941
-        if modules != ["core_attn"]:
-            raise HwtuneInputError(
-                "--recompute-modules", " ".join(modules),  # type: ignore[arg-type]
-                "core_attn (hwtune's selective recomputation is core attention's)",
-            )  # fmt: skip
+        known = get_args(RecomputeModule)
+        for mod in modules:  # type: ignore[union-attr]
+            if mod not in known:
+                raise HwtuneInputError(
+                    "--recompute-modules", mod,
+                    "one of " + ", ".join(known) + " (the modules hwtune models)",
+                )  # fmt: skip
         f["recompute"] = "selective"
+        f["recompute_modules"] = tuple(modules)  # type: ignore[arg-type]
     elif granularity == "full":
         method = raw.get("_recompute_method", "uniform")
         layers = raw.get("_recompute_layers", "1")

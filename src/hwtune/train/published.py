@@ -251,6 +251,34 @@ def _zero3_gather(fw: str, zero: int, run: PublishedRun, year: int) -> str:
     return "layer"
 
 
+MBRIDGE_DEEPSEEK_RECOMPUTE: dict[str, tuple[str, ...]] = {
+    "25.09": ("core_attn",),
+    "gb300": ("moe_act",),
+    "gb200": ("mla_up_proj",),
+    "b200": ("mla_up_proj",),
+}
+"""What Megatron-Bridge's DeepSeek-V3 performance runs recompute (selective granularity):
+the 25.09 scripts (v0.1.0rc3/rc4 ``deepseek_v3_llm_pretrain.yaml``: ``recompute_granularity:
+selective`` without modules, Megatron-Core's default ``core_attn``), and in 25.11 (v0.2.0
+``deepseek_llm_pretrain.py`` sets selective; ``workload_base_configs.py`` the modules of each
+system)."""
+
+
+def _deepseek_recompute(r: dict, run: PublishedRun) -> tuple[str, ...] | None:
+    """The recompute modules of a Megatron-Bridge DeepSeek-V3 row, or None for another row."""
+    fw = str(r.get("framework") or "")
+    if "Bridge" not in fw or "deepseek" not in str(r["model"].get("name", "")).lower():
+        return None
+    key = "25.09" if "25.09" in fw else str(r["hardware"]["gpu"]).lower().split()[-1]
+    mods = MBRIDGE_DEEPSEEK_RECOMPUTE.get(key)
+    if mods is not None:
+        run.assumptions.append(
+            "selective recomputation of " + ", ".join(mods) + " (Megatron-Bridge DeepSeek-V3 "
+            "performance scripts)"
+        )
+    return mods
+
+
 def _recompute(p: dict, run: PublishedRun) -> str:
     if p.get("recompute") is None and run.id.startswith("narayanan21"):
         # Narayanan et al. SC'21 §5: all runs use activation recomputation, and the paper's
@@ -445,6 +473,7 @@ def from_row(r: dict) -> PublishedRun:
             "embedding and loss counted as pipeline layers (Megatron-Bridge recipe: "
             "account_for_embedding/loss_in_pipeline_split)"
         )
+    ds_mods = _deepseek_recompute(r, run) if p.get("recompute") is None else None
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
     if mp in ("DEFAULT", "FULL"):
@@ -472,7 +501,9 @@ def from_row(r: dict) -> PublishedRun:
         run.strategy = make_strategy(
             precision=precision, dp=dp, tp=tp, pp=pp, ep=ep, cp=cp, sequence_parallel=bool(sp) and tp > 1,
             zero=zero, micro_batch=mb, global_batch=gb, seq=r["model"]["seq_len"], vpp=vpp, schedule=sched,
-            recompute=_recompute(p, run), flash_attention=not unfused, dropout=unfused,
+            recompute="selective" if ds_mods else _recompute(p, run),
+            recompute_modules=ds_mods or ("core_attn",),
+            flash_attention=not unfused, dropout=unfused,
             overlap_tp_comm=_tp_overlap(run, other, tp, bool(sp)), overlap_p2p_comm=not unfused,
             overlap_grad_reduce=not unfused or (zero >= 3 and "DeepSpeed" in fw) or _torch_ddp(run, dp),
             attention_kernel=kernel,

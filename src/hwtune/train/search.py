@@ -258,6 +258,12 @@ def plan(
     _check_constraints(c)
     base = dict(base or {})
     split = str(base.get("pipeline_split", "layers"))
+    modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
+
+    def mods_for(rec: str) -> tuple[str, ...]:
+        """The modules selective recomputation repeats (the others take the default)."""
+        return modules if rec == "selective" else ("core_attn",)
+
     t0 = time.perf_counter()
     pruned: Counter = Counter()
     top: list[tuple[tuple[float, int], Estimate]] = []
@@ -304,7 +310,7 @@ def plan(
                     bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
                     float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
                     str(b_.get("loss_kernel", "fused")), bool(b_.get("fp8_saved_inputs", True)),
-                    split,
+                    split, modules,
                 )  # fmt: skip
                 lightest_mem = mems[lightest]
                 if lightest_mem > cap:
@@ -315,7 +321,8 @@ def plan(
                         best_short = (lightest_mem - cap, Strategy(
                             precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                             sequence_parallel=tp > 1, zero=z, micro_batch=mb, global_batch=global_batch,
-                            seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o, **base,
+                            seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o,
+                            recompute_modules=mods_for(r), **base,
                         ))  # fmt: skip
                     continue
                 any_fit = True
@@ -331,7 +338,8 @@ def plan(
                         precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                         sequence_parallel=tp > 1, zero=zero, micro_batch=mb,
                         global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
-                        recompute=rec, offload_optimizer=off, **base,
+                        recompute=rec, offload_optimizer=off, recompute_modules=mods_for(rec),
+                        **base,
                     )  # fmt: skip
                     if c.runs is not None and not c.runs(st):
                         pruned["not run by the launch framework"] += 1

@@ -17,6 +17,7 @@ from hwtune.model.spec import ModelSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
+RecomputeModule = Literal["core_attn", "mla_up_proj", "mlp", "moe_act"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8"]
 Optimizer = Literal[
     "adam",
@@ -105,6 +106,13 @@ class Strategy(BaseModel):
     vpp: int = Field(default=1, gt=0, description="virtual stages (model chunks) per pipeline rank")
     schedule: Schedule = "1f1b"
     recompute: Recompute = "none"
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=("core_attn",),
+        description="with recompute selective, what is recomputed (Megatron-Core "
+        "--recompute-modules): core_attn = the attention core; mla_up_proj = MLA's "
+        "up-projections and rotary (the latents kept); mlp = a dense layer's MLP; moe_act = the "
+        "experts' activation function",
+    )
     optimizer: Optimizer = "adam"
     offload_optimizer: bool = False
     overlap_grad_reduce: bool = True
@@ -205,6 +213,31 @@ class Strategy(BaseModel):
     def global_batch_seqs(self) -> int:
         return self.global_batch or self.micro_batch * self.dp
 
+    def _check_recompute_modules(self, model: ModelSpec) -> None:
+        mods = self.recompute_modules
+        if not mods or len(set(mods)) != len(mods):
+            raise HwtuneInputError(
+                "recompute_modules", ",".join(mods), "one or more distinct modules"
+            )
+        if self.recompute != "selective" and mods != ("core_attn",):
+            raise HwtuneInputError(
+                "recompute_modules", ",".join(mods),
+                f"core_attn (the default) unless recompute is selective (here {self.recompute})",
+            )  # fmt: skip
+        needs = {
+            "mla_up_proj": (model.mla is not None, "a model with multi-latent attention"),
+            "moe_act": (model.moe is not None, "a MoE model"),
+            "mlp": (
+                any(not model.is_moe_layer(i) for i in range(model.n_layers)),
+                "a model with dense MLP layers",
+            ),
+        }
+        for mod in mods:
+            ok, what = needs.get(mod, (True, ""))
+            if not ok:
+                raise HwtuneInputError("recompute_modules", mod, f"a module of this model ({mod} "
+                                       f"needs {what})")  # fmt: skip
+
     def validate_for(self, model: ModelSpec, n_gpus: int | None = None) -> None:
         """One-line errors for combinations that cannot run."""
         if n_gpus is not None and self.n_gpus != n_gpus:
@@ -242,6 +275,7 @@ class Strategy(BaseModel):
         if self.pp > 1 and model.n_layers < chunks:
             raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
         check_schedule(self.schedule, self.pp, self.vpp)
+        self._check_recompute_modules(model)
         if self.pipeline_split != "layers" and self.pp > 1:
             v = self.vpp if self.schedule == "interleaved" else 1
             if (model.n_layers + 2) % (self.pp * v):
