@@ -50,15 +50,10 @@ def test_rows_are_the_tables_figures():
     assert (gb300_405b["parallel"]["tp"], gb300_405b["parallel"]["pp"]) == (4, 8)
 
 
-def test_activation_offloading_rows_are_not_expressible(runs):
-    skipped = {i: r.skip_reason for i, r in runs.items() if r.skip_reason}
-    assert set(skipped) == {
-        "mbridge-25.11-gb300-llama3-70b-fp8-cs-64gpu",
-        "mbridge-25.11-gb200-llama3-70b-fp8-cs-64gpu",
-        "mbridge-26.02-gb300-llama3-70b-fp8-64gpu",
-        "mbridge-26.02-gb200-llama3-70b-fp8-64gpu",
-    }
-    assert all("offloaded to the CPU" in why for why in skipped.values())
+def test_every_row_is_expressible(runs):
+    # the four Llama 3 70B rows offload activations (cpu_offloading_num_layers), which the
+    # estimator models since 2026-12-03 (Strategy.offload_activation_layers)
+    assert not {i: r.skip_reason for i, r in runs.items() if r.skip_reason}
 
 
 def test_b200_llama3_8b_within_15_percent(runs):
@@ -67,9 +62,19 @@ def test_b200_llama3_8b_within_15_percent(runs):
 
 
 def test_dense_llama_rows_median_within_15_percent(runs):
-    errs = [abs(_error(r)) for i, r in runs.items() if "llama" in i and not r.skip_reason]
+    # the 8 Llama rows that keep their activations on the GPU (the level reached in 2026-12-02;
+    # 12.1% since 2026-12-03's bf16 gradients)
+    errs = [abs(_error(r)) for i, r in runs.items()
+            if "llama" in i and not r.strategy.offload_activation_layers]  # fmt: skip
     assert len(errs) == 8
     assert statistics.median(errs) <= 0.15
+
+
+def test_activation_offload_rows_within_30_percent(runs):
+    # the 70B FSDP runs offloading 20 or 40 layers (+4%..+27% when first expressed, 2026-12-03)
+    errs = [_error(r) for r in runs.values() if r.strategy.offload_activation_layers]
+    assert len(errs) == 4
+    assert all(abs(e) <= 0.30 for e in errs)
 
 
 def test_blackwell_estimates_carry_the_blackwell_record(runs):
@@ -80,7 +85,7 @@ def test_blackwell_estimates_carry_the_blackwell_record(runs):
     for gpu in ("b200", "gb300"):
         acc = estimate("llama3.1-8b", gpu=gpu, gpus=8).accuracy
         assert acc["architecture"] == "blackwell" and "scope" not in acc
-        assert acc["rows"] == len(errs) == 19
+        assert acc["rows"] == len(errs) == 23
         assert acc["median_abs_error"] == pytest.approx(statistics.median(map(abs, errs)), abs=1e-4)
         assert acc["signed_median"] == pytest.approx(statistics.median(errs), abs=1e-4)
 

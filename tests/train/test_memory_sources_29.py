@@ -271,3 +271,87 @@ def test_published_deepseek_gb200_run_fits() -> None:
     )
     assert run.strategy.recompute_modules == ("mla_up_proj",)
     assert _estimate(run.spec, run.cluster, run.strategy).fits
+
+
+# ---- activation offloading (Megatron-Core --cpu-offloading)
+
+
+def _llama70_gb200(**fields: object) -> Strategy:
+    base = dict(dp=64, zero=3, micro_batch=2, global_batch=256, seq=8192, precision="fp8")
+    return Strategy(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def test_offloaded_layers_leave_the_gpu() -> None:
+    # 40 of 80 equal layers offloaded: half the activations stay, and one offloaded layer's
+    # copy is in flight as a transient
+    spec, cl = get_model("llama3.1-70b"), make_cluster("gb200", 64)
+    kept = estimate_memory(spec, cl, _llama70_gb200())
+    off = estimate_memory(spec, cl, _llama70_gb200(offload_activation_layers=40))
+    assert off.activations == pytest.approx(kept.activations / 2, rel=1e-9)
+    assert off.transient - kept.transient == pytest.approx(kept.activations / 1.05 / 80, rel=1e-9)
+
+
+def test_offload_copies_hide_behind_compute_until_the_link_is_slow() -> None:
+    spec = get_model("llama3.1-70b")
+    cl = make_cluster("gb200", 64)
+    st = _llama70_gb200(offload_activation_layers=40)
+    # NVLink-C2C, 450 GB/s each way: ~150 GB per micro-batch each way hides behind ~1 s passes
+    assert _estimate(spec, cl, st).breakdown["activation_offload"] == 0.0
+    slow = cl.model_copy(update={"device": cl.device.model_copy(
+        update={"host_link_gbps_per_direction": 16.0})})  # fmt: skip
+    est = _estimate(spec, slow, st)
+    assert est.breakdown["activation_offload"] > 0
+    assert est.step_time_s > _estimate(spec, cl, st).step_time_s
+
+
+@pytest.mark.parametrize(
+    ("fields", "word"),
+    [
+        ({"pp": 2, "dp": 32}, "pipeline"),
+        ({"recompute": "full"}, "recompute"),
+        ({"offload_activation_layers": 80}, "fewer than"),
+    ],
+)
+def test_offload_megatron_cannot_run_is_refused(fields: dict, word: str) -> None:
+    st = _llama70_gb200(**{"offload_activation_layers": 8, **fields})
+    with pytest.raises(HwtuneInputError, match=word) as info:
+        st.validate_for(get_model("llama3.1-70b"), 64)
+    assert info.value.field == "offload_activation_layers"
+
+
+def test_megatron_launch_round_trips_activation_offload() -> None:
+    from hwtune.train.launch import megatron_strategy
+
+    spec = get_model("llama3.1-70b")
+    st = _llama70_gb200(offload_activation_layers=40)
+    args = list(megatron_launch(st, spec, 64, 4).args)
+    i = args.index("--cpu-offloading-num-layers")
+    assert args[i + 1] == "40" and "--cpu-offloading" in args
+    assert megatron_strategy(strategy_from_megatron(args), spec, 64).offload_activation_layers == 40
+
+
+def test_torchtitan_refuses_activation_offload() -> None:
+    err = torchtitan_refusal(_llama70_gb200(offload_activation_layers=8))
+    assert err is not None and err.field == "offload_activation_layers"
+
+
+def test_plan_with_offload_runs_only_what_megatron_runs() -> None:
+    res = plan("llama3.1-70b", make_cluster("gb200", 64), 256, 8192, precision="fp8", top_k=3,
+               base={"offload_activation_layers": 40}, micro_batches=[1, 2])  # fmt: skip
+    assert res.top
+    for est in res.top:
+        assert est.strategy.pp == 1 and est.strategy.recompute == "none"
+        assert est.strategy.offload_activation_layers == 40
+
+
+def test_cli_offload_refusals(rejects) -> None:  # noqa: ANN001
+    rejects(["estimate", "--model", "llama3.1-70b", "--gpus", "64", "--pp", "2",
+             "--offload-activations", "4"], "--offload-activations", "pipeline")  # fmt: skip
+    rejects(["estimate", "--model", "llama3.1-70b", "--gpus", "64", "--recompute", "full",
+             "--offload-activations", "4"], "--offload-activations", "recompute")  # fmt: skip
+
+
+def test_published_offload_rows_are_expressed() -> None:
+    rows = [r for r in load_published(BLACKWELL) if "llama3-70b" in r.id]
+    assert len(rows) == 4 and all(not r.skip_reason for r in rows)
+    assert {r.strategy.offload_activation_layers for r in rows} == {20, 40}

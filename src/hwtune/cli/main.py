@@ -158,6 +158,13 @@ def estimate(
     offload: Annotated[
         bool, typer.Option("--offload/--no-offload", help="optimizer states on the CPU")
     ] = False,
+    offload_activations: Annotated[
+        int,
+        typer.Option(
+            help="layers whose activations go to host memory and back (Megatron-Core "
+            "--cpu-offloading-num-layers; without --pp or --recompute)"
+        ),
+    ] = 0,
     moe_imbalance: Annotated[
         float, typer.Option(help="busiest expert's load / mean load (>= 1)")
     ] = 1.0,
@@ -251,7 +258,8 @@ def estimate(
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,
             seq=seq, vpp=vpp, schedule=schedule, recompute=recompute, zero=zero,
             sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
-            offload_optimizer=offload, moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
+            offload_optimizer=offload, offload_activation_layers=offload_activations,
+            moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,
             overlap_p2p_comm=overlap_p2p,
             **software,

@@ -38,6 +38,7 @@ ESTIMATE_FLAGS = {
     "tp*pp*cp": "--tp x --pp x --cp", "pp*vpp": "--pp x --vpp", "zero": "--zero",
     "schedule": "--schedule", "recompute": "--recompute", "optimizer": "--optimizer",
     "offload_optimizer": "--offload", "moe_imbalance": "--moe-imbalance",
+    "offload_activation_layers": "--offload-activations",
     "sequence_parallel": "--sequence-parallel", "overlap_moe_a2a": "--overlap-a2a",
     "overlap_tp_comm": "--overlap-tp", "overlap_grad_reduce": "--overlap-grad",
     "overlap_p2p_comm": "--overlap-p2p", "flash_attention": "--flash", "precision": "--precision",

@@ -157,6 +157,7 @@ LAUNCH_REFUSAL_FLAGS = {
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
     "recompute_modules": "--recompute-modules",
+    "offload_activation_layers": "--offload-activations",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",
     "sequence_parallel": "--sequence-parallel", "precision": "--precision", "zero": "--zero",

@@ -78,6 +78,12 @@ class Device(FrozenModel):
         default=0, ge=0, description="NVLink/xGMI bandwidth per GPU, GB/s each way (0 = PCIe only)"
     )
     pcie_gbps_per_direction: float = Field(default=32, gt=0)
+    host_link_gbps_per_direction: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU <-> host memory bandwidth, GB/s each way (NVLink-C2C on Grace parts); "
+        "None = the PCIe link",
+    )
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1)
     gemm_efficiency_fp8: float | None = Field(
         default=None,
@@ -108,7 +114,7 @@ class Device(FrozenModel):
             (self.name, self.peak_tflops, self.memory_gib, self.memory_bandwidth_tbps,
              self.sm_count, self.boost_clock_mhz, self.tdp_w, self.reference_power_w,
              self.sustained_gemm_fraction, self.scaleup_gbps_per_direction,
-             self.pcie_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
+             self.pcie_gbps_per_direction, self.host_link_gbps_per_direction, self.gemm_efficiency, self.gemm_efficiency_fp8, self.memory_bw_efficiency,
              self.attention_fwd_efficiency, self.attention_bwd_efficiency, self.gemm_tile,
              self.profile)
         )  # fmt: skip
@@ -144,6 +150,12 @@ class Device(FrozenModel):
     def memory_bandwidth_si(self) -> float:
         """Datasheet memory bandwidth, bytes/s."""
         return self.memory_bandwidth_tbps * 1e12
+
+    @property
+    def host_link_si(self) -> float:
+        """GPU <-> host memory bandwidth per direction, bytes/s (C2C where the catalog has it,
+        else PCIe)."""
+        return (self.host_link_gbps_per_direction or self.pcie_gbps_per_direction) * 1e9
 
     @property
     def scaleup_bandwidth_si(self) -> float:

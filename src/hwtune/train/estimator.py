@@ -864,7 +864,13 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     else:
         t_opt = memory_time(opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer], dev, kernels=2)
 
-    step = compute_total + t_dp_exposed + t_opt + t_off
+    # activation offload (no pipeline): each micro-batch's offloaded activations cross the host
+    # link during its forward and back during its backward, behind that pass's compute
+    t_act_off = 0.0
+    if st.offload_activation_layers:
+        link = offloaded_activation_bytes(spec, st) / dev.host_link_si
+        t_act_off = m * (max(0.0, link - rc.f) + max(0.0, link - rc.b))
+    step = compute_total + t_dp_exposed + t_opt + t_off + t_act_off
 
     # ---- memory of the busiest-in-memory rank (rank 0 holds the most in-flight micro-batches)
     mem = estimate_memory(spec, cl, st)
@@ -915,6 +921,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         "dp_comm_exposed": t_dp_exposed,
         "optimizer": t_opt,
         "offload": t_off,
+        "activation_offload": t_act_off,
     }
     volume = {
         "dp_bytes_per_gpu": (t_dp and rounds * (grad_bytes_dense + grad_bytes_expert)) or 0.0,
@@ -1046,7 +1053,22 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
         st.zero3_gather, st.fp8_saved_inputs, st.pipeline_split, st.recompute_modules,
+        st.offload_activation_layers,
     )  # fmt: skip
+
+
+def offloaded_activation_bytes(spec: ModelSpec, st: Strategy) -> float:
+    """Bytes of one micro-batch's activations that go to host memory and back
+    (`Strategy.offload_activation_layers` of the rank's layers, at their mean size)."""
+    if not st.offload_activation_layers:
+        return 0.0
+    a = act_shape(st.precision, st.tp, st.cp, st.ep, st.sequence_parallel, st.micro_batch,
+                  st.seq, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
+                  st.fp8_saved_inputs)  # fmt: skip
+    lay = rank_layouts(spec, 1, 1)[0]
+    per_mb = sum(cnt * layer_activation_bytes(spec, lt, moe, a, st.recompute, st.recompute_modules)
+                 for (lt, moe), cnt in lay.counts)  # fmt: skip
+    return per_mb * st.offload_activation_layers / lay.n_layers
 
 
 def _fp32_grads(st: Strategy) -> bool:
@@ -1102,13 +1124,15 @@ def _states(
 @functools.lru_cache(maxsize=65536)
 def _activations(
     spec: ModelSpec, pp: int, v: int, a: ActShape, recompute: str, schedule: str, m: int,
-    split: str = "layers", modules: tuple[str, ...] = ("core_attn",),
+    split: str = "layers", modules: tuple[str, ...] = ("core_attn",), offload_layers: int = 0,
 ) -> tuple[tuple[float, float], ...]:  # fmt: skip
     """Per pipeline rank (first and last): activations kept at the schedule's peak, and the
     transient of the loss and of a layer rebuilt by full recomputation. Under the interleaved
     schedule the peak is walked chunk by chunk (`interleaved_peak`), since chunks can differ
     (a remainder of layers, `Strategy.pipeline_split`); otherwise it is `in_flight`
-    micro-batches of all the rank's layers."""
+    micro-batches of all the rank's layers. With ``offload_layers`` (no pipeline, one
+    micro-batch in flight) that many layers' activations live in host memory
+    (`offloaded_activation_bytes`), one layer's in flight on the GPU as a transient."""
     layouts = rank_layouts(spec, pp, v, split)
     out = []
     for r in sorted({0, pp - 1}):
@@ -1126,11 +1150,17 @@ def _activations(
         ]
         if r == 0:  # the embedding's dropout mask (Korthikanti §4.3), with the first chunk
             chunk_bytes[0] += embedding_activation_bytes(spec, a)
+        moved = 0.0
         if schedule == "interleaved" and pp > 1:
             acts = interleaved_peak(pp, v, m, r, tuple(chunk_bytes))
         else:
             acts = sum(chunk_bytes) * in_flight(schedule, pp, m, v)
+            if offload_layers:
+                moved = sum(chunk_bytes) * offload_layers / max(1, lay.n_layers)
+                acts -= moved
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
+        if offload_layers:
+            transient += moved / offload_layers  # the layer whose copy is under way
         if r == pp - 1:
             transient += logits_bytes(spec, a.tokens, a.tp, a.loss)
         out.append((acts * FRAGMENTATION, transient))
@@ -1174,6 +1204,7 @@ def memory_table(
     fp8_saved_inputs: bool = True,
     split: str = "layers",
     modules: tuple[str, ...] = ("core_attn",),
+    offload_layers: int = 0,
 ) -> dict[tuple[int, str, bool], float]:
     """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
 
@@ -1212,7 +1243,19 @@ def memory_table(
         ac = acts.get(r)
         if ac is None:
             ac = acts[r] = [
-                x + y for x, y in _activations(spec, pp, v, a, r, schedule, m, split, modules)
+                x + y
+                for x, y in _activations(
+                    spec,
+                    pp,
+                    v,
+                    a,
+                    r,
+                    schedule,
+                    m,
+                    split,
+                    modules,
+                    offload_layers if r == "none" else 0,
+                )  # fmt: skip
             ]
         t = s[0] + ac[0]
         if len(s) > 1:
@@ -1226,14 +1269,14 @@ def _memory(
     pp: int, dp: int, cp: int, ep: int, sp: bool, zero: int, mb: int, seq: int, m: int, v: int,
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
     loss: str = "fused", zero3_gather: str = "layer", fp8_saved_inputs: bool = True,
-    split: str = "layers", modules: tuple[str, ...] = ("core_attn",),
+    split: str = "layers", modules: tuple[str, ...] = ("core_attn",), offload_layers: int = 0,
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
                      grad_reduce_dtype, zero3_gather, split)  # fmt: skip
     a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
                   fp8_saved_inputs)  # fmt: skip
-    acts = _activations(spec, pp, v, a, recompute, schedule, m, split, modules)
+    acts = _activations(spec, pp, v, a, recompute, schedule, m, split, modules, offload_layers)
     best: Memory | None = None
     for (w, g, o, zt), (act, tr) in zip(states, acts, strict=True):
         mem = Memory(w, g, o, act, tr + zt, FRAMEWORK_RESERVE_BYTES)

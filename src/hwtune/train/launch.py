@@ -295,6 +295,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
     if st.pipeline_split == "layers+embedding+loss":
         a += [EMBEDDING_SPLIT, LOSS_SPLIT]
+    if st.offload_activation_layers:
+        a += ["--cpu-offloading", "--cpu-offloading-num-layers", str(st.offload_activation_layers)]
     if st.pp > 1 and not st.overlap_p2p_comm:
         a.append("--no-overlap-p2p-communication")
     a += ["--micro-batch-size", str(st.micro_batch)]
@@ -379,6 +381,7 @@ MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
     "--moe-grouped-gemm": ("_moe_fused", True),
     "--moe-permute-fusion": ("_moe_fused", True),
     "--moe-router-fusion": ("_moe_fused", True),
+    "--cpu-offloading": ("_cpu_offloading", True),
     EMBEDDING_SPLIT: ("_split_embedding", True),
     LOSS_SPLIT: ("_split_loss", True),
 }
@@ -413,6 +416,7 @@ MEGATRON_VALUES: dict[str, str] = {
     "--main-params-dtype": "_aware_main_params",
     "--main-grads-dtype": "_aware_main_grads",
     "--optimizer-offload-fraction": "_offload_fraction",
+    "--cpu-offloading-num-layers": "_cpu_offloading_layers",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
 MEGATRON_LISTS: dict[str, str] = {
@@ -598,6 +602,10 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         vpp = per_stage // per_chunk
     if vpp > 1:
         f["vpp"], f["schedule"] = vpp, "interleaved"
+    if raw.get("_cpu_offloading"):  # Megatron-Core offloads activations only (the default)
+        f["offload_activation_layers"] = _int(
+            "--cpu-offloading-num-layers", raw.get("_cpu_offloading_layers", "absent")
+        )
     split_flags = (bool(raw.get("_split_embedding")), bool(raw.get("_split_loss")))
     if split_flags == (True, True):
         f["pipeline_split"] = "layers+embedding+loss"

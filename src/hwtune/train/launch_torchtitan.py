@@ -197,6 +197,11 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "runs: " + ", ".join(TORCHTITAN_SCHEDULES) + " (no single-chunk zero-bubble, no "
             "two-copy DualPipe)",
         )  # fmt: skip
+    if st.offload_activation_layers:
+        return _refuse(
+            "offload_activation_layers", st.offload_activation_layers, "0 (torchtitan has no "
+            "activation offloading; its memory savers are checkpointing and FSDP)",
+        )  # fmt: skip
     if st.pipeline_split != "layers":
         return _refuse(
             "pipeline_split", st.pipeline_split, "layers (the embedding/loss split is "

@@ -372,15 +372,14 @@ def from_row(r: dict) -> PublishedRun:
     gb = p.get("global_batch")
     other = p.get("other") or {}
     vpp = p.get("vpp") or 1
-    if other.get("cpu_offloading_num_layers"):
+    act_offload = int(other.get("cpu_offloading_num_layers") or 0)
+    if act_offload:
         # Megatron-Core's activation offloading (--cpu-offloading-num-layers: the activations of
-        # that many layers go to host memory, over NVLink-C2C on Grace parts) has no cost or
-        # memory model here
-        run.skip_reason = (
-            f"activations of {other['cpu_offloading_num_layers']} layers offloaded to the CPU "
-            "(cpu_offloading_num_layers), which the estimator does not model"
+        # that many layers go to host memory, over NVLink-C2C on Grace parts)
+        run.assumptions.append(
+            f"activations of {act_offload} layers offloaded to host memory "
+            "(cpu_offloading_num_layers)"
         )
-        return run
     if mb is None and other.get("local_batch_size") and pp > 1:
         # torchtitan default: as many pipeline micro-batches as stages
         mb = max(1, other["local_batch_size"] // pp)
@@ -512,6 +511,7 @@ def from_row(r: dict) -> PublishedRun:
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
             fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
+            offload_activation_layers=act_offload,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

@@ -259,10 +259,17 @@ def plan(
     base = dict(base or {})
     split = str(base.get("pipeline_split", "layers"))
     modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
+    act_offload = int(base.get("offload_activation_layers", 0))  # type: ignore[call-overload]
 
     def mods_for(rec: str) -> tuple[str, ...]:
         """The modules selective recomputation repeats (the others take the default)."""
         return modules if rec == "selective" else ("core_attn",)
+
+    def base_for(rec: str) -> dict[str, object]:
+        """``base``, its activation offload only where Megatron-Core runs it (no recompute)."""
+        return (
+            base if rec == "none" or not act_offload else {**base, "offload_activation_layers": 0}
+        )
 
     t0 = time.perf_counter()
     pruned: Counter = Counter()
@@ -301,6 +308,9 @@ def plan(
                 if split != "layers" and pp > 1 and (spec.n_layers + 2) % (pp * v):
                     pruned["pipeline split: n_layers + 2 not divisible by pp x vpp"] += n_raw
                     continue
+                if act_offload and pp > 1:
+                    pruned["activation offload: no pipeline parallelism"] += n_raw
+                    continue
                 pruned["dominated (SP off with TP, ZeRO-0)"] += n_raw - len(lattice)
                 fitting: list[tuple[int, str, bool]] = []
                 b_ = base
@@ -310,7 +320,7 @@ def plan(
                     bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
                     float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
                     str(b_.get("loss_kernel", "fused")), bool(b_.get("fp8_saved_inputs", True)),
-                    split, modules,
+                    split, modules, act_offload,
                 )  # fmt: skip
                 lightest_mem = mems[lightest]
                 if lightest_mem > cap:
@@ -322,7 +332,7 @@ def plan(
                             precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                             sequence_parallel=tp > 1, zero=z, micro_batch=mb, global_batch=global_batch,
                             seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o,
-                            recompute_modules=mods_for(r), **base,
+                            recompute_modules=mods_for(r), **base_for(r),
                         ))  # fmt: skip
                     continue
                 any_fit = True
@@ -334,12 +344,15 @@ def plan(
                         pruned["does not fit in memory"] += 1
                         continue
                     zero, rec, off = knobs
+                    if act_offload and rec != "none":
+                        pruned["activation offload: no recomputation"] += 1
+                        continue
                     st = Strategy(
                         precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                         sequence_parallel=tp > 1, zero=zero, micro_batch=mb,
                         global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
                         recompute=rec, offload_optimizer=off, recompute_modules=mods_for(rec),
-                        **base,
+                        **base_for(rec),
                     )  # fmt: skip
                     if c.runs is not None and not c.runs(st):
                         pruned["not run by the launch framework"] += 1
@@ -406,6 +419,7 @@ _REASONS = {
     "recompute": "less recomputation",
     "optimizer": "a cheaper optimizer step",
     "offload": "no offload traffic",
+    "activation_offload": "less exposed activation offload",
     "forward": "faster forward kernels",
     "backward": "faster backward kernels",
 }

@@ -31,7 +31,7 @@ COMM_ACTIVITY = 0.3
 """Share of the dynamic power drawn during exposed communication (ASSUMPTION, see above)."""
 
 COMPUTE_PARTS = ("forward", "backward", "recompute", "optimizer")
-COMM_PARTS = (*EXPOSED_COMM_PARTS, "offload")
+COMM_PARTS = (*EXPOSED_COMM_PARTS, "offload", "activation_offload")
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,14 @@ class Strategy(BaseModel):
     )
     optimizer: Optimizer = "adam"
     offload_optimizer: bool = False
+    offload_activation_layers: int = Field(
+        default=0,
+        ge=0,
+        description="layers whose activations go to host memory during the forward and come "
+        "back for the backward (Megatron-Core --cpu-offloading --cpu-offloading-num-layers, "
+        "Transformer Engine's CPU offload context), the copies overlapped with compute; "
+        "without pipeline parallelism or recomputation, as Megatron-Core requires",
+    )
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
@@ -276,6 +284,21 @@ class Strategy(BaseModel):
             raise HwtuneInputError("pp*vpp", chunks, f"at most the {model.n_layers} layers")
         check_schedule(self.schedule, self.pp, self.vpp)
         self._check_recompute_modules(model)
+        n_off = self.offload_activation_layers
+        if n_off:
+            # Megatron-Core TransformerConfig.__post_init__: "CPU offloading can be done only
+            # for layers less than num_layers", "no support for Pipeline parallelism with CPU
+            # offloading", "CPU offloading does not work when activation recomputation is enabled"
+            if n_off >= model.n_layers:
+                raise HwtuneInputError("offload_activation_layers", n_off,
+                                       f"fewer than the model's {model.n_layers} layers")  # fmt: skip
+            if self.pp > 1:
+                raise HwtuneInputError("offload_activation_layers", n_off, "0 with pipeline "
+                                       "parallelism (Megatron-Core offloads only without it)")  # fmt: skip
+            if self.recompute != "none":
+                raise HwtuneInputError("offload_activation_layers", n_off, f"0 with recompute "
+                                       f"{self.recompute} (Megatron-Core offloads only without "
+                                       "recomputation)")  # fmt: skip
         if self.pipeline_split != "layers" and self.pp > 1:
             v = self.vpp if self.schedule == "interleaved" else 1
             if (model.n_layers + 2) % (self.pp * v):
