@@ -326,7 +326,8 @@ def test_megatron_launch_round_trips_activation_offload() -> None:
     st = _llama70_gb200(offload_activation_layers=40)
     args = list(megatron_launch(st, spec, 64, 4).args)
     i = args.index("--cpu-offloading-num-layers")
-    assert args[i + 1] == "40" and "--cpu-offloading" in args
+    # Megatron-LM at d98e8a64 has no --cpu-offloading switch: the count turns it on
+    assert args[i + 1] == "40" and "--cpu-offloading" not in args
     assert megatron_strategy(strategy_from_megatron(args), spec, 64).offload_activation_layers == 40
 
 
@@ -355,3 +356,26 @@ def test_published_offload_rows_are_expressed() -> None:
     rows = [r for r in load_published(BLACKWELL) if "llama3-70b" in r.id]
     assert len(rows) == 4 and all(not r.skip_reason for r in rows)
     assert {r.strategy.offload_activation_layers for r in rows} == {20, 40}
+
+
+def test_megatron_refuses_moe_act_recompute_under_delayed_fp8() -> None:
+    # transformer_config.py:2001-2004 (Megatron-LM d98e8a64): delayed scaling does not support
+    # moe_act recomputation
+    st = Strategy(
+        dp=8, ep=8, precision="fp8", recompute="selective", recompute_modules=("moe_act",)
+    )
+    with pytest.raises(HwtuneInputError, match="delayed"):
+        megatron_launch(st, get_model("mixtral-8x7b"), 8, 8)
+    ok = st.model_copy(update={"fp8_recipe": "current"})
+    args = list(megatron_launch(ok, get_model("mixtral-8x7b"), 8, 8).args)
+    assert "moe_act" in args and "--moe-grouped-gemm" in args
+
+
+def test_reading_older_cpu_offloading_switch() -> None:
+    from hwtune.train.launch import megatron_strategy
+
+    job = strategy_from_megatron(["--cpu-offloading", "--cpu-offloading-num-layers", "8",
+                                  "--seq-length", "4096", "--bf16"])  # fmt: skip
+    assert megatron_strategy(job, get_model("llama3.1-8b"), 8).offload_activation_layers == 8
+    with pytest.raises(HwtuneInputError, match="cpu-offloading-num-layers"):
+        strategy_from_megatron(["--cpu-offloading", "--seq-length", "4096", "--bf16"])

@@ -1068,7 +1068,17 @@ def offloaded_activation_bytes(spec: ModelSpec, st: Strategy) -> float:
     lay = rank_layouts(spec, 1, 1)[0]
     per_mb = sum(cnt * layer_activation_bytes(spec, lt, moe, a, st.recompute, st.recompute_modules)
                  for (lt, moe), cnt in lay.counts)  # fmt: skip
-    return per_mb * st.offload_activation_layers / lay.n_layers
+    return _offloaded(per_mb, st.offload_activation_layers, lay.n_layers)
+
+
+def _offloaded(layers_bytes: float, offload_layers: int, n_layers: int) -> float:
+    """What ``offload_layers`` of a rank's ``n_layers`` layers keep of one micro-batch,
+    ``layers_bytes`` being all of them, at their mean size. Transformer Engine offloads the
+    first layers' activations and gives each copy a window that ends further into the forward,
+    the windows spread evenly over the model (``AsyncDoubleBufferGroupOffloadHandler``'s
+    ``layer_window_map``, ``pytorch/cpu_offload.py``), which is why the copies run behind the
+    whole pass's compute."""
+    return layers_bytes * offload_layers / n_layers if offload_layers else 0.0
 
 
 def _fp32_grads(st: Strategy) -> bool:
@@ -1148,16 +1158,13 @@ def _activations(
             )
             for ch in lay.chunks
         ]
+        moved = _offloaded(sum(chunk_bytes), offload_layers, lay.n_layers)
         if r == 0:  # the embedding's dropout mask (Korthikanti §4.3), with the first chunk
             chunk_bytes[0] += embedding_activation_bytes(spec, a)
-        moved = 0.0
         if schedule == "interleaved" and pp > 1:
             acts = interleaved_peak(pp, v, m, r, tuple(chunk_bytes))
-        else:
-            acts = sum(chunk_bytes) * in_flight(schedule, pp, m, v)
-            if offload_layers:
-                moved = sum(chunk_bytes) * offload_layers / max(1, lay.n_layers)
-                acts -= moved
+        else:  # one micro-batch in flight when offloading (no pipeline)
+            acts = sum(chunk_bytes) * in_flight(schedule, pp, m, v) - moved
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if offload_layers:
             transient += moved / offload_layers  # the layer whose copy is under way

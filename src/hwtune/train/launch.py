@@ -179,6 +179,15 @@ def megatron_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneInpu
         return HwtuneInputError(
             "grad_accumulation", st.grad_accumulation, "fused (Megatron-LM's accumulation fusion)"
         )
+    if (
+        st.recompute == "selective"
+        and "moe_act" in st.recompute_modules
+        and (st.precision == "fp8" and st.fp8_recipe == "delayed")
+    ):  # transformer_config.py:2001-2004 at d98e8a64
+        return HwtuneInputError(
+            "recompute_modules", "moe_act", "no moe_act with fp8 delayed scaling (Megatron-LM: "
+            "'Delayed scaling does not support moe_act and layernorm recompute for fp8')",
+        )  # fmt: skip
     if st.precision == "fp8" and not st.fp8_saved_inputs:
         return HwtuneInputError(
             "fp8_saved_inputs", False, "True: Megatron-LM's Transformer Engine layers keep their "
@@ -295,8 +304,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
     if st.pipeline_split == "layers+embedding+loss":
         a += [EMBEDDING_SPLIT, LOSS_SPLIT]
-    if st.offload_activation_layers:
-        a += ["--cpu-offloading", "--cpu-offloading-num-layers", str(st.offload_activation_layers)]
+    if st.offload_activation_layers:  # a count > 0 turns cpu_offloading on (arguments.py:1950)
+        a += ["--cpu-offloading-num-layers", str(st.offload_activation_layers)]
     if st.pp > 1 and not st.overlap_p2p_comm:
         a.append("--no-overlap-p2p-communication")
     a += ["--micro-batch-size", str(st.micro_batch)]
@@ -602,7 +611,9 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         vpp = per_stage // per_chunk
     if vpp > 1:
         f["vpp"], f["schedule"] = vpp, "interleaved"
-    if raw.get("_cpu_offloading"):  # Megatron-Core offloads activations only (the default)
+    # activation offloading: a positive --cpu-offloading-num-layers turns it on (arguments.py
+    # of d98e8a64, line 1950); older Megatron-LM also took the --cpu-offloading switch
+    if raw.get("_cpu_offloading") or raw.get("_cpu_offloading_layers") not in (None, "0"):
         f["offload_activation_layers"] = _int(
             "--cpu-offloading-num-layers", raw.get("_cpu_offloading_layers", "absent")
         )
