@@ -58,7 +58,7 @@ from hwtune.train.schedules import (
     param_copies,
     pipeline_time,
 )
-from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
+from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy, split_slots
 
 PRE_FA2_ARCHS = ("volta", "turing", "pascal")
 """NVIDIA architectures FlashAttention-2 does not run on (it needs sm80+: Dao 2023; the
@@ -355,7 +355,7 @@ def _chunk_sizes(n_layers: int, pp: int, v: int, split: str = "layers") -> list[
     the first and last chunk build one transformer layer fewer."""
     chunks = pp * v
     if split == "layers+embedding+loss":
-        per = (n_layers + 2) // chunks
+        per = split_slots(n_layers, split) // chunks
         sizes = [per] * chunks
         sizes[0] -= 1
         sizes[-1] -= 1

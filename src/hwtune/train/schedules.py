@@ -61,7 +61,10 @@ def pipeline_time(
 
 
 def in_flight(schedule: str, p: int, m: int, v: int) -> float:
-    """Micro-batches whose activations (of all the rank's layers) the first rank holds at peak."""
+    """Micro-batches whose activations (of all the rank's layers) the first rank holds at peak.
+    The estimator walks the interleaved schedule chunk by chunk (`interleaved_peak`); its
+    closed form here is Korthikanti's, which that walk equals for equal chunks (the tests
+    hold the walk to it)."""
     if p <= 1:
         return 1.0
     if schedule == "gpipe":

@@ -39,7 +39,7 @@ from hwtune.train.estimator import (
     step_time_lower_bound,
 )
 from hwtune.train.objectives import OBJECTIVES, objective_value
-from hwtune.train.strategy import SCHEDULES, Precision, Strategy
+from hwtune.train.strategy import SCHEDULES, Precision, Strategy, split_slots
 
 RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
 ZERO_ORDER = (1, 2, 3)
@@ -305,7 +305,7 @@ def plan(
             for sched, v in _schedules(spec, pp, m, c):
                 n_raw = n_raw_for(tp, c, lattice)
                 candidates += n_raw
-                if split != "layers" and pp > 1 and (spec.n_layers + 2) % (pp * v):
+                if pp > 1 and split_slots(spec.n_layers, split) % (pp * v):
                     pruned["pipeline split: n_layers + 2 not divisible by pp x vpp"] += n_raw
                     continue
                 if act_offload and pp > 1:

@@ -81,6 +81,14 @@ def check_schedule(schedule: str, pp: int, vpp: int) -> None:
         )
 
 
+def split_slots(n_layers: int, split: str) -> int:
+    """The pipeline slots ``n_layers`` fill under `Strategy.pipeline_split`: Megatron-Core
+    counts the embedding and the loss as one layer each with
+    ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``
+    (arguments.py:962-998 at d98e8a64) and asserts the slots divide over pp x vpp."""
+    return n_layers + 2 if split == "layers+embedding+loss" else n_layers
+
+
 class Strategy(BaseModel):
     """A composite parallel strategy and its switches."""
 
@@ -301,10 +309,11 @@ class Strategy(BaseModel):
                                        "recomputation)")  # fmt: skip
         if self.pipeline_split != "layers" and self.pp > 1:
             v = self.vpp if self.schedule == "interleaved" else 1
-            if (model.n_layers + 2) % (self.pp * v):
+            slots = split_slots(model.n_layers, self.pipeline_split)
+            if slots % (self.pp * v):
                 raise HwtuneInputError(
                     "pipeline_split", self.pipeline_split,
-                    f"layers unless n_layers + 2 (= {model.n_layers + 2}) is divisible by pp x "
+                    f"layers unless n_layers + 2 (= {slots}) is divisible by pp x "
                     f"vpp (= {self.pp * v}), as Megatron-Core requires",
                 )  # fmt: skip
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
