@@ -29,7 +29,8 @@ Eager = Annotated[
 Loss = Annotated[
     str,
     typer.Option(
-        help="fused (Megatron's in-place vocab-parallel cross-entropy) | pytorch "
+        help="fused (Megatron's in-place vocab-parallel cross-entropy) | te (Transformer "
+        "Engine's, the gradient written into the 16-bit logits: Megatron-Bridge) | pytorch "
         "(F.cross_entropy on an fp32 upcast: torchtitan of 2024, Hugging Face) | chunked "
         "(torchtitan's ChunkedLossWrapper: LM head and loss over 8 slices of the tokens)"
     ),
@@ -44,7 +45,7 @@ MoeDispatch = Annotated[
 Framework = Annotated[
     str | None,
     typer.Option(
-        help="megatron | torchtitan | torchtitan-compile (torchtitan of Dec 2024: SDPA) | "
+        help="megatron | megatron-bridge | torchtitan | torchtitan-compile (torchtitan of Dec 2024: SDPA) | "
         "torchtitan-flex | torchtitan-flex-compile (torchtitan of 2026: flex attention, chunked "
         "loss) | llm-foundry | huggingface | huggingface-deepspeed: sets the attention kernel, "
         "eager ops, loss and ZeRO-3 gathers as that framework runs them (other flags that "

@@ -220,12 +220,19 @@ def _per_op_sac_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape)
     return kept
 
 
-LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0, "chunked": 14.0}
+LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "te": 2.0, "pytorch": 12.0, "chunked": 14.0}
 """Peak bytes per logit of the loss on the last stage, by cross-entropy implementation.
 
 - ``fused``: Megatron-Core's vocabulary-parallel cross-entropy (``tensor_parallel/
   cross_entropy.py``): the 16-bit logits (2) and one fp32 working copy (4) that the max
   subtraction, ``exp`` and the gradient are computed in, in place: 6.
+- ``te``: Transformer Engine's Triton cross-entropy (``transformer_engine/pytorch/
+  cross_entropy.py`` over ``pytorch/triton/cross_entropy.py``), what Megatron-Core runs with
+  ``cross_entropy_fusion_impl='te'`` (``language_module.py compute_language_model_loss``) and
+  every Megatron-Bridge performance script sets (v0.1.0rc4 YAMLs, ``cross_entropy_fusion_impl:
+  "te"``; v0.2.0 ``utils/helpers.py:108``; v0.3.0 ``utils/overrides.py:64``). An online
+  softmax reads the 16-bit logits in fp32 registers, keeps three fp32 values per token
+  (`TE_LOSS_ROW_BYTES`) and writes the gradient back into the logits in place: 2.
 - ``pytorch``: ``F.cross_entropy(logits.float(), labels)`` (torchtitan, Hugging Face,
   llm-foundry). The backward of ``log_softmax`` holds its saved fp32 output, the fp32 gradient
   from ``nll_loss`` and the fp32 input gradient it allocates at once: 12 (the 16-bit logits are
@@ -239,6 +246,11 @@ LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "pytorch": 12.0, "chunked": 14.0
   one slice. Beside it an fp32 buffer of the hidden-state gradient, 4 B per token and model
   dimension (``GradAccumulator``, ``loss.py:432``, ``dtype=torch.float32`` at :639-643)."""
 
+TE_LOSS_ROW_BYTES = 12.0
+"""Bytes per token and tensor-parallel rank that Transformer Engine's cross-entropy keeps beside
+the logits: the row maximum, the sum of exponentials and the target's logit, fp32 each
+(``m_d_X_y``), gathered from every rank of the vocabulary split."""
+
 LOSS_CHUNKS: dict[str, int] = {"chunked": 8}
 """Slices of the tokens a chunked loss runs in turn: ``ChunkedLossWrapper.Config.num_chunks``
 defaults to 8 (torchtitan ``components/loss.py:544``), which the Llama 3 configurations keep."""
@@ -249,4 +261,5 @@ def logits_bytes(spec: ModelSpec, tokens: int, tp: int, loss: str = "fused") -> 
     a chunked loss holds one slice's logits and the fp32 hidden-state gradient."""
     chunks = LOSS_CHUNKS.get(loss, 1)
     logits = LOSS_KERNELS[loss] * -(-tokens // chunks) * -(-spec.vocab // tp)
-    return logits + (4.0 * tokens * spec.d_model if chunks > 1 else 0.0)
+    rows = TE_LOSS_ROW_BYTES * tokens * tp if loss == "te" else 0.0
+    return logits + rows + (4.0 * tokens * spec.d_model if chunks > 1 else 0.0)

@@ -7,6 +7,12 @@ descriptions) from what the framework's code calls:
 - ``megatron`` (Megatron-LM, NeMo, Megatron-Bridge with Transformer Engine): cuDNN fused attention
   (the device's best kernel), fused elementwise kernels, Megatron-Core's in-place
   vocabulary-parallel cross-entropy. The `Strategy` defaults.
+- ``megatron-bridge`` (NVIDIA-NeMo/Megatron-Bridge's performance scripts, NeMo 25.09 and
+  later): the same kernels with Transformer Engine's cross-entropy, which every one of those
+  scripts selects (``cross_entropy_fusion_impl = "te"``; `hwtune.cost.memory.LOSS_KERNELS`).
+  Megatron-LM's own training arguments refuse that loss since 2026-06 (``arguments.py``,
+  "Transformer Engine cross entropy loss fusion is disabled due to stability issues"), so
+  ``--launch megatron`` keeps the ``megatron`` set.
 - ``torchtitan`` (2024-25, eager): PyTorch SDPA with the flash backend first on Hopper
   (``ScaledDotProductAttention`` backends list; cuDNN only for B200 from torchtitan PR #1196,
   May 2025), i.e. FlashAttention-2; RMSNorm, SwiGLU and complex-form rotary run eagerly, one kernel
@@ -46,6 +52,7 @@ from hwtune.errors import HwtuneInputError
 
 FRAMEWORKS: dict[str, dict[str, object]] = {
     "megatron": {"attention_kernel": "best", "fused_elementwise": True, "loss_kernel": "fused"},
+    "megatron-bridge": {"attention_kernel": "best", "fused_elementwise": True, "loss_kernel": "te"},
     "torchtitan": {
         "attention_kernel": "fa2",
         "fused_elementwise": False,

@@ -163,6 +163,11 @@ def megatron_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneInpu
         ("fused_elementwise", st.fused_elementwise, True, "fused elementwise kernels (TE)"),
         ("loss_kernel", st.loss_kernel, "fused", "its vocab-parallel cross-entropy"),
     )
+    if st.loss_kernel == "te":  # arguments.py at d98e8a64 (since b57449928a, 2026-06)
+        return HwtuneInputError(
+            "loss_kernel", "te", "'fused': Megatron-LM refuses Transformer Engine's cross-entropy "
+            "('disabled due to stability issues'); its own fused kernel takes 6 B per logit",
+        )  # fmt: skip
     for field, value, megatron, what in kernels:
         if value != megatron:
             return HwtuneInputError(field, value, f"{megatron!r}: Megatron-LM runs {what}")

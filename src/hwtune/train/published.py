@@ -252,14 +252,15 @@ def _zero3_gather(fw: str, zero: int, run: PublishedRun, year: int) -> str:
 
 
 MBRIDGE_DEEPSEEK_RECOMPUTE: dict[str, tuple[str, ...]] = {
-    "25.09": ("core_attn",),
+    "25.09": ("mla_up_proj", "mlp"),
     "gb300": ("moe_act",),
     "gb200": ("mla_up_proj",),
     "b200": ("mla_up_proj",),
 }
 """What Megatron-Bridge's DeepSeek-V3 performance runs recompute (selective granularity):
-the 25.09 scripts (v0.1.0rc3/rc4 ``deepseek_v3_llm_pretrain.yaml``: ``recompute_granularity:
-selective`` without modules, Megatron-Core's default ``core_attn``), and in 25.11 (v0.2.0
+the 25.09 scripts (v0.1.0rc3/rc4: ``deepseek_v3_llm_pretrain.yaml`` sets ``recompute_granularity:
+selective``, and ``run_script.py`` the modules before that YAML is merged, which names none:
+``["mla_up_proj", "mlp"]`` on H100, rc3 line 89, rc4 line 91), and in 25.11 (v0.2.0
 ``deepseek_llm_pretrain.py`` sets selective; ``workload_base_configs.py`` the modules of each
 system)."""
 
@@ -313,8 +314,14 @@ def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str,
         name = "torchtitan" if other.get("torch_compile") is False else "torchtitan-compile"
     elif "llm-foundry" in fw:
         name = "llm-foundry"
+    elif "Bridge" in fw:
+        name = "megatron-bridge"
+        run.assumptions.append(
+            "Transformer Engine's cross-entropy (Megatron-Bridge performance scripts: "
+            "cross_entropy_fusion_impl te)"
+        )
     else:
-        name = "megatron"  # Megatron-LM, NeMo, Megatron-Bridge, Megatron-DeepSpeed
+        name = "megatron"  # Megatron-LM, NeMo, Megatron-DeepSpeed
     f = framework_fields(name)
     if f["attention_kernel"] == "fa2" and dev.architecture in FA2_SHARE_OF_BEST:
         run.assumptions.append("FlashAttention-2 kernels (PyTorch SDPA flash / flash-attn 2)")

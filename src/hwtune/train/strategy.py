@@ -184,10 +184,11 @@ class Strategy(BaseModel):
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
         "deepep = one network copy per destination node, fanned out over NVLink (DeepEP)",
     )
-    loss_kernel: Literal["fused", "pytorch", "chunked"] = Field(
+    loss_kernel: Literal["fused", "te", "pytorch", "chunked"] = Field(
         default="fused",
         description="cross-entropy: fused = Megatron's in-place vocab-parallel kernel (6 B per "
-        "logit at peak); pytorch = F.cross_entropy on an fp32 upcast (12 B); chunked = "
+        "logit at peak); te = Transformer Engine's online-softmax kernel, the gradient written "
+        "into the 16-bit logits (2 B; Megatron-Bridge); pytorch = F.cross_entropy on an fp32 upcast (12 B); chunked = "
         "torchtitan's ChunkedLossWrapper: LM head and that loss over 8 slices of the tokens in "
         "turn (14 B per logit of one slice, plus an fp32 gradient of the hidden states)",
     )

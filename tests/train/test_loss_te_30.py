@@ -1,0 +1,111 @@
+"""Transformer Engine's cross-entropy (what every Megatron-Bridge performance script selects) and
+the recomputation Megatron-Bridge's 25.09 DeepSeek-V3 H100 run set in its launcher."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from hwtune.cost.memory import LOSS_KERNELS, logits_bytes
+from hwtune.errors import HwtuneInputError
+from hwtune.model.catalog import get_model
+from hwtune.train.estimator import _estimate
+from hwtune.train.frameworks import framework_fields
+from hwtune.train.launch import megatron_launch
+from hwtune.train.published import load_published
+from hwtune.train.strategy import Strategy
+
+BLACKWELL = "benchmarks/data/training_blackwell.jsonl"
+SHARED = (
+    Path(
+        os.environ.get("HWTUNE_VALIDATION_DIR", Path(__file__).parents[3] / "shared" / "validation")
+    )
+    / "training_published.jsonl"
+)
+
+
+def _shared_run(run_id: str):  # noqa: ANN202
+    if not SHARED.exists():
+        pytest.skip(f"no {SHARED}")
+    return next(r for r in load_published(SHARED) if r.id == run_id)
+
+
+@given(tokens=hs.integers(1, 65536), tp=hs.sampled_from([1, 2, 4, 8]))
+def test_te_loss_keeps_the_16bit_logits_and_three_floats_a_row(tokens: int, tp: int) -> None:
+    # TE's online softmax writes the gradient into the bf16 logits (2 B each) and keeps m, d and
+    # the target's logit in fp32 for each token, gathered from every rank of the vocabulary split
+    spec = get_model("llama3.1-8b")
+    shard = -(-spec.vocab // tp)
+    assert logits_bytes(spec, tokens, tp, "te") == 2 * tokens * shard + 3 * 4 * tokens * tp
+
+
+def test_te_loss_is_the_lightest_unchunked_one() -> None:
+    # no fp32 working copy of the logits, unlike Megatron's own kernel or F.cross_entropy
+    assert LOSS_KERNELS["te"] < LOSS_KERNELS["fused"] < LOSS_KERNELS["pytorch"]
+
+
+def test_megatron_bridge_preset_runs_te_loss() -> None:
+    f = framework_fields("megatron-bridge")
+    assert f["loss_kernel"] == "te"
+    assert {k: v for k, v in f.items() if k != "loss_kernel"} == {
+        k: v for k, v in framework_fields("megatron").items() if k != "loss_kernel"
+    }
+
+
+def test_megatron_launch_refuses_te_loss() -> None:
+    # Megatron-LM's arguments.py asserts against --cross-entropy-fusion-impl te (since 2026-06)
+    with pytest.raises(HwtuneInputError, match="loss_kernel"):
+        megatron_launch(Strategy(dp=8, loss_kernel="te"), get_model("llama3.1-8b"), 8, 8)
+
+
+def test_cli_takes_te_loss_and_the_preset(rejects) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    base = ["estimate", "--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--gpus", "8", "--json"]
+    for extra in (["--loss", "te"], ["--framework", "megatron-bridge"]):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code == 0, r.output
+    rejects(base + ["--framework", "megatron-bridge", "--launch", "megatron"], "--framework")
+
+
+def test_te_loss_lowers_the_last_stage_by_four_bytes_a_logit() -> None:
+    spec = get_model("llama3.1-8b")
+    from hwtune.hardware.cluster import make_cluster
+
+    cl = make_cluster("h100-sxm-80gb", 8)
+    st = dict(dp=1, pp=8, micro_batch=1, global_batch=64, seq=8192)
+    fused = _estimate(spec, cl, Strategy(**st, loss_kernel="fused"))  # type: ignore[arg-type]
+    te = _estimate(spec, cl, Strategy(**st, loss_kernel="te"))  # type: ignore[arg-type]
+    saved = fused.memory.transient - te.memory.transient
+    assert saved == pytest.approx(4 * 8192 * spec.vocab - 12 * 8192, rel=1e-9)
+
+
+# ---- the published runs that ran
+
+
+def test_megatron_bridge_rows_run_te_loss() -> None:
+    rows = [r for r in load_published(BLACKWELL) if not r.skip_reason]
+    assert rows and all(r.strategy.loss_kernel == "te" for r in rows)
+
+
+def test_published_qwen3_30b_run_fits() -> None:
+    # Megatron-Bridge 25.11 on 16 H100s; without TE's loss the last stage held 83.5 GiB
+    run = _shared_run("mbridge-25.11-h100-qwen3-30b-a3b-fp8-cs-16gpu")
+    assert run.strategy.loss_kernel == "te"
+    est = _estimate(run.spec, run.cluster, run.strategy)
+    assert est.fits, est.memory.total / 2**30
+
+
+def test_deepseek_2509_h100_recomputes_what_its_launcher_set() -> None:
+    # run_script.py of v0.1.0rc3/rc4 sets recompute_modules ["mla_up_proj", "mlp"] on H100
+    run = _shared_run("mbridge-25.09-h100-deepseek-v3-na-1024gpu")
+    assert run.strategy.recompute == "selective"
+    assert run.strategy.recompute_modules == ("mla_up_proj", "mlp")
+    est = _estimate(run.spec, run.cluster, run.strategy)
+    assert est.fits, est.memory.total / 2**30
