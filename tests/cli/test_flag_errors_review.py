@@ -61,7 +61,7 @@ def _user_terms(rejects, args: list[str], field: str, *words: str) -> str:
         (["--attention-kernel", "nope"], "--attention-kernel", ("'nope'", "one of best, fa2")),
         (["--framework", "torchtitan", "--attention-kernel", "fa3"], "--attention-kernel",
          ("'fa3'",)),
-        (["--loss", "nope"], "--loss", ("one of fused, te, pytorch",)),
+        (["--loss", "nope"], "--loss", ("one of fused, te, flash, pytorch",)),
         (["--zero3-gather", "nope"], "--zero3-gather", ("one of layer, module, parameter",)),
         (["--grad-accumulation", "nope"], "--grad-accumulation", ("one of fused, fp32-copy",)),
         # catalog names and files: "model", "gpu", "framework", "cluster"

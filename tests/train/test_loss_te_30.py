@@ -109,3 +109,60 @@ def test_deepseek_2509_h100_recomputes_what_its_launcher_set() -> None:
     assert run.strategy.recompute_modules == ("mla_up_proj", "mlp")
     est = _estimate(run.spec, run.cluster, run.strategy)
     assert est.fits, est.memory.total / 2**30
+
+
+# ---- flash-attn's cross-entropy (llm-foundry) and NeMo 24.07's bf16 optimizer state
+
+
+def test_flash_loss_saves_logits_and_writes_a_new_gradient() -> None:
+    # flash-attn's CrossEntropyLoss without inplace_backward: the saved 16-bit logits and a new
+    # 16-bit gradient (2 + 2 B a logit), and an fp32 log-sum-exp per token
+    spec = get_model("llama3.1-8b")
+    assert logits_bytes(spec, 1000, 1, "flash") == 4 * 1000 * spec.vocab + 4 * 1000
+
+
+def test_llm_foundry_preset_runs_flash_loss() -> None:
+    assert framework_fields("llm-foundry")["loss_kernel"] == "flash"
+
+
+def test_published_mpt13b_on_40gb_fits() -> None:
+    # llm-foundry's 13B benchmark ran on 128 A100-40GB; with F.cross_entropy's 12 B a logit
+    # the estimate wanted 41.4 GiB
+    run = _shared_run("mpt-a100-40gb-13b-s2048-128gpu")
+    assert run.strategy.loss_kernel == "flash"
+    est = _estimate(run.spec, run.cluster, run.strategy)
+    assert est.fits, est.memory.total / 2**30
+
+
+def test_nemotron_340b_keeps_bf16_adam_state_as_its_recipe_set() -> None:
+    # NeMo-Framework-Launcher 24.07 nemotron_340b.yaml: distributed_fused_adam, dtype bf16,
+    # grad_sync_dtype bf16; NeMo stores no parameter copy when that dtype is the model's:
+    # 2 (weights) + 2 (gradients) + 2 x 2 (moments, sharded over the 2 DP ranks) per parameter
+    run = _shared_run("nemo2407-h100-fp8-nemotron-340b-128gpu")
+    assert run.strategy.optimizer == "adam-bf16"
+    assert run.strategy.grad_reduce_dtype == "bf16"
+    est = _estimate(run.spec, run.cluster, run.strategy)
+    m = est.memory
+    assert m.optimizer == pytest.approx(m.weights * 4 / 2 / 2, rel=1e-9)
+    assert m.gradients == pytest.approx(m.weights, rel=1e-9)
+    assert est.fits, m.total / 2**30
+
+
+def test_other_nemo_2407_rows_keep_master_weight_remainders() -> None:
+    # NeMo's setup_optimization: fp32 optimizer over a bf16 model -> store_param_remainders; the
+    # moments stay fp32: 4 + 4 + 2 bytes of optimizer state per parameter
+    runs = (
+        [r for r in load_published(SHARED) if r.id.startswith("nemo2407")]
+        if SHARED.exists()
+        else []
+    )
+    if not runs:
+        pytest.skip(f"no {SHARED}")
+    assert {r.strategy.optimizer for r in runs if "nemotron-340b" not in r.id} == {
+        "adam-remainders"
+    }
+    from hwtune.cost.memory import state_bytes_per_param
+
+    full = state_bytes_per_param("bf16", "adam", fp32_grads=True)
+    rem = state_bytes_per_param("bf16", "adam-remainders", fp32_grads=True)
+    assert (rem.weights, rem.grads, full.optimizer - rem.optimizer) == (2.0, 4.0, 2.0)

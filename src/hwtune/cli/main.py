@@ -151,7 +151,7 @@ def estimate(
     optimizer: Annotated[
         str,
         typer.Option(
-            help="adam|adam-bf16|adam-8bit|adam-8bit-release|adam-8bit-amsgrad|"
+            help="adam|adam-bf16|adam-remainders|adam-8bit|adam-8bit-release|adam-8bit-amsgrad|"
             "adam-8bit-release-amsgrad|sgd"
         ),
     ] = "adam",

@@ -30,7 +30,8 @@ Loss = Annotated[
     str,
     typer.Option(
         help="fused (Megatron's in-place vocab-parallel cross-entropy) | te (Transformer "
-        "Engine's, the gradient written into the 16-bit logits: Megatron-Bridge) | pytorch "
+        "Engine's, the gradient written into the 16-bit logits: Megatron-Bridge) | flash "
+        "(flash-attn's, a new 16-bit gradient: llm-foundry) | pytorch "
         "(F.cross_entropy on an fp32 upcast: torchtitan of 2024, Hugging Face) | chunked "
         "(torchtitan's ChunkedLossWrapper: LM head and loss over 8 slices of the tokens)"
     ),

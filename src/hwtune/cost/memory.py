@@ -44,6 +44,12 @@ def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> S
         return StateBytes(2.0, g, 12.0)
     if optimizer == "adam-bf16":
         return StateBytes(2.0, 2.0, 4.0)
+    if optimizer == "adam-remainders":
+        # fp32 moments (8) and the 16 low bits of each fp32 master weight (2), whose high bits
+        # are the bf16 weight itself: Apex DistributedFusedAdam ``store_param_remainders``, set by
+        # NeMo's setup_optimization for an fp32 optimizer over a bf16 model (megatron_base_model.py
+        # at v2.0.0rc0)
+        return StateBytes(2.0, g, 10.0)
     base = optimizer.removesuffix("-amsgrad")
     if base in ("adam-8bit", "adam-8bit-release"):
         # hwtune.optim.AdamW: 2 (bf16 weight) + 1 (int8 master correction) + 2 (bf16 grad) + 1 + 1
@@ -220,7 +226,13 @@ def _per_op_sac_bytes(spec: ModelSpec, ltype: str, moe_layer: bool, a: ActShape)
     return kept
 
 
-LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "te": 2.0, "pytorch": 12.0, "chunked": 14.0}
+LOSS_KERNELS: dict[str, float] = {
+    "fused": 6.0,
+    "te": 2.0,
+    "flash": 4.0,
+    "pytorch": 12.0,
+    "chunked": 14.0,
+}
 """Peak bytes per logit of the loss on the last stage, by cross-entropy implementation.
 
 - ``fused``: Megatron-Core's vocabulary-parallel cross-entropy (``tensor_parallel/
@@ -232,7 +244,13 @@ LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "te": 2.0, "pytorch": 12.0, "chu
   every Megatron-Bridge performance script sets (v0.1.0rc4 YAMLs, ``cross_entropy_fusion_impl:
   "te"``; v0.2.0 ``utils/helpers.py:108``; v0.3.0 ``utils/overrides.py:64``). An online
   softmax reads the 16-bit logits in fp32 registers, keeps three fp32 values per token
-  (`TE_LOSS_ROW_BYTES`) and writes the gradient back into the logits in place: 2.
+  (`LOSS_ROW_BYTES`) and writes the gradient back into the logits in place: 2.
+- ``flash``: flash-attn's ``CrossEntropyLoss`` (``flash_attn/losses/cross_entropy.py``: the
+  xentropy CUDA kernel in 1.x, Triton in 2.x), llm-foundry's default ``loss_fn``
+  ``fused_crossentropy`` (``modeling_mpt.py`` of v0.2.0-v0.6.0, ``FusedCrossEntropyLoss(
+  ignore_index=-100)``, so ``inplace_backward`` False; its benchmark YAMLs set no other). It
+  reads the 16-bit logits as they are, saves them and the fp32 log-sum-exp per token, and its
+  backward writes a new 16-bit gradient: 2 + 2 = 4.
 - ``pytorch``: ``F.cross_entropy(logits.float(), labels)`` (torchtitan, Hugging Face,
   llm-foundry). The backward of ``log_softmax`` holds its saved fp32 output, the fp32 gradient
   from ``nll_loss`` and the fp32 input gradient it allocates at once: 12 (the 16-bit logits are
@@ -246,10 +264,10 @@ LOSS_KERNELS: dict[str, float] = {"fused": 6.0, "te": 2.0, "pytorch": 12.0, "chu
   one slice. Beside it an fp32 buffer of the hidden-state gradient, 4 B per token and model
   dimension (``GradAccumulator``, ``loss.py:432``, ``dtype=torch.float32`` at :639-643)."""
 
-TE_LOSS_ROW_BYTES = 12.0
-"""Bytes per token and tensor-parallel rank that Transformer Engine's cross-entropy keeps beside
-the logits: the row maximum, the sum of exponentials and the target's logit, fp32 each
-(``m_d_X_y``), gathered from every rank of the vocabulary split."""
+LOSS_ROW_BYTES: dict[str, float] = {"te": 12.0, "flash": 4.0}
+"""Bytes per token a loss keeps beside its logits: Transformer Engine's row maximum, sum of
+exponentials and target logit, fp32 each (``m_d_X_y``), gathered from every rank of the
+vocabulary split (so per tensor-parallel rank); flash-attn's fp32 log-sum-exp."""
 
 LOSS_CHUNKS: dict[str, int] = {"chunked": 8}
 """Slices of the tokens a chunked loss runs in turn: ``ChunkedLossWrapper.Config.num_chunks``
@@ -261,5 +279,5 @@ def logits_bytes(spec: ModelSpec, tokens: int, tp: int, loss: str = "fused") -> 
     a chunked loss holds one slice's logits and the fp32 hidden-state gradient."""
     chunks = LOSS_CHUNKS.get(loss, 1)
     logits = LOSS_KERNELS[loss] * -(-tokens // chunks) * -(-spec.vocab // tp)
-    rows = TE_LOSS_ROW_BYTES * tokens * tp if loss == "te" else 0.0
+    rows = LOSS_ROW_BYTES.get(loss, 0.0) * tokens * (tp if loss == "te" else 1)
     return logits + rows + (4.0 * tokens * spec.d_model if chunks > 1 else 0.0)

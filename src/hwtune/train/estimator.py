@@ -75,6 +75,7 @@ training; PyTorch memory-management docs)."""
 OPTIMIZER_BYTES_MOVED = {
     "adam": 32.0,
     "adam-bf16": 16.0,
+    "adam-remainders": 28.0,
     "adam-8bit": 14.0,
     "adam-8bit-release": 12.0,
     "adam-8bit-amsgrad": 14.0 + 2.0,
@@ -82,7 +83,9 @@ OPTIMIZER_BYTES_MOVED = {
     "sgd": 22.0,
 }
 """HBM bytes read + written per parameter by one fused optimizer step (weights, gradient,
-master copy, states in; master copy, states, 16-bit weights out); amsgrad's 8-bit running max
+master copy, states in; master copy, states, 16-bit weights out; with remainders the 16-bit
+weights and their 2-byte remainders stand for the master copy both ways: 2 + 4 + 2 + 8 in, 2 +
+2 + 8 out); amsgrad's 8-bit running max
 of the second moment is read and written once more (+2)."""
 
 HOST_BANDWIDTH = 100e9

@@ -38,7 +38,9 @@ descriptions) from what the framework's code calls:
   Megatron preset's Transformer Engine layers keep the fp8 copy instead.
 - ``torchtitan-flex-compile``: the same with ``compile.enable`` (the model's elementwise ops fused).
 - ``llm-foundry`` (MosaicML Composer, 2023): FlashAttention-2-class kernels (flash-attn 2 or
-  Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, ``F.cross_entropy``.
+  Triton; FlashAttention-3 appeared in July 2024), fused LayerNorm/GeLU, flash-attn's
+  cross-entropy (``loss_fn`` ``fused_crossentropy``, the MPT default; `hwtune.cost.memory.
+  LOSS_KERNELS`).
 - ``huggingface`` (``transformers`` + Trainer, eager, SDPA): FlashAttention-2 through SDPA, eager
   elementwise ops, ``F.cross_entropy`` on fp32 logits.
 - ``huggingface-deepspeed``: the same under DeepSpeed, whose ZeRO-3 gathers parameters per
@@ -79,7 +81,7 @@ FRAMEWORKS: dict[str, dict[str, object]] = {
         "loss_kernel": "chunked",
         "fp8_saved_inputs": False,
     },
-    "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "pytorch"},
+    "llm-foundry": {"attention_kernel": "fa2", "fused_elementwise": True, "loss_kernel": "flash"},
     "huggingface": {
         "attention_kernel": "fa2",
         "fused_elementwise": False,

@@ -307,6 +307,37 @@ def _recompute(p: dict, run: PublishedRun) -> str:
     return "none"
 
 
+BF16_OPTIMIZER_RECIPES: tuple[tuple[str, str], ...] = (("nemo2407", "nemotron-340b"),)
+"""Rows whose recipe keeps Adam's moments in bf16 and no fp32 master copy (`Strategy.optimizer`
+"adam-bf16"), with bf16 gradients: NeMo-Framework-Launcher at tag 24.07,
+``conf/training/nemotron/nemotron_340b.yaml``, ``optim: distributed_fused_adam`` with ``dtype:
+bf16`` and ``grad_sync_dtype: bf16`` (the only one of the 24.07 configs of these rows to set
+either); NeMo's ``MegatronBaseModel.setup_optimization`` (v2.0.0rc0,
+``megatron_base_model.py``) passes that dtype to Apex's ``DistributedFusedAdam`` and stores no
+parameter copy when it equals the model's bf16, and the gradient buffer takes
+``grad_sync_dtype``."""
+
+
+def _optimizer(run: PublishedRun) -> str:
+    """The optimizer state kind of a row: `BF16_OPTIMIZER_RECIPES`; NeMo 24.07's other rows run
+    NeMo's distributed Adam in fp32 over a bf16 model, which keeps the master weights as their
+    16-bit remainders (``store_param_remainders``; every 24.07 launcher config of these rows
+    names ``distributed_fused_adam``); "adam" otherwise."""
+    if any(run.id.startswith(src) and key in run.id for src, key in BF16_OPTIMIZER_RECIPES):
+        run.assumptions.append(
+            "Adam moments and gradients in bf16, no fp32 master copy (NeMo-Framework-Launcher "
+            "24.07 recipe: distributed_fused_adam dtype bf16, grad_sync_dtype bf16)"
+        )
+        return "adam-bf16"
+    if run.id.startswith("nemo2407"):
+        run.assumptions.append(
+            "fp32 Adam keeping 16-bit remainders of the master weights (NeMo 24.07 "
+            "distributed_fused_adam over a bf16 model: store_param_remainders)"
+        )
+        return "adam-remainders"
+    return "adam"
+
+
 def _kernels(fw: str, other: dict, dev: Device, run: PublishedRun) -> tuple[str, bool, str]:
     """(attention kernel, fused elementwise, loss kernel) of the row's framework, from the
     presets of `hwtune.train.frameworks` (their sources are there)."""
@@ -497,6 +528,9 @@ def from_row(r: dict) -> PublishedRun:
             "gradients kept and reduced in bf16 (Megatron-Bridge performance scripts: "
             "grad_reduce_in_fp32 = False)"
         )
+    optimizer = _optimizer(run)
+    if optimizer == "adam-bf16":
+        reduce_dtype = "bf16"
     try:
         run.cluster = make_cluster(
             dev,
@@ -518,7 +552,7 @@ def from_row(r: dict) -> PublishedRun:
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
             fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
-            offload_activation_layers=act_offload,
+            offload_activation_layers=act_offload, optimizer=optimizer,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

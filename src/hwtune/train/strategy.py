@@ -22,13 +22,16 @@ Precision = Literal["fp32", "fp16", "bf16", "fp8"]
 Optimizer = Literal[
     "adam",
     "adam-bf16",
+    "adam-remainders",
     "adam-8bit",
     "adam-8bit-release",
     "adam-8bit-amsgrad",
     "adam-8bit-release-amsgrad",
     "sgd",
 ]
-"""adam-8bit* = `hwtune.optim.AdamW` (``-release``: ``gradient_release=True``; ``-amsgrad``:
+"""adam-remainders = fp32 Adam whose master weights are the 16-bit weights plus the 16 low bits
+kept apart (Apex DistributedFusedAdam / TE FusedAdam ``store_param_remainders``: NeMo's
+distributed Adam with a bf16 model); adam-8bit* = `hwtune.optim.AdamW` (``-release``: ``gradient_release=True``; ``-amsgrad``:
 ``amsgrad=True``, a third 8-bit state); bytes per parameter:
 `hwtune.cost.memory.state_bytes_per_param`."""
 SCHEDULES: tuple[str, ...] = (
@@ -184,11 +187,12 @@ class Strategy(BaseModel):
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
         "deepep = one network copy per destination node, fanned out over NVLink (DeepEP)",
     )
-    loss_kernel: Literal["fused", "te", "pytorch", "chunked"] = Field(
+    loss_kernel: Literal["fused", "te", "flash", "pytorch", "chunked"] = Field(
         default="fused",
         description="cross-entropy: fused = Megatron's in-place vocab-parallel kernel (6 B per "
         "logit at peak); te = Transformer Engine's online-softmax kernel, the gradient written "
-        "into the 16-bit logits (2 B; Megatron-Bridge); pytorch = F.cross_entropy on an fp32 upcast (12 B); chunked = "
+        "into the 16-bit logits (2 B; Megatron-Bridge); flash = flash-attn's kernel, a new 16-bit "
+        "gradient beside the saved logits (4 B; llm-foundry); pytorch = F.cross_entropy on an fp32 upcast (12 B); chunked = "
         "torchtitan's ChunkedLossWrapper: LM head and that loss over 8 slices of the tokens in "
         "turn (14 B per logit of one slice, plus an fp32 gradient of the hidden states)",
     )
