@@ -213,15 +213,15 @@ def test_megatron_fsdp_gradients_follow_its_main_grads_dtype() -> None:
     assert grads_in_fp32(st.grad_reduce_dtype, st.zero) and job.not_read == ()
 
 
-def test_custom_pipeline_layout_is_refused() -> None:
-    # arguments.py:955-963: --pipeline-model-parallel-layout sets the virtual stages
-    # (stages / pp) and the layers of each; reading it as absent would estimate 1F1B over even
-    # stages
+def test_custom_pipeline_layout_must_split_over_the_stages() -> None:
+    # arguments.py:941-951: the layout's chunk count divided by pp sets the virtual stages, and
+    # must divide; this one unrolls to 17 chunks ("Ett", 14 x "tt", "t", "tmL") over 4 stages
     args = ["--pipeline-model-parallel-size", "4", "--pipeline-model-parallel-layout",
             "Et*2|(tt|)*14t|tmL", "--bf16"]  # fmt: skip
     with pytest.raises(HwtuneInputError) as info:
         strategy_from_megatron(args)
     assert info.value.field == "--pipeline-model-parallel-layout"
+    assert "17" in info.value.expected
 
 
 def test_context_parallel_communication_other_than_the_ring_is_refused() -> None:

@@ -76,7 +76,9 @@ PipelineSplit = Annotated[
         "layers+embedding+loss (the embedding and the loss count as one layer each: "
         "Megatron-Core's --account-for-embedding-in-pipeline-split and "
         "--account-for-loss-in-pipeline-split, as Megatron-Bridge's Llama 3.1 405B and "
-        "Qwen3-235B recipes run)"
+        "Qwen3-235B recipes run) | a Megatron-Core layout (--pipeline-model-parallel-layout) "
+        "of the pp x vpp chunks in model order, e.g. 'Et|(tt|)*30tL': E embedding, t "
+        "transformer layer, L loss, '|' between chunks, (..)*n and x*n repeats"
     ),
 ]
 RecomputeModules = Annotated[

@@ -51,6 +51,7 @@ from hwtune.model.lowering import (
 )
 from hwtune.model.spec import ModelSpec
 from hwtune.train.accuracy import accuracy_for
+from hwtune.train.pipeline_layout import chunk_layers
 from hwtune.train.schedules import (
     in_flight,
     interleaved_peak,
@@ -58,7 +59,7 @@ from hwtune.train.schedules import (
     param_copies,
     pipeline_time,
 )
-from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy, split_slots
+from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
 
 PRE_FA2_ARCHS = ("volta", "turing", "pascal")
 """NVIDIA architectures FlashAttention-2 does not run on (it needs sm80+: Dao 2023; the
@@ -351,20 +352,9 @@ def _layer_times(
 
 
 def _chunk_sizes(n_layers: int, pp: int, v: int, split: str = "layers") -> list[int]:
-    """Layers of each of the ``pp * v`` chunks in model order. ``layers``: even, the remainder
-    to the first chunks. ``layers+embedding+loss``: Megatron-Core counts the input embedding and
-    the loss as one layer each (``num_layers + 2`` split evenly, ``get_num_layers_to_build`` /
-    ``get_transformer_layer_offset`` of ``transformer_block.py`` / ``transformer_layer.py``), so
-    the first and last chunk build one transformer layer fewer."""
-    chunks = pp * v
-    if split == "layers+embedding+loss":
-        per = split_slots(n_layers, split) // chunks
-        sizes = [per] * chunks
-        sizes[0] -= 1
-        sizes[-1] -= 1
-        return sizes
-    base, extra = divmod(n_layers, chunks)
-    return [base + (1 if c < extra else 0) for c in range(chunks)]
+    """Layers of each of the ``pp * v`` chunks in model order (`Strategy.pipeline_split`,
+    `hwtune.train.pipeline_layout.chunk_layers`)."""
+    return chunk_layers(split, n_layers, pp * v)
 
 
 def _stage_chunks(n_layers: int, pp: int, v: int, split: str = "layers") -> list[list[range]]:

@@ -70,6 +70,7 @@ from typing import get_args
 from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import grads_in_fp32
+from hwtune.train.pipeline_layout import is_layout, parse_layout
 from hwtune.train.strategy import RecomputeModule, Strategy
 
 LAUNCH_FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan")
@@ -247,6 +248,12 @@ EMBEDDING_SPLIT, LOSS_SPLIT = (
 each (`Strategy.pipeline_split`); transformer_config.py asserts that the layers plus these
 divide evenly over the stages."""
 
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
+"""Megatron-LM's custom layout of the layers over the pp x vpp chunks (a `Strategy.pipeline_split`
+layout string; arguments.py:3103 at d98e8a64). At most one of it,
+``--num-virtual-stages-per-pipeline-rank`` and ``--num-layers-per-virtual-pipeline-stage`` may be
+given (arguments.py:927-939); the layout's chunk count sets the virtual stages."""
+
 FIRST_STAGE, LAST_STAGE = (
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
@@ -303,7 +310,9 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     ]  # fmt: skip
     if st.sequence_parallel:
         a.append("--sequence-parallel")
-    if st.schedule == "interleaved":
+    if is_layout(st.pipeline_split):  # its chunk count sets the virtual stages (arguments.py:941)
+        a += [LAYOUT_FLAG, st.pipeline_split]
+    elif st.schedule == "interleaved":
         a += ["--num-virtual-stages-per-pipeline-rank", str(st.vpp)]
     for flag, n in _stage_args(st, model.n_layers).items():  # type: ignore[union-attr]
         a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
@@ -431,6 +440,7 @@ MEGATRON_VALUES: dict[str, str] = {
     "--main-grads-dtype": "_aware_main_grads",
     "--optimizer-offload-fraction": "_offload_fraction",
     "--cpu-offloading-num-layers": "_cpu_offloading_layers",
+    "--pipeline-model-parallel-layout": "_layout",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
 MEGATRON_LISTS: dict[str, str] = {
@@ -542,12 +552,6 @@ def strategy_from_megatron(tokens: list[str]) -> MegatronJob:
             raw[MEGATRON_LISTS[name]] = [inline] if eq else tokens[i + 1 : j]
             i = i + 1 if eq else j
             continue
-        if name == "--pipeline-model-parallel-layout":  # arguments.py:955-963
-            raise HwtuneInputError(
-                name, inline if eq else (tokens[i + 1] if value_next else None),
-                "no custom layout (hwtune models even stages; virtual stages with "
-                "--num-virtual-stages-per-pipeline-rank)",
-            )  # fmt: skip
         if name in MEGATRON_VALUES or name in TORCHRUN_VALUES:
             if not eq and not value_next:
                 raise HwtuneInputError(name, None, "a value after it")
@@ -598,7 +602,27 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
     if raw.get("sequence_parallel") and f.get("tp", 1) > 1:  # arguments.py: off at TP 1
         f["sequence_parallel"] = True
     vpp = 1
-    if "_vstages" in raw:
+    if "_layout" in raw:
+        given = [k for k, flag in (("_vstages", "--num-virtual-stages-per-pipeline-rank"),
+                                   ("_vlayers", "--num-layers-per-virtual-pipeline-stage"))
+                 if k in raw]  # fmt: skip
+        if given:
+            raise HwtuneInputError(
+                LAYOUT_FLAG, raw["_layout"], "no virtual-stage option beside it (Megatron-LM "
+                "allows one of them, arguments.py:927-939)",
+            )  # fmt: skip
+        layout = str(raw["_layout"])
+        try:
+            chunks = len(parse_layout(layout))
+        except HwtuneInputError as e:
+            raise HwtuneInputError(LAYOUT_FLAG, layout, e.expected) from None
+        pp = int(f.get("pp", 1))  # type: ignore[call-overload]
+        if chunks % pp:
+            raise HwtuneInputError(LAYOUT_FLAG, layout, f"a multiple of the {pp} pipeline "
+                                   f"stages in chunks (it has {chunks})")  # fmt: skip
+        vpp = chunks // pp
+        f["pipeline_split"] = layout
+    elif "_vstages" in raw:
         vpp = _int("--num-virtual-stages-per-pipeline-rank", raw["_vstages"])
     elif "_vlayers" in raw:
         per_chunk = _int("--num-layers-per-virtual-pipeline-stage", raw["_vlayers"])
@@ -623,6 +647,11 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
             "--cpu-offloading-num-layers", raw.get("_cpu_offloading_layers", "absent")
         )
     split_flags = (bool(raw.get("_split_embedding")), bool(raw.get("_split_loss")))
+    if "_layout" in raw and any(split_flags):
+        raise HwtuneInputError(
+            EMBEDDING_SPLIT if split_flags[0] else LOSS_SPLIT, "beside " + LAYOUT_FLAG,
+            "one of them (the layout places the embedding and the loss itself)",
+        )  # fmt: skip
     if split_flags == (True, True):
         f["pipeline_split"] = "layers+embedding+loss"
     elif any(split_flags):

@@ -204,8 +204,9 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
         )  # fmt: skip
     if st.pipeline_split != "layers":
         return _refuse(
-            "pipeline_split", st.pipeline_split, "layers (the embedding/loss split is "
-            "Megatron-Core's; hwtune writes torchtitan's stages as layer counts)",
+            "pipeline_split", st.pipeline_split, "layers (the embedding/loss split and the "
+            "custom layouts are Megatron-Core's; hwtune writes torchtitan's stages as layer "
+            "counts)",
         )  # fmt: skip
     if st.recompute not in TORCHTITAN_RECOMPUTE:
         return _refuse(

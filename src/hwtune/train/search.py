@@ -39,7 +39,8 @@ from hwtune.train.estimator import (
     step_time_lower_bound,
 )
 from hwtune.train.objectives import OBJECTIVES, objective_value
-from hwtune.train.strategy import SCHEDULES, Precision, Strategy, split_slots
+from hwtune.train.pipeline_layout import is_layout, split_error
+from hwtune.train.strategy import SCHEDULES, Precision, Strategy
 
 RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
 ZERO_ORDER = (1, 2, 3)
@@ -305,8 +306,10 @@ def plan(
             for sched, v in _schedules(spec, pp, m, c):
                 n_raw = n_raw_for(tp, c, lattice)
                 candidates += n_raw
-                if pp > 1 and split_slots(spec.n_layers, split) % (pp * v):
-                    pruned["pipeline split: n_layers + 2 not divisible by pp x vpp"] += n_raw
+                if (pp > 1 or is_layout(split)) and split_error(split, spec.n_layers, pp, v):
+                    why = ("pipeline layout: not pp x vpp chunks" if is_layout(split) else
+                           "pipeline split: n_layers + 2 not divisible by pp x vpp")  # fmt: skip
+                    pruned[why] += n_raw
                     continue
                 if act_offload and pp > 1:
                     pruned["activation offload: no pipeline parallelism"] += n_raw

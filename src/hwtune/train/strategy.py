@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
+from hwtune.train.pipeline_layout import is_layout, parse_layout, split_error
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
@@ -82,14 +83,6 @@ def check_schedule(schedule: str, pp: int, vpp: int) -> None:
         raise HwtuneInputError(
             "vpp", vpp, "at least 2 model chunks per rank for the interleaved schedule"
         )
-
-
-def split_slots(n_layers: int, split: str) -> int:
-    """The pipeline slots ``n_layers`` fill under `Strategy.pipeline_split`: Megatron-Core
-    counts the embedding and the loss as one layer each with
-    ``--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split``
-    (arguments.py:962-998 at d98e8a64) and asserts the slots divide over pp x vpp."""
-    return n_layers + 2 if split == "layers+embedding+loss" else n_layers
 
 
 class Strategy(BaseModel):
@@ -174,13 +167,16 @@ class Strategy(BaseModel):
         "GroupedLinear keep only the quantized copy: TE 2.x module/linear.py); False = in 16-bit "
         "(torchao's Float8Linear keeps the high-precision input and casts it again in backward)",
     )
-    pipeline_split: Literal["layers", "layers+embedding+loss"] = Field(
+    pipeline_split: str = Field(
         default="layers",
         description="how the layers are split over pipeline stages: layers = evenly, the "
         "remainder to the first chunks; layers+embedding+loss = the input embedding and the "
         "loss count as one layer each, so the first and last chunk build one layer fewer "
         "(Megatron-Core --account-for-embedding-in-pipeline-split "
-        "--account-for-loss-in-pipeline-split; needs n_layers + 2 divisible by pp x vpp)",
+        "--account-for-loss-in-pipeline-split; needs n_layers + 2 divisible by pp x vpp); or a "
+        "Megatron-Core layout (--pipeline-model-parallel-layout) such as 'Et|(tt|)*30tL': E "
+        "embedding, t transformer layer, L loss, '|' between the pp x vpp chunks in model "
+        "order (`hwtune.train.pipeline_layout`)",
     )
     moe_dispatch: Literal["alltoall", "deepep"] = Field(
         default="alltoall",
@@ -214,6 +210,16 @@ class Strategy(BaseModel):
         "gradient to fp32 and adds it to an fp32 buffer (18 B per parameter)",
     )
     moe_imbalance: float = Field(default=1.0, ge=1.0, description="busiest expert load / mean")
+
+    @field_validator("pipeline_split")
+    @classmethod
+    def _known_split(cls, v: str) -> str:
+        if is_layout(v):
+            try:
+                parse_layout(v)
+            except HwtuneInputError as e:
+                raise ValueError(e.expected) from None
+        return v
 
     @model_validator(mode="after")
     def _default_zero(self) -> Strategy:
@@ -314,13 +320,9 @@ class Strategy(BaseModel):
                                        "recomputation)")  # fmt: skip
         if self.pipeline_split != "layers" and self.pp > 1:
             v = self.vpp if self.schedule == "interleaved" else 1
-            slots = split_slots(model.n_layers, self.pipeline_split)
-            if slots % (self.pp * v):
-                raise HwtuneInputError(
-                    "pipeline_split", self.pipeline_split,
-                    f"layers unless n_layers + 2 (= {slots}) is divisible by pp x "
-                    f"vpp (= {self.pp * v}), as Megatron-Core requires",
-                )  # fmt: skip
+            why = split_error(self.pipeline_split, model.n_layers, self.pp, v)
+            if why is not None:
+                raise HwtuneInputError("pipeline_split", self.pipeline_split, why)
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
             raise HwtuneInputError(
                 "global_batch", gb,

@@ -1,0 +1,124 @@
+"""How the layers split over pipeline chunks (`Strategy.pipeline_split`), including
+Megatron-Core's custom layouts (``--pipeline-model-parallel-layout``).
+
+A split is one of:
+
+- ``layers``: even, the remainder to the first chunks;
+- ``layers+embedding+loss``: Megatron-Core's ``--account-for-embedding-in-pipeline-split
+  --account-for-loss-in-pipeline-split``, the embedding and the loss counting as one layer each
+  (arguments.py:962-998 at d98e8a64, which asserts the slots divide over pp x vpp);
+- a layout string in Megatron-Core's grammar (``pipeline_parallel_layer_layout.py``
+  ``parse_str_to_list`` at d98e8a64): ``E`` the embedding, ``t`` a transformer layer, ``m`` a
+  multi-token-prediction layer, ``L`` the loss, ``|`` between chunks in model order,
+  ``(...)*n`` and ``x*n`` for repeats, commas cosmetic. ``"Et|(tt|)*30mL"`` is Megatron-Bridge's
+  DeepSeek-V3 H100 layout (``scripts/performance``, v0.1.0rc3 to v0.3.0): 32 chunks, the first
+  holding the embedding and one layer, 30 of two layers, the last the MTP layer and the loss.
+  Chunk c goes to pipeline rank ``c % pp``, as in Megatron's interleaved assignment, so the
+  chunk count sets the virtual stages per rank.
+
+The layout checks are Megatron-Core's ``validate_layer_layout``: the embedding first and the loss
+last, once each, as many ``t`` as the model has layers. The estimator does not model
+multi-token prediction, so a layout with ``m`` is refused here rather than priced without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from hwtune.errors import HwtuneInputError
+
+SPLITS: tuple[str, ...] = ("layers", "layers+embedding+loss")
+"""The named splits; any other value is read as a layout."""
+
+LAYOUT_SYMBOLS = {"E": "the embedding", "t": "a transformer layer", "m": "an MTP layer",
+                  "L": "the loss"}  # fmt: skip
+
+_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
+_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+def is_layout(split: str) -> bool:
+    """Whether ``split`` is a layout string rather than a named split."""
+    return split not in SPLITS
+
+
+@functools.lru_cache(maxsize=256)
+def parse_layout(text: str) -> tuple[str, ...]:
+    """The chunks of a layout in model order, each a string of its symbols (``(..)*n`` groups
+    unrolled first, then ``x*n``, as Megatron-Core does); a one-line error on a symbol outside
+    ``E t m L``."""
+    s = text.replace(",", "")
+    s = _GROUP.sub(lambda g: g.group(1) * int(g.group(2)), s)
+    s = _REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), s)
+    chunks = tuple(s.split("|"))
+    bad = sorted(set("".join(chunks)) - set(LAYOUT_SYMBOLS))
+    if bad or not text.strip():
+        what = f"{''.join(bad)!r}" if bad else "an empty layout"
+        raise HwtuneInputError(
+            "pipeline_split", text, "layers, layers+embedding+loss or a Megatron-Core layout of "
+            f"E, t, m, L split by '|' with (..)*n and x*n repeats (not {what})",
+        )  # fmt: skip
+    return chunks
+
+
+def split_slots(n_layers: int, split: str) -> int:
+    """The pipeline slots ``n_layers`` fill under a named split (the embedding and the loss
+    count as one layer each under ``layers+embedding+loss``)."""
+    return n_layers + 2 if split == "layers+embedding+loss" else n_layers
+
+
+def split_error(split: str, n_layers: int, pp: int, v: int) -> str | None:
+    """What is wrong with ``split`` for ``n_layers`` over ``pp`` ranks of ``v`` chunks each, as
+    the expected value of a one-line error; None if Megatron-Core builds it."""
+    if not is_layout(split):
+        slots = split_slots(n_layers, split)
+        if split != "layers" and pp > 1 and slots % (pp * v):
+            return (f"layers unless n_layers + 2 (= {slots}) is divisible by pp x vpp "
+                    f"(= {pp * v}), as Megatron-Core requires")  # fmt: skip
+        return None
+    chunks = parse_layout(split)
+    flat = "".join(chunks)
+    if len(chunks) != pp * v:
+        return (f"a layout of pp x vpp = {pp * v} chunks (it has {len(chunks)}; Megatron-Core "
+                "takes the virtual stages from the chunk count)")  # fmt: skip
+    if not flat.startswith("E") or flat.count("E") != 1:
+        return "a layout with the embedding (E) once, first"
+    if not flat.endswith("L") or flat.count("L") != 1:
+        return "a layout with the loss (L) once, last"
+    if flat.count("t") != n_layers:
+        return f"a layout of the model's {n_layers} transformer layers (it has {flat.count('t')})"
+    if "m" in flat:
+        return "a layout without m: the estimate does not model multi-token prediction"
+    return None
+
+
+def chunk_layers(split: str, n_layers: int, chunks: int) -> list[int]:
+    """Transformer layers of each of the ``chunks`` chunks in model order. ``layers``: even, the
+    remainder to the first chunks; ``layers+embedding+loss``: the first and last chunk build one
+    layer fewer (``get_num_layers_to_build`` / ``get_transformer_layer_offset`` of
+    ``transformer_block.py`` / ``transformer_layer.py``); a layout: its ``t`` per chunk. One
+    chunk (no pipeline) holds every layer whatever the split."""
+    if chunks == 1:
+        return [n_layers]
+    if is_layout(split):
+        return [c.count("t") for c in parse_layout(split)]
+    if split == "layers+embedding+loss":
+        per = split_slots(n_layers, split) // chunks
+        sizes = [per] * chunks
+        sizes[0] -= 1
+        sizes[-1] -= 1
+        return sizes
+    base, extra = divmod(n_layers, chunks)
+    return [base + (1 if c < extra else 0) for c in range(chunks)]
+
+
+__all__ = [
+    "LAYOUT_SYMBOLS",
+    "SPLITS",
+    "chunk_layers",
+    "is_layout",
+    "parse_layout",
+    "split_error",
+    "split_slots",
+]
