@@ -138,3 +138,103 @@ def test_cli_estimates_a_layout_and_refuses_a_bad_one(rejects) -> None:  # noqa:
     r = CliRunner().invoke(app, [*base, "--pipeline-split", "Et*3|(t*4|)*6t*5L"])
     assert r.exit_code == 0, r.output
     rejects([*base, "--pipeline-split", "Et*3|(t*4|)*6t*4L"], "--pipeline-split", "31")
+
+
+# ---- multi-token prediction (DeepSeek-V3 report §2.2; Megatron-Core --mtp-num-layers)
+
+DSV3 = get_model("deepseek-v3")
+DS_BASE = dict(dp=64, tp=2, pp=8, ep=64, vpp=4, schedule="interleaved", micro_batch=1,
+               global_batch=8192, seq=4096, precision="fp8", sequence_parallel=True)  # fmt: skip
+
+
+def test_mtp_module_with_its_embedding_and_head_copies_makes_the_685b_checkpoint() -> None:
+    # DeepSeek-V3's card: 685B weights = 671B main model + 14B MTP module (the module's file
+    # holds its own copies of the embedding and the head)
+    from hwtune.model import params as P
+
+    full = P.mtp_module_params(DSV3) + P.input_embedding_params(DSV3) + P.lm_head_params(DSV3)
+    assert (P.total_params(DSV3) + full) / 685e9 == pytest.approx(1.0, abs=0.005)
+
+
+def test_mtp_sits_on_the_last_stage_without_a_layout() -> None:
+    from hwtune.model import params as P
+
+    st = Strategy(**DS_BASE, mtp_layers=1)  # type: ignore[arg-type]
+    plain = rank_layouts(DSV3, 8, 4, Strategy(**DS_BASE).split_key)  # type: ignore[arg-type]
+    lays = rank_layouts(DSV3, 8, 4, st.split_key)
+    assert [r.mtp for r in lays] == [0] * 7 + [1]
+    assert lays[-1].n_layers == plain[-1].n_layers + 1
+    # the block, its projection and norms, and a copy of the embedding on the last stage
+    added = (lays[-1].dense_params + lays[-1].expert_params) - (
+        plain[-1].dense_params + plain[-1].expert_params
+    )
+    assert added == P.mtp_module_params(DSV3) + P.input_embedding_params(DSV3)
+
+
+def test_mtp_prices_a_second_head_and_its_logits() -> None:
+    from hwtune.cost.memory import logits_bytes
+
+    cl = make_cluster("h100-sxm-80gb", 1024)
+    st0 = Strategy(**DS_BASE, pipeline_split="Et|(tt|)*30L")  # type: ignore[arg-type]
+    st1 = Strategy(**DS_BASE, pipeline_split="Et|(tt|)*30mL", mtp_layers=1)  # type: ignore[arg-type]
+    e0, e1 = _estimate(DSV3, cl, st0), _estimate(DSV3, cl, st1)
+    assert e1.step_time_s > e0.step_time_s
+    from hwtune.train.estimator import _activations, act_shape
+
+    a = act_shape("fp8", 2, 1, 64, True, 1, 4096, True, False, 1.0, "fused")
+    t0 = _activations(DSV3, 8, 4, a, "none", "interleaved", 128, st0.split_key)[-1][1]
+    t1 = _activations(DSV3, 8, 4, a, "none", "interleaved", 128, st1.split_key)[-1][1]
+    assert t1 - t0 == logits_bytes(DSV3, a.tokens, a.tp, a.loss)
+
+
+@pytest.mark.parametrize(
+    ("layout", "mtp", "words"),
+    [
+        ("Et|(tt|)*30mL", 0, ("mtp_layers = 0", "has 1")),
+        ("Et|(tt|)*30L", 1, ("mtp_layers = 1", "has 0")),
+        ("Etm|(tt|)*30L", 1, ("after every transformer layer",)),
+        # m in chunk 23 of 32 (rank 7's third of four virtual stages), no t after it
+        ("|".join(["Et", *["ttt"] * 20, "", "", "m", *[""] * 7, "L"]), 1, ("last virtual stage",)),
+    ],
+)
+def test_mtp_layouts_megatron_cannot_build_are_refused(
+    layout: str, mtp: int, words: tuple[str, ...]
+) -> None:
+    with pytest.raises(HwtuneInputError) as info:
+        Strategy(**DS_BASE, pipeline_split=layout, mtp_layers=mtp).validate_for(DSV3, 1024)  # type: ignore[arg-type]
+    assert all(w in info.value.expected for w in words), info.value.expected
+
+
+def test_megatron_launch_round_trips_mtp() -> None:
+    st = Strategy(**DS_BASE, pipeline_split="Et|(tt|)*30mL", mtp_layers=1, moe_dispatch="deepep")  # type: ignore[arg-type]
+    args = megatron_launch(st, DSV3, 1024, 8).args
+    assert args[args.index("--mtp-num-layers") + 1] == "1"
+    back = megatron_strategy(strategy_from_megatron(args), DSV3, 1024)
+    assert (back.mtp_layers, back.pipeline_split) == (1, "Et|(tt|)*30mL")
+
+
+def test_torchtitan_refuses_mtp() -> None:
+    from hwtune.train.launch_torchtitan import torchtitan_refusal
+
+    refusal = torchtitan_refusal(Strategy(dp=8, mtp_layers=1), LLAMA8)
+    assert refusal is not None and refusal.field == "mtp_layers"
+
+
+def test_published_deepseek_2509_h100_runs_its_layout_mtp_and_a2a_overlap() -> None:
+    # Megatron-Bridge 25.09 run_script.py: layout "Et|(tt|)*30mL" (the recipe's MTP depth 1)
+    # and, on H100, overlap_moe_expert_parallel_comm (A2A_1F1B)
+    import os
+    from pathlib import Path
+
+    from hwtune.train.published import load_published
+
+    shared = Path(os.environ.get("HWTUNE_VALIDATION_DIR", Path(__file__).parents[3] / "shared"
+                                 / "validation")) / "training_published.jsonl"  # fmt: skip
+    if not shared.exists():
+        pytest.skip(f"no {shared}")
+    run = next(
+        r for r in load_published(shared) if r.id == "mbridge-25.09-h100-deepseek-v3-na-1024gpu"
+    )
+    st = run.strategy
+    assert (st.pipeline_split, st.mtp_layers, st.overlap_moe_a2a) == ("Et|(tt|)*30mL", 1, True)
+    assert _estimate(run.spec, run.cluster, st).fits

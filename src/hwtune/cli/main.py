@@ -23,6 +23,7 @@ from hwtune.cli.software import (
     LaunchOpt,
     Loss,
     MoeDispatch,
+    MtpLayers,
     PipelineSplit,
     RecomputeModules,
     Zero3Gather,
@@ -199,6 +200,7 @@ def estimate(
     grad_accumulation: GradAccumulation = "fused",
     pipeline_split: PipelineSplit = "layers",
     recompute_modules: RecomputeModules = "core_attn",
+    mtp_layers: MtpLayers = 0,
     launch: LaunchOpt = None,
     megatron_args: Annotated[
         str | None,
@@ -245,7 +247,7 @@ def estimate(
             cl = cl.model_copy(update={"sustained_clocks": False})
         software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
                                    framework, zero3_gather, grad_accumulation,
-                                   pipeline_split, recompute_modules)  # fmt: skip
+                                   pipeline_split, recompute_modules, mtp_layers)  # fmt: skip
         software |= launch_fields(launch)
         if job is not None:
             if job.n_gpus not in (None, cl.n_gpus):

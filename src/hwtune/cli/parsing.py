@@ -13,7 +13,7 @@ SOFTWARE_FLAGS = {
     "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
     "loss_kernel": "--loss", "moe_dispatch": "--moe-dispatch", "fp8_recipe": "--fp8-recipe",
     "zero3_gather": "--zero3-gather", "grad_accumulation": "--grad-accumulation",
-    "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
+    "pipeline_split": "--pipeline-split", "mtp_layers": "--mtp-layers", "fp8_saved_inputs": "--framework",
     "recompute_modules": "--recompute-modules",
 }  # fmt: skip
 """The `Strategy` fields of the kernel options that `estimate` and `plan` share

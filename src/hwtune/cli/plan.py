@@ -33,6 +33,7 @@ from hwtune.cli.software import (
     LaunchOpt,
     Loss,
     MoeDispatch,
+    MtpLayers,
     PipelineSplit,
     RecomputeModules,
     Zero3Gather,
@@ -228,6 +229,7 @@ def plan_cmd(
     grad_accumulation: GradAccumulation = "fused",
     pipeline_split: PipelineSplit = "layers",
     recompute_modules: RecomputeModules = "core_attn",
+    mtp_layers: MtpLayers = 0,
     launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
@@ -275,6 +277,7 @@ def plan_cmd(
             grad_accumulation,
             pipeline_split,
             recompute_modules,
+            mtp_layers,
         )
         software |= launch_fields(launch)
         # one-line errors for bad values, and for switches that would change nothing (an fp8

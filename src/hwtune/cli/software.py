@@ -89,6 +89,14 @@ RecomputeModules = Annotated[
         "the latents kept) | mlp (a dense layer's MLP) | moe_act (the experts' activation)"
     ),
 ]
+MtpLayers = Annotated[
+    int,
+    typer.Option(
+        help="multi-token-prediction modules trained beside the model (DeepSeek-V3's 1; "
+        "Megatron-Core --mtp-num-layers): each a block shaped as the last layer, a projection "
+        "and the shared head and loss, on the last pipeline stage or where a layout's m puts it"
+    ),
+]
 Fp8Recipe = Annotated[
     str,
     typer.Option(
@@ -109,6 +117,7 @@ def software_fields(
     grad_accumulation: str = "fused",
     pipeline_split: str = "layers",
     recompute_modules: str = "core_attn",
+    mtp_layers: int = 0,
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -124,6 +133,7 @@ def software_fields(
         "zero3_gather": (zero3_gather, "layer"),
         "grad_accumulation": (grad_accumulation, "fused"),
         "pipeline_split": (pipeline_split, "layers"),
+        "mtp_layers": (mtp_layers, 0),
     }
     for key, (value, default) in flags.items():
         if value != default or key not in out:
@@ -157,7 +167,7 @@ LaunchOpt = Annotated[
 LAUNCH_REFUSAL_FLAGS = {
     "schedule": "--schedule", "recompute": "--recompute", "optimizer": "--optimizer",
     "attention_kernel": "--attention-kernel", "fused_elementwise": "--eager",
-    "loss_kernel": "--loss", "zero3_gather": "--zero3-gather",
+    "loss_kernel": "--loss", "zero3_gather": "--zero3-gather", "mtp_layers": "--mtp-layers",
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
     "recompute_modules": "--recompute-modules",

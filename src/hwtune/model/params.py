@@ -174,6 +174,19 @@ def input_embedding_params(spec: ModelSpec) -> int:
     return n
 
 
+def mtp_module_params(spec: ModelSpec) -> int:
+    """One multi-token-prediction module's own parameters (DeepSeek-V3 report §2.2, eq. 21-22):
+    RMSNorms of the hidden state and of the next token's embedding (d each), the projection
+    M_k of their concatenation (d x 2d), a transformer block shaped as the model's last layer,
+    and its output norm; the embedding and the output head are the main model's (shared), so
+    not counted here."""
+    return (
+        2 * spec.d_model * spec.d_model
+        + 3 * _norm(spec, spec.d_model)
+        + layer_params(spec, spec.n_layers - 1)
+    )
+
+
 def lm_head_params(spec: ModelSpec) -> int:
     """The output projection vocab x d, or 0 when tied to the input embedding."""
     return 0 if spec.tied_embeddings else spec.vocab * spec.d_model

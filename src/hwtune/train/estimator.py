@@ -51,7 +51,7 @@ from hwtune.model.lowering import (
 )
 from hwtune.model.spec import ModelSpec
 from hwtune.train.accuracy import accuracy_for
-from hwtune.train.pipeline_layout import chunk_layers
+from hwtune.train.pipeline_layout import chunk_layers, chunk_mtp
 from hwtune.train.schedules import (
     in_flight,
     interleaved_peak,
@@ -387,6 +387,8 @@ class RankLayout:
     dense_params: float
     expert_params: float
     chunks: tuple[LayerCounts, ...] = ()
+    mtp: int = 0  # multi-token-prediction modules on this rank (in counts and params too)
+    chunk_mtp: tuple[int, ...] = ()
 
 
 def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
@@ -397,24 +399,51 @@ def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
     return tuple(out.items())
 
 
+def _with_mtp(spec: ModelSpec, counts: LayerCounts, n: int) -> LayerCounts:
+    """``counts`` with ``n`` multi-token-prediction blocks, each shaped as the last layer."""
+    if not n:
+        return counts
+    key = (spec.layer_type(spec.n_layers - 1), spec.is_moe_layer(spec.n_layers - 1))
+    out = dict(counts)
+    out[key] = out.get(key, 0) + n
+    return tuple(out.items())
+
+
 @functools.lru_cache(maxsize=4096)
 def rank_layouts(spec: ModelSpec, pp: int, v: int, split: str = "layers") -> tuple[RankLayout, ...]:
-    """Per pipeline rank: embedding on the first, LM head and final norm on the last."""
+    """Per pipeline rank: embedding on the first, LM head and final norm on the last, and the
+    multi-token-prediction modules where the split puts them (`pipeline_layout.chunk_mtp`):
+    each a block shaped as the last layer plus its projection and norms
+    (`hwtune.model.params.mtp_module_params`); a rank other than the first holds its own copy
+    of the shared embedding, and one other than the last of the output head (Megatron-Core's
+    GPTModel builds both where ``mtp_process`` is set, tied to the main ones)."""
     out = []
+    mtp_chunks = chunk_mtp(split, pp * v)
+    last = spec.n_layers - 1
     for r, chunks in enumerate(_stage_chunks(spec.n_layers, pp, v, split)):
         layers = [i for ch in chunks for i in ch]
+        per_chunk = tuple(mtp_chunks[c] for c in range(r, pp * v, pp))
+        mtp = sum(per_chunk)
         dense = expert = 0.0
         for i in layers:
             ex = P.routed_expert_params(spec, i)
             expert += ex
             dense += P.layer_params(spec, i) - ex
-        if r == 0:
+        if mtp:
+            ex = P.routed_expert_params(spec, last)
+            expert += mtp * ex
+            dense += mtp * (P.mtp_module_params(spec) - ex)
+        if r == 0 or mtp:
             dense += P.input_embedding_params(spec)
-        if r == pp - 1:
+        if r == pp - 1 or mtp:
             dense += P.embedding_params(spec) - P.input_embedding_params(spec)
+        if r == pp - 1:
             dense += P.final_norm_params(spec)
-        out.append(RankLayout(_counts(spec, layers), len(layers), dense, expert,
-                              tuple(_counts(spec, ch) for ch in chunks)))  # fmt: skip
+        out.append(RankLayout(
+            _with_mtp(spec, _counts(spec, layers), mtp), len(layers) + mtp, dense, expert,
+            tuple(_with_mtp(spec, _counts(spec, ch), k) for ch, k in zip(chunks, per_chunk, strict=True)),
+            mtp, per_chunk,
+        ))  # fmt: skip
     return tuple(out)
 
 
@@ -577,6 +606,17 @@ def pipeline_ranks(
     if tp > 1:  # vocabulary-parallel cross-entropy: small all-reduces of per-token max and sum
         head_comm = 2 * coll.all_reduce_time(4.0 * tokens, tp_span, cl)
 
+    # a multi-token-prediction module beside its block (in the counts): the next token's
+    # embedding, the projection of [h; e] (d x 2d, column-parallel) and the shared head and loss
+    hdt = "bf16" if gdt == "fp8" else gdt
+    proj_n = max(1, spec.d_model // sh.tp)
+    mtp_f = emb_t + head_f + gemm_time(sh.tokens, proj_n, 2 * spec.d_model, dev, hdt)
+    mtp_b = (
+        emb_b
+        + head_b
+        + gemm_time(sh.tokens, 2 * spec.d_model, proj_n, dev, hdt)
+        + gemm_time(2 * spec.d_model, proj_n, sh.tokens, dev, hdt)
+    )
     per_rank: list[LayerCost] = []
     for r, lay in enumerate(layouts):
         acc = LayerCost()
@@ -586,6 +626,8 @@ def pipeline_ranks(
             acc = acc + LayerCost(f=emb_t, b=emb_b)
         if r == pp - 1:
             acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm, tp=head_comm)
+        if lay.mtp:
+            acc = acc + LayerCost(f=mtp_f, b=mtp_b, f_comm=head_comm, tp=head_comm) * lay.mtp
         per_rank.append(acc)
     busiest = max(range(pp), key=lambda r: per_rank[r].total)
     return classes, tuple(per_rank), busiest, costs
@@ -626,7 +668,7 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
     v_eff = st.vpp if st.schedule == "interleaved" else 1
     _, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gemm_dtype(st.precision, dev), sh, st.recompute, st.overlap_tp_comm,
-        st.overlap_moe_a2a, st.pp, v_eff, st.pipeline_split, st.recompute_modules,
+        st.overlap_moe_a2a, st.pp, v_eff, st.split_key, st.recompute_modules,
     )  # fmt: skip
     rc = per_rank[busiest]
     return st.grad_accum * (rc.f + rc.b + rc.rec)
@@ -737,10 +779,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
 
     # ---- per-layer times and communication, per pipeline rank
     v_eff = v if st.schedule == "interleaved" else 1
-    layouts = rank_layouts(spec, pp, v_eff, st.pipeline_split)
+    layouts = rank_layouts(spec, pp, v_eff, st.split_key)
     classes, per_rank, busiest, _ = pipeline_ranks(
         spec, cl, dev, gdt, sh, st.recompute, st.overlap_tp_comm, st.overlap_moe_a2a, pp, v_eff,
-        st.pipeline_split, st.recompute_modules,
+        st.split_key, st.recompute_modules,
     )  # fmt: skip
     rc = per_rank[busiest]
     f, b, w, rec = rc.f + rc.f_comm, rc.b + rc.b_comm, rc.w, rc.rec
@@ -1045,7 +1087,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.ep, st.sequence_parallel, st.zero, st.micro_batch, st.seq, st.grad_accum,
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
-        st.zero3_gather, st.fp8_saved_inputs, st.pipeline_split, st.recompute_modules,
+        st.zero3_gather, st.fp8_saved_inputs, st.split_key, st.recompute_modules,
         st.offload_activation_layers,
     )  # fmt: skip
 
@@ -1151,6 +1193,8 @@ def _activations(
             )
             for ch in lay.chunks
         ]
+        for c, k in enumerate(lay.chunk_mtp):  # an MTP module's inputs beside its block
+            chunk_bytes[c] += k * mtp_input_bytes(spec, a)
         moved = _offloaded(sum(chunk_bytes), offload_layers, lay.n_layers)
         if r == 0:  # the embedding's dropout mask (Korthikanti §4.3), with the first chunk
             chunk_bytes[0] += embedding_activation_bytes(spec, a)
@@ -1161,10 +1205,20 @@ def _activations(
         transient = biggest_layer  # full recomputation rebuilds one layer during its backward
         if offload_layers:
             transient += moved / offload_layers  # the layer whose copy is under way
-        if r == pp - 1:
-            transient += logits_bytes(spec, a.tokens, a.tp, a.loss)
+        heads = (r == pp - 1) + lay.mtp  # each MTP module computes its own logits and loss
+        if heads:
+            transient += heads * logits_bytes(spec, a.tokens, a.tp, a.loss)
         out.append((acts * FRAGMENTATION, transient))
     return tuple(out)
+
+
+def mtp_input_bytes(spec: ModelSpec, a: ActShape) -> float:
+    """What one multi-token-prediction module keeps for backward beside its block's own
+    activations (DeepSeek-V3 report §2.2, eq. 21): the inputs of its two RMSNorms (the hidden
+    state and the next token's embedding, d each) and of the projection (their normalized
+    concatenation, 2d), 16-bit, per token of the rank's sequence-parallel shard."""
+    rows = a.tokens / a.tp if a.sp else a.tokens
+    return a.act_bytes * rows * 4 * spec.d_model
 
 
 def act_shape(

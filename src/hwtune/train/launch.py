@@ -318,6 +318,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
         a += [flag, str(n)]  # the uneven stage the estimate has (refused above if none fits)
     if st.pipeline_split == "layers+embedding+loss":
         a += [EMBEDDING_SPLIT, LOSS_SPLIT]
+    if st.mtp_layers:  # a TransformerConfig field (mtp_num_layers), an argument at d98e8a64
+        a += ["--mtp-num-layers", str(st.mtp_layers)]
     if st.offload_activation_layers:  # a count > 0 turns cpu_offloading on (arguments.py:1950)
         a += ["--cpu-offloading-num-layers", str(st.offload_activation_layers)]
     if st.pp > 1 and not st.overlap_p2p_comm:
@@ -441,6 +443,7 @@ MEGATRON_VALUES: dict[str, str] = {
     "--optimizer-offload-fraction": "_offload_fraction",
     "--cpu-offloading-num-layers": "_cpu_offloading_layers",
     "--pipeline-model-parallel-layout": "_layout",
+    "--mtp-num-layers": "mtp_layers",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
 MEGATRON_LISTS: dict[str, str] = {
@@ -590,7 +593,7 @@ def _int(flag: str, v: object) -> int:
 
 def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
     f: dict[str, object] = {}
-    for key in ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "seq"):
+    for key in ("tp", "pp", "cp", "ep", "micro_batch", "global_batch", "seq", "mtp_layers"):
         if key in raw:
             flag = next(k for k, v in MEGATRON_VALUES.items() if v == key)
             f[key] = _int(flag, raw[key])

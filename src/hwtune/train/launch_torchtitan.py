@@ -202,6 +202,11 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "offload_activation_layers", st.offload_activation_layers, "0 (torchtitan has no "
             "activation offloading; its memory savers are checkpointing and FSDP)",
         )  # fmt: skip
+    if st.mtp_layers:
+        return _refuse(
+            "mtp_layers", st.mtp_layers, "0 (torchtitan's models train no multi-token-prediction "
+            "module)",
+        )  # fmt: skip
     if st.pipeline_split != "layers":
         return _refuse(
             "pipeline_split", st.pipeline_split, "layers (the embedding/loss split and the "

@@ -17,8 +17,10 @@ A split is one of:
   chunk count sets the virtual stages per rank.
 
 The layout checks are Megatron-Core's ``validate_layer_layout``: the embedding first and the loss
-last, once each, as many ``t`` as the model has layers. The estimator does not model
-multi-token prediction, so a layout with ``m`` is refused here rather than priced without it.
+last, once each, as many ``t`` as the model has layers, as many ``m`` as `Strategy.mtp_layers`,
+after every ``t``, all in one chunk of its rank's last virtual stage. Without a layout,
+Megatron-Core builds the multi-token-prediction layers on the last stage; the estimator's
+internal key for that is the named split with a ``+mtpN`` suffix (`split_key`).
 """
 
 from __future__ import annotations
@@ -38,9 +40,36 @@ _GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
 _REPEAT = re.compile(r"(.)\*(\d+)")
 
 
+_MTP_SUFFIX = "+mtp"
+
+
+def _named(split: str) -> tuple[str, int]:
+    """A named split and the MTP layers its key carries (`split_key`)."""
+    base, sep, n = split.partition(_MTP_SUFFIX)
+    return (base, int(n)) if sep and base in SPLITS and n.isdigit() else (split, 0)
+
+
 def is_layout(split: str) -> bool:
-    """Whether ``split`` is a layout string rather than a named split."""
-    return split not in SPLITS
+    """Whether ``split`` is a layout string rather than a named split (or its `split_key`)."""
+    return _named(split)[0] not in SPLITS
+
+
+def split_key(split: str, mtp_layers: int) -> str:
+    """The split the estimator prices: a layout places its own ``m``; a named split with
+    multi-token prediction gets the ``+mtpN`` suffix, the layers on the last chunk, where
+    Megatron-Core builds them without a layout (``MultiTokenPredictionBlock`` on the last
+    pipeline stage)."""
+    return split if mtp_layers == 0 or is_layout(split) else f"{split}{_MTP_SUFFIX}{mtp_layers}"
+
+
+def chunk_mtp(split: str, chunks: int) -> list[int]:
+    """Multi-token-prediction layers of each chunk in model order (`split_key`)."""
+    if is_layout(split):
+        parsed = parse_layout(split)
+        if chunks == 1:
+            return [sum(c.count("m") for c in parsed)]
+        return [c.count("m") for c in parsed]
+    return [0] * (chunks - 1) + [_named(split)[1]]
 
 
 @functools.lru_cache(maxsize=256)
@@ -68,10 +97,12 @@ def split_slots(n_layers: int, split: str) -> int:
     return n_layers + 2 if split == "layers+embedding+loss" else n_layers
 
 
-def split_error(split: str, n_layers: int, pp: int, v: int) -> str | None:
-    """What is wrong with ``split`` for ``n_layers`` over ``pp`` ranks of ``v`` chunks each, as
-    the expected value of a one-line error; None if Megatron-Core builds it."""
+def split_error(split: str, n_layers: int, pp: int, v: int, mtp_layers: int = 0) -> str | None:
+    """What is wrong with ``split`` for ``n_layers`` and ``mtp_layers`` over ``pp`` ranks of
+    ``v`` chunks each, as the expected value of a one-line error; None if Megatron-Core builds
+    it."""
     if not is_layout(split):
+        split = _named(split)[0]
         slots = split_slots(n_layers, split)
         if split != "layers" and pp > 1 and slots % (pp * v):
             return (f"layers unless n_layers + 2 (= {slots}) is divisible by pp x vpp "
@@ -88,8 +119,16 @@ def split_error(split: str, n_layers: int, pp: int, v: int) -> str | None:
         return "a layout with the loss (L) once, last"
     if flat.count("t") != n_layers:
         return f"a layout of the model's {n_layers} transformer layers (it has {flat.count('t')})"
-    if "m" in flat:
-        return "a layout without m: the estimate does not model multi-token prediction"
+    if flat.count("m") != mtp_layers:
+        return (f"a layout with as many m as the multi-token-prediction layers (mtp_layers = "
+                f"{mtp_layers}; it has {flat.count('m')})")  # fmt: skip
+    if mtp_layers:
+        where = [c for c, ch in enumerate(chunks) if "m" in ch]
+        if "t" in flat[flat.index("m") :]:
+            return "a layout with the m layers after every transformer layer"
+        if len(where) > 1 or where[0] < (v - 1) * pp:
+            return ("a layout with all m in one chunk of its rank's last virtual stage "
+                    "(Megatron-Core's restriction)")  # fmt: skip
     return None
 
 
@@ -103,6 +142,7 @@ def chunk_layers(split: str, n_layers: int, chunks: int) -> list[int]:
         return [n_layers]
     if is_layout(split):
         return [c.count("t") for c in parse_layout(split)]
+    split = _named(split)[0]
     if split == "layers+embedding+loss":
         per = split_slots(n_layers, split) // chunks
         sizes = [per] * chunks
@@ -117,6 +157,8 @@ __all__ = [
     "LAYOUT_SYMBOLS",
     "SPLITS",
     "chunk_layers",
+    "chunk_mtp",
+    "split_key",
     "is_layout",
     "parse_layout",
     "split_error",

@@ -318,6 +318,31 @@ parameter copy when it equals the model's bf16, and the gradient buffer takes
 ``grad_sync_dtype``."""
 
 
+def _bridge_a2a_overlap(fw: str, model: str, dev: Device, run: PublishedRun) -> bool:
+    """Whether a Megatron-Bridge row overlapped the expert all-to-all with another
+    micro-batch's compute (``comm_overlap.overlap_moe_expert_parallel_comm``, with
+    ``delay_wgrad_compute``): 25.09's ``run_script.py`` (v0.1.0rc3/rc4) sets it for DeepSeek-V3
+    on H100 (``A2A_1F1B``); 25.11's ``workload_base_configs.py`` (v0.2.0, ``moe_a2a_overlap=True``)
+    for the H100 Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 configs and the B200 Qwen3-235B
+    one, and for none of the GB200/GB300 or gpt-oss configs."""
+    if "Bridge" not in fw:
+        return False
+    hopper = dev.architecture == "hopper"
+    on = ("25.09" in fw and "deepseek" in model and hopper) or (
+        "25.11" in fw
+        and (
+            (hopper and ("qwen3" in model or "deepseek" in model))
+            or ("235b" in model and "b200" in dev.name and "gb200" not in dev.name)
+        )
+    )
+    if on:
+        run.assumptions.append(
+            "expert all-to-all overlapped with another micro-batch (Megatron-Bridge "
+            "overlap_moe_expert_parallel_comm)"
+        )
+    return on
+
+
 def _optimizer(run: PublishedRun) -> str:
     """The optimizer state kind of a row: `BF16_OPTIMIZER_RECIPES`; NeMo 24.07's other rows run
     NeMo's distributed Adam in fp32 over a bf16 model, which keeps the master weights as their
@@ -510,6 +535,16 @@ def from_row(r: dict) -> PublishedRun:
             "embedding and loss counted as pipeline layers (Megatron-Bridge recipe: "
             "account_for_embedding/loss_in_pipeline_split)"
         )
+    mtp = 0
+    if "Bridge" in fw and "25.09" in fw and deepseek and dev.architecture == "hopper":
+        # run_script.py of v0.1.0rc3/rc4 (25.09) builds the H100 run with layout="Et|(tt|)*30mL"
+        # over PP 8 x VP 4, and the recipe's mtp_num_layers default of 1, which Megatron-Core
+        # checks against the layout's m (validate_layer_layout)
+        split, mtp = "Et|(tt|)*30mL", 1
+        run.assumptions.append(
+            "pipeline layout Et|(tt|)*30mL with one multi-token-prediction module "
+            "(Megatron-Bridge 25.09 run_script.py and DeepSeek-V3 recipe)"
+        )
     ds_mods = _deepseek_recompute(r, run) if p.get("recompute") is None else None
     reduce_dtype = None
     mp = other.get("fsdp_mixed_precision")
@@ -552,7 +587,8 @@ def from_row(r: dict) -> PublishedRun:
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
             fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
-            offload_activation_layers=act_offload, optimizer=optimizer,
+            offload_activation_layers=act_offload, optimizer=optimizer, mtp_layers=mtp,
+            overlap_moe_a2a=_bridge_a2a_overlap(fw, name, dev, run) and ep > 1,
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:

@@ -39,7 +39,7 @@ from hwtune.train.estimator import (
     step_time_lower_bound,
 )
 from hwtune.train.objectives import OBJECTIVES, objective_value
-from hwtune.train.pipeline_layout import is_layout, split_error
+from hwtune.train.pipeline_layout import is_layout, split_error, split_key
 from hwtune.train.strategy import SCHEDULES, Precision, Strategy
 
 RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
@@ -258,7 +258,8 @@ def plan(
     c = constraints or Constraints()
     _check_constraints(c)
     base = dict(base or {})
-    split = str(base.get("pipeline_split", "layers"))
+    mtp = int(base.get("mtp_layers", 0))  # type: ignore[call-overload]
+    split = split_key(str(base.get("pipeline_split", "layers")), mtp)
     modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
     act_offload = int(base.get("offload_activation_layers", 0))  # type: ignore[call-overload]
 
@@ -306,7 +307,7 @@ def plan(
             for sched, v in _schedules(spec, pp, m, c):
                 n_raw = n_raw_for(tp, c, lattice)
                 candidates += n_raw
-                if (pp > 1 or is_layout(split)) and split_error(split, spec.n_layers, pp, v):
+                if (pp > 1 or is_layout(split)) and split_error(split, spec.n_layers, pp, v, mtp):
                     why = ("pipeline layout: not pp x vpp chunks" if is_layout(split) else
                            "pipeline split: n_layers + 2 not divisible by pp x vpp")  # fmt: skip
                     pruned[why] += n_raw

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.model.spec import ModelSpec
-from hwtune.train.pipeline_layout import is_layout, parse_layout, split_error
+from hwtune.train.pipeline_layout import is_layout, parse_layout, split_error, split_key
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipe", "dualpipev"]
 Recompute = Literal["none", "selective", "selective-op", "full"]
@@ -178,6 +178,14 @@ class Strategy(BaseModel):
         "embedding, t transformer layer, L loss, '|' between the pp x vpp chunks in model "
         "order (`hwtune.train.pipeline_layout`)",
     )
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        description="multi-token-prediction modules trained beside the model (DeepSeek-V3 "
+        "report §2.2; Megatron-Core --mtp-num-layers): each a block shaped as the last layer, a "
+        "d x 2d projection and the shared head and loss, on the last pipeline stage or where a "
+        "layout puts its m",
+    )
     moe_dispatch: Literal["alltoall", "deepep"] = Field(
         default="alltoall",
         description="MoE token dispatch across nodes: alltoall = one copy per routed expert; "
@@ -226,6 +234,12 @@ class Strategy(BaseModel):
         if self.zero == -1:
             object.__setattr__(self, "zero", 3 if self.pp == 1 else 1)
         return self
+
+    @property
+    def split_key(self) -> str:
+        """The pipeline split as the estimator prices it, multi-token prediction included
+        (`hwtune.train.pipeline_layout.split_key`)."""
+        return split_key(self.pipeline_split, self.mtp_layers)
 
     @property
     def n_gpus(self) -> int:
@@ -320,7 +334,7 @@ class Strategy(BaseModel):
                                        "recomputation)")  # fmt: skip
         if self.pipeline_split != "layers" and self.pp > 1:
             v = self.vpp if self.schedule == "interleaved" else 1
-            why = split_error(self.pipeline_split, model.n_layers, self.pp, v)
+            why = split_error(self.pipeline_split, model.n_layers, self.pp, v, self.mtp_layers)
             if why is not None:
                 raise HwtuneInputError("pipeline_split", self.pipeline_split, why)
         if self.schedule == "interleaved" and self.pp > 1 and self.grad_accum % self.pp:
