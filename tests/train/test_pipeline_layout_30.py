@@ -238,3 +238,15 @@ def test_published_deepseek_2509_h100_runs_its_layout_mtp_and_a2a_overlap() -> N
     st = run.strategy
     assert (st.pipeline_split, st.mtp_layers, st.overlap_moe_a2a) == ("Et|(tt|)*30mL", 1, True)
     assert _estimate(run.spec, run.cluster, st).fits
+
+
+def test_plan_keeps_uneven_stages_under_the_default_split() -> None:
+    # the even split gives the remainder to the first chunks, so pp x vpp need not divide the
+    # layers (until this session a read-through had the planner prune those: 126-layer 405B on
+    # 16,384 H100s estimated 443 strategies instead of 5,732 and picked pp 2 at 42.5% MFU)
+    from hwtune.train.search import Constraints
+
+    cl = make_cluster("h100-sxm-80gb", 24)
+    res = plan(LLAMA8, cl, 48, 4096, constraints=Constraints(fixed={"pp": 3}), top_k=3)
+    assert res.top and all(e.strategy.pp == 3 for e in res.top)
+    assert not any("pipeline" in str(k) for k in res.pruned)

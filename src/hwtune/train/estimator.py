@@ -608,15 +608,13 @@ def pipeline_ranks(
 
     # a multi-token-prediction module beside its block (in the counts): the next token's
     # embedding, the projection of [h; e] (d x 2d, column-parallel) and the shared head and loss
-    hdt = "bf16" if gdt == "fp8" else gdt
-    proj_n = max(1, spec.d_model // sh.tp)
-    mtp_f = emb_t + head_f + gemm_time(sh.tokens, proj_n, 2 * spec.d_model, dev, hdt)
-    mtp_b = (
-        emb_b
-        + head_b
-        + gemm_time(sh.tokens, 2 * spec.d_model, proj_n, dev, hdt)
-        + gemm_time(2 * spec.d_model, proj_n, sh.tokens, dev, hdt)
-    )
+    mtp_f = mtp_b = 0.0
+    if any(lay.mtp for lay in layouts):
+        hdt = "bf16" if gdt == "fp8" else gdt
+        pn, d2 = max(1, spec.d_model // sh.tp), 2 * spec.d_model
+        mtp_f = emb_t + head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
+        mtp_b = emb_b + head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
+        mtp_b += gemm_time(d2, pn, sh.tokens, dev, hdt)
     per_rank: list[LayerCost] = []
     for r, lay in enumerate(layouts):
         acc = LayerCost()

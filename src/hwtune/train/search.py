@@ -260,6 +260,7 @@ def plan(
     base = dict(base or {})
     mtp = int(base.get("mtp_layers", 0))  # type: ignore[call-overload]
     split = split_key(str(base.get("pipeline_split", "layers")), mtp)
+    checked_split = split != "layers"  # the default even split fits every pp x vpp
     modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
     act_offload = int(base.get("offload_activation_layers", 0))  # type: ignore[call-overload]
 
@@ -307,7 +308,11 @@ def plan(
             for sched, v in _schedules(spec, pp, m, c):
                 n_raw = n_raw_for(tp, c, lattice)
                 candidates += n_raw
-                if (pp > 1 or is_layout(split)) and split_error(split, spec.n_layers, pp, v, mtp):
+                if (
+                    checked_split
+                    and split_error(split, spec.n_layers, pp, v, mtp)
+                    and (pp > 1 or is_layout(split))
+                ):
                     why = ("pipeline layout: not pp x vpp chunks" if is_layout(split) else
                            "pipeline split: n_layers + 2 not divisible by pp x vpp")  # fmt: skip
                     pruned[why] += n_raw
