@@ -32,9 +32,9 @@ Optimizer = Literal[
 ]
 """adam-remainders = fp32 Adam whose master weights are the 16-bit weights plus the 16 low bits
 kept apart (Apex DistributedFusedAdam / TE FusedAdam ``store_param_remainders``: NeMo's
-distributed Adam with a bf16 model); adam-8bit* = `hwtune.optim.AdamW` (``-release``: ``gradient_release=True``; ``-amsgrad``:
-``amsgrad=True``, a third 8-bit state); bytes per parameter:
-`hwtune.cost.memory.state_bytes_per_param`."""
+distributed Adam with a bf16 model); adam-8bit* = `hwtune.optim.AdamW` (``-release``:
+``gradient_release=True``; ``-amsgrad``: ``amsgrad=True``, a third 8-bit state); bytes per
+parameter: `hwtune.cost.memory.state_bytes_per_param`."""
 SCHEDULES: tuple[str, ...] = (
     "gpipe",
     "1f1b",
