@@ -318,14 +318,14 @@ parameter copy when it equals the model's bf16, and the gradient buffer takes
 ``grad_sync_dtype``."""
 
 
-def _bridge_a2a_overlap(fw: str, model: str, dev: Device, run: PublishedRun) -> bool:
+def _bridge_a2a_overlap(fw: str, model: str, dev: Device, ep: int, run: PublishedRun) -> bool:
     """Whether a Megatron-Bridge row overlapped the expert all-to-all with another
     micro-batch's compute (``comm_overlap.overlap_moe_expert_parallel_comm``, with
     ``delay_wgrad_compute``): 25.09's ``run_script.py`` (v0.1.0rc3/rc4) sets it for DeepSeek-V3
     on H100 (``A2A_1F1B``); 25.11's ``workload_base_configs.py`` (v0.2.0, ``moe_a2a_overlap=True``)
     for the H100 Qwen3-30B-A3B, Qwen3-235B-A22B and DeepSeek-V3 configs and the B200 Qwen3-235B
     one, and for none of the GB200/GB300 or gpt-oss configs."""
-    if "Bridge" not in fw:
+    if "Bridge" not in fw or ep == 1:
         return False
     hopper = dev.architecture == "hopper"
     on = ("25.09" in fw and "deepseek" in model and hopper) or (
@@ -588,7 +588,7 @@ def from_row(r: dict) -> PublishedRun:
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
             fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
             offload_activation_layers=act_offload, optimizer=optimizer, mtp_layers=mtp,
-            overlap_moe_a2a=_bridge_a2a_overlap(fw, name, dev, run) and ep > 1,
+            overlap_moe_a2a=_bridge_a2a_overlap(fw, name, dev, ep, run),
         )  # fmt: skip
         run.strategy.validate_for(run.spec, n)
     except HwtuneInputError as e:
