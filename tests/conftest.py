@@ -34,6 +34,27 @@ def load_benchmark(name: str) -> ModuleType:
     return mod
 
 
+SHARED_TRAINING = (
+    Path(
+        os.environ.get(
+            "HWTUNE_VALIDATION_DIR", Path(__file__).resolve().parents[2] / "shared" / "validation"
+        )
+    )
+    / "training_published.jsonl"
+)
+"""The shared set of published training runs (``$HWTUNE_VALIDATION_DIR`` if set)."""
+
+
+@pytest.fixture(scope="session")
+def published_runs():
+    """The expressible-or-not `PublishedRun`s of `SHARED_TRAINING`; skips when it is absent."""
+    if not SHARED_TRAINING.exists():
+        pytest.skip(f"no {SHARED_TRAINING}")
+    from hwtune.train.published import load_published
+
+    return {r.id: r for r in load_published(SHARED_TRAINING)}
+
+
 @pytest.fixture(scope="session")
 def benchmark_module():
     """`load_benchmark` as a fixture, for tests of the benchmark scripts."""

@@ -3,15 +3,13 @@ the recomputation Megatron-Bridge's 25.09 DeepSeek-V3 H100 run set in its launch
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
 from hwtune.cost.memory import LOSS_KERNELS, logits_bytes
 from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
 from hwtune.model.catalog import get_model
 from hwtune.train.estimator import _estimate
 from hwtune.train.frameworks import framework_fields
@@ -20,18 +18,11 @@ from hwtune.train.published import load_published
 from hwtune.train.strategy import Strategy
 
 BLACKWELL = "benchmarks/data/training_blackwell.jsonl"
-SHARED = (
-    Path(
-        os.environ.get("HWTUNE_VALIDATION_DIR", Path(__file__).parents[3] / "shared" / "validation")
-    )
-    / "training_published.jsonl"
-)
 
 
-def _shared_run(run_id: str):  # noqa: ANN202
-    if not SHARED.exists():
-        pytest.skip(f"no {SHARED}")
-    return next(r for r in load_published(SHARED) if r.id == run_id)
+def _fits(run) -> bool:  # noqa: ANN001
+    """Whether the estimate fits a published run (every one of them ran)."""
+    return _estimate(run.spec, run.cluster, run.strategy).fits
 
 
 @given(tokens=hs.integers(1, 65536), tp=hs.sampled_from([1, 2, 4, 8]))
@@ -76,8 +67,6 @@ def test_cli_takes_te_loss_and_the_preset(rejects) -> None:  # noqa: ANN001
 
 def test_te_loss_lowers_the_last_stage_by_four_bytes_a_logit() -> None:
     spec = get_model("llama3.1-8b")
-    from hwtune.hardware.cluster import make_cluster
-
     cl = make_cluster("h100-sxm-80gb", 8)
     st = dict(dp=1, pp=8, micro_batch=1, global_batch=64, seq=8192)
     fused = _estimate(spec, cl, Strategy(**st, loss_kernel="fused"))  # type: ignore[arg-type]
@@ -94,21 +83,19 @@ def test_megatron_bridge_rows_run_te_loss() -> None:
     assert rows and all(r.strategy.loss_kernel == "te" for r in rows)
 
 
-def test_published_qwen3_30b_run_fits() -> None:
+def test_published_qwen3_30b_run_fits(published_runs) -> None:  # noqa: ANN001
     # Megatron-Bridge 25.11 on 16 H100s; without TE's loss the last stage held 83.5 GiB
-    run = _shared_run("mbridge-25.11-h100-qwen3-30b-a3b-fp8-cs-16gpu")
+    run = published_runs["mbridge-25.11-h100-qwen3-30b-a3b-fp8-cs-16gpu"]
     assert run.strategy.loss_kernel == "te"
-    est = _estimate(run.spec, run.cluster, run.strategy)
-    assert est.fits, est.memory.total / 2**30
+    assert _fits(run)
 
 
-def test_deepseek_2509_h100_recomputes_what_its_launcher_set() -> None:
+def test_deepseek_2509_h100_recomputes_what_its_launcher_set(published_runs) -> None:  # noqa: ANN001
     # run_script.py of v0.1.0rc3/rc4 sets recompute_modules ["mla_up_proj", "mlp"] on H100
-    run = _shared_run("mbridge-25.09-h100-deepseek-v3-na-1024gpu")
+    run = published_runs["mbridge-25.09-h100-deepseek-v3-na-1024gpu"]
     assert run.strategy.recompute == "selective"
     assert run.strategy.recompute_modules == ("mla_up_proj", "mlp")
-    est = _estimate(run.spec, run.cluster, run.strategy)
-    assert est.fits, est.memory.total / 2**30
+    assert _fits(run)
 
 
 # ---- flash-attn's cross-entropy (llm-foundry) and NeMo 24.07's bf16 optimizer state
@@ -125,20 +112,19 @@ def test_llm_foundry_preset_runs_flash_loss() -> None:
     assert framework_fields("llm-foundry")["loss_kernel"] == "flash"
 
 
-def test_published_mpt13b_on_40gb_fits() -> None:
+def test_published_mpt13b_on_40gb_fits(published_runs) -> None:  # noqa: ANN001
     # llm-foundry's 13B benchmark ran on 128 A100-40GB; with F.cross_entropy's 12 B a logit
     # the estimate wanted 41.4 GiB
-    run = _shared_run("mpt-a100-40gb-13b-s2048-128gpu")
+    run = published_runs["mpt-a100-40gb-13b-s2048-128gpu"]
     assert run.strategy.loss_kernel == "flash"
-    est = _estimate(run.spec, run.cluster, run.strategy)
-    assert est.fits, est.memory.total / 2**30
+    assert _fits(run)
 
 
-def test_nemotron_340b_keeps_bf16_adam_state_as_its_recipe_set() -> None:
+def test_nemotron_340b_keeps_bf16_adam_state_as_its_recipe_set(published_runs) -> None:  # noqa: ANN001
     # NeMo-Framework-Launcher 24.07 nemotron_340b.yaml: distributed_fused_adam, dtype bf16,
     # grad_sync_dtype bf16; NeMo stores no parameter copy when that dtype is the model's:
     # 2 (weights) + 2 (gradients) + 2 x 2 (moments, sharded over the 2 DP ranks) per parameter
-    run = _shared_run("nemo2407-h100-fp8-nemotron-340b-128gpu")
+    run = published_runs["nemo2407-h100-fp8-nemotron-340b-128gpu"]
     assert run.strategy.optimizer == "adam-bf16"
     assert run.strategy.grad_reduce_dtype == "bf16"
     est = _estimate(run.spec, run.cluster, run.strategy)
@@ -148,19 +134,12 @@ def test_nemotron_340b_keeps_bf16_adam_state_as_its_recipe_set() -> None:
     assert est.fits, m.total / 2**30
 
 
-def test_other_nemo_2407_rows_keep_master_weight_remainders() -> None:
+def test_other_nemo_2407_rows_keep_master_weight_remainders(published_runs) -> None:  # noqa: ANN001
     # NeMo's setup_optimization: fp32 optimizer over a bf16 model -> store_param_remainders; the
     # moments stay fp32: 4 + 4 + 2 bytes of optimizer state per parameter
-    runs = (
-        [r for r in load_published(SHARED) if r.id.startswith("nemo2407")]
-        if SHARED.exists()
-        else []
-    )
-    if not runs:
-        pytest.skip(f"no {SHARED}")
-    assert {r.strategy.optimizer for r in runs if "nemotron-340b" not in r.id} == {
-        "adam-remainders"
-    }
+    others = {r.strategy.optimizer for i, r in published_runs.items()
+              if i.startswith("nemo2407") and "nemotron-340b" not in i}  # fmt: skip
+    assert others == {"adam-remainders"}
     from hwtune.cost.memory import state_bytes_per_param
 
     full = state_bytes_per_param("bf16", "adam", fp32_grads=True)

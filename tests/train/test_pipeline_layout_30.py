@@ -220,21 +220,10 @@ def test_torchtitan_refuses_mtp() -> None:
     assert refusal is not None and refusal.field == "mtp_layers"
 
 
-def test_published_deepseek_2509_h100_runs_its_layout_mtp_and_a2a_overlap() -> None:
+def test_published_deepseek_2509_h100_runs_its_layout_mtp_and_a2a_overlap(published_runs) -> None:  # noqa: ANN001
     # Megatron-Bridge 25.09 run_script.py: layout "Et|(tt|)*30mL" (the recipe's MTP depth 1)
     # and, on H100, overlap_moe_expert_parallel_comm (A2A_1F1B)
-    import os
-    from pathlib import Path
-
-    from hwtune.train.published import load_published
-
-    shared = Path(os.environ.get("HWTUNE_VALIDATION_DIR", Path(__file__).parents[3] / "shared"
-                                 / "validation")) / "training_published.jsonl"  # fmt: skip
-    if not shared.exists():
-        pytest.skip(f"no {shared}")
-    run = next(
-        r for r in load_published(shared) if r.id == "mbridge-25.09-h100-deepseek-v3-na-1024gpu"
-    )
+    run = published_runs["mbridge-25.09-h100-deepseek-v3-na-1024gpu"]
     st = run.strategy
     assert (st.pipeline_split, st.mtp_layers, st.overlap_moe_a2a) == ("Et|(tt|)*30mL", 1, True)
     assert _estimate(run.spec, run.cluster, st).fits

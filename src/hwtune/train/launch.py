@@ -442,7 +442,7 @@ MEGATRON_VALUES: dict[str, str] = {
     "--main-grads-dtype": "_aware_main_grads",
     "--optimizer-offload-fraction": "_offload_fraction",
     "--cpu-offloading-num-layers": "_cpu_offloading_layers",
-    "--pipeline-model-parallel-layout": "_layout",
+    LAYOUT_FLAG: "_layout",
     "--mtp-num-layers": "mtp_layers",
 }
 """Megatron-LM options with a value that `strategy_from_megatron` reads."""
@@ -606,10 +606,7 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         f["sequence_parallel"] = True
     vpp = 1
     if "_layout" in raw:
-        given = [k for k, flag in (("_vstages", "--num-virtual-stages-per-pipeline-rank"),
-                                   ("_vlayers", "--num-layers-per-virtual-pipeline-stage"))
-                 if k in raw]  # fmt: skip
-        if given:
+        if "_vstages" in raw or "_vlayers" in raw:
             raise HwtuneInputError(
                 LAYOUT_FLAG, raw["_layout"], "no virtual-stage option beside it (Megatron-LM "
                 "allows one of them, arguments.py:927-939)",
