@@ -94,6 +94,15 @@ class ActShape:
     linear_bytes: float | None = None  # bytes per element of a linear layer's kept input
 
 
+def mtp_input_bytes(spec: ModelSpec, a: ActShape) -> float:
+    """What one multi-token-prediction module keeps for backward beside its block's own
+    activations (DeepSeek-V3 report §2.2, eq. 21): the inputs of its two RMSNorms (the hidden
+    state and the next token's embedding, d each) and of the projection (their normalized
+    concatenation, 2d), 16-bit, per token of the rank's sequence-parallel shard."""
+    rows = a.tokens / a.tp if a.sp else a.tokens
+    return a.act_bytes * rows * 4 * spec.d_model
+
+
 def embedding_activation_bytes(spec: ModelSpec, a: ActShape) -> float:
     """Bytes the input embedding keeps for backward for one micro-batch on one rank (the first
     pipeline stage): its dropout's 1-byte mask, ``s b h / t`` with sequence parallelism (``s b h``

@@ -32,6 +32,7 @@ from hwtune.cost.memory import (
     embedding_activation_bytes,
     layer_activation_bytes,
     logits_bytes,
+    mtp_input_bytes,
     sharded_state_bytes,
     state_bytes_per_param,
 )
@@ -1208,15 +1209,6 @@ def _activations(
             transient += heads * logits_bytes(spec, a.tokens, a.tp, a.loss)
         out.append((acts * FRAGMENTATION, transient))
     return tuple(out)
-
-
-def mtp_input_bytes(spec: ModelSpec, a: ActShape) -> float:
-    """What one multi-token-prediction module keeps for backward beside its block's own
-    activations (DeepSeek-V3 report §2.2, eq. 21): the inputs of its two RMSNorms (the hidden
-    state and the next token's embedding, d each) and of the projection (their normalized
-    concatenation, 2d), 16-bit, per token of the rank's sequence-parallel shard."""
-    rows = a.tokens / a.tp if a.sp else a.tokens
-    return a.act_bytes * rows * 4 * spec.d_model
 
 
 def act_shape(
