@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import (
@@ -506,8 +507,45 @@ def expert_spans(cl: Cluster, tp: int, cp: int, dp: int, ep: int) -> tuple[Group
     return cl.span(ep, 1), cl.span(expert_data_parallel(tp, cp, dp, ep), ep)
 
 
+class EndTimes(NamedTuple):
+    """Forward and backward seconds of one micro-batch's ends of the model on one rank: the
+    embedding, the LM head with its loss, and one multi-token-prediction module's own parts
+    (the next token's embedding, the d x 2d projection of [h; e], the shared head and loss
+    again; its block is in the layer counts)."""
+
+    emb_f: float
+    emb_b: float
+    head_f: float
+    head_b: float
+    mtp_f: float
+    mtp_b: float
+
+
+@functools.lru_cache(maxsize=4096)
+def _end_times(spec: ModelSpec, sh: Shard, dev: Device, gdt: str) -> EndTimes:
+    """`EndTimes` of ``sh`` on ``dev`` (GEMMs in ``gdt``; the head in bf16 under fp8)."""
+    emb_f = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
+    emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
+    hdt = "bf16" if gdt == "fp8" else gdt
+    head_f = head_b = 0.0
+    for op in lower_head(spec, sh):
+        if op.kind == "gemm":  # a chunked loss issues one GEMM per slice (op.batch of them)
+            head_f += op.batch * gemm_time(op.m, op.n, op.k, dev, hdt)
+            head_b += op.batch * (
+                gemm_time(op.m, op.k, op.n, dev, hdt) + gemm_time(op.k, op.n, op.m, dev, hdt)
+            )
+        else:
+            head_f += memory_time(op.bytes, dev, op.kernels)
+            head_b += memory_time(op.dgrad_bytes, dev, op.kernels)
+    pn, d2 = max(1, spec.d_model // sh.tp), 2 * spec.d_model
+    mtp_f = emb_f + head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
+    mtp_b = emb_b + head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
+    mtp_b += gemm_time(d2, pn, sh.tokens, dev, hdt)
+    return EndTimes(emb_f, emb_b, head_f, head_b, mtp_f, mtp_b)
+
+
 @functools.lru_cache(maxsize=16384)
-def pipeline_ranks(
+def _layer_costs(
     spec: ModelSpec,
     cl: Cluster,
     dev: Device,
@@ -516,14 +554,12 @@ def pipeline_ranks(
     recompute: str,
     overlap_tp_comm: bool,
     overlap_moe_a2a: bool,
-    pp: int,
-    v: int,
-    split: str = "layers",
     modules: tuple[str, ...] = ("core_attn",),
-) -> tuple[dict, tuple[LayerCost, ...], int, dict]:
-    """Per-layer-class times and the per-pipeline-rank costs of one micro-batch (compute and
-    exposed in-layer communication), and the busiest rank. Independent of the data-parallel
-    degree, ZeRO stage and offload, so the planner reuses it across those."""  # fmt: skip
+) -> tuple[dict, dict, float]:
+    """Per layer class: its times (`_layer_times`) and its `LayerCost` with the exposed
+    in-layer communication and recomputation; and the LM head's vocabulary-parallel
+    all-reduces. The same for every pipeline depth and split, so `pipeline_ranks` shares them
+    across the planner's schedules."""
     e, tokens, tp, cp, ep = sh.act_bytes, sh.tokens, sh.tp, sh.cp, sh.ep
     tp_span = cl.span(tp, 1)
     cp_span = cl.span(cp, tp)
@@ -587,48 +623,56 @@ def pipeline_ranks(
         )  # fmt: skip
 
     costs = {key: layer_cost(key) for key in classes}
-
-    # ---- pipeline ranks: layers, embedding on the first, head on the last
-    layouts = rank_layouts(spec, pp, v, split)
-    emb_t = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
-    emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
-    head_f = head_b = 0.0
-    for op in lower_head(spec, sh):
-        if op.kind == "gemm":  # a chunked loss issues one GEMM per slice (op.batch of them)
-            hdt = "bf16" if gdt == "fp8" else gdt
-            head_f += op.batch * gemm_time(op.m, op.n, op.k, dev, hdt)
-            head_b += op.batch * (
-                gemm_time(op.m, op.k, op.n, dev, hdt) + gemm_time(op.k, op.n, op.m, dev, hdt)
-            )
-        else:
-            head_f += memory_time(op.bytes, dev, op.kernels)
-            head_b += memory_time(op.dgrad_bytes, dev, op.kernels)
     head_comm = 0.0
     if tp > 1:  # vocabulary-parallel cross-entropy: small all-reduces of per-token max and sum
         head_comm = 2 * coll.all_reduce_time(4.0 * tokens, tp_span, cl)
+    return classes, costs, head_comm
 
-    # a multi-token-prediction module beside its block (in the counts): the next token's
-    # embedding, the projection of [h; e] (d x 2d, column-parallel) and the shared head and loss
-    mtp_f = mtp_b = 0.0
-    if any(lay.mtp for lay in layouts):
-        hdt = "bf16" if gdt == "fp8" else gdt
-        pn, d2 = max(1, spec.d_model // sh.tp), 2 * spec.d_model
-        mtp_f = emb_t + head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
-        mtp_b = emb_b + head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
-        mtp_b += gemm_time(d2, pn, sh.tokens, dev, hdt)
+
+@functools.lru_cache(maxsize=16384)
+def pipeline_ranks(
+    spec: ModelSpec,
+    cl: Cluster,
+    dev: Device,
+    gdt: str,
+    sh: Shard,
+    recompute: str,
+    overlap_tp_comm: bool,
+    overlap_moe_a2a: bool,
+    pp: int,
+    v: int,
+    split: str = "layers",
+    modules: tuple[str, ...] = ("core_attn",),
+) -> tuple[dict, tuple[LayerCost, ...], int, dict]:
+    """Per-layer-class times and the per-pipeline-rank costs of one micro-batch (compute and
+    exposed in-layer communication), and the busiest rank. Independent of the data-parallel
+    degree, ZeRO stage and offload, so the planner reuses it across those."""  # fmt: skip
+    classes, costs, head_comm = _layer_costs(
+        spec, cl, dev, gdt, sh, recompute, overlap_tp_comm, overlap_moe_a2a, modules
+    )
+    # ---- pipeline ranks: layers, embedding on the first, head on the last
+    layouts = rank_layouts(spec, pp, v, split)
+    ends = _end_times(spec, sh, dev, gdt)
     per_rank: list[LayerCost] = []
+    seen: dict[tuple, LayerCost] = {}  # ranks of the same layers cost the same (most of them)
     for r, lay in enumerate(layouts):
-        acc = LayerCost()
-        for key, cnt in lay.counts:
-            acc = acc + costs[key] * cnt
-        if r == 0:
-            acc = acc + LayerCost(f=emb_t, b=emb_b)
-        if r == pp - 1:
-            acc = acc + LayerCost(f=head_f, b=head_b, f_comm=head_comm, tp=head_comm)
-        if lay.mtp:
-            acc = acc + LayerCost(f=mtp_f, b=mtp_b, f_comm=head_comm, tp=head_comm) * lay.mtp
+        kind = (lay.counts, r == 0, r == pp - 1, lay.mtp)
+        acc = seen.get(kind)
+        if acc is None:
+            acc = LayerCost()
+            for key, cnt in lay.counts:
+                acc = acc + costs[key] * cnt
+            if r == 0:
+                acc = acc + LayerCost(f=ends.emb_f, b=ends.emb_b)
+            if r == pp - 1:
+                acc = acc + LayerCost(f=ends.head_f, b=ends.head_b, f_comm=head_comm, tp=head_comm)
+            if lay.mtp:
+                mtp = LayerCost(f=ends.mtp_f, b=ends.mtp_b, f_comm=head_comm, tp=head_comm)
+                acc = acc + mtp * lay.mtp
+            seen[kind] = acc
         per_rank.append(acc)
-    busiest = max(range(pp), key=lambda r: per_rank[r].total)
+    totals = [c.total for c in per_rank]
+    busiest = max(range(pp), key=totals.__getitem__)
     return classes, tuple(per_rank), busiest, costs
 
 
@@ -660,8 +704,12 @@ def layer_times(spec: ModelSpec, cl: Cluster, st: Strategy) -> tuple[float, floa
 
 
 def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
-    """Compute time of the busiest pipeline rank for all micro-batches, without bubble,
-    communication, optimizer or offload: no strategy's step is shorter. The planner's bound."""
+    """The busiest pipeline rank's step under its schedule: its layers' compute with their
+    exposed in-layer communication and recomputation, and the schedule's bubble
+    (`pipeline_time`), without pipeline send/recv, gradient accumulation, data-parallel
+    communication, optimizer or offload. `_estimate` only adds those (none negative) to the same
+    rank's same terms, and the bubble grows with them, so no strategy's step is shorter. The
+    planner's bound."""
     dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     sh = shard_of(st)
     v_eff = st.vpp if st.schedule == "interleaved" else 1
@@ -670,7 +718,30 @@ def step_time_lower_bound(spec: ModelSpec, cl: Cluster, st: Strategy) -> float:
         st.overlap_moe_a2a, st.pp, v_eff, st.split_key, st.recompute_modules,
     )  # fmt: skip
     rc = per_rank[busiest]
-    return st.grad_accum * (rc.f + rc.b + rc.rec)
+    f, b = rc.f + rc.f_comm, rc.b + rc.b_comm + rc.rec
+    return pipeline_time(st.schedule, st.pp, st.grad_accum, st.vpp, f, b, rc.w).total
+
+
+def step_time_floor(
+    spec: ModelSpec, cl: Cluster, precision: str, sh: Shard, overlap_tp_comm: bool,
+    overlap_moe_a2a: bool, pp: int, schedule: str, vpp: int, split: str, m: int,
+) -> float:  # fmt: skip
+    """A floor under `step_time_lower_bound` for every recomputation, ZeRO stage and offload of
+    one layout, micro-batch and schedule, so the planner can pass over them all at once, before
+    costing their memory.
+
+    Without recomputation each rank's time is its least (recomputation only adds), so every
+    setting's busiest rank takes at least T, the busiest time here, with a weight gradient of at
+    most W, the largest of any rank. `pipeline_time` grows with f + b and with b and shrinks
+    with w, so ``pipeline_time(schedule, pp, m, vpp, T, 0, W)`` is below each setting's bound."""
+    dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
+    v_eff = vpp if schedule == "interleaved" else 1
+    _, per_rank, busiest, _ = pipeline_ranks(
+        spec, cl, dev, gemm_dtype(precision, dev), sh, "none", overlap_tp_comm, overlap_moe_a2a,
+        pp, v_eff, split,
+    )  # fmt: skip
+    w_most = max(rc.w for rc in per_rank)
+    return pipeline_time(schedule, pp, m, vpp, per_rank[busiest].total, 0.0, w_most).total
 
 
 def pipeline_p2p(

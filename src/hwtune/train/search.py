@@ -36,6 +36,8 @@ from hwtune.train.estimator import (
     _estimate,
     _resolve_model,
     memory_table,
+    shard_of,
+    step_time_floor,
     step_time_lower_bound,
 )
 from hwtune.train.objectives import OBJECTIVES, objective_value
@@ -295,6 +297,21 @@ def plan(
     sense = OBJECTIVES[objective]
     # step time orders throughput, cost and time-to-train alike (fixed GPUs and tokens per step)
     bounded = objective in ("throughput", "cost", "time-to-train")
+    firsts: dict[tuple[int, int, int, int], Strategy] = {}
+
+    def first(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, sched: str, v: int) -> Strategy:
+        """A strategy of this layout and micro-batch (the first knob setting's): its `Shard`
+        and its overlap switches are those of every schedule and knob setting."""
+        key = (tp, cp, ep, mb)
+        if key not in firsts:
+            z, r, o = lattice[0]
+            firsts[key] = Strategy(
+                precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=tp > 1,
+                zero=z, micro_batch=mb, global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
+                recompute=r, offload_optimizer=o, recompute_modules=mods_for(r), **base_for(r),
+            )  # fmt: skip
+        return firsts[key]
+
     for li, (tp, pp, cp, dp, ep) in enumerate(lay):
         if progress:
             progress(li, len(lay))
@@ -321,6 +338,16 @@ def plan(
                     pruned["activation offload: no pipeline parallelism"] += n_raw
                     continue
                 pruned["dominated (SP off with TP, ZeRO-0)"] += n_raw - len(lattice)
+                if bounded and len(top) >= top_k:
+                    st0 = first(tp, pp, dp, cp, ep, mb, sched, v)
+                    floor = step_time_floor(
+                        spec, cl, precision, shard_of(st0), st0.overlap_tp_comm,
+                        st0.overlap_moe_a2a, pp, sched, v, split, m,
+                    )  # fmt: skip
+                    if floor >= top[-1][1].step_time_s:
+                        pruned["bound: compute alone slower than the top-k"] += len(lattice)
+                        any_fit = True  # memory not costed: larger micro-batches stay in
+                        continue
                 fitting: list[tuple[int, str, bool]] = []
                 b_ = base
                 mems = memory_table(
