@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.cluster import make_cluster
+from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.model.spec import ModelSpec, MoE
 from hwtune.train.estimator import (
     _estimate,
@@ -34,8 +34,8 @@ MOE = ModelSpec(
 RELATIVE = 1e-12  # the three are sums of the same terms in different orders
 
 
-@functools.lru_cache(maxsize=None)
-def cluster(n: int):
+@functools.cache
+def cluster(n: int) -> Cluster:
     return make_cluster("h100-sxm-80gb", n)
 
 
