@@ -11,10 +11,15 @@ search never estimates a candidate it can rule out:
    (same traffic with a distributed optimizer, less memory; Rajbhandari et al. SC'20, §5).
    For each layout the memory knobs (ZeRO stage, recomputation, offload) are searched as a
    lattice: a setting is kept only if it fits and no cheaper setting in every knob also fits.
-3. **Memory**: a candidate whose most loaded stage does not fit is dropped before its time is
+3. **Bound before memory**: a layout, micro-batch and schedule whose busiest pipeline rank
+   without recomputation, with the schedule's bubble (`estimator.step_time_floor`), is already
+   no faster than the k-th best found so far is dropped whole, before its memory is costed.
+4. **Memory**: a candidate whose most loaded stage does not fit is dropped before its time is
    estimated (the memory model is ~10x cheaper than the time model).
-4. **Bound**: a candidate whose compute alone (no communication, no bubble) is already slower
-   than the k-th best found so far is dropped.
+5. **Bound**: a candidate whose busiest rank alone (its layers' compute, exposed in-layer
+   communication and recomputation, and the bubble, `estimator.step_time_lower_bound`; no
+   pipeline send/recv, data-parallel communication or optimizer) is no faster than the k-th
+   best found so far is dropped.
 
 Counts of what was pruned and why are part of the result.
 """
@@ -223,6 +228,8 @@ def _knob_lattice(allow_offload: bool) -> list[tuple[int, str, bool]]:
 
 
 _RANK = {r: i for i, r in enumerate(RECOMPUTE_ORDER)}
+BOUND = "bound: the busiest rank alone no faster than the top-k"
+"""The pruning reason of both bounds (module docstring, 3 and 5)."""
 
 
 def _dominated(a: tuple[int, str, bool], b: tuple[int, str, bool]) -> bool:
@@ -345,7 +352,7 @@ def plan(
                         st0.overlap_moe_a2a, pp, sched, v, split, m,
                     )  # fmt: skip
                     if floor >= top[-1][1].step_time_s:
-                        pruned["bound: compute alone slower than the top-k"] += len(lattice)
+                        pruned[BOUND] += len(lattice)
                         any_fit = True  # memory not costed: larger micro-batches stay in
                         continue
                 fitting: list[tuple[int, str, bool]] = []
@@ -399,7 +406,7 @@ def plan(
                         and len(top) >= top_k
                         and step_time_lower_bound(spec, cl, st) >= top[-1][1].step_time_s
                     ):
-                        pruned["bound: compute alone slower than the top-k"] += 1
+                        pruned[BOUND] += 1
                         continue
                     est = _estimate(spec, cl, st)
                     evaluated += 1
