@@ -509,16 +509,12 @@ def expert_spans(cl: Cluster, tp: int, cp: int, dp: int, ep: int) -> tuple[Group
 
 class EndTimes(NamedTuple):
     """Forward and backward seconds of one micro-batch's ends of the model on one rank: the
-    embedding, the LM head with its loss, and one multi-token-prediction module's own parts
-    (the next token's embedding, the d x 2d projection of [h; e], the shared head and loss
-    again; its block is in the layer counts)."""
+    embedding, and the LM head with its loss."""
 
     emb_f: float
     emb_b: float
     head_f: float
     head_b: float
-    mtp_f: float
-    mtp_b: float
 
 
 @functools.lru_cache(maxsize=4096)
@@ -537,11 +533,20 @@ def _end_times(spec: ModelSpec, sh: Shard, dev: Device, gdt: str) -> EndTimes:
         else:
             head_f += memory_time(op.bytes, dev, op.kernels)
             head_b += memory_time(op.dgrad_bytes, dev, op.kernels)
+    return EndTimes(emb_f, emb_b, head_f, head_b)
+
+
+def _mtp_times(spec: ModelSpec, sh: Shard, dev: Device, gdt: str) -> tuple[float, float]:
+    """Forward and backward seconds of one multi-token-prediction module's own parts beside its
+    block (which is in the layer counts): the next token's embedding, the projection of
+    [h; e] (d x 2d, column-parallel) and the shared head and loss again."""
+    ends = _end_times(spec, sh, dev, gdt)
+    hdt = "bf16" if gdt == "fp8" else gdt
     pn, d2 = max(1, spec.d_model // sh.tp), 2 * spec.d_model
-    mtp_f = emb_f + head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
-    mtp_b = emb_b + head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
+    mtp_f = ends.emb_f + ends.head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
+    mtp_b = ends.emb_b + ends.head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
     mtp_b += gemm_time(d2, pn, sh.tokens, dev, hdt)
-    return EndTimes(emb_f, emb_b, head_f, head_b, mtp_f, mtp_b)
+    return mtp_f, mtp_b
 
 
 @functools.lru_cache(maxsize=16384)
@@ -653,6 +658,9 @@ def pipeline_ranks(
     # ---- pipeline ranks: layers, embedding on the first, head on the last
     layouts = rank_layouts(spec, pp, v, split)
     ends = _end_times(spec, sh, dev, gdt)
+    mtp_f = mtp_b = 0.0
+    if any(lay.mtp for lay in layouts):
+        mtp_f, mtp_b = _mtp_times(spec, sh, dev, gdt)
     per_rank: list[LayerCost] = []
     seen: dict[tuple, LayerCost] = {}  # ranks of the same layers cost the same (most of them)
     for r, lay in enumerate(layouts):
@@ -667,7 +675,7 @@ def pipeline_ranks(
             if r == pp - 1:
                 acc = acc + LayerCost(f=ends.head_f, b=ends.head_b, f_comm=head_comm, tp=head_comm)
             if lay.mtp:
-                mtp = LayerCost(f=ends.mtp_f, b=ends.mtp_b, f_comm=head_comm, tp=head_comm)
+                mtp = LayerCost(f=mtp_f, b=mtp_b, f_comm=head_comm, tp=head_comm)
                 acc = acc + mtp * lay.mtp
             seen[kind] = acc
         per_rank.append(acc)
