@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -82,5 +83,5 @@ def test_floor_below_bound_below_estimate(
     step = _estimate(spec, cl, s).step_time_s
     assert 0 < floor <= bound * (1 + RELATIVE)
     assert bound <= step * (1 + RELATIVE)
-    if recompute == "none" and pp == 1:  # one rank, nothing recomputed: the same rank and terms
-        assert floor == bound
+    if recompute == "none" and pp == 1:  # one rank, nothing recomputed: the same terms
+        assert floor == pytest.approx(bound, rel=RELATIVE)

@@ -744,12 +744,39 @@ def step_time_floor(
     with w, so ``pipeline_time(schedule, pp, m, vpp, T, 0, W)`` is below each setting's bound."""
     dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     v_eff = vpp if schedule == "interleaved" else 1
-    _, per_rank, busiest, _ = pipeline_ranks(
-        spec, cl, dev, gemm_dtype(precision, dev), sh, "none", overlap_tp_comm, overlap_moe_a2a,
-        pp, v_eff, split,
+    most, w_most = _rank_peaks(
+        spec, cl, dev, gemm_dtype(precision, dev), sh, overlap_tp_comm, overlap_moe_a2a, pp,
+        v_eff, split,
     )  # fmt: skip
-    w_most = max(rc.w for rc in per_rank)
-    return pipeline_time(schedule, pp, m, vpp, per_rank[busiest].total, 0.0, w_most).total
+    return pipeline_time(schedule, pp, m, vpp, most, 0.0, w_most).total
+
+
+def _rank_peaks(
+    spec: ModelSpec, cl: Cluster, dev: Device, gdt: str, sh: Shard, overlap_tp_comm: bool,
+    overlap_moe_a2a: bool, pp: int, v: int, split: str,
+) -> tuple[float, float]:  # fmt: skip
+    """The largest `LayerCost.total` and the largest weight-gradient time of any pipeline rank
+    without recomputation: `pipeline_ranks`'s sums as plain numbers (the planner's floor asks
+    for this once per layout, micro-batch and schedule, most of them only once)."""
+    _, costs, head_comm = _layer_costs(
+        spec, cl, dev, gdt, sh, "none", overlap_tp_comm, overlap_moe_a2a
+    )
+    totals = {key: c.total for key, c in costs.items()}
+    layouts = rank_layouts(spec, pp, v, split)
+    ends = _end_times(spec, sh, dev, gdt)
+    mtp = 0.0
+    if any(lay.mtp for lay in layouts):
+        mtp = sum(_mtp_times(spec, sh, dev, gdt)) + head_comm
+    most = w_most = 0.0
+    for r, lay in enumerate(layouts):
+        t = sum(totals[key] * cnt for key, cnt in lay.counts) + lay.mtp * mtp
+        if r == 0:
+            t += ends.emb_f + ends.emb_b
+        if r == pp - 1:
+            t += ends.head_f + ends.head_b + head_comm
+        most = max(most, t)
+        w_most = max(w_most, sum(costs[key].w * cnt for key, cnt in lay.counts))
+    return most, w_most
 
 
 def pipeline_p2p(
