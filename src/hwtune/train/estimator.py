@@ -757,7 +757,9 @@ def _rank_peaks(
 ) -> tuple[float, float]:  # fmt: skip
     """The largest `LayerCost.total` and the largest weight-gradient time of any pipeline rank
     without recomputation: `pipeline_ranks`'s sums as plain numbers (the planner's floor asks
-    for this once per layout, micro-batch and schedule, most of them only once)."""
+    for this once per layout, micro-batch and schedule, most of them only once). A term
+    `pipeline_ranks` drops and this keeps would overstate the floor;
+    ``tests/train/test_search_floor_31.py`` holds the floor under every setting's bound."""
     _, costs, head_comm = _layer_costs(
         spec, cl, dev, gdt, sh, "none", overlap_tp_comm, overlap_moe_a2a
     )
