@@ -6,7 +6,9 @@ layer counts that do not divide evenly) so that the busiest rank can change with
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -16,11 +18,13 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.model.spec import ModelSpec, MoE
 from hwtune.train.estimator import (
+    Estimate,
     _estimate,
     shard_of,
     step_time_floor,
     step_time_lower_bound,
 )
+from hwtune.train.search import why_better
 from hwtune.train.strategy import SCHEDULES, Strategy
 
 DENSE = ModelSpec(
@@ -85,3 +89,28 @@ def test_floor_below_bound_below_estimate(
     assert bound <= step * (1 + RELATIVE)
     if recompute == "none" and pp == 1:  # one rank, nothing recomputed: the same terms
         assert floor == pytest.approx(bound, rel=RELATIVE)
+
+
+@functools.cache
+def _base_estimate() -> Estimate:
+    return _estimate(DENSE, cluster(2), Strategy(dp=2, global_batch=4, seq=1024))
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.0, 5.0)), min_size=2, max_size=5))
+def test_why_best_never_names_a_part_larger_than_the_gain(parts):
+    """'X s of the Y s it gains' only when X <= Y (as printed); a part that differs by more
+    than the whole gain is said to be partly offset elsewhere."""
+    keys = ["forward", "backward", "pp_p2p", "dp_comm_exposed", "optimizer"][: len(parts)]
+    a_bd = {k: p[0] for k, p in zip(keys, parts, strict=True)}
+    b_bd = {k: p[1] for k, p in zip(keys, parts, strict=True)}
+    a = dataclasses.replace(_base_estimate(), breakdown=a_bd, step_time_s=sum(a_bd.values()))
+    b = dataclasses.replace(_base_estimate(), breakdown=b_bd, step_time_s=sum(b_bd.values()))
+    assume(b.step_time_s > a.step_time_s * (1 + 1e-6))
+    line = why_better(a, b)
+    assert "\n" not in line
+    nums = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?) s", line)]
+    if " of the " in line:
+        assert nums[0] <= nums[1]
+    elif "partly offset" in line:
+        assert nums[0] > nums[1]

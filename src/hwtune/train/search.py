@@ -475,7 +475,7 @@ def why_better(a: Estimate, b: Estimate) -> str:
     gap = b.step_time_s - a.step_time_s
     if d <= 0 or gap <= 1e-9 * b.step_time_s:
         return "ties with the runner-up on step time (the simpler strategy ranks first)"
-    if d > 1.5 * gap:
+    if float(f"{d:.3g}") > float(f"{gap:.3g}"):  # the part is more than the whole gain
         return (
             f"{_REASONS.get(k, k)} (-{d:.3g} s, partly offset elsewhere): "
             f"{gap:.3g} s per step faster than the runner-up"
