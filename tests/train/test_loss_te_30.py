@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from hwtune.cost.memory import LOSS_KERNELS, logits_bytes
+from hwtune.cost.memory import LOSS_KERNELS, logits_bytes, state_bytes_per_param
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import make_cluster
 from hwtune.model.catalog import get_model
@@ -140,8 +140,6 @@ def test_other_nemo_2407_rows_keep_master_weight_remainders(published_runs) -> N
     others = {r.strategy.optimizer for i, r in published_runs.items()
               if i.startswith("nemo2407") and "nemotron-340b" not in i}  # fmt: skip
     assert others == {"adam-remainders"}
-    from hwtune.cost.memory import state_bytes_per_param
-
     full = state_bytes_per_param("bf16", "adam", fp32_grads=True)
     rem = state_bytes_per_param("bf16", "adam-remainders", fp32_grads=True)
     assert (rem.weights, rem.grads, full.optimizer - rem.optimizer) == (2.0, 4.0, 2.0)

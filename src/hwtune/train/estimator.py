@@ -517,12 +517,19 @@ class EndTimes(NamedTuple):
     head_b: float
 
 
+def _head_dtype(gdt: str) -> str:
+    """The LM head's GEMM dtype: the layers' ``gdt``, bf16 under fp8 (Megatron-Core's output
+    layer is a plain ``ColumnParallelLinear``, not a Transformer Engine module, so fp8 autocast
+    leaves it in 16-bit)."""
+    return "bf16" if gdt == "fp8" else gdt
+
+
 @functools.lru_cache(maxsize=4096)
 def _end_times(spec: ModelSpec, sh: Shard, dev: Device, gdt: str) -> EndTimes:
     """`EndTimes` of ``sh`` on ``dev`` (GEMMs in ``gdt``; the head in bf16 under fp8)."""
     emb_f = sum(memory_time(op.bytes, dev) for op in lower_embedding(spec, sh))
     emb_b = sum(memory_time(op.dgrad_bytes, dev) for op in lower_embedding(spec, sh))
-    hdt = "bf16" if gdt == "fp8" else gdt
+    hdt = _head_dtype(gdt)
     head_f = head_b = 0.0
     for op in lower_head(spec, sh):
         if op.kind == "gemm":  # a chunked loss issues one GEMM per slice (op.batch of them)
@@ -541,7 +548,7 @@ def _mtp_times(spec: ModelSpec, sh: Shard, dev: Device, gdt: str) -> tuple[float
     block (which is in the layer counts): the next token's embedding, the projection of
     [h; e] (d x 2d, column-parallel) and the shared head and loss again."""
     ends = _end_times(spec, sh, dev, gdt)
-    hdt = "bf16" if gdt == "fp8" else gdt
+    hdt = _head_dtype(gdt)
     pn, d2 = max(1, spec.d_model // sh.tp), 2 * spec.d_model
     mtp_f = ends.emb_f + ends.head_f + gemm_time(sh.tokens, pn, d2, dev, hdt)
     mtp_b = ends.emb_b + ends.head_b + gemm_time(sh.tokens, d2, pn, dev, hdt)
@@ -634,6 +641,25 @@ def _layer_costs(
     return classes, costs, head_comm
 
 
+def _with_ends(
+    acc: LayerCost, spec: ModelSpec, sh: Shard, dev: Device, gdt: str, head_comm: float,
+    r: int, pp: int, mtp: int,
+) -> LayerCost:  # fmt: skip
+    """``acc`` (rank ``r``'s layers) with what else the rank runs: the embedding on the first
+    rank, the LM head and loss with their vocabulary-parallel all-reduces on the last, and
+    each multi-token-prediction module's own parts with its head's all-reduces."""
+    if r == 0 or r == pp - 1:
+        ends = _end_times(spec, sh, dev, gdt)
+        if r == 0:
+            acc = acc + LayerCost(f=ends.emb_f, b=ends.emb_b)
+        if r == pp - 1:
+            acc = acc + LayerCost(f=ends.head_f, b=ends.head_b, f_comm=head_comm, tp=head_comm)
+    if mtp:
+        mtp_f, mtp_b = _mtp_times(spec, sh, dev, gdt)
+        acc = acc + LayerCost(f=mtp_f, b=mtp_b, f_comm=head_comm, tp=head_comm) * mtp
+    return acc
+
+
 @functools.lru_cache(maxsize=16384)
 def pipeline_ranks(
     spec: ModelSpec,
@@ -657,10 +683,6 @@ def pipeline_ranks(
     )
     # ---- pipeline ranks: layers, embedding on the first, head on the last
     layouts = rank_layouts(spec, pp, v, split)
-    ends = _end_times(spec, sh, dev, gdt)
-    mtp_f = mtp_b = 0.0
-    if any(lay.mtp for lay in layouts):
-        mtp_f, mtp_b = _mtp_times(spec, sh, dev, gdt)
     per_rank: list[LayerCost] = []
     seen: dict[tuple, LayerCost] = {}  # ranks of the same layers cost the same (most of them)
     for r, lay in enumerate(layouts):
@@ -670,14 +692,7 @@ def pipeline_ranks(
             acc = LayerCost()
             for key, cnt in lay.counts:
                 acc = acc + costs[key] * cnt
-            if r == 0:
-                acc = acc + LayerCost(f=ends.emb_f, b=ends.emb_b)
-            if r == pp - 1:
-                acc = acc + LayerCost(f=ends.head_f, b=ends.head_b, f_comm=head_comm, tp=head_comm)
-            if lay.mtp:
-                mtp = LayerCost(f=mtp_f, b=mtp_b, f_comm=head_comm, tp=head_comm)
-                acc = acc + mtp * lay.mtp
-            seen[kind] = acc
+            acc = seen[kind] = _with_ends(acc, spec, sh, dev, gdt, head_comm, r, pp, lay.mtp)
         per_rank.append(acc)
     totals = [c.total for c in per_rank]
     busiest = max(range(pp), key=totals.__getitem__)
@@ -756,26 +771,18 @@ def _rank_peaks(
     overlap_moe_a2a: bool, pp: int, v: int, split: str,
 ) -> tuple[float, float]:  # fmt: skip
     """The largest `LayerCost.total` and the largest weight-gradient time of any pipeline rank
-    without recomputation: `pipeline_ranks`'s sums as plain numbers (the planner's floor asks
-    for this once per layout, micro-batch and schedule, most of them only once). A term
-    `pipeline_ranks` drops and this keeps would overstate the floor;
+    without recomputation: `pipeline_ranks`'s ranks with each layer class summed as one number
+    (the planner's floor asks for this once per layout, micro-batch and schedule, most of them
+    only once); the rest of a rank is `_with_ends`, as there.
     ``tests/train/test_search_floor_31.py`` holds the floor under every setting's bound."""
     _, costs, head_comm = _layer_costs(
         spec, cl, dev, gdt, sh, "none", overlap_tp_comm, overlap_moe_a2a
     )
     totals = {key: c.total for key, c in costs.items()}
-    layouts = rank_layouts(spec, pp, v, split)
-    ends = _end_times(spec, sh, dev, gdt)
-    mtp = 0.0
-    if any(lay.mtp for lay in layouts):
-        mtp = sum(_mtp_times(spec, sh, dev, gdt)) + head_comm
     most = w_most = 0.0
-    for r, lay in enumerate(layouts):
-        t = sum(totals[key] * cnt for key, cnt in lay.counts) + lay.mtp * mtp
-        if r == 0:
-            t += ends.emb_f + ends.emb_b
-        if r == pp - 1:
-            t += ends.head_f + ends.head_b + head_comm
+    for r, lay in enumerate(rank_layouts(spec, pp, v, split)):
+        layers = LayerCost(f=sum(totals[key] * cnt for key, cnt in lay.counts))
+        t = _with_ends(layers, spec, sh, dev, gdt, head_comm, r, pp, lay.mtp).total
         most = max(most, t)
         w_most = max(w_most, sum(costs[key].w * cnt for key, cnt in lay.counts))
     return most, w_most
