@@ -239,3 +239,22 @@ def test_plan_keeps_uneven_stages_under_the_default_split() -> None:
     res = plan(LLAMA8, cl, 48, 4096, constraints=Constraints(fixed={"pp": 3}), top_k=3)
     assert res.top and all(e.strategy.pp == 3 for e in res.top)
     assert not any("pipeline" in str(k) for k in res.pruned)
+
+
+@pytest.mark.parametrize(
+    ("layout", "mtp", "words"),
+    [
+        ("EttL", 0, ("32 transformer layers", "it has 2")),
+        ("E" + "t" * 32 + "mL", 0, ("mtp_layers = 0",)),
+    ],
+)
+def test_a_layout_without_pipeline_parallelism_is_checked_too(
+    layout: str, mtp: int, words: tuple[str, ...]
+) -> None:
+    # at pp 1 a layout of 2 layers was priced as the whole model, and a stray m as an MTP module
+    st = Strategy(dp=8, global_batch=64, seq=4096, pipeline_split=layout, mtp_layers=mtp)
+    with pytest.raises(HwtuneInputError) as info:
+        st.validate_for(get_model("llama3.1-8b"), 8)
+    assert all(w in str(info.value) for w in words), str(info.value)
+    ok = Strategy(dp=8, global_batch=64, seq=4096, pipeline_split="E" + "t" * 32 + "L")
+    ok.validate_for(get_model("llama3.1-8b"), 8)

@@ -332,7 +332,8 @@ class Strategy(BaseModel):
                 raise HwtuneInputError("offload_activation_layers", n_off, f"0 with recompute "
                                        f"{self.recompute} (Megatron-Core offloads only without "
                                        "recomputation)")  # fmt: skip
-        if self.pipeline_split != "layers" and self.pp > 1:
+        # a layout is checked at every depth (its t and m counts too); a named split needs pp
+        if is_layout(self.pipeline_split) or (self.pipeline_split != "layers" and self.pp > 1):
             v = self.vpp if self.schedule == "interleaved" else 1
             why = split_error(self.pipeline_split, model.n_layers, self.pp, v, self.mtp_layers)
             if why is not None:
