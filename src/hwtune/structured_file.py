@@ -32,8 +32,10 @@ class _DuplicateKey(ValueError):
     """A mapping key given twice (the YAML and JSON parsers keep the last one silently)."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that gives a key twice."""
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (libyaml's parser where PyYAML was built with it: a multi-megabyte
+    file given by mistake fails in a second, not a minute), refusing a mapping that gives a key
+    twice."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[object] = set()
@@ -58,8 +60,8 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def read_structured(path: str | Path, field: str) -> object:
-    """The parsed content of ``path``: JSON when it ends in ``.json``, YAML otherwise (YAML also
-    reads JSON). An unreadable, non-UTF-8 or malformed file raises `HwtuneInputError` naming
+    """The parsed content of ``path``: JSON when it ends in ``.json`` or parses as JSON, YAML
+    otherwise. An unreadable, non-UTF-8 or malformed file raises `HwtuneInputError` naming
     ``field``, the path and the parser's first line; so does a mapping that gives a key twice
     (the parsers would keep the last one silently)."""
     p = Path(path)
@@ -67,6 +69,11 @@ def read_structured(path: str | Path, field: str) -> object:
     try:
         if p.suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_pairs)
+        if text.lstrip()[:1] in ("{", "["):  # JSON without the suffix: the fast parser first
+            try:
+                return json.loads(text, object_pairs_hook=_unique_pairs)
+            except json.JSONDecodeError:
+                pass  # YAML flow style, read below
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except _DuplicateKey as e:
         raise HwtuneInputError(field, str(path), f"each key once in a mapping ({e})") from None
