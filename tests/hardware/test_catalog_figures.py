@@ -55,6 +55,8 @@ REQUIRED_SYSTEMS = [
 SYSTEM_KEYS = {
     "name",
     "source",
+    "nvls_allreduce_algbw_gbps",
+    "nvls_source",
     "device",
     "gpus_per_node",
     "scaleup_domain",
@@ -309,7 +311,9 @@ def test_system_is_buildable(sysname):
     assert set(s) <= SYSTEM_KEYS, set(s) - SYSTEM_KEYS
     assert s["device"] in devices(), f"{sysname}: unknown device {s['device']}"
     assert s.get("source", "").strip()
-    fields = {k: v for k, v in s.items() if k not in ("name", "source")}
+    # an NVLink SHARP figure names where it was measured
+    assert ("nvls_allreduce_algbw_gbps" in s) == bool(s.get("nvls_source", "").strip())
+    fields = {k: v for k, v in s.items() if k not in ("name", "source", "nvls_source")}
     fields["device"] = get_device(fields["device"])
     dom = fields.get("scaleup_domain") or fields["gpus_per_node"]
     c = Cluster(n_gpus=max(dom, fields["gpus_per_node"]) * 2, **fields)

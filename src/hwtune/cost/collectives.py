@@ -24,7 +24,7 @@ import math
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, GroupSpan, Link
 
-ALL_REDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical", "tree")
+ALL_REDUCE_ALGORITHMS: tuple[str, ...] = ("auto", "ring", "hierarchical", "tree", "nvls")
 
 # nccl-tests PERFORMANCE.md: busbw = algbw * factor(n); the factor makes busbw comparable to the
 # link bandwidth whatever the number of ranks.
@@ -178,6 +178,7 @@ def all_reduce_time(
     cluster: Cluster,
     nic_share: float = 1.0,
     algorithm: str = "auto",
+    nvls: bool = True,
 ) -> float:
     """All-reduce of an ``nbytes`` buffer over the group ``span`` on ``cluster``.
 
@@ -200,7 +201,21 @@ def all_reduce_time(
     - ``tree``: NCCL's tree, a chain of l ranks inside each domain and a double binary tree over
       the d domains, pipelined (Sanders et al. 2009; NCCL 2.4):
       2(l−1)·αi + 2·log2(d)·αn + 2·S/min(βi, B).
-    - ``auto``: the fastest of the three, as NCCL's tuner picks per message size.
+    - ``nvls`` (one domain, where ``cluster.nvls_allreduce_algbw_gbps`` is known, and ``nvls``
+      True): NVLink SHARP, NCCL's default all-reduce on NVSwitch systems since NCCL 2.17. Each
+      GPU sends its buffer into the switch, which reduces it and multicasts the sum back, so the
+      time is S / A for an algorithm bandwidth A that does not depend on n (NCCL maintainer,
+      NVIDIA/nccl-tests #212: ~275 GB/s on 8 H100s, i.e. busbw ~480 against ~370 for the ring,
+      and NVIDIA/nccl #1455: NVLS busbw grows with n as the ring's stays flat), plus the ring's
+      latency, 2(n−1)·αi (no small-message NVLS figure is published here, so small all-reduces
+      cost what the ring does). ``nvls=False`` leaves it out: vLLM sets
+      ``NCCL_CUMEM_ENABLE=0`` (``vllm/env_override.py``, NVIDIA/nccl #1234), and NVLS needs cuMem.
+      Across domains NCCL's NVLS-tree is not modelled (the ring, hierarchical and tree terms
+      above apply).
+    - ``auto``: the fastest of these, as NCCL's tuner picks per message size.
+
+    Published nccl-tests runs against these terms: VALIDATION.md, "Collectives against published
+    nccl-tests runs" (`benchmarks/collectives_vs_published.py`).
     """
     if algorithm not in ALL_REDUCE_ALGORITHMS:
         raise HwtuneInputError("algorithm", algorithm, "one of " + ", ".join(ALL_REDUCE_ALGORITHMS))
@@ -215,7 +230,19 @@ def all_reduce_time(
         if algorithm == "tree":
             return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
         # ring: a ring reduce-scatter, then a ring all-gather of the same size
-        return 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
+        ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
+        a = cluster.nvls_allreduce_algbw_gbps if nvls else None
+        if algorithm == "nvls":
+            if a is None:
+                raise HwtuneInputError("algorithm", algorithm, "a cluster with NVLink SHARP "
+                                       "(nvls_allreduce_algbw_gbps) and nvls=True")  # fmt: skip
+            return 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
+        if algorithm == "auto" and a is not None and cluster.device.profile is None:
+            nv = 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
+            return nv if nv < ring else ring
+        return ring
+    if algorithm == "nvls":
+        raise HwtuneInputError("algorithm", algorithm, "a group inside one NVLink domain")
 
     inter = cluster.inter_link(nic_share)
     b_out = local * inter.bandwidth  # per domain, over the group's l NICs

@@ -9,7 +9,9 @@ decode (a few KB per layer) — alpha-beta costs in the notation of `hwtune.cost
   2·α + 2·(n−1)/n·S/β (the ring's bandwidth term with two latency steps instead of 2(n−1)).
 
 Engines pick the faster per message size (vLLM: one-shot below 256 KB on 8 GPUs); across
-scale-up domains they fall back to NCCL (`hwtune.cost.collectives.all_reduce_time`).
+scale-up domains they fall back to NCCL (`hwtune.cost.collectives.all_reduce_time`), without
+NVLink SHARP: vLLM turns off the cuMem allocator NCCL's NVLS needs (``NCCL_CUMEM_ENABLE=0`` in
+``vllm/env_override.py``, for NVIDIA/nccl #1234's memory cost under CUDA graphs).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def serving_all_reduce_time(nbytes: float, span: GroupSpan, cluster: Cluster) ->
     n = span.size
     if n <= 1 or nbytes <= 0:
         return 0.0
-    nccl = all_reduce_time(nbytes, span, cluster)
+    nccl = all_reduce_time(nbytes, span, cluster, nvls=False)
     if span.domains > 1:
         return nccl
     link = cluster.intra_link()

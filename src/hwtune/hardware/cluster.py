@@ -49,6 +49,9 @@ class Cluster(FrozenModel):
     on large messages (nccl-tests PERFORMANCE.md conventions): about 0.80 on NVLink/NVSwitch
     (e.g. ~360 of 450 GB/s on DGX H100) and about 0.90 on InfiniBand NDR/HDR per rail.
     Latencies are per-step alpha terms of the same measurements (a few microseconds).
+    All-reduce inside an NVSwitch domain with NVLink SHARP (``nvls_allreduce_algbw_gbps``, from
+    the system preset where nccl-tests figures are published) runs faster than any ring: the
+    switch reduces and multicasts (`hwtune.cost.collectives.all_reduce_time`).
     """
 
     model_config = ConfigDict(
@@ -66,6 +69,12 @@ class Cluster(FrozenModel):
     inter_efficiency: float = Field(default=0.90, gt=0, le=1)
     intra_latency_s: float = Field(default=3e-6, ge=0)
     inter_latency_s: float = Field(default=8e-6, ge=0)
+    nvls_allreduce_algbw_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="all-reduce algorithm bandwidth (buffer bytes / time, GB/s) inside one "
+        "NVSwitch domain with NVLink SHARP (NCCL's NVLS algorithm); None = no NVLS",
+    )
     power_cap_w: float | None = Field(
         default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
     )
@@ -173,6 +182,7 @@ def make_cluster(
         else scaleup_domain,
         "topology": preset.get("topology", "rail-optimized"),
         "oversubscription": preset.get("oversubscription", 1.0),
+        "nvls_allreduce_algbw_gbps": preset.get("nvls_allreduce_algbw_gbps"),
         **kw,
     }
     if 0 < fields["n_gpus"] < fields["gpus_per_node"]:  # a job smaller than a node
@@ -201,6 +211,7 @@ def load_cluster_file(path: str | Path) -> Cluster:
         base = dict(systems()[name])
         base.pop("name", None)
         base.pop("source", None)
+        base.pop("nvls_source", None)
         base.update(data)
         data = base
     if "device" not in data:
