@@ -41,7 +41,10 @@ def test_one_shot_all_reduce_for_decode_messages():
     )
     assert serving_all_reduce_time(s, span, cl) < 0.2 * all_reduce_time(s, span, cl)
     big = 8192 * 8192 * 2
-    assert serving_all_reduce_time(big, span, cl) <= all_reduce_time(big, span, cl)
+    # never slower than NCCL as the engines run it: without NVLink SHARP (vLLM sets
+    # NCCL_CUMEM_ENABLE=0), so the training side's NVLS all-reduce is not the bound
+    assert serving_all_reduce_time(big, span, cl) <= all_reduce_time(big, span, cl, nvls=False)
+    assert all_reduce_time(big, span, cl) < all_reduce_time(big, span, cl, nvls=False)
     assert serving_all_reduce_time(s, cl.span(1, 1), cl) == 0.0
 
 
