@@ -39,7 +39,8 @@ def test_one_shot_all_reduce_for_decode_messages():
             link.latency + 7 * s / link.bandwidth, 2 * link.latency + 2 * 7 / 8 * s / link.bandwidth
         )
     )
-    assert serving_all_reduce_time(s, span, cl) < 0.2 * all_reduce_time(s, span, cl)
+    # one sync step against NCCL's LL ring (6.6 us + 14 hops of 0.6 us, NCCL tuning.cc)
+    assert serving_all_reduce_time(s, span, cl) < 0.5 * all_reduce_time(s, span, cl)
     big = 8192 * 8192 * 2
     # never slower than NCCL as the engines run it: without NVLink SHARP (vLLM sets
     # NCCL_CUMEM_ENABLE=0), so the training side's NVLS all-reduce is not the bound

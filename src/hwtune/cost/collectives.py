@@ -12,6 +12,9 @@ Conventions (nccl-tests ``doc/PERFORMANCE.md``):
   Rabenseifner & Gropp 2005). No reduction term γ: on GPUs the reduction runs at HBM speed,
   far above link speed, and nccl-tests bus bandwidth already includes it.
 - A group of one rank, or an empty buffer, costs 0 (NCCL launches nothing).
+- The `Link` latencies are those of NCCL's Simple protocol. For small all-reduces NCCL switches
+  to its low-latency (LL) protocol, which ``all_reduce_time(algorithm="auto")`` also prices on
+  NVIDIA devices, with NCCL's own figures (`_ll_all_reduce`).
 
 These functions sit in the planner's inner loop (about 100 calls per estimate, 10^5+ estimates
 per search): plain float arithmetic, each cluster link fetched at most once per call.
@@ -37,6 +40,55 @@ _BUS_FACTOR_KINDS: tuple[str, ...] = (
     "reduce",
     "send_recv",
 )
+
+
+# NCCL's low-latency (LL) protocol as NCCL's own tuning model prices it (``src/graph/tuning.cc``,
+# NCCL 2.2x: ``baseLat``, ``hwLat``, ``llMaxBws``, the LL refinements of ``ncclTopoTuneModel``).
+# LL moves 8-byte data words with their flags, so it needs no fence between steps (a fraction of
+# a microsecond per hop instead of the ~3 us of the Simple protocol the `Link` latencies describe)
+# at half the ring's bus bandwidth (1/3.8 of the tree's) under a cap per architecture.
+_LL_BASE_RING_S, _LL_BASE_TREE_S = 6.6e-6, 6.8e-6  # baseLat, LL column
+_LL_HOP_NVLINK_S = 0.6e-6  # hwLat[NVLINK][ring or tree][LL]
+_LL_HOP_NET_RING_S, _LL_HOP_NET_TREE_S = 2.7e-6, 5.0e-6  # hwLat[NET][ring, tree][LL]
+_LL_NET_OVERHEAD_S = 1.0e-6  # getNetOverhead, x86 Intel host: a ring step once it leaves a node
+_LL_MAX_BUSBW_ONE_NODE = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9,
+                          "blackwell": 282.0e9, "blackwell-ultra": 282.0e9}  # fmt: skip
+_LL_MAX_BUSBW_NODES = (39.0e9, 20.4e9)  # llMaxBws, Intel hosts: 2 nodes, 3 or more
+
+
+def _ll_cap(cluster: Cluster, domains: int) -> float | None:
+    """NCCL's LL bus-bandwidth cap for this group, or None where NCCL's LL figures do not
+    apply (a device of another vendor or architecture, or a measured profile)."""
+    dev = cluster.device
+    if dev.vendor != "nvidia" or dev.profile is not None:
+        return None
+    if domains == 1:
+        return _LL_MAX_BUSBW_ONE_NODE.get(dev.architecture)
+    return _LL_MAX_BUSBW_NODES[0] if domains == 2 else _LL_MAX_BUSBW_NODES[1]
+
+
+def _ll_all_reduce(nbytes: float, span: GroupSpan, cluster: Cluster, b_slow: float) -> float:
+    """The faster of NCCL's LL ring and (across domains) LL tree all-reduce; inf where LL does
+    not apply. Ring: 6.6 us + (2(n-1) - 2(d-1)) hops at max(0.6 us, 1 us across nodes) + 2(d-1)
+    network hops at 2.7 us, bandwidth min(cap, busbw/2). Tree: 6.8 us + 2((l-1) 0.6 us +
+    log2(d) 5 us), bandwidth min(cap, 0.92 x 0.85 x busbw / 3.8), two passes (``b_slow``: the
+    Simple ring's bus bandwidth, min(beta_intra, l beta_NIC))."""
+    d, n, local = span.domains, span.size, span.local
+    cap = _ll_cap(cluster, d)
+    if cap is None:
+        return math.inf
+    cross = 2 * (d - 1)
+    hop = _LL_HOP_NVLINK_S if d == 1 else max(_LL_HOP_NVLINK_S, _LL_NET_OVERHEAD_S)
+    ring_bw = min(cap, 0.5 * b_slow)
+    ring = (_LL_BASE_RING_S + (2 * (n - 1) - cross) * hop + cross * _LL_HOP_NET_RING_S
+            + 2.0 * (n - 1) * nbytes / (n * ring_bw))  # fmt: skip
+    if d == 1:
+        return ring
+    tree_bw = min(cap, 0.92 * 0.85 * b_slow / 3.8)
+    tree = (_LL_BASE_TREE_S
+            + 2.0 * ((local - 1) * _LL_HOP_NVLINK_S + math.log2(d) * _LL_HOP_NET_TREE_S)
+            + 2.0 * nbytes / tree_bw)  # fmt: skip
+    return ring if ring < tree else tree
 
 
 # --- input errors (raised from one-comparison guards, so the happy path stays cheap) ----------
@@ -212,7 +264,12 @@ def all_reduce_time(
       ``NCCL_CUMEM_ENABLE=0`` (``vllm/env_override.py``, NVIDIA/nccl #1234), and NVLS needs cuMem.
       Across domains NCCL's NVLS-tree is not modelled (the ring, hierarchical and tree terms
       above apply).
-    - ``auto``: the fastest of these, as NCCL's tuner picks per message size.
+    - ``auto``: the fastest of these, as NCCL's tuner picks per message size, and of NCCL's
+      low-latency (LL) ring and tree on NVIDIA devices (`_ll_all_reduce`: NCCL's own latency
+      and bandwidth figures for that protocol; the terms above, with the cluster's α, are its
+      Simple protocol). LL wins below a few hundred KB: a small all-reduce over 2 or 4 H100
+      nodes costs ~25 or ~35 us, as nccl-tests #309 measured, not the 58 or 74 us of the Simple
+      tree. Explicit algorithms are the Simple protocol.
 
     Published nccl-tests runs against these terms: VALIDATION.md, "Collectives against published
     nccl-tests runs" (`benchmarks/collectives_vs_published.py`).
@@ -237,10 +294,13 @@ def all_reduce_time(
                 raise HwtuneInputError("algorithm", algorithm, "a cluster with NVLink SHARP "
                                        "(nvls_allreduce_algbw_gbps) and nvls=True")  # fmt: skip
             return 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
-        if algorithm == "auto" and a is not None and cluster.device.profile is None:
+        if algorithm != "auto":
+            return ring
+        best = min(ring, _ll_all_reduce(nbytes, span, cluster, bi))
+        if a is not None and cluster.device.profile is None:
             nv = 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
-            return nv if nv < ring else ring
-        return ring
+            return nv if nv < best else best
+        return best
     if algorithm == "nvls":
         raise HwtuneInputError("algorithm", algorithm, "a group inside one NVLink domain")
 
@@ -265,8 +325,9 @@ def all_reduce_time(
         return hier
     if algorithm == "tree":
         return tree
-    best = flat if flat < hier else hier
-    return best if best < tree else tree
+    best = min(flat, hier, tree)
+    ll = _ll_all_reduce(nbytes, span, cluster, b_slow)
+    return ll if ll < best else best
 
 
 def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float) -> float:
