@@ -47,8 +47,10 @@ def test_reference_times_are_positive_and_grow(ref):
     assert long_.median_s > 2.0 * short.median_s  # 32x the tokens
     d_short, d_long = ref.decode(8, 16), ref.decode(8, 2048)
     assert 0 < d_short.median_s < long_.median_s
-    # 128x the cached keys: attention over 8 x 2049 keys of the static cache
-    assert d_long.median_s > 1.3 * d_short.median_s
+    # 128x the cached keys: attention over 8 x 2049 keys of the static cache. The fastest of the
+    # repetitions, since a busy machine only adds time (a 2.6-3.4 ms spread at 16 keys made the
+    # medians 1.30x apart once on CI)
+    assert min(d_long.reps_s) > 1.3 * min(d_short.reps_s)
 
 
 def test_reference_keeps_its_memory(ref):
