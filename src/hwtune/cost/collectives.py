@@ -289,18 +289,17 @@ def all_reduce_time(
         # ring: a ring reduce-scatter, then a ring all-gather of the same size
         ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
         a = cluster.nvls_allreduce_algbw_gbps if nvls else None
+        nv = math.inf if a is None else 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
         if algorithm == "nvls":
             if a is None:
                 raise HwtuneInputError("algorithm", algorithm, "a cluster with NVLink SHARP "
                                        "(nvls_allreduce_algbw_gbps) and nvls=True")  # fmt: skip
-            return 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
+            return nv
         if algorithm != "auto":
             return ring
-        best = min(ring, _ll_all_reduce(nbytes, span, cluster, bi))
-        if a is not None and cluster.device.profile is None:
-            nv = 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
-            return nv if nv < best else best
-        return best
+        if cluster.device.profile is not None:  # its fitted link already holds what NCCL ran
+            nv = math.inf
+        return min(ring, nv, _ll_all_reduce(nbytes, span, cluster, bi))
     if algorithm == "nvls":
         raise HwtuneInputError("algorithm", algorithm, "a group inside one NVLink domain")
 
