@@ -181,9 +181,10 @@ def test_batch_waiting_explains_the_measured_ttft_of_inferencex_llama70b_1k1k():
     """Against the published measurements (`../shared/validation/serving_measured.csv`):
     TensorRT-LLM Llama-3.1-70B on H200 at 1k/1k below TP 8 answered in 230-711 ms at 4-16
     clients, 3-4x the 1k/8k runs of the same engine. With the script's batch waiting the
-    simulation is within 21% of each (1.09-1.20x with the overlap scheduler's extra step and
-    decode attention as three kernels, 1.06-1.16x with one; within 15% without the step);
-    without batch waiting it predicts less than half."""
+    simulation is within 23% of each (1.09-1.22x with the engines' all-reduce at its measured
+    bandwidth, 2026-12-04; 1.09-1.20x before, with the overlap scheduler's extra step and decode
+    attention as three kernels, 1.06-1.16x with one; within 15% without the step); without
+    batch waiting it predicts less than half."""
     rows = _llama70b_1k1k_rows(16)
     assert len(rows) == 9
     errs, plain = [], []
@@ -193,5 +194,5 @@ def test_batch_waiting_explains_the_measured_ttft_of_inferencex_llama70b_1k1k():
         off = replace(row.deployment, replica=row.deployment.replica.with_(
             batch_wait_timeout_iters=0, batch_wait_max_tokens_ratio=0.0))  # fmt: skip
         plain.append(predict(replace(row, deployment=off))[0] / row.ttft_s)
-    assert max(abs(e) for e in errs) < 0.21, errs
+    assert max(abs(e) for e in errs) < 0.23, errs
     assert statistics.median(plain) < 0.5, plain

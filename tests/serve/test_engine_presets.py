@@ -32,16 +32,20 @@ def test_presets_follow_the_engines_sources():
     """TensorRT-LLM: chunked prefill off by default (whole prompts: orca), CUDA graphs for
     generation-only batches (eager prefill), overlap scheduler on. SGLang: decode-only CUDA
     graphs, overlap scheduler on since v0.4. vLLM V1: piecewise CUDA graphs for every step,
-    asynchronous scheduling by default from v0.14 (PR #27614, after v0.13.0)."""
+    asynchronous scheduling by default from v0.14 (PR #27614, after v0.13.0). All-reduce:
+    TensorRT-LLM its own kernels; SGLang's sgl-kernel carries vLLM's custom all-reduce."""
     assert engine_fields("trtllm") == {
         "scheduler": "orca", "eager_prefill": True, "overlap_schedule": True,
-        "kv_memory_rule": "free", "reserve_to_completion": True}  # fmt: skip
+        "kv_memory_rule": "free", "reserve_to_completion": True,
+        "all_reduce_kernel": "trtllm"}  # fmt: skip
     assert engine_fields("sglang") == {
         "scheduler": "vllm", "eager_prefill": True, "overlap_schedule": True,
-        "kv_memory_rule": "total", "reserve_to_completion": False}  # fmt: skip
+        "kv_memory_rule": "total", "reserve_to_completion": False,
+        "all_reduce_kernel": "vllm"}  # fmt: skip
     assert engine_fields("vllm@0.13") == {
         "scheduler": "vllm", "eager_prefill": False, "overlap_schedule": False,
-        "kv_memory_rule": "total", "reserve_to_completion": False}  # fmt: skip
+        "kv_memory_rule": "total", "reserve_to_completion": False,
+        "all_reduce_kernel": "vllm"}  # fmt: skip
     assert engine_fields("vllm@0.14.1")["overlap_schedule"] is True
     assert engine_fields("vllm")["overlap_schedule"] is True  # no version: the latest
     assert VLLM_ASYNC_DEFAULT_SINCE == (0, 14)
@@ -95,6 +99,7 @@ def test_the_validation_simulates_each_engine_as_its_preset():
         rep = row.deployment.replica
         preset = engine_fields(Engine(row.backend, version_tuple(raw[row.id]["backend_version"])))
         assert rep.eager_prefill is preset["eager_prefill"], row.id
+        assert rep.all_reduce_kernel == preset["all_reduce_kernel"], row.id
         if row.backend == "trtllm":
             assert rep.scheduler == preset["scheduler"] == "orca", row.id
         if row.range_ratio == 1.0 and version_tuple(raw[row.id]["backend_version"]):
@@ -133,6 +138,7 @@ def test_cli_engine_sets_the_behaviour_and_explicit_options_win():
     doc = json.loads(r.stdout)
     assert (doc["engine"], doc["scheduler"], doc["eager_prefill"], doc["overlap_schedule"]) == (
         "trtllm", "orca", True, True)  # fmt: skip
+    assert doc["all_reduce_kernel"] == "trtllm"
     r = serve("--engine", "trtllm", "--scheduler", "vllm", "--no-overlap-schedule", *common)
     doc = json.loads(r.stdout)
     assert (doc["scheduler"], doc["eager_prefill"], doc["overlap_schedule"]) == (
@@ -143,6 +149,8 @@ def test_cli_engine_sets_the_behaviour_and_explicit_options_win():
     doc = json.loads(serve(*common).stdout)  # no preset: the generic defaults
     assert (doc["engine"], doc["scheduler"], doc["eager_prefill"], doc["overlap_schedule"]) == (
         None, "vllm", False, False)  # fmt: skip
+    assert doc["all_reduce_kernel"] == "vllm"
+    assert json.loads(serve("--engine", "sglang", *common).stdout)["all_reduce_kernel"] == "vllm"
 
 
 def test_cli_bad_engine_is_one_line_and_exit_2():

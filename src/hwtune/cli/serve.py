@@ -344,10 +344,11 @@ def _print_launch(doc: dict) -> None:
 
 def _engine_memory(e: Engine | None) -> dict[str, object]:
     """The ``--engine`` preset's KV-cache sizing and admission (`ReplicaConfig.kv_memory_rule`,
-    ``reserve_to_completion``); none without a preset."""
-    from hwtune.serve.engines import memory_fields
+    ``reserve_to_completion``) and its all-reduce kernels (``all_reduce_kernel``); none without
+    a preset."""
+    from hwtune.serve.engines import kernel_fields, memory_fields
 
-    return memory_fields(e) if e is not None else {}
+    return {**memory_fields(e), **kernel_fields(e)} if e is not None else {}
 
 
 def _tier(cfg: ReplicaConfig, profile: Path | None) -> int:
@@ -661,7 +662,8 @@ def serve(
                kv_precision_source=_kv_precision_source(cfg, kv_precision),
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=_tier(cfg, profile), workload=wl.mode, engine=eng and str(eng),
-               eager_prefill=eager_prefill, overlap_schedule=overlap_schedule)  # fmt: skip
+               eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
+               all_reduce_kernel=cfg.all_reduce_kernel)  # fmt: skip
     if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
         doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
     if spec_tokens:

@@ -1,37 +1,91 @@
 """All-reduce as inference engines run it inside one NVLink domain: the custom one-shot and
-two-shot kernels of vLLM (``csrc/custom_all_reduce.cuh``) and TensorRT-LLM
-(``customAllReduceKernels``), which replace NCCL's ring for the small, latency-bound messages of
-decode (a few KB per layer) — alpha-beta costs in the notation of `hwtune.cost.collectives`.
+two-shot kernels of vLLM (``csrc/custom_all_reduce.cuh``, which SGLang's ``sgl-kernel`` carries
+too) and TensorRT-LLM (``customAllReduceKernels``), which replace NCCL's ring for the small and
+middle-sized messages of serving — alpha-beta costs in the notation of
+`hwtune.cost.collectives`.
 
 - One-shot: every rank reads the whole buffer from each of its n−1 peers over NVLink (peer-to-peer
-  loads through NVSwitch) and reduces locally: one synchronization step, α + (n−1)·S/β.
+  loads through NVSwitch) and reduces locally: α + (n−1)·S/β.
 - Two-shot: a reduce-scatter then an all-gather, each one step over all peers:
   2·α + 2·(n−1)/n·S/β (the ring's bandwidth term with two latency steps instead of 2(n−1)).
 
-Engines pick the faster per message size (vLLM: one-shot below 256 KB on 8 GPUs); across
-scale-up domains they fall back to NCCL (`hwtune.cost.collectives.all_reduce_time`), without
-NVLink SHARP: vLLM turns off the cuMem allocator NCCL's NVLS needs (``NCCL_CUMEM_ENABLE=0`` in
-``vllm/env_override.py``, for NVIDIA/nccl #1234's memory cost under CUDA graphs).
+Engines pick the faster per message size (vLLM: one-shot below 256 KB on 8 GPUs) and hand
+large messages to NCCL (`hwtune.cost.collectives.all_reduce_time`; the minimum of the three is
+taken here), without NVLink SHARP: vLLM turns off the cuMem allocator NCCL's NVLS needs
+(``NCCL_CUMEM_ENABLE=0`` in ``vllm/env_override.py``, for NVIDIA/nccl #1234's memory cost under
+CUDA graphs). Across scale-up domains they fall back to NCCL.
+
+α and β are not NCCL's. The kernels' peer loads run on the SMs the kernel was given and reach
+`CUSTOM_ALL_REDUCE_BW_FRACTION` of the NVLink figure (NCCL's ring, copy-engine-free as well,
+reaches ~0.80: `hwtune.hardware.cluster.Cluster`), and α is the kernel in a CUDA graph with its
+flag synchronization, `CUSTOM_ALL_REDUCE_LATENCY_S` per engine: vLLM's kernels meet at a barrier
+before and after the reduction, TensorRT-LLM's Lamport one-shot polls the data buffer itself.
+Both figures are read off NVIDIA's per-op measurements of each engine's own all-reduce on H200
+and H100 SXM (ai-dynamo/aiconfigurator ``systems/data/<gpu>/comm/<engine>/<version>/
+custom_allreduce_perf.parquet``, CUDA-graph rows, bf16; kept in
+``benchmarks/data/aiconfigurator_allreduce.csv``; VALIDATION.md, "Engine all-reduce against
+NVIDIA's per-op measurements"). With a measured device profile (tier 2) the link of its own
+all-reduce fit is used instead, as before.
 """
 
 from __future__ import annotations
 
 from hwtune.cost.collectives import all_reduce_time
-from hwtune.hardware.cluster import Cluster, GroupSpan
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import Cluster, GroupSpan, Link
+
+CUSTOM_ALL_REDUCE_BW_FRACTION = 0.55
+"""Fraction of the scale-up (NVLink) bandwidth per GPU that the engines' custom all-reduce
+kernels move data at. Fitted to aiconfigurator's H200 tables (vLLM 0.14.0, SGLang 0.5.9,
+TensorRT-LLM 1.2.0rc5; 2, 4 and 8 GPUs, 1 KB-256 MB): the 256 KB-8 MB messages of a 4- or
+8-GPU group reach a bus bandwidth of 200-270 GB/s of NVLink 4's 450 GB/s, where the old
+0.80 (NCCL's ring) made them 1.6-2x too fast."""
+
+CUSTOM_ALL_REDUCE_LATENCY_S: dict[str, float] = {"vllm": 4.5e-6, "trtllm": 3.25e-6}
+"""One step of the custom kernels inside a CUDA graph (launch, synchronization, reduction of a
+tiny buffer), seconds, by kernel family: vLLM's (also SGLang's) measured 4.2-4.8 us for any
+2-8 GPUs at 256 B-16 KB, TensorRT-LLM 1.2.0rc5's 3.0-3.9 us (aiconfigurator's H200 and H100
+tables; see the module docstring)."""
+
+ALL_REDUCE_KERNELS: tuple[str, ...] = tuple(CUSTOM_ALL_REDUCE_LATENCY_S)
+"""The kernel families `serving_all_reduce_time` knows (`ReplicaConfig.all_reduce_kernel`)."""
 
 
-def serving_all_reduce_time(nbytes: float, span: GroupSpan, cluster: Cluster) -> float:
-    """The fastest of one-shot, two-shot (one domain only) and NCCL for ``nbytes``."""
+def custom_all_reduce_link(cluster: Cluster, kernel: str = "vllm") -> Link:
+    """(β, α) of the custom kernels of ``kernel`` on ``cluster``'s scale-up link; with a
+    measured all-reduce in the device profile, that fit's link (tier 2)."""
+    if kernel not in CUSTOM_ALL_REDUCE_LATENCY_S:
+        raise HwtuneInputError(
+            "all_reduce_kernel", kernel, "one of " + ", ".join(ALL_REDUCE_KERNELS)
+        )
+    prof = cluster.device.profile
+    if prof is not None and prof.collective_fit("all_reduce") is not None:
+        return cluster.intra_link()
+    bw = cluster.device.scaleup_bandwidth_si * CUSTOM_ALL_REDUCE_BW_FRACTION
+    return Link(bw, CUSTOM_ALL_REDUCE_LATENCY_S[kernel])
+
+
+def serving_all_reduce_time(
+    nbytes: float, span: GroupSpan, cluster: Cluster, kernel: str = "vllm"
+) -> float:
+    """The fastest of one-shot, two-shot (one domain only) and NCCL for ``nbytes``; ``kernel``:
+    whose custom kernels ("vllm" for vLLM and SGLang, "trtllm")."""
+    link = custom_all_reduce_link(cluster, kernel)
     n = span.size
     if n <= 1 or nbytes <= 0:
         return 0.0
     nccl = all_reduce_time(nbytes, span, cluster, nvls=False)
     if span.domains > 1:
         return nccl
-    link = cluster.intra_link()
     one = link.latency + (n - 1) * nbytes / link.bandwidth
     two = 2.0 * link.latency + 2.0 * (n - 1) * nbytes / (n * link.bandwidth)
     return min(one, two, nccl)
 
 
-__all__ = ["serving_all_reduce_time"]
+__all__ = [
+    "ALL_REDUCE_KERNELS",
+    "CUSTOM_ALL_REDUCE_BW_FRACTION",
+    "CUSTOM_ALL_REDUCE_LATENCY_S",
+    "custom_all_reduce_link",
+    "serving_all_reduce_time",
+]

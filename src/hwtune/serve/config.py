@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hwtune.cost.compute import dtype_bytes
+from hwtune.cost.inference_collectives import ALL_REDUCE_KERNELS
 from hwtune.cost.quantized_gemm import WEIGHT_ONLY_KERNELS
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
@@ -101,6 +102,9 @@ class ReplicaConfig:
     ``weight_only_kernel`` the kernel family of weight-only GEMMs
     (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_KERNELS`: the native ``wgmma`` path, or
     ``marlin``, e.g. vLLM with ``VLLM_MXFP4_USE_MARLIN=1``);
+    ``all_reduce_kernel``: whose custom all-reduce kernels the tensor-parallel all-reduces run
+    (`hwtune.cost.inference_collectives.ALL_REDUCE_KERNELS`: "vllm", which SGLang carries too,
+    or "trtllm"; they differ in their fixed cost per call);
     ``eager_prefill``: steps with prompt tokens run without CUDA graphs, so they last at least
     the host's launch time of their kernels (`HOST_PER_KERNEL_S`; TensorRT-LLM's PyTorch backend
     and SGLang by default; vLLM V1 captures piecewise CUDA graphs and compiles, so False);
@@ -158,6 +162,7 @@ class ReplicaConfig:
     host_overhead_per_seq_s: float = HOST_OVERHEAD_PER_SEQUENCE_S
     nic_gbps: float | None = None
     weight_only_kernel: str = "wgmma"
+    all_reduce_kernel: str = "vllm"
     eager_prefill: bool = False
     adp_balance_timeout_iters: int = 0
     batch_wait_timeout_iters: int = 0
@@ -250,6 +255,9 @@ class ReplicaConfig:
             raise HwtuneInputError("frontend_tokens_per_s", f,
                                    "a positive number of output tokens per second, or None "
                                    "(no front-end limit)")  # fmt: skip
+        if self.all_reduce_kernel not in ALL_REDUCE_KERNELS:
+            raise HwtuneInputError("all_reduce_kernel", self.all_reduce_kernel,
+                                   "one of " + ", ".join(ALL_REDUCE_KERNELS))  # fmt: skip
         if self.weight_only_kernel not in WEIGHT_ONLY_KERNELS:
             raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
                                    "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip

@@ -93,6 +93,9 @@ def overlap_by_default(engine: str, version: tuple[int, int] | None = None) -> b
 MEMORY_FIELDS: tuple[str, ...] = ("kv_memory_rule", "reserve_to_completion")
 """The `engine_fields` that size the KV cache and admit requests into it."""
 
+KERNEL_FIELDS: tuple[str, ...] = ("all_reduce_kernel",)
+"""The `engine_fields` that name the engine's own kernels."""
+
 
 def memory_fields(engine: Engine | str) -> dict[str, object]:
     """The engine's KV-cache sizing and admission (`MEMORY_FIELDS` of `engine_fields`)."""
@@ -100,10 +103,16 @@ def memory_fields(engine: Engine | str) -> dict[str, object]:
     return {k: f[k] for k in MEMORY_FIELDS}
 
 
+def kernel_fields(engine: Engine | str) -> dict[str, object]:
+    """The engine's own kernels (`KERNEL_FIELDS` of `engine_fields`)."""
+    f = engine_fields(engine)
+    return {k: f[k] for k in KERNEL_FIELDS}
+
+
 def engine_fields(engine: Engine | str) -> dict[str, object]:
     """`ReplicaConfig` fields of an engine's default behaviour: ``scheduler``,
-    ``eager_prefill``, ``overlap_schedule``, ``kv_memory_rule`` and ``reserve_to_completion``
-    (see the module docstring and `ReplicaConfig`)."""
+    ``eager_prefill``, ``overlap_schedule``, ``kv_memory_rule``, ``reserve_to_completion`` and
+    ``all_reduce_kernel`` (see the module docstring and `ReplicaConfig`)."""
     e = parse_engine(engine) if isinstance(engine, str) else engine
     trt = e.name == "trtllm"
     return {
@@ -114,6 +123,8 @@ def engine_fields(engine: Engine | str) -> dict[str, object]:
         # free_gpu_memory_fraction is 0.9) and admits with GUARANTEED_NO_EVICT
         "kv_memory_rule": "free" if trt else "total",
         "reserve_to_completion": trt,
+        # vLLM's custom all-reduce, which SGLang's sgl-kernel carries too, or TensorRT-LLM's
+        "all_reduce_kernel": "trtllm" if trt else "vllm",
     }
 
 
@@ -123,6 +134,8 @@ __all__ = [
     "VLLM_ASYNC_DEFAULT_SINCE",
     "Engine",
     "engine_fields",
+    "kernel_fields",
+    "KERNEL_FIELDS",
     "overlap_by_default",
     "memory_fields",
     "MEMORY_FIELDS",

@@ -206,12 +206,18 @@ class IterationModel:
                 ops += ffn_ops(spec, False, sh)
             g = sum(self._gemm(o.m, o.n, o.k, o.batch) for o in ops if o.kind == "gemm")
             m = sum(memory_time(o.bytes, dev, o.kernels) for o in ops if o.kind == "memory")
-            c = serving_all_reduce_time(ta * hbytes, tp_span, self.cluster) if cfg.tp > 1 else 0.0
+            c = (
+                serving_all_reduce_time(ta * hbytes, tp_span, self.cluster, cfg.all_reduce_kernel)
+                if cfg.tp > 1
+                else 0.0
+            )
             if moe:
                 eg, em, ec = self._moe(t, ta)
                 g, m, c = g + eg, m + em, c + ec
             elif cfg.tp > 1:
-                c += serving_all_reduce_time(ta * hbytes, tp_span, self.cluster)
+                c += serving_all_reduce_time(
+                    ta * hbytes, tp_span, self.cluster, cfg.all_reduce_kernel
+                )
             g_tot += n * g
             m_tot += n * m
             c_tot += n * c
@@ -268,7 +274,9 @@ class IterationModel:
             # all the stage's tokens, runs its expert shard on them and the partial sums are
             # all-reduced (TensorRT-LLM's fused MoE uses its all-to-all only with attention DP,
             # `enable_alltoall`; otherwise `reducescatter_or_allreduce`)
-            c += serving_all_reduce_time(ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster)
+            c += serving_all_reduce_time(
+                ta * hbytes, self.cluster.span(cfg.tp, 1), self.cluster, cfg.all_reduce_kernel
+            )
         return g, m, c
 
     def even_share(self, t: int) -> int:

@@ -61,6 +61,7 @@ from hwtune.model.catalog import get_model
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.engines import (
     EAGER_PREFILL_ENGINES,
+    kernel_fields,
     memory_fields,
     overlap_by_default,
     version_tuple,
@@ -442,7 +443,7 @@ def _replica(row: dict, prefix: str, prec: str, kv: str, seqs: int) -> ReplicaCo
         # none of the rows' launch scripts sets SGLang's --enable-piecewise-cuda-graph
         eager_prefill=row["backend"] in EAGER_PREFILL_ENGINES,
         overlap_schedule=overlap_schedule(row, prefix.rstrip("_") or "agg"),
-        **memory_fields(row["backend"]),
+        **memory_fields(row["backend"]), **kernel_fields(row["backend"]),
         **({"gpu_memory_utilization": trt_memory_fraction(row, prefix)}
            if row["backend"] == "trtllm" else {}),
     )  # fmt: skip
