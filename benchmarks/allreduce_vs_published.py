@@ -19,10 +19,14 @@ with the model before 2026-12-04 (NCCL's ring figures for the custom kernels: 0.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published_csv import read_commented_csv, write_commented_csv  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_allreduce.csv"
 HEADER = (
@@ -64,17 +68,12 @@ def extract(src: Path) -> int:
                 "gpu": gpu, "engine": engine, "version": version, "gpus": int(r.num_gpus),
                 "bytes": 2 * int(r.message_size), "us": round(float(r.latency) * 1e3, 4),
             })  # fmt: skip
-    with open(DATA, "w", newline="") as f:
-        f.write(HEADER)
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    write_commented_csv(DATA, HEADER, FIELDS, rows)
     return len(rows)
 
 
 def load() -> list[dict]:
-    with open(DATA) as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return read_commented_csv(DATA)
 
 
 def predict(row: dict, old: bool = False) -> float:

@@ -18,10 +18,14 @@ the fit.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from published_csv import read_commented_csv, write_commented_csv  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_decode_attention.csv"
 HEADER = (
@@ -73,17 +77,12 @@ def extract(src: Path) -> int:
                 "batch": int(r.batch_size), "context": int(r.step) + 1,
                 "us": round(float(r.latency) * 1e3, 3),
             })  # fmt: skip
-    with open(DATA, "w", newline="") as f:
-        f.write(HEADER)
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    write_commented_csv(DATA, HEADER, FIELDS, rows)
     return len(rows)
 
 
 def load() -> list[dict]:
-    with open(DATA) as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+    return read_commented_csv(DATA)
 
 
 def _shape(row: dict):  # noqa: ANN202
