@@ -12,9 +12,10 @@ Conventions (nccl-tests ``doc/PERFORMANCE.md``):
   Rabenseifner & Gropp 2005). No reduction term γ: on GPUs the reduction runs at HBM speed,
   far above link speed, and nccl-tests bus bandwidth already includes it.
 - A group of one rank, or an empty buffer, costs 0 (NCCL launches nothing).
-- The `Link` latencies are those of NCCL's Simple protocol. For small all-reduces NCCL switches
-  to its low-latency (LL) protocol, which ``all_reduce_time(algorithm="auto")`` also prices on
-  NVIDIA devices, with NCCL's own figures (`_ll_all_reduce`).
+- The `Link` latencies are those of NCCL's Simple protocol. For small messages NCCL switches
+  to its low-latency (LL) protocol, which ``all_reduce_time(algorithm="auto")``,
+  `all_gather_time` and `reduce_scatter_time` (through `nccl_ring_all_gather_time`) also price
+  on NVIDIA devices, with NCCL's own figures (`_ll_ring`, `_ll_all_reduce`).
 
 These functions sit in the planner's inner loop (about 100 calls per estimate, 10^5+ estimates
 per search): plain float arithmetic, each cluster link fetched at most once per call.
@@ -67,21 +68,30 @@ def _ll_cap(cluster: Cluster, domains: int) -> float | None:
     return _LL_MAX_BUSBW_NODES[0] if domains == 2 else _LL_MAX_BUSBW_NODES[1]
 
 
+def _ll_ring(nbytes: float, span: GroupSpan, cap: float, b_slow: float, passes: int) -> float:
+    """NCCL's LL ring: ``passes`` = 2 for all-reduce (2(n-1) steps, 2(d-1) of them across
+    nodes), 1 for all-gather and reduce-scatter (n-1 steps, d-1 across). 6.6 us + the steps at
+    max(0.6 us, 1 us across nodes) per NVLink hop and 2.7 us per network hop, bandwidth
+    min(cap, busbw/2) (``b_slow``: the Simple ring's bus bandwidth) over passes x (n-1)/n of
+    the buffer (tuning.cc: ``nsteps``, ``nInterSteps``, busBw x nRanks/nsteps)."""
+    d, n = span.domains, span.size
+    cross = passes * (d - 1)
+    hop = _LL_HOP_NVLINK_S if d == 1 else max(_LL_HOP_NVLINK_S, _LL_NET_OVERHEAD_S)
+    bw = min(cap, 0.5 * b_slow)
+    return (_LL_BASE_RING_S + (passes * (n - 1) - cross) * hop + cross * _LL_HOP_NET_RING_S
+            + passes * (n - 1) * nbytes / (n * bw))  # fmt: skip
+
+
 def _ll_all_reduce(nbytes: float, span: GroupSpan, cluster: Cluster, b_slow: float) -> float:
     """The faster of NCCL's LL ring and (across domains) LL tree all-reduce; inf where LL does
-    not apply. Ring: 6.6 us + (2(n-1) - 2(d-1)) hops at max(0.6 us, 1 us across nodes) + 2(d-1)
-    network hops at 2.7 us, bandwidth min(cap, busbw/2). Tree: 6.8 us + 2((l-1) 0.6 us +
-    log2(d) 5 us), bandwidth min(cap, 0.92 x 0.85 x busbw / 3.8), two passes (``b_slow``: the
-    Simple ring's bus bandwidth, min(beta_intra, l beta_NIC))."""
-    d, n, local = span.domains, span.size, span.local
+    not apply. Ring: `_ll_ring` with two passes. Tree: 6.8 us + 2((l-1) 0.6 us + log2(d) 5 us),
+    bandwidth min(cap, 0.92 x 0.85 x busbw / 3.8), two passes (``b_slow``: the Simple ring's
+    bus bandwidth, min(beta_intra, l beta_NIC))."""
+    d, local = span.domains, span.local
     cap = _ll_cap(cluster, d)
     if cap is None:
         return math.inf
-    cross = 2 * (d - 1)
-    hop = _LL_HOP_NVLINK_S if d == 1 else max(_LL_HOP_NVLINK_S, _LL_NET_OVERHEAD_S)
-    ring_bw = min(cap, 0.5 * b_slow)
-    ring = (_LL_BASE_RING_S + (2 * (n - 1) - cross) * hop + cross * _LL_HOP_NET_RING_S
-            + 2.0 * (n - 1) * nbytes / (n * ring_bw))  # fmt: skip
+    ring = _ll_ring(nbytes, span, cap, b_slow, 2)
     if d == 1:
         return ring
     tree_bw = min(cap, 0.92 * 0.85 * b_slow / 3.8)
@@ -287,7 +297,7 @@ def all_reduce_time(
         if algorithm == "tree":
             return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
         # ring: a ring reduce-scatter, then a ring all-gather of the same size
-        ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share)
+        ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share, "simple")
         a = cluster.nvls_allreduce_algbw_gbps if nvls else None
         nv = math.inf if a is None else 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
         if algorithm == "nvls":
@@ -377,26 +387,45 @@ def all_gather_time(
 
 
 def nccl_ring_all_gather_time(
-    nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: float = 1.0
+    nbytes: float,
+    span: GroupSpan,
+    cluster: Cluster,
+    nic_share: float = 1.0,
+    protocol: str = "auto",
 ) -> float:
-    """All-gather as one NCCL call runs it: a single ring through every rank of ``span``.
+    """All-gather as one NCCL call runs it: a single ring through every rank of ``span``
+    (reduce-scatter, its mirror image, costs the same).
 
     NCCL implements all-gather only as a ring (no tree: ``src/graph/tuning.cc``, whose latency
     model charges the ring's n-1 steps as NVLink hops except the d-1 that cross nodes); the
-    two-level schedule `all_gather_time` may take needs a framework to split the call. Latency
-    (n-d)·α_intra + (d-1)·α_inter, bandwidth term (n-1)/n · S / min(β_intra, l·β_NIC)."""
+    two-level schedule `all_gather_time` may take needs a framework to split the call. Simple
+    protocol: latency (n-d)·α_intra + (d-1)·α_inter, bandwidth term (n-1)/n · S / min(β_intra,
+    l·β_NIC). ``protocol`` "auto" (NVIDIA devices) also prices NCCL's LL ring (`_ll_ring`, one
+    pass) and takes the faster, as NCCL's tuner does: on 8 H100s a small all-gather costs
+    6.6 + 7 x 0.6 = 10.8 us, not the Simple ring's 7 x 3 = 21 us (NVIDIA's published NCCL
+    2.29 timings: 10-14 us; VALIDATION.md, "NCCL all-gather and reduce-scatter"); "simple"
+    prices the Simple protocol alone."""
     _check_group(nbytes, span, nic_share)
+    if protocol not in ("auto", "simple"):
+        raise HwtuneInputError("protocol", protocol, "auto or simple")
     n = span.size
     if n == 1 or nbytes == 0:
         return 0.0
     intra = cluster.intra_link()
     bi, ai = intra.bandwidth, intra.latency
-    if span.domains == 1:
-        return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
-    inter = cluster.inter_link(nic_share)
-    b_slow = min(bi, span.local * inter.bandwidth)
     d = span.domains
-    return (n - d) * ai + (d - 1) * inter.latency + (n - 1) * nbytes / (n * b_slow)
+    if d == 1:
+        b_slow = bi
+        simple = (n - 1) * ai + (n - 1) * nbytes / (n * bi)
+    else:
+        inter = cluster.inter_link(nic_share)
+        b_slow = min(bi, span.local * inter.bandwidth)
+        simple = (n - d) * ai + (d - 1) * inter.latency + (n - 1) * nbytes / (n * b_slow)
+    cap = _ll_cap(cluster, d) if protocol == "auto" else None
+    if cap is None:
+        return simple
+    ll = _ll_ring(nbytes, span, cap, b_slow, 1)
+    return ll if ll < simple else simple
 
 
 def all_to_all_time(
