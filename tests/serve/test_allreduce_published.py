@@ -42,11 +42,14 @@ def test_kept_timings_cover_every_series(cmp):
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_vllm_kernels_within_ten_percent(series, gpu, n):
     """vLLM's custom all-reduce (and SGLang's copy of it on the H200), 1 KB-256 MB: median
-    within 10% (the model before 2026-12-04: 29-37%)."""
+    within 10% (the model before 2026-12-04: 26-37%)."""
+    matched = 0
     for key, r in series.items():
         if key[0] in ("vllm", "sglang") and key[2] == gpu and key[3] == n:
             assert r["median"] < 0.10, key
             assert r["median"] < r["old_median"], key
+            matched += 1
+    assert matched == (2 if gpu == "h200_sxm" else 1)
 
 
 @pytest.mark.parametrize("gpu", ["h200_sxm", "h100_sxm"])
@@ -84,20 +87,48 @@ def test_middle_sized_messages_are_no_longer_twice_too_fast(cmp):
     st.floats(1.0, 2.0**31),
     st.sampled_from([2, 4, 8]),
     st.sampled_from(["h100-sxm-80gb", "h200-sxm-141gb", "a100-sxm4-80gb"]),
+    st.sampled_from(["vllm", "trtllm"]),
 )
-def test_more_bytes_never_cost_less_and_nccl_bounds_it(a, b, n, gpu):
+def test_more_bytes_never_cost_less(a, b, n, gpu, kernel):
     cl = make_cluster(gpu, 8)
     span = cl.span(n, 1)
     lo, hi = sorted((a, b))
-    for kernel in ("vllm", "trtllm"):
-        t_lo = serving_all_reduce_time(lo, span, cl, kernel)
-        t_hi = serving_all_reduce_time(hi, span, cl, kernel)
-        assert 0 < t_lo <= t_hi
-        assert t_hi <= all_reduce_time(hi, span, cl, nvls=False)
-    # TensorRT-LLM's Lamport one-shot has the lower fixed cost, the same bandwidth
-    assert serving_all_reduce_time(lo, span, cl, "trtllm") <= serving_all_reduce_time(
-        lo, span, cl, "vllm"
+    assert (
+        0
+        < serving_all_reduce_time(lo, span, cl, kernel)
+        <= serving_all_reduce_time(hi, span, cl, kernel)
     )
+
+
+def test_one_shot_below_two_hundred_kb_two_shot_above_on_eight_h100s():
+    """vLLM's kernels on 8 H100s, by hand: 4.5 us per step, 0.55 x 450 GB/s. One-shot,
+    4.5 + 7 S / 247.5 GB/s, beats two-shot, 9 + 1.75 S / 247.5 GB/s, below S = 212 KB (vLLM
+    itself switches at 256 KB on 8 GPUs); from ~16 MB NCCL's ring (82.8 us at 8 MB) wins."""
+    cl = make_cluster("h100-sxm-80gb", 8)
+    span = cl.span(8, 1)
+    bw = 0.55 * 450e9
+    s = 128 * 1024
+    assert serving_all_reduce_time(s, span, cl) == pytest.approx(4.5e-6 + 7 * s / bw)
+    s = 1024 * 1024
+    assert serving_all_reduce_time(s, span, cl) == pytest.approx(9e-6 + 1.75 * s / bw)
+    s = 64 * 1024 * 1024
+    assert serving_all_reduce_time(s, span, cl) == all_reduce_time(s, span, cl, nvls=False)
+    assert serving_all_reduce_time(s, span, cl) < 9e-6 + 1.75 * s / bw
+    # TensorRT-LLM's one-shot step: 3.25 us
+    assert serving_all_reduce_time(1024, span, cl, "trtllm") == pytest.approx(
+        3.25e-6 + 7 * 1024 / bw
+    )
+
+
+def test_a_measured_nvlink_bandwidth_scales_the_custom_kernels():
+    """A serve profile's ``intra_busbw_gbps`` sets the cluster's NVLink efficiency: half of
+    NCCL's default 0.80 halves the custom kernels' bandwidth too."""
+    cl = make_cluster("h100-sxm-80gb", 8)
+    slow = cl.model_copy(update={"intra_efficiency": 0.40})
+    s = 1024 * 1024
+    fast_t = serving_all_reduce_time(s, cl.span(8, 1), cl)
+    slow_t = serving_all_reduce_time(s, slow.span(8, 1), slow)
+    assert slow_t - 9e-6 == pytest.approx(2 * (fast_t - 9e-6))
 
 
 def test_unknown_kernel_family_is_named():

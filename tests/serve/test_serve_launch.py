@@ -75,6 +75,7 @@ def test_precisions() -> None:
         ({"spec_tokens": 2, "spec_acceptance": 0.7}, "spec_tokens"),
         ({"kv_dtype": "fp4"}, "kv_precision"),
         ({"kv_memory_rule": "free"}, "kv_memory_rule"),
+        ({"all_reduce_kernel": "trtllm"}, "all_reduce_kernel"),
         ({"reserve_to_completion": True}, "reserve_to_completion"),
         ({"batch_wait_timeout_iters": 4}, "batch_wait_timeout_iters"),
         ({"frontend_tokens_per_s": 9000.0}, "frontend_tokens_per_s"),

@@ -191,7 +191,8 @@ def test_sglang_attention_dp_decode_pool() -> None:
 
 
 def trtllm_dep(**kw: object) -> Deployment:
-    common = {"kv_memory_rule": "free", "reserve_to_completion": True, "scheduler": "orca"}
+    common = {"kv_memory_rule": "free", "reserve_to_completion": True, "scheduler": "orca",
+              "all_reduce_kernel": "trtllm"}  # fmt: skip
     pre = cfg(tp=2, max_num_seqs=16, max_num_batched_tokens=16384, **common)
     dec = cfg(tp=1, max_num_seqs=128, max_num_batched_tokens=4096, **common)
     d = {"replica": dec, "replicas": 2, "router": "round-robin", "prefill": pre,
@@ -320,7 +321,8 @@ def test_every_planned_disaggregated_layout_launches(engine: str, model: str, gp
                                                      max_gpus: int) -> None:  # fmt: skip
     # the layouts `serve plan --launch ENGINE --disagg` searches: each launches as simulated
     engine_fields = {"kv_memory_rule": "free", "reserve_to_completion": True,
-                     "scheduler": "orca"} if engine == "trtllm" else {}  # fmt: skip
+                     "scheduler": "orca", "all_reduce_kernel": "trtllm"} \
+        if engine == "trtllm" else {}  # fmt: skip
     base = cfg(model, gpu, **engine_fields)
     if launch_refusal(engine, base) is not None:
         return

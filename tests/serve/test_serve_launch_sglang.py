@@ -136,6 +136,7 @@ def test_mem_fraction_static_sizes_the_simulated_kv_pool(model: str, gpu: str, k
         ("llama3.1-8b", {"kv_dtype": "fp4"}, "kv_precision"),
         ("llama3.1-8b", {"weight_only_kernel": "marlin"}, "weight_only_kernel"),
         ("llama3.1-8b", {"kv_memory_rule": "free"}, "kv_memory_rule"),
+        ("llama3.1-8b", {"all_reduce_kernel": "trtllm"}, "all_reduce_kernel"),
         ("llama3.1-8b", {"reserve_to_completion": True}, "reserve_to_completion"),
         ("llama3.1-8b", {"batch_wait_timeout_iters": 4}, "batch_wait_timeout_iters"),
         ("llama3.1-8b", {"frontend_tokens_per_s": 9000.0}, "frontend_tokens_per_s"),

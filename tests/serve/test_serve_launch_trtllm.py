@@ -79,7 +79,8 @@ PREFILL_GRAPH_BACKENDS = {"disabled", "piecewise", "breakable"}
 
 def cfg(model: str = "llama3.1-8b", gpu: str = "h100-sxm-80gb", **kw: object) -> ReplicaConfig:
     """A replica with TensorRT-LLM's memory rules (`hwtune.serve.engines`: free, reserve)."""
-    kw = {"kv_memory_rule": "free", "reserve_to_completion": True, "scheduler": "orca", **kw}
+    kw = {"kv_memory_rule": "free", "reserve_to_completion": True, "scheduler": "orca",
+          "all_reduce_kernel": "trtllm", **kw}  # fmt: skip
     return ReplicaConfig(get_model(model), get_device(gpu), **kw)  # type: ignore[arg-type]
 
 
@@ -215,6 +216,7 @@ def test_kv_formats_and_moe_kernel() -> None:
         ("llama3.1-8b", "h100-sxm-80gb", {"weight_only_kernel": "triton-mxfp4"},
          "weight_only_kernel"),
         ("llama3.1-8b", "h100-sxm-80gb", {"kv_memory_rule": "total"}, "kv_memory_rule"),
+        ("llama3.1-8b", "h100-sxm-80gb", {"all_reduce_kernel": "vllm"}, "all_reduce_kernel"),
         ("mixtral-8x7b", "h100-sxm-80gb", {"tp": 2, "dp_attention": 2}, "tp"),
         ("mixtral-8x7b", "h100-sxm-80gb", {"dp_attention": 2, "max_num_seqs": 5},
          "max_num_seqs"),

@@ -50,7 +50,7 @@ ARCH_SM = {"volta": 70, "ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100,
 def cfg(model: str = "llama3.1-8b", gpu: str = "h100-sxm-80gb", **kw: object) -> ReplicaConfig:
     """A replica with TensorRT-LLM's preset (`hwtune.serve.engines`)."""
     kw = {"kv_memory_rule": "free", "reserve_to_completion": True, "scheduler": "orca",
-          "eager_prefill": True, **kw}  # fmt: skip
+          "eager_prefill": True, "all_reduce_kernel": "trtllm", **kw}  # fmt: skip
     return ReplicaConfig(get_model(model), get_device(gpu), **kw)  # type: ignore[arg-type]
 
 

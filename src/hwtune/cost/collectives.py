@@ -71,14 +71,17 @@ def _ll_cap(cluster: Cluster, domains: int) -> float | None:
 def _ll_ring(nbytes: float, span: GroupSpan, cap: float, b_slow: float, passes: int) -> float:
     """NCCL's LL ring: ``passes`` = 2 for all-reduce (2(n-1) steps, 2(d-1) of them across
     nodes), 1 for all-gather and reduce-scatter (n-1 steps, d-1 across). 6.6 us + the steps at
-    max(0.6 us, 1 us across nodes) per NVLink hop and 2.7 us per network hop, bandwidth
+    max(0.6 us, 1 us across nodes) per NVLink hop and 2.7 us per network hop (5 us with one
+    rank per node: tuning.cc's ``ppn == 1``), bandwidth
     min(cap, busbw/2) (``b_slow``: the Simple ring's bus bandwidth) over passes x (n-1)/n of
     the buffer (tuning.cc: ``nsteps``, ``nInterSteps``, busBw x nRanks/nsteps)."""
     d, n = span.domains, span.size
     cross = passes * (d - 1)
     hop = _LL_HOP_NVLINK_S if d == 1 else max(_LL_HOP_NVLINK_S, _LL_NET_OVERHEAD_S)
+    # one rank per node: every step is exposed, NCCL charges the tree's network latency
+    net = _LL_HOP_NET_TREE_S if span.local == 1 else _LL_HOP_NET_RING_S
     bw = min(cap, 0.5 * b_slow)
-    return (_LL_BASE_RING_S + (passes * (n - 1) - cross) * hop + cross * _LL_HOP_NET_RING_S
+    return (_LL_BASE_RING_S + (passes * (n - 1) - cross) * hop + cross * net
             + passes * (n - 1) * nbytes / (n * bw))  # fmt: skip
 
 
@@ -369,7 +372,9 @@ def reduce_scatter_time(
     - two levels, the first half of the hierarchical all-reduce (REFERENCES.md *Collectives*):
       ring reduce-scatter of S over l ranks inside, then of S/l per rank across d domains,
       (l−1)·αi + (l−1)/l·S/βi + (d−1)·αn + (d−1)/d·S/B.
-    A reduce-scatter plus an all-gather thus costs the flat or hierarchical all-reduce.
+    On the Simple protocol a reduce-scatter plus an all-gather thus costs the flat or
+    hierarchical all-reduce. The flat ring also takes NCCL's LL protocol where it is faster
+    (`nccl_ring_all_gather_time`): small calls.
     """
     return _rs_ag_time(nbytes, span, cluster, nic_share)
 
@@ -381,7 +386,7 @@ def all_gather_time(
 
     The mirror image of `reduce_scatter_time` (gather across domains on S/l per rank, then
     inside each domain), with the same cost (Thakur et al. 2005 ring all-gather; nccl-tests
-    PERFORMANCE.md counts the gathered size).
+    PERFORMANCE.md counts the gathered size), NCCL's LL ring included for small calls.
     """
     return _rs_ag_time(nbytes, span, cluster, nic_share)
 

@@ -25,7 +25,9 @@ and H100 SXM (ai-dynamo/aiconfigurator ``systems/data/<gpu>/comm/<engine>/<versi
 custom_allreduce_perf.parquet``, CUDA-graph rows, bf16; kept in
 ``benchmarks/data/aiconfigurator_allreduce.csv``; VALIDATION.md, "Engine all-reduce against
 NVIDIA's per-op measurements"). With a measured device profile (tier 2) the link of its own
-all-reduce fit is used instead, as before.
+all-reduce fit is used instead, as before; a serve profile's measured NVLink bus bandwidth
+scales the kernels' bandwidth as it scales NCCL's ring. The constants were read on Hopper (NVLink
+4) and are applied to every device; on other generations they are an assumption.
 """
 
 from __future__ import annotations
@@ -37,15 +39,19 @@ from hwtune.hardware.cluster import Cluster, GroupSpan, Link
 CUSTOM_ALL_REDUCE_BW_FRACTION = 0.55
 """Fraction of the scale-up (NVLink) bandwidth per GPU that the engines' custom all-reduce
 kernels move data at. Fitted to aiconfigurator's H200 tables (vLLM 0.14.0, SGLang 0.5.9,
-TensorRT-LLM 1.2.0rc5; 2, 4 and 8 GPUs, 1 KB-256 MB): the 256 KB-8 MB messages of a 4- or
-8-GPU group reach a bus bandwidth of 200-270 GB/s of NVLink 4's 450 GB/s, where the old
-0.80 (NCCL's ring) made them 1.6-2x too fast."""
+TensorRT-LLM 1.2.0rc5; 2, 4 and 8 GPUs, 1 KB-256 MB): the 4-16 MB messages of a 4- or 8-GPU
+group reach a bus bandwidth of 140-260 GB/s (mostly 190-260) of NVLink 4's 450 GB/s, where the old
+0.80 (NCCL's ring) made the 256 KB-16 MB messages 1.2-4x too fast (median 1.45x)."""
 
 CUSTOM_ALL_REDUCE_LATENCY_S: dict[str, float] = {"vllm": 4.5e-6, "trtllm": 3.25e-6}
 """One step of the custom kernels inside a CUDA graph (launch, synchronization, reduction of a
-tiny buffer), seconds, by kernel family: vLLM's (also SGLang's) measured 4.2-4.8 us for any
-2-8 GPUs at 256 B-16 KB, TensorRT-LLM 1.2.0rc5's 3.0-3.9 us (aiconfigurator's H200 and H100
-tables; see the module docstring)."""
+tiny buffer), seconds, by kernel family: vLLM's (also SGLang's) measured 4.2-5.3 us on 2-8 GPUs
+at 1-16 KB (one 7.0 us outlier at 256 B), TensorRT-LLM 1.2.0rc5's 3.0-3.9 us up to 8 KB (its
+AUTO strategy jumps to 7-10 us at 16-64 KB on some group sizes) (aiconfigurator's H200 and
+H100 tables; see the module docstring). A two-shot call pays it twice."""
+
+_DEFAULT_INTRA_EFFICIENCY = float(Cluster.model_fields["intra_efficiency"].default)
+"""NCCL's ring share of NVLink that `CUSTOM_ALL_REDUCE_BW_FRACTION` was read beside."""
 
 ALL_REDUCE_KERNELS: tuple[str, ...] = tuple(CUSTOM_ALL_REDUCE_LATENCY_S)
 """The kernel families `serving_all_reduce_time` knows (`ReplicaConfig.all_reduce_kernel`)."""
@@ -61,7 +67,10 @@ def custom_all_reduce_link(cluster: Cluster, kernel: str = "vllm") -> Link:
     prof = cluster.device.profile
     if prof is not None and prof.collective_fit("all_reduce") is not None:
         return cluster.intra_link()
-    bw = cluster.device.scaleup_bandwidth_si * CUSTOM_ALL_REDUCE_BW_FRACTION
+    # a serve profile's measured NVLink bus bandwidth (``intra_busbw_gbps``) sets the cluster's
+    # intra_efficiency: the custom kernels scale with it as NCCL's ring does
+    scale = cluster.intra_efficiency / _DEFAULT_INTRA_EFFICIENCY
+    bw = cluster.device.scaleup_bandwidth_si * CUSTOM_ALL_REDUCE_BW_FRACTION * scale
     return Link(bw, CUSTOM_ALL_REDUCE_LATENCY_S[kernel])
 
 

@@ -21,6 +21,11 @@ its limits, and their defaults differ between the engines:
   v0.4 (the overlap scheduler); in vLLM from `VLLM_ASYNC_DEFAULT_SINCE` on (``--async-
   scheduling``, opt-in before).
 
+Three more describe the engine's memory and kernels: ``kv_memory_rule`` and
+``reserve_to_completion`` (how TensorRT-LLM sizes and admits its KV cache, `memory_fields`) and
+``all_reduce_kernel`` (TensorRT-LLM's own all-reduce kernels, or vLLM's custom all-reduce,
+which SGLang carries too: `kernel_fields`, `hwtune.cost.inference_collectives`).
+
 These are the assumptions of the published-row validation (`hwtune.serve.published`), so
 ``hwtune serve --engine E`` simulates E as the track record that ``hwtune serve`` prints was
 measured. Limits (``max_num_seqs``, ``max_num_batched_tokens``) are deployment choices and stay

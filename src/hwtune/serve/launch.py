@@ -478,6 +478,8 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (cfg.kv_dtype == "fp4", "kv_precision", cfg.kv_dtype, "bf16 or fp8 (vLLM's KV formats)"),
         (cfg.kv_memory_rule != "total", "kv_memory_rule", cfg.kv_memory_rule,
          "total (vLLM's gpu_memory_utilization is a share of the whole device)"),
+        (cfg.all_reduce_kernel != "vllm", "all_reduce_kernel", cfg.all_reduce_kernel,
+         "vllm (vLLM runs its own custom all-reduce)"),
         (cfg.reserve_to_completion, "reserve_to_completion", True,
          "off (vLLM grows a request's blocks and preempts)"),
         (1 < cfg.ep < cfg.stage_gpus, "ep", cfg.ep,
@@ -543,6 +545,8 @@ def sglang_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
          "wgmma (the Marlin and Triton MXFP4 kernels here are vLLM's and TensorRT-LLM's)"),
         (cfg.kv_memory_rule != "total", "kv_memory_rule", cfg.kv_memory_rule,
          "total (SGLang's mem_fraction_static is a share of the whole device)"),
+        (cfg.all_reduce_kernel != "vllm", "all_reduce_kernel", cfg.all_reduce_kernel,
+         "vllm (SGLang's sgl-kernel carries vLLM's custom all-reduce)"),
         (cfg.reserve_to_completion, "reserve_to_completion", True,
          "off (SGLang grows a request's KV and retracts)"),
         (cfg.pp > 1 and cfg.overlap_schedule, "overlap_schedule", True,
@@ -669,6 +673,8 @@ def trtllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (cfg.kv_memory_rule != "free", "kv_memory_rule", cfg.kv_memory_rule,
          "free (TensorRT-LLM's free_gpu_memory_fraction is a share of the memory left after "
          "the model)"),
+        (cfg.all_reduce_kernel != "trtllm", "all_reduce_kernel", cfg.all_reduce_kernel,
+         "trtllm (TensorRT-LLM runs its own all-reduce kernels)"),
         (dp > 1 and cfg.tp > 1 and cfg.model.moe is not None, "tp", cfg.tp,
          "1 with dp_attention > 1 (TensorRT-LLM's enable_attention_dp runs attention on each "
          "rank alone)"),
