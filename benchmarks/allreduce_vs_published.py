@@ -26,7 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_csv import read_commented_csv, write_commented_csv  # noqa: E402
+from published_csv import (  # noqa: E402
+    AICONFIGURATOR_GPUS,
+    aiconfigurator_data,
+    read_commented_csv,
+    write_commented_csv,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_allreduce.csv"
 HEADER = (
@@ -44,7 +49,6 @@ SERIES = (  # (gpu dir, engine, version)
     ("h100_sxm", "vllm", "0.14.0"),
     ("h100_sxm", "trtllm", "1.2.0rc5"),
 )
-GPUS = {"h200_sxm": "h200-sxm-141gb", "h100_sxm": "h100-sxm-80gb"}  # aiconfigurator dir: catalog
 KERNEL = {"vllm": "vllm", "sglang": "vllm", "trtllm": "trtllm"}  # engine: all_reduce_kernel
 FIELDS = ("gpu", "engine", "version", "gpus", "bytes", "us")
 SERVING_RANGE = (1 << 10, 1 << 28)  # bytes compared: 1 KB-256 MB
@@ -55,7 +59,7 @@ def extract(src: Path) -> int:
     """Write the kept CSV from a clone of aiconfigurator; the number of rows."""
     import pandas as pd  # only for the extraction
 
-    base = src / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
+    base = aiconfigurator_data(src)
     rows = []
     for gpu, engine, version in SERIES:
         d = pd.read_parquet(
@@ -83,7 +87,7 @@ def predict(row: dict, old: bool = False) -> float:
     from hwtune.cost.inference_collectives import serving_all_reduce_time
     from hwtune.hardware.cluster import make_cluster
 
-    cl = make_cluster(GPUS[row["gpu"]], 8)
+    cl = make_cluster(AICONFIGURATOR_GPUS[row["gpu"]], 8)
     n, s = int(row["gpus"]), float(row["bytes"])
     span = cl.span(n, 1)
     if not old:

@@ -25,7 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_csv import read_commented_csv, write_commented_csv  # noqa: E402
+from published_csv import (  # noqa: E402
+    AICONFIGURATOR_GPUS,
+    aiconfigurator_data,
+    read_commented_csv,
+    write_commented_csv,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_decode_attention.csv"
 HEADER = (
@@ -46,7 +51,6 @@ SERIES = (  # (gpu dir, kind, engine, version)
     ("h200_sxm", "mla", "trtllm", "1.2.0rc5"),
     ("h100_sxm", "mla", "trtllm", "1.2.0rc5"),
 )
-GPUS = {"h200_sxm": "h200-sxm", "h100_sxm": "h100-sxm-80gb"}  # aiconfigurator's dir: catalog
 CONTEXTS = (256, 1024, 4096, 16384)  # cached tokens per sequence kept (the tables have 1-128k)
 FIELDS = ("gpu", "kind", "engine", "version", "kv", "heads", "kv_heads", "batch", "context", "us")
 
@@ -55,7 +59,7 @@ def extract(src: Path) -> int:
     """Write the kept CSV from a clone of aiconfigurator; the number of rows."""
     import pandas as pd  # only for the extraction
 
-    base = src / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
+    base = aiconfigurator_data(src)
     rows = []
     for gpu, kind, engine, version in SERIES:
         sub = (
@@ -114,7 +118,7 @@ def compare(rows: list[dict]) -> list[dict]:
 
     groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
-        dev = get_device(GPUS[r["gpu"]])
+        dev = get_device(AICONFIGURATOR_GPUS[r["gpu"]])
         b, ctx = int(r["batch"]), int(r["context"])
         now = decode_attention_time(_shape(r), b, b * ctx, dev, r["kv"])
         roof = now - DECODE_ATTENTION_KERNELS * KERNEL_OVERHEAD_S

@@ -25,7 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_csv import read_commented_csv, write_commented_csv  # noqa: E402
+from published_csv import (  # noqa: E402
+    AICONFIGURATOR_GPUS,
+    aiconfigurator_data,
+    read_commented_csv,
+    write_commented_csv,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "aiconfigurator_nccl.csv"
 HEADER = (
@@ -36,7 +41,6 @@ HEADER = (
     "# the all-reduce buffer, the gathered output, the scattered input, the all-to-all buffer.\n"
 )
 SERIES = (("h200_sxm", "2.26.2"), ("h100_sxm", "2.29.2"))  # (gpu dir, directory); NCCL 2.29.2
-GPUS = {"h200_sxm": "h200-sxm-141gb", "h100_sxm": "h100-sxm-80gb"}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 FIELDS = ("gpu", "nccl", "op", "gpus", "bytes", "us")
 RANGE = (1 << 10, 1 << 30)
@@ -46,7 +50,7 @@ def extract(src: Path) -> int:
     """Write the kept CSV from a clone of aiconfigurator; the number of rows."""
     import pandas as pd  # only for the extraction
 
-    base = src / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
+    base = aiconfigurator_data(src)
     rows = []
     for gpu, directory in SERIES:
         d = pd.read_parquet(base / gpu / "comm" / "nccl" / directory / "nccl_perf.parquet")
@@ -70,7 +74,7 @@ def predict(row: dict, simple: bool = False) -> float:
     from hwtune.cost import collectives as c
     from hwtune.hardware.cluster import make_cluster
 
-    cl = make_cluster(GPUS[row["gpu"]], 8)
+    cl = make_cluster(AICONFIGURATOR_GPUS[row["gpu"]], 8)
     span = cl.span(int(row["gpus"]), 1)
     s, op = float(row["bytes"]), row["op"]
     if op == "all_reduce":

@@ -64,13 +64,13 @@ def custom_all_reduce_link(cluster: Cluster, kernel: str = "vllm") -> Link:
         raise HwtuneInputError(
             "all_reduce_kernel", kernel, "one of " + ", ".join(ALL_REDUCE_KERNELS)
         )
+    ring = cluster.intra_link()
     prof = cluster.device.profile
     if prof is not None and prof.collective_fit("all_reduce") is not None:
-        return cluster.intra_link()
-    # a serve profile's measured NVLink bus bandwidth (``intra_busbw_gbps``) sets the cluster's
-    # intra_efficiency: the custom kernels scale with it as NCCL's ring does
-    scale = cluster.intra_efficiency / _DEFAULT_INTRA_EFFICIENCY
-    bw = cluster.device.scaleup_bandwidth_si * CUSTOM_ALL_REDUCE_BW_FRACTION * scale
+        return ring
+    # NCCL's ring link, scaled from its efficiency to the kernels': a serve profile's measured
+    # NVLink bus bandwidth (``intra_busbw_gbps``, the cluster's intra_efficiency) moves both
+    bw = ring.bandwidth * CUSTOM_ALL_REDUCE_BW_FRACTION / _DEFAULT_INTRA_EFFICIENCY
     return Link(bw, CUSTOM_ALL_REDUCE_LATENCY_S[kernel])
 
 

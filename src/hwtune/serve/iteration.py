@@ -206,18 +206,18 @@ class IterationModel:
                 ops += ffn_ops(spec, False, sh)
             g = sum(self._gemm(o.m, o.n, o.k, o.batch) for o in ops if o.kind == "gemm")
             m = sum(memory_time(o.bytes, dev, o.kernels) for o in ops if o.kind == "memory")
-            c = (
+            # the attention block's all-reduce; a dense FFN block ends with a second one
+            ar = (
                 serving_all_reduce_time(ta * hbytes, tp_span, self.cluster, cfg.all_reduce_kernel)
                 if cfg.tp > 1
                 else 0.0
             )
+            c = ar
             if moe:
                 eg, em, ec = self._moe(t, ta)
                 g, m, c = g + eg, m + em, c + ec
-            elif cfg.tp > 1:
-                c += serving_all_reduce_time(
-                    ta * hbytes, tp_span, self.cluster, cfg.all_reduce_kernel
-                )
+            else:
+                c += ar
             g_tot += n * g
             m_tot += n * m
             c_tot += n * c
