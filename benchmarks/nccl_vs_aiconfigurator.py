@@ -8,9 +8,11 @@ data/<gpu>/comm/nccl/<dir>/nccl_perf.parquet`` (``message_size`` in elements of 
 ``latency`` in ms; NCCL 2.29.2 in both directories kept). ``--aiconfigurator-src`` extracts the
 fp16 rows into ``benchmarks/data/aiconfigurator_nccl.csv`` (needs pandas and pyarrow; the file
 is kept in the repository). Without it the script prints, per GPU, collective and group size,
-the median error of `hwtune.cost.collectives` over 1 KB-1 GB, now and with the Simple protocol
-alone for all-gather and reduce-scatter (the model before 2026-12-04, which priced NCCL's LL
-protocol for all-reduce only).
+the median error of `hwtune.cost.collectives` over 1 KB-1 GB, now and with the model before
+2026-12-04: all-gather and reduce-scatter on the Simple protocol alone (NCCL's LL protocol was
+priced for all-reduce only) and all-to-all as n-1 Simple steps one after another. The
+all-to-all's p2p figures are fitted to the H200 rows (`hwtune.cost.collectives`); its H100 rows
+are the check.
 
     .venv/bin/python benchmarks/nccl_vs_aiconfigurator.py [--aiconfigurator-src DIR] [--rows]
 """
@@ -68,20 +70,26 @@ def load() -> list[dict]:
     return read_commented_csv(DATA)
 
 
-def predict(row: dict, simple: bool = False) -> float:
-    """Predicted microseconds of one row; ``simple``: all-gather and reduce-scatter on the
-    Simple protocol alone (the model before 2026-12-04)."""
+def predict(row: dict, before: bool = False) -> float:
+    """Predicted microseconds of one row; ``before``: the model before 2026-12-04, all-gather
+    and reduce-scatter on the Simple protocol alone and all-to-all as n-1 pairwise Simple steps
+    of the ring's link."""
     from hwtune.cost import collectives as c
     from hwtune.hardware.cluster import make_cluster
 
     cl = make_cluster(AICONFIGURATOR_GPUS[row["gpu"]], 8)
-    span = cl.span(int(row["gpus"]), 1)
+    n = int(row["gpus"])
+    span = cl.span(n, 1)
     s, op = float(row["bytes"]), row["op"]
     if op == "all_reduce":
         t = c.all_reduce_time(s, span, cl)
     elif op == "alltoall":
-        t = c.all_to_all_time(s, span, cl)
-    elif simple:
+        t = (
+            c.pairwise_all_to_all(s, n, cl.intra_link())
+            if before
+            else c.all_to_all_time(s, span, cl)
+        )
+    elif before:
         t = c.nccl_ring_all_gather_time(s, span, cl, protocol="simple")
     else:
         t = (c.all_gather_time if op == "all_gather" else c.reduce_scatter_time)(s, span, cl)
@@ -100,7 +108,7 @@ def compare(rows: list[dict]) -> list[dict]:
     out = []
     for key, rs in sorted(groups.items()):
         now = [predict(r) / float(r["us"]) for r in rs]
-        before = [predict(r, simple=True) / float(r["us"]) for r in rs]
+        before = [predict(r, before=True) / float(r["us"]) for r in rs]
         out.append({
             "series": key, "points": len(rs),
             "median": statistics.median(abs(x - 1) for x in now),
@@ -125,7 +133,7 @@ def main() -> None:
                   f"measured {float(r['us']):8.1f} us, predicted {p:8.1f} "
                   f"({p / float(r['us']):.2f}x)")  # fmt: skip
     print("| GPU | collective | GPUs | points | median error | predicted/measured | "
-          "before (Simple only) |")  # fmt: skip
+          "before 2026-12-04 |")  # fmt: skip
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in compare(rows):
         gpu, op, n = r["series"]

@@ -56,6 +56,22 @@ _LL_MAX_BUSBW_ONE_NODE = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9,
                           "blackwell": 282.0e9, "blackwell-ultra": 282.0e9}  # fmt: skip
 _LL_MAX_BUSBW_NODES = (39.0e9, 20.4e9)  # llMaxBws, Intel hosts: 2 nodes, 3 or more
 
+# NCCL's all-to-all inside one NVLink domain: one ncclSend and one ncclRecv per peer in a group
+# (nccl-tests ``alltoall_perf``), scheduled on separate p2p channels, so the n-1 exchanges run
+# at once instead of one after another. Each uses the LL protocol when its bytes fit one
+# channel's ``NCCL_P2P_LL_THRESHOLD`` (``src/enqueue.cc``, ``addP2pToPlan``: 16 KiB; a peer's
+# message under 64 KiB takes one channel on NVLink), else Simple. NCCL's tuning model has no
+# p2p latencies, so the four figures below are fitted (relative least squares) to NVIDIA's
+# nccl-tests timings of NCCL 2.29.2 on 2, 4 and 8 H200s (ai-dynamo/aiconfigurator,
+# benchmarks/data/aiconfigurator_nccl.csv, 1 KB-1 GB) and checked on the H100 rows of the same
+# file, which the fit did not see (VALIDATION.md, "NCCL all-to-all"). Groups above 8 GPUs in one
+# domain (NVL72) extrapolate the per-peer terms.
+_P2P_LL_THRESHOLD_B = 16384.0  # NCCL_P2P_LL_THRESHOLD, bytes per peer on one channel
+_A2A_LL_BASE_S, _A2A_LL_PER_PEER_S = 5.9e-6, 0.42e-6  # fit: launch, and each peer's op
+_A2A_LL_CHANNEL_BW = 6.1e9  # fit: one p2p channel's LL rate, bytes/s
+_A2A_SIMPLE_BASE_S, _A2A_SIMPLE_PER_PEER_S = 12.0e-6, 0.18e-6  # fit, as the LL pair
+_A2A_SIMPLE_LINK_SHARE = 0.815  # fit: all-to-all rate over NCCL's ring link (Cluster.intra_link)
+
 
 def _ll_cap(cluster: Cluster, domains: int) -> float | None:
     """NCCL's LL bus-bandwidth cap for this group, or None where NCCL's LL figures do not
@@ -102,6 +118,19 @@ def _ll_all_reduce(nbytes: float, span: GroupSpan, cluster: Cluster, b_slow: flo
             + 2.0 * ((local - 1) * _LL_HOP_NVLINK_S + math.log2(d) * _LL_HOP_NET_TREE_S)
             + 2.0 * nbytes / tree_bw)  # fmt: skip
     return ring if ring < tree else tree
+
+
+def _nccl_p2p_all_to_all(nbytes: float, n: int, b_ring: float) -> float:
+    """NCCL's all-to-all of ``nbytes`` per rank over ``n`` ranks of one NVLink domain, its n-1
+    send/recv pairs at once (constants above). A peer's message b = S/n up to 16 KiB goes LL:
+    5.9 us + 0.42 us per peer + b / 6.1 GB/s (one channel); above, Simple: 12 us + 0.18 us per
+    peer + (n-1)/n S / (0.815 ``b_ring``), the rank's NVLink shared by its n-1 sends. On 8 H200s
+    a 1 KB call costs 8.9 us (measured 8.7-9.2) where n-1 Simple steps of 3 us made 21 us."""
+    b = nbytes / n
+    if b <= _P2P_LL_THRESHOLD_B:
+        return _A2A_LL_BASE_S + (n - 1) * _A2A_LL_PER_PEER_S + b / _A2A_LL_CHANNEL_BW
+    return (_A2A_SIMPLE_BASE_S + (n - 1) * _A2A_SIMPLE_PER_PEER_S
+            + (n - 1) * b / (_A2A_SIMPLE_LINK_SHARE * b_ring))  # fmt: skip
 
 
 # --- input errors (raised from one-comparison guards, so the happy path stays cheap) ----------
@@ -438,7 +467,10 @@ def all_to_all_time(
 ) -> float:
     """All-to-all over ``span`` on ``cluster``; ``nbytes`` is what each rank sends in all.
 
-    One domain: pairwise exchange over NVLink, (n−1)·αi + (n−1)/n·S/βi (Thakur et al. 2005).
+    One domain: on NVIDIA devices NCCL's grouped send/recv, all n−1 exchanges at once, LL or
+    Simple by the size of a peer's message (`_nccl_p2p_all_to_all`); elsewhere (other vendors,
+    a measured profile) the pairwise exchange over NVLink, (n−1)·αi + (n−1)/n·S/βi (Thakur et
+    al. 2005).
     Across domains (notation of `all_reduce_time`), the faster of
     - direct: each rank sends (l−1)/n of S over NVLink and (n−l)/n of S through its own NIC,
       both at once; the n−1 messages' latencies add up:
@@ -459,6 +491,8 @@ def all_to_all_time(
     bi, ai = intra.bandwidth, intra.latency
     local, domains = span.local, span.domains
     if domains == 1:
+        if _ll_cap(cluster, 1) is not None:  # NVIDIA device: NCCL's grouped send/recv
+            return _nccl_p2p_all_to_all(nbytes, n, bi)
         return (n - 1) * ai + (n - 1) * nbytes / (n * bi)
     inter = cluster.inter_link(nic_share)
     bn, an = inter.bandwidth, inter.latency
