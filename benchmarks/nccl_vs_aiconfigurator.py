@@ -10,7 +10,8 @@ fp16 rows into ``benchmarks/data/aiconfigurator_nccl.csv`` (needs pandas and pya
 is kept in the repository). Without it the script prints, per GPU, collective and group size,
 the median error of `hwtune.cost.collectives` over 1 KB-1 GB, now and with the model before
 2026-12-04: all-gather and reduce-scatter on the Simple protocol alone (NCCL's LL protocol was
-priced for all-reduce only) and all-to-all as n-1 Simple steps one after another. The
+priced for all-reduce only), all-to-all as n-1 Simple steps one after another, and NVLS
+all-reduce at the 8-GPU rate on fewer GPUs too. The
 all-to-all's p2p figures are fitted to the H200 rows (`hwtune.cost.collectives`); its H100 rows
 are the check.
 
@@ -72,8 +73,8 @@ def load() -> list[dict]:
 
 def predict(row: dict, before: bool = False) -> float:
     """Predicted microseconds of one row; ``before``: the model before 2026-12-04, all-gather
-    and reduce-scatter on the Simple protocol alone and all-to-all as n-1 pairwise Simple steps
-    of the ring's link."""
+    and reduce-scatter on the Simple protocol alone, all-to-all as n-1 pairwise Simple steps
+    of the ring's link, and NVLS all-reduce at the 8-GPU rate on 2 and 4 GPUs as well."""
     from hwtune.cost import collectives as c
     from hwtune.hardware.cluster import make_cluster
 
@@ -82,7 +83,10 @@ def predict(row: dict, before: bool = False) -> float:
     span = cl.span(n, 1)
     s, op = float(row["bytes"]), row["op"]
     if op == "all_reduce":
-        t = c.all_reduce_time(s, span, cl)
+        t = c.all_reduce_time(s, span, cl, nvls=not before)
+        if before:  # NVLS at the domain-wide algorithm bandwidth whatever the group's size
+            a = cl.nvls_allreduce_algbw_gbps * 1e9
+            t = min(t, 2 * (n - 1) * cl.intra_link().latency + s / a)
     elif op == "alltoall":
         t = (
             c.pairwise_all_to_all(s, n, cl.intra_link())

@@ -356,8 +356,11 @@ def test_one_domain_is_the_intra_ring(nbytes, span, cluster):
     assert all_reduce_time(nbytes, one, cluster, nvls=False) == ring
     a = cluster.nvls_allreduce_algbw_gbps
     if a is not None and span.size > 1 and nbytes > 0:
-        # NVLink SHARP: the ring's latency steps, the buffer once at the switch's rate
-        nv = 2 * (span.size - 1) * intra.latency + nbytes / (a * 1e9)
+        # NVLink SHARP: the ring's latency steps, the buffer once at the switch's rate for a
+        # group of this size: n/(n+1) of what it is per GPU, scaled from the domain-wide figure
+        # (the domain here never smaller than the group)
+        n, dom = span.size, max(cluster.domain, span.size)
+        nv = 2 * (n - 1) * intra.latency + nbytes / (a * 1e9 * n / (n + 1) * (dom + 1) / dom)
         assert all_reduce_time(nbytes, one, cluster) == pytest.approx(min(ring, nv), rel=1e-12)
     assert reduce_scatter_time(nbytes, one, cluster) == ring_reduce_scatter(
         nbytes, span.size, intra

@@ -120,6 +120,25 @@ def _ll_all_reduce(nbytes: float, span: GroupSpan, cluster: Cluster, b_slow: flo
     return ring if ring < tree else tree
 
 
+def _nvls_algbw(cluster: Cluster, n: int) -> float | None:
+    """NVLink SHARP all-reduce algorithm bandwidth (bytes/s) of n GPUs of one domain, or None.
+
+    ``cluster.nvls_allreduce_algbw_gbps`` is measured over the whole domain of D GPUs (8 on
+    DGX/HGX, 72 on NVL72; systems.yaml). In NCCL's NVLS all-reduce the switch reads each
+    GPU's shards for all n reductions (``multimem.ld_reduce``: S out of every GPU) and
+    multicasts each GPU's reduced shard to all n (``multimem.st``: S/n out, S in), so every
+    GPU moves S (1 + 1/n) each way and A(n) = A_D x (n/(n+1)) / (D/(D+1)): 4 of 8 H100s at
+    247 GB/s, not 275. NVIDIA's nccl-tests timings on 4 H100/H200s (aiconfigurator; VALIDATION.md,
+    "NVLS on part of a node") measure 227-233 GB/s at 256-512 MB, the 8-GPU ones 254-262 GB/s:
+    0.9x of each other, as this ratio says, where NCCL's own tuning model (busBw independent of
+    n, so algbw x n/(2(n-1))) has 4 GPUs 1.17x faster than 8."""
+    a = cluster.nvls_allreduce_algbw_gbps
+    if a is None:
+        return None
+    d = max(cluster.domain, n)  # a group never spans more than the domain it was measured on
+    return a * 1e9 * (n / (n + 1)) * ((d + 1) / d)
+
+
 def _nccl_p2p_all_to_all(nbytes: float, n: int, b_ring: float) -> float:
     """NCCL's all-to-all of ``nbytes`` per rank over ``n`` ranks of one NVLink domain, its n-1
     send/recv pairs at once (constants above). A peer's message b = S/n up to 16 KiB goes LL:
@@ -296,9 +315,10 @@ def all_reduce_time(
       the d domains, pipelined (Sanders et al. 2009; NCCL 2.4):
       2(l−1)·αi + 2·log2(d)·αn + 2·S/min(βi, B).
     - ``nvls`` (one domain, where ``cluster.nvls_allreduce_algbw_gbps`` is known, and ``nvls``
-      True): NVLink SHARP, NCCL's default all-reduce on NVSwitch systems since NCCL 2.17. Each
-      GPU sends its buffer into the switch, which reduces it and multicasts the sum back, so the
-      time is S / A for an algorithm bandwidth A that does not depend on n (NCCL maintainer,
+      True): NVLink SHARP, NCCL's default all-reduce on NVSwitch systems since NCCL 2.17. The
+      switch reads every GPU's buffer, reduces it and multicasts the sum back, so the time is
+      S / A(n), an algorithm bandwidth that grows only slowly with n (`_nvls_algbw`: A_D x
+      (n/(n+1)) / (D/(D+1)) from the domain-wide figure A_D; NCCL maintainer,
       NVIDIA/nccl-tests #212: ~275 GB/s on 8 H100s, i.e. busbw ~480 against ~370 for the ring,
       and NVIDIA/nccl #1455: NVLS busbw grows with n as the ring's stays flat), plus the ring's
       latency, 2(n−1)·αi (no small-message NVLS figure is published here, so small all-reduces
@@ -330,8 +350,8 @@ def all_reduce_time(
             return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
         # ring: a ring reduce-scatter, then a ring all-gather of the same size
         ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share, "simple")
-        a = cluster.nvls_allreduce_algbw_gbps if nvls else None
-        nv = math.inf if a is None else 2.0 * (n - 1) * ai + nbytes / (a * 1e9)
+        a = _nvls_algbw(cluster, n) if nvls else None
+        nv = math.inf if a is None else 2.0 * (n - 1) * ai + nbytes / a
         if algorithm == "nvls":
             if a is None:
                 raise HwtuneInputError("algorithm", algorithm, "a cluster with NVLink SHARP "

@@ -72,8 +72,9 @@ class Cluster(FrozenModel):
     nvls_allreduce_algbw_gbps: float | None = Field(
         default=None,
         gt=0,
-        description="all-reduce algorithm bandwidth (buffer bytes / time, GB/s) inside one "
-        "NVSwitch domain with NVLink SHARP (NCCL's NVLS algorithm); None = no NVLS",
+        description="all-reduce algorithm bandwidth (buffer bytes / time, GB/s) over one whole "
+        "NVSwitch domain with NVLink SHARP (NCCL's NVLS algorithm; a smaller group of n runs at "
+        "n/(n+1) of the per-GPU rate, hwtune.cost.collectives._nvls_algbw); None = no NVLS",
     )
     power_cap_w: float | None = Field(
         default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
