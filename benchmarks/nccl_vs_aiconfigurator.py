@@ -72,31 +72,32 @@ def load() -> list[dict]:
 
 
 def predict(row: dict, before: bool = False) -> float:
-    """Predicted microseconds of one row; ``before``: the model before 2026-12-04, all-gather
-    and reduce-scatter on the Simple protocol alone, all-to-all as n-1 pairwise Simple steps
-    of the ring's link, and NVLS all-reduce at the 8-GPU rate on 2 and 4 GPUs as well."""
+    """Predicted microseconds of one row; ``before``: the model before 2026-12-04, the Simple
+    protocol without NCCL's fixed 8.4 us per call, all-gather and reduce-scatter on it alone,
+    all-to-all as n-1 pairwise Simple steps of the ring's link, and NVLS all-reduce at the
+    8-GPU rate on 2 and 4 GPUs as well (written out from the link-level primitives)."""
     from hwtune.cost import collectives as c
     from hwtune.hardware.cluster import make_cluster
 
     cl = make_cluster(AICONFIGURATOR_GPUS[row["gpu"]], 8)
     n = int(row["gpus"])
     span = cl.span(n, 1)
+    link = cl.intra_link()
     s, op = float(row["bytes"]), row["op"]
-    if op == "all_reduce":
-        t = c.all_reduce_time(s, span, cl, nvls=not before)
-        if before:  # NVLS at the domain-wide algorithm bandwidth whatever the group's size
-            a = cl.nvls_allreduce_algbw_gbps * 1e9
-            t = min(t, 2 * (n - 1) * cl.intra_link().latency + s / a)
+    if not before:
+        if op == "all_reduce":
+            t = c.all_reduce_time(s, span, cl)
+        elif op == "alltoall":
+            t = c.all_to_all_time(s, span, cl)
+        else:
+            t = (c.all_gather_time if op == "all_gather" else c.reduce_scatter_time)(s, span, cl)
+    elif op == "all_reduce":
+        nvls = 2 * (n - 1) * link.latency + s / (cl.nvls_allreduce_algbw_gbps * 1e9)
+        t = min(c.ring_all_reduce(s, n, link), nvls, c._ll_all_reduce(s, span, cl, link.bandwidth))
     elif op == "alltoall":
-        t = (
-            c.pairwise_all_to_all(s, n, cl.intra_link())
-            if before
-            else c.all_to_all_time(s, span, cl)
-        )
-    elif before:
-        t = c.nccl_ring_all_gather_time(s, span, cl, protocol="simple")
+        t = c.pairwise_all_to_all(s, n, link)
     else:
-        t = (c.all_gather_time if op == "all_gather" else c.reduce_scatter_time)(s, span, cl)
+        t = c.ring_all_gather(s, n, link)
     return t * 1e6
 
 

@@ -12,7 +12,9 @@ Conventions (nccl-tests ``doc/PERFORMANCE.md``):
   Rabenseifner & Gropp 2005). No reduction term γ: on GPUs the reduction runs at HBM speed,
   far above link speed, and nccl-tests bus bandwidth already includes it.
 - A group of one rank, or an empty buffer, costs 0 (NCCL launches nothing).
-- The `Link` latencies are those of NCCL's Simple protocol. For small messages NCCL switches
+- The `Link` latencies are those of NCCL's Simple protocol, per step; on NVIDIA devices each
+  NCCL call also pays NCCL's fixed Simple cost, 8.4 us (`_simple_base`; the formulas below
+  leave it out). For small messages NCCL switches
   to its low-latency (LL) protocol, which ``all_reduce_time(algorithm="auto")``,
   `all_gather_time` and `reduce_scatter_time` (through `nccl_ring_all_gather_time`) also price
   on NVIDIA devices, with NCCL's own figures (`_ll_ring`, `_ll_all_reduce`).
@@ -49,6 +51,7 @@ _BUS_FACTOR_KINDS: tuple[str, ...] = (
 # a microsecond per hop instead of the ~3 us of the Simple protocol the `Link` latencies describe)
 # at half the ring's bus bandwidth (1/3.8 of the tree's) under a cap per architecture.
 _LL_BASE_RING_S, _LL_BASE_TREE_S = 6.6e-6, 6.8e-6  # baseLat, LL column
+_SIMPLE_BASE_S = 8.4e-6  # baseLat, Simple column (ring and tree): once per NCCL call
 _LL_HOP_NVLINK_S = 0.6e-6  # hwLat[NVLINK][ring or tree][LL]
 _LL_HOP_NET_RING_S, _LL_HOP_NET_TREE_S = 2.7e-6, 5.0e-6  # hwLat[NET][ring, tree][LL]
 _LL_NET_OVERHEAD_S = 1.0e-6  # getNetOverhead, x86 Intel host: a ring step once it leaves a node
@@ -82,6 +85,15 @@ def _ll_cap(cluster: Cluster, domains: int) -> float | None:
     if domains == 1:
         return _LL_MAX_BUSBW_ONE_NODE.get(dev.architecture)
     return _LL_MAX_BUSBW_NODES[0] if domains == 2 else _LL_MAX_BUSBW_NODES[1]
+
+
+def _simple_base(cluster: Cluster) -> float:
+    """NCCL's fixed cost of one Simple-protocol call (``baseLat``: 8.4 us for ring and tree) on
+    the devices whose NCCL figures apply (`_ll_cap`), added to the per-step latencies of the
+    cluster's links; 0 elsewhere (another vendor's library, or a measured profile whose fitted
+    latency already holds it). Without it a 2-GPU all-gather cost one 3 us step where NVIDIA's
+    nccl-tests timings measure 5-6 us (VALIDATION.md, "NCCL's Simple base latency")."""
+    return _SIMPLE_BASE_S if _ll_cap(cluster, 1) is not None else 0.0
 
 
 def _ll_ring(nbytes: float, span: GroupSpan, cap: float, b_slow: float, passes: int) -> float:
@@ -124,7 +136,8 @@ def _nvls_algbw(cluster: Cluster, n: int) -> float | None:
     """NVLink SHARP all-reduce algorithm bandwidth (bytes/s) of n GPUs of one domain, or None.
 
     ``cluster.nvls_allreduce_algbw_gbps`` is measured over the whole domain of D GPUs (8 on
-    DGX/HGX, 72 on NVL72; systems.yaml). In NCCL's NVLS all-reduce the switch reads each
+    DGX/HGX, 72 on NVL72; systems.yaml; ``cluster.nvls_reference_gpus``, which `make_cluster`
+    keeps at the system's domain for a job smaller than a node). In NCCL's NVLS all-reduce the switch reads each
     GPU's shards for all n reductions (``multimem.ld_reduce``: S out of every GPU) and
     multicasts each GPU's reduced shard to all n (``multimem.st``: S/n out, S in), so every
     GPU moves S (1 + 1/n) each way and A(n) = A_D x (n/(n+1)) / (D/(D+1)): 4 of 8 H100s at
@@ -135,7 +148,9 @@ def _nvls_algbw(cluster: Cluster, n: int) -> float | None:
     a = cluster.nvls_allreduce_algbw_gbps
     if a is None:
         return None
-    d = max(cluster.domain, n)  # a group never spans more than the domain it was measured on
+    # the domain the figure was measured on (a job smaller than a node keeps its system's);
+    # a group never spans more than that
+    d = max(cluster.nvls_reference_gpus or cluster.domain, n)
     return a * 1e9 * (n / (n + 1)) * ((d + 1) / d)
 
 
@@ -345,11 +360,12 @@ def all_reduce_time(
     intra = cluster.intra_link()
     bi, ai = intra.bandwidth, intra.latency
     local, domains = span.local, span.domains
+    base = _simple_base(cluster)  # one NCCL call; "hierarchical" is three
     if domains == 1:
         if algorithm == "tree":
-            return 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
-        # ring: a ring reduce-scatter, then a ring all-gather of the same size
-        ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share, "simple")
+            return base + 2.0 * (n - 1) * ai + 2.0 * nbytes / bi
+        # ring: a ring reduce-scatter, then a ring all-gather of the same size, in one call
+        ring = 2.0 * nccl_ring_all_gather_time(nbytes, span, cluster, nic_share, "simple") - base
         a = _nvls_algbw(cluster, n) if nvls else None
         nv = math.inf if a is None else 2.0 * (n - 1) * ai + nbytes / a
         if algorithm == "nvls":
@@ -372,14 +388,15 @@ def all_reduce_time(
     intra_steps = 2.0 * (local - 1) * ai
 
     cross = min(2 * domains, 2 * (n - 1))  # node-crossing steps of the ring (NCCL tuning.cc)
-    flat = (2 * (n - 1) - cross) * ai + cross * an + 2.0 * (n - 1) * nbytes / (n * b_slow)
+    flat = base + (2 * (n - 1) - cross) * ai + cross * an + 2.0 * (n - 1) * nbytes / (n * b_slow)
     hier = (
-        intra_steps
+        3.0 * base
+        + intra_steps
         + 2.0 * (local - 1) * nbytes / (local * bi)
         + 2.0 * (domains - 1) * an
         + 2.0 * (domains - 1) * nbytes / (domains * b_out)
     )
-    tree = intra_steps + 2.0 * math.log2(domains) * an + 2.0 * nbytes / b_slow
+    tree = base + intra_steps + 2.0 * math.log2(domains) * an + 2.0 * nbytes / b_slow
     if algorithm == "ring":
         return flat
     if algorithm == "hierarchical":
@@ -400,7 +417,8 @@ def _rs_ag_time(nbytes: float, span: GroupSpan, cluster: Cluster, nic_share: flo
     intra, inter = cluster.intra_link(), cluster.inter_link(nic_share)
     local, domains = span.local, span.domains
     two_level = (
-        (local - 1) * intra.latency
+        2.0 * _simple_base(cluster)  # two NCCL calls
+        + (local - 1) * intra.latency
         + (local - 1) * nbytes / (local * intra.bandwidth)
         + (domains - 1) * inter.latency
         + (domains - 1) * nbytes / (domains * local * inter.bandwidth)
@@ -468,13 +486,14 @@ def nccl_ring_all_gather_time(
     intra = cluster.intra_link()
     bi, ai = intra.bandwidth, intra.latency
     d = span.domains
+    base = _simple_base(cluster)
     if d == 1:
         b_slow = bi
-        simple = (n - 1) * ai + (n - 1) * nbytes / (n * bi)
+        simple = base + (n - 1) * ai + (n - 1) * nbytes / (n * bi)
     else:
         inter = cluster.inter_link(nic_share)
         b_slow = min(bi, span.local * inter.bandwidth)
-        simple = (n - d) * ai + (d - 1) * inter.latency + (n - 1) * nbytes / (n * b_slow)
+        simple = base + (n - d) * ai + (d - 1) * inter.latency + (n - 1) * nbytes / (n * b_slow)
     cap = _ll_cap(cluster, d) if protocol == "auto" else None
     if cap is None:
         return simple

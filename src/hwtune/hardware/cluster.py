@@ -76,6 +76,12 @@ class Cluster(FrozenModel):
         "NVSwitch domain with NVLink SHARP (NCCL's NVLS algorithm; a smaller group of n runs at "
         "n/(n+1) of the per-GPU rate, hwtune.cost.collectives._nvls_algbw); None = no NVLS",
     )
+    nvls_reference_gpus: int | None = Field(
+        default=None,
+        gt=0,
+        description="GPUs the NVLS figure was measured on (its system's whole NVSwitch domain, "
+        "e.g. 8 on DGX H100 even for a job of 4); None = this cluster's scale-up domain",
+    )
     power_cap_w: float | None = Field(
         default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
     )
@@ -186,6 +192,9 @@ def make_cluster(
         "nvls_allreduce_algbw_gbps": preset.get("nvls_allreduce_algbw_gbps"),
         **kw,
     }
+    if fields["nvls_allreduce_algbw_gbps"] is not None and "nvls_reference_gpus" not in kw:
+        # the figure is the whole domain's, whatever part of it this job takes
+        fields["nvls_reference_gpus"] = fields["scaleup_domain"] or fields["gpus_per_node"]
     if 0 < fields["n_gpus"] < fields["gpus_per_node"]:  # a job smaller than a node
         fields["gpus_per_node"] = fields["n_gpus"]
         if fields["scaleup_domain"] and fields["scaleup_domain"] > fields["n_gpus"]:
