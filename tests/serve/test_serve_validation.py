@@ -6,8 +6,8 @@ deterministic subset runs inside the test budget: the expressible aggregated row
 concurrency x output length is at most 16,384 (the cost of a run), one in four by a hash of the
 row id: 117 rows, 42 of them measured by InferenceX (its client's sampled lengths).
 
-Full run (901 expressed rows, VALIDATION.md): median TTFT error 23.5% (p90 67.8%), median TPOT
-error 9.8% (p90 34.5%). This subset: TTFT 22.1%, TPOT 7.6%.
+Full run (901 expressed rows, VALIDATION.md): median TTFT error 23.7% (p90 67.3%), median TPOT
+error 9.8% (p90 34.0%). This subset: TTFT 22.3%, TPOT 9.6%.
 """
 
 from __future__ import annotations
@@ -33,11 +33,15 @@ pytestmark = pytest.mark.skipif(not default_csv().is_file(), reason="validation 
 
 TTFT_TARGET = 0.15  # issue 4: median relative TTFT error
 TPOT_TARGET = 0.12  # issue 4: median relative TPOT error
-GUARD_TTFT = 0.23  # reached: 0.221 on this subset
-GUARD_TPOT = 0.08  # reached: 0.076 on this subset
+GUARD_TTFT = 0.23  # reached: 0.223 on this subset
+# reached: 0.096 on this subset; 0.076 until 2026-12-05, when MoE layers under expert parallelism
+# were priced by their busiest rank (NVIDIA's per-op timings agree; VALIDATION.md): the subset
+# holds 27 TensorRT-LLM Qwen3-235B rows whose decode was over-priced elsewhere (13.8% from 6.5%)
+# while its DeepSeek-V3 and gpt-oss rows improved (25.5% -> 12.8%, 19.6% -> 14.1%)
+GUARD_TPOT = 0.10
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 23.5% (target 15%) over all 901 expressed "
-    "rows (TPOT 9.8%, target 12%, is met); 22.1% on this 117-row subset. TTFT "
+    "issue-4 TTFT target not met: median TTFT error 23.7% (target 15%) over all 901 expressed "
+    "rows (TPOT 9.8%, target 12%, is met); 22.3% on this 117-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
 )
@@ -177,7 +181,7 @@ def test_issue_target_ttft(subset_errors):
 
 
 def test_issue_target_tpot(subset_errors):
-    """Issue 4: median TPOT error <= 12% (7.6% on this subset, 9.8% over all 901 rows)."""
+    """Issue 4: median TPOT error <= 12% (9.6% on this subset, 9.8% over all 901 rows)."""
     _, _, ep = subset_errors
     assert np.median(ep) <= TPOT_TARGET
 
