@@ -355,9 +355,12 @@ def attention_time(
 
 
 def memory_time(nbytes: float, device: Device, kernels: int = 1) -> float:
-    """Seconds for memory-bound work moving ``nbytes`` through HBM, in ``kernels`` launches."""
+    """Seconds for memory-bound work moving ``nbytes`` through HBM, in ``kernels`` launches
+    (0: work riding in another op's kernel, the bytes at the device's streaming rate only)."""
     if nbytes <= 0:
         return 0.0
+    if kernels == 0:
+        return nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     prof = device.profile
     if prof is not None:
         per = prof.elementwise_time(nbytes / kernels)

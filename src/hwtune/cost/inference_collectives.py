@@ -91,10 +91,38 @@ def serving_all_reduce_time(
     return min(one, two, nccl)
 
 
+TRTLLM_FUSED_NORM_MAX_TOKENS = 128
+"""Above two GPUs, the most tokens for which TensorRT-LLM's AUTO all-reduce keeps a requested
+residual-add + RMSNorm fusion in its own (min-latency one- or two-shot) kernel; larger
+messages go to NCCL followed by a separate residual-RMSNorm kernel (``allreduceOp.cpp``
+strategy heuristic of NVIDIA/TensorRT-LLM PR #5432, mid-2025, env
+``ALLREDUCE_AUTO_HEURISTIC_MIN_LATENCY_THRESHOLD_TOKEN_NUM``; on up to two GPUs it always
+fuses). Later releases moved to a lookup table by hidden size and tokens (on Hopper, hidden
+4096: up to 512 tokens on 4 GPUs, 64 on 8); the heuristic of the 1.0 releases is kept."""
+
+
+def trtllm_ar_workspace_bytes(tp: int) -> float:
+    """TensorRT-LLM's custom all-reduce workspace: messages above it go to NCCL, 16 MB on up
+    to two GPUs, 8 MB above (``customAllReduceUtils.h``, ``getMaxRequiredWorkspaceSize``)."""
+    return 16e6 if tp <= 2 else 8e6
+
+
+def trtllm_norm_in_all_reduce(tokens: int, hidden: int, tp: int, act_bytes: float) -> bool:
+    """Whether TensorRT-LLM's all-reduce of ``tokens`` rows of width ``hidden`` over ``tp``
+    GPUs runs the requested residual add and RMSNorm in its own kernel (within the workspace,
+    `trtllm_ar_workspace_bytes`, and above two GPUs at most `TRTLLM_FUSED_NORM_MAX_TOKENS`)."""
+    if tp <= 1 or tokens * hidden * act_bytes > trtllm_ar_workspace_bytes(tp):
+        return False
+    return tp <= 2 or tokens <= TRTLLM_FUSED_NORM_MAX_TOKENS
+
+
 __all__ = [
     "ALL_REDUCE_KERNELS",
+    "TRTLLM_FUSED_NORM_MAX_TOKENS",
     "CUSTOM_ALL_REDUCE_BW_FRACTION",
     "CUSTOM_ALL_REDUCE_LATENCY_S",
     "custom_all_reduce_link",
     "serving_all_reduce_time",
+    "trtllm_ar_workspace_bytes",
+    "trtllm_norm_in_all_reduce",
 ]

@@ -331,6 +331,30 @@ def norm_residual_ops(spec: ModelSpec, sh: Shard) -> list[Op]:
             memop("residual_adds", 2 * 3 * hb, kernels=2)]  # fmt: skip
 
 
+def add_norm_ops(spec: ModelSpec, sh: Shard, in_all_reduce: bool = False) -> list[Op]:
+    """A serving engine's two pre-norms of one layer, each with the residual add before it.
+
+    The engines' RMSNorm takes the residual and does both in one kernel that reads the input
+    and the residual and writes the updated residual and the normalized output, ``4e`` per
+    element (vLLM ``RMSNorm.forward_cuda`` -> ``fused_add_rms_norm``,
+    ``csrc/layernorm_kernels.cu``; SGLang ``RMSNorm.forward_cuda`` -> ``fused_add_rmsnorm``;
+    TensorRT-LLM's PyTorch-backend ``RMSNorm(hidden_states, residual)``), where
+    `norm_residual_ops` prices a norm and a separate add (``5e``, two kernels). Under tensor
+    parallelism without attention data parallelism TensorRT-LLM runs both inside the layer's
+    all-reduces (``in_all_reduce``: ``AllReduceFusionOp.RESIDUAL_RMS_NORM``, the decoder
+    layers' ``PRE_*_FUSION`` / ``POST_*_FUSION``, e.g. ``_torch/models/modeling_qwen3_moe.py``):
+    no kernel of their own, the all-reduce kernel reading and writing the residual besides its
+    output (``2e``). A LayerNorm model, or an engine that does not fuse (``sh.fused`` False, a
+    CPU profile), keeps `norm_residual_ops`."""
+    if spec.norm != "rmsnorm" or not sh.fused:
+        return norm_residual_ops(spec, sh)
+    rows = sh.tokens // sh.tp if sh.sp else sh.tokens
+    hb = sh.act_bytes * rows * spec.d_model
+    if in_all_reduce:
+        return [memop("add_norms_in_all_reduce", 2 * 2 * hb, kernels=0)]
+    return [memop("add_norms", 2 * 4 * hb, kernels=2)]
+
+
 def _norm_op(name: str, spec: ModelSpec, sh: Shard, elems: float, count: int) -> Op:
     """``count`` norms over ``elems`` normalized elements in all. LayerNorm is one native kernel
     in eager PyTorch too; an eager RMSNorm is seven (``rmsnorm_bytes``), unless it is PyTorch's

@@ -69,7 +69,7 @@ HOST_OVERHEAD_PER_SEQUENCE_S = 5.0e-6
 """Exposed per-sequence engine work per step (sampling bookkeeping, detokenization, stop
 checks), seconds: a few microseconds of Python/C++ per sequence (same sources as above)."""
 
-HOST_PER_KERNEL_S = 82.64e-3 / 1324
+HOST_PER_KERNEL_S = 82.64e-3 / 1202
 """Host time to launch one kernel of an eager (non-CUDA-graph) forward in a Python serving
 engine, seconds. A forward whose kernels are launched one by one from Python takes at least the
 time to launch them (the GPU runs behind the host: step >= launches x this), which is what a
@@ -77,8 +77,9 @@ prefill step of TensorRT-LLM's PyTorch backend (CUDA graphs only for generation-
 or SGLang (decode CUDA graphs; prefill eager unless ``--enable-piecewise-cuda-graph``) costs
 when its GPU work is small. Source: SGLang PR #12160 (2025-10), DeepSeek-V3, a prefill of one
 new token: "forward cost 82.64 ms" eager, 23.10 ms with a prefill CUDA graph, and "prefill
-latency is similar when new_tokens < 100"; 82.64 ms over the 1,324 kernels the iteration
-model launches for DeepSeek-V3 at TP 8 (`IterationModel.kernels_per_forward`) is 62 us per
+latency is similar when new_tokens < 100"; 82.64 ms over the 1,202 kernels the iteration
+model launches for DeepSeek-V3 at TP 8 (`IterationModel.kernels_per_forward`, residual adds in
+the norms: `hwtune.model.lowering.add_norm_ops`; 1,324 and 62 us before) is 69 us per
 kernel (the engine's own kernels are more, each cheaper; the product is what is measured, and
 a test holds the two together). Tier 2 (a serve profile) replaces the engine's host costs with measurements."""
 

@@ -55,7 +55,7 @@ from hwtune.cost.compute import (
     memory_time,
     stored_bytes,
 )
-from hwtune.cost.inference_collectives import serving_all_reduce_time
+from hwtune.cost.inference_collectives import serving_all_reduce_time, trtllm_norm_in_all_reduce
 from hwtune.cost.kv_cache import (
     AttentionShape,
     attention_shape,
@@ -63,7 +63,7 @@ from hwtune.cost.kv_cache import (
     prefill_attention_time,
 )
 from hwtune.cost.quantized_gemm import serving_gemm_time
-from hwtune.model.lowering import Shard, attention_ops, ffn_ops, layer_classes, norm_residual_ops
+from hwtune.model.lowering import Shard, add_norm_ops, attention_ops, ffn_ops, layer_classes
 from hwtune.serve.config import HOST_PER_KERNEL_S, ReplicaConfig
 from hwtune.serve.profile import elementwise_fused
 
@@ -186,26 +186,48 @@ class IterationModel:
         ]
         self._lin: dict[int, tuple[float, float, float]] = {}
         self._head: dict[int, float] = {}
+        # TensorRT-LLM's decoder layers ask their tensor-parallel all-reduces to run the
+        # residual add and RMSNorm when attention is not data parallel: the MoE models
+        # (Qwen3-MoE, DeepSeek-V3, gpt-oss) always, Llama only above hidden size 4096
+        # (``modeling_llama.py``: "Disable fusion for small models due to accuracy issues");
+        # whether the kernel honours it depends on the step's tokens (`_norms_in_all_reduce`)
+        self.ar_norm_fusion = (
+            cfg.all_reduce_kernel == "trtllm"
+            and cfg.tp > 1
+            and cfg.dp_attention == 1
+            and (self.spec.moe is not None or self.spec.d_model > 4096)
+        )
         self.host = cfg.iteration_overhead_s
         self.host_seq = cfg.sequence_overhead_s
-        self.launch_floor = (
-            self.kernels_per_forward() * HOST_PER_KERNEL_S if cfg.eager_prefill else 0.0
+        per = HOST_PER_KERNEL_S if cfg.eager_prefill else 0.0
+        self.launch_floor = self.kernels_per_forward() * per
+        self._launch_floor_fused = self.kernels_per_forward(norms_in_all_reduce=True) * per
+
+    def _norms_in_all_reduce(self, ta: int) -> bool:
+        """Whether a step whose busiest rank holds ``ta`` tokens runs its norms inside the
+        all-reduces (`hwtune.model.lowering.add_norm_ops`; TensorRT-LLM's strategy choice,
+        `hwtune.cost.inference_collectives.trtllm_norm_in_all_reduce`)."""
+        return self.ar_norm_fusion and trtllm_norm_in_all_reduce(
+            ta, self.spec.d_model, self.cfg.tp, self.act
         )
 
-    def kernels_per_forward(self) -> int:
+    def kernels_per_forward(self, norms_in_all_reduce: bool = False) -> int:
         """Kernels one forward launches across all layers, as this model prices them: each
         weight GEMM and memory op (with its kernel count), the attention kernel, the TP
         collectives, and per MoE layer the router, the two grouped expert GEMMs, the expert
-        activation, permute and unpermute, and the shared expert's GEMMs and activation."""
+        activation, permute and unpermute, and the shared expert's GEMMs and activation;
+        ``norms_in_all_reduce``: the norms ride in the all-reduces (no kernels of their own)."""
         cfg, spec = self.cfg, self.spec
+        fuse = norms_in_all_reduce and self.ar_norm_fusion
         sh = Shard(tokens=1, seq=1, tp=cfg.tp, act_bytes=self.act,
                    fused=elementwise_fused(cfg.profile))  # fmt: skip
         total = 0
         for ltype, moe, n, _shape in self.classes:
-            ops = list(attention_ops(spec, ltype, sh)) + list(norm_residual_ops(spec, sh))
+            ops = list(attention_ops(spec, ltype, sh))
+            ops += add_norm_ops(spec, sh, fuse)
             if not moe:
                 ops += ffn_ops(spec, False, sh)
-            k = sum(max(1, o.kernels) if o.kind == "memory" else 1 for o in ops)
+            k = sum(o.kernels if o.kind == "memory" else 1 for o in ops)
             if moe and spec.moe is not None:
                 k += 1 + 2 + 1 + 2 + (3 if spec.moe.shared_width else 0)
             if cfg.tp > 1 or cfg.dp_attention > 1:
@@ -227,7 +249,7 @@ class IterationModel:
         hbytes = self.act * spec.d_model
         for ltype, moe, n, _shape in self.classes:
             ops = [o for o in attention_ops(spec, ltype, sh) if o.kind != "attention"]
-            ops += norm_residual_ops(spec, sh)
+            ops += add_norm_ops(spec, sh, self._norms_in_all_reduce(ta))
             if not moe:
                 ops += ffn_ops(spec, False, sh)
             g = sum(self._gemm(o.m, o.n, o.k, o.batch) for o in ops if o.kind == "gemm")
@@ -376,8 +398,13 @@ class IterationModel:
 
     def launch_time(self, s: StepShape) -> float:
         """Host seconds to launch the step's kernels: ``launch_floor`` for a step with prompt
-        tokens on an eager-prefill engine, 0 for one replayed from a CUDA graph."""
-        return self.launch_floor if s.pf_tokens else 0.0
+        tokens on an eager-prefill engine (fewer kernels when its norms ride in the
+        all-reduces), 0 for one replayed from a CUDA graph."""
+        if not s.pf_tokens:
+            return 0.0
+        if self._norms_in_all_reduce(self.rank_tokens(s)):
+            return self._launch_floor_fused
+        return self.launch_floor
 
     def _draft(self, s: StepShape, layers: float) -> float:
         """Seconds of the draft module in a step under speculative decoding (0 without): one
@@ -405,9 +432,10 @@ class IterationModel:
     def _launch_wait(self, s: StepShape, t: float, lead: float = 0.0) -> float:
         """Seconds the GPU waits on the host's kernel launches (eager prefill steps only), the
         launches having begun ``lead`` seconds before the GPU reached the step."""
-        if not s.pf_tokens or not self.launch_floor:
+        floor = self.launch_time(s)
+        if not floor:
             return 0.0
-        return max(0.0, self.launch_floor - lead - (t - self.host - self.host_seq * s.seqs))
+        return max(0.0, floor - lead - (t - self.host - self.host_seq * s.seqs))
 
     def _rest(self, s: StepShape) -> float:
         cfg = self.cfg

@@ -1,0 +1,134 @@
+"""The serving engines' residual add + RMSNorm: one kernel per norm (vLLM ``fused_add_rms_norm``,
+SGLang ``fused_add_rmsnorm``, TensorRT-LLM's flashinfer ``fused_add_rmsnorm``), and inside
+TensorRT-LLM's tensor-parallel all-reduce (``AllReduceFusionOp.RESIDUAL_RMS_NORM``) when its
+strategy keeps the fusion (workspace 16 MB on up to 2 GPUs, 8 MB above; above 2 GPUs at most 128
+tokens, PR #5432's AUTO heuristic)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hwtune.cost.inference_collectives import (
+    TRTLLM_FUSED_NORM_MAX_TOKENS,
+    trtllm_ar_workspace_bytes,
+    trtllm_norm_in_all_reduce,
+)
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.model.lowering import Shard, add_norm_ops, norm_residual_ops
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.iteration import IterationModel
+
+
+def _bytes(ops) -> float:
+    return sum(o.bytes for o in ops)
+
+
+def _kernels(ops) -> int:
+    return sum(o.kernels for o in ops)
+
+
+def test_fused_add_norm_moves_four_elements_per_norm_in_one_kernel():
+    """Each fused norm reads x and the residual and writes the residual and the output: 4
+    elements of 2 bytes per hidden element, two norms a layer, one kernel each; the separate
+    norm (read, write) and add (two reads, one write) move 5 in two kernels."""
+    spec = get_model("llama3.1-8b")
+    sh = Shard(tokens=1000, seq=1000)
+    hb = 2.0 * 1000 * spec.d_model
+    fused = add_norm_ops(spec, sh)
+    assert _bytes(fused) == pytest.approx(2 * 4 * hb)
+    assert _kernels(fused) == 2
+    plain = norm_residual_ops(spec, sh)
+    assert _bytes(plain) == pytest.approx(2 * 5 * hb)
+    assert _kernels(plain) == 4
+
+
+def test_norms_inside_the_all_reduce_launch_nothing_and_move_the_residual():
+    spec = get_model("qwen3-235b-a22b")
+    sh = Shard(tokens=64, seq=64, tp=4)
+    ops = add_norm_ops(spec, sh, in_all_reduce=True)
+    assert _kernels(ops) == 0
+    assert _bytes(ops) == pytest.approx(2 * 2 * 2.0 * 64 * spec.d_model)
+
+
+def test_unfused_engines_and_layernorm_keep_separate_norm_and_add():
+    """A CPU profile that says the engine does not fuse (``Shard.fused`` False) and a LayerNorm
+    model keep `norm_residual_ops` whatever the all-reduce does."""
+    spec = get_model("llama3.1-8b")
+    eager = Shard(tokens=8, seq=8, fused=False)
+    assert add_norm_ops(spec, eager, in_all_reduce=True) == norm_residual_ops(spec, eager)
+    ln = spec.model_copy(update={"norm": "layernorm"})
+    sh = Shard(tokens=8, seq=8)
+    assert add_norm_ops(ln, sh, in_all_reduce=True) == norm_residual_ops(ln, sh)
+
+
+def test_trtllm_strategy_keeps_the_fusion_by_group_size_tokens_and_workspace():
+    """Up to 2 GPUs: fused while the message fits the 16 MB workspace (bf16, hidden 8192:
+    16e6 / 16384 B = 976 tokens); above 2 GPUs: at most 128 tokens and 8 MB."""
+    assert trtllm_ar_workspace_bytes(2) == 16e6
+    assert trtllm_ar_workspace_bytes(8) == 8e6
+    assert trtllm_norm_in_all_reduce(976, 8192, 2, 2.0)
+    assert not trtllm_norm_in_all_reduce(977, 8192, 2, 2.0)
+    assert trtllm_norm_in_all_reduce(TRTLLM_FUSED_NORM_MAX_TOKENS, 4096, 4, 2.0)
+    assert not trtllm_norm_in_all_reduce(TRTLLM_FUSED_NORM_MAX_TOKENS + 1, 4096, 4, 2.0)
+    assert not trtllm_norm_in_all_reduce(64, 4096, 1, 2.0)  # no all-reduce at all
+    # a message over 8 MB above two GPUs goes to NCCL even under the token limit
+    assert not trtllm_norm_in_all_reduce(100, 65536, 8, 2.0)
+
+
+@given(tokens=st.integers(1, 4096), tp=st.sampled_from([2, 4, 8]))
+def test_fusion_never_holds_for_a_message_over_the_workspace(tokens: int, tp: int) -> None:
+    fused = trtllm_norm_in_all_reduce(tokens, 7168, tp, 2.0)
+    if tokens * 7168 * 2.0 > trtllm_ar_workspace_bytes(tp):
+        assert not fused
+    if tp > 2 and tokens > TRTLLM_FUSED_NORM_MAX_TOKENS:
+        assert not fused
+
+
+def _model(name: str, tp: int, kernel: str, **kw) -> IterationModel:
+    cfg = ReplicaConfig(get_model(name), get_device("h100-sxm-80gb"), tp=tp,
+                        weight_dtype="fp8", all_reduce_kernel=kernel, **kw)  # fmt: skip
+    return IterationModel(cfg)
+
+
+def test_trtllm_decode_step_saves_the_norm_kernels_of_every_layer():
+    """Qwen3-235B at TP 4, 16 decode tokens: TensorRT-LLM's step differs from the same step with
+    vLLM's all-reduce kernels by the two fused-norm kernels of each of its 94 layers (and their
+    bytes) plus the two kernel families' different all-reduce costs; the GEMMs are the same."""
+    trt, vllm = _model("qwen3-235b-a22b", 4, "trtllm"), _model("qwen3-235b-a22b", 4, "vllm")
+    assert trt.ar_norm_fusion and not vllm.ar_norm_fusion
+    g_t, m_t, _ = trt.linear(16)
+    g_v, m_v, _ = vllm.linear(16)
+    assert g_t == g_v
+    n = trt.spec.n_layers
+    # each of the 2n fused-norm kernels costs at least its launch (4 us)
+    assert m_v - m_t > 2 * n * 4e-6
+    # above 128 tokens at TP 4 the strategy falls back to NCCL and a separate norm kernel
+    assert trt.linear(512)[1] == pytest.approx(vllm.linear(512)[1])
+
+
+def test_trtllm_fuses_llama_only_above_hidden_4096_and_never_under_attention_dp():
+    """``modeling_llama.py``: fusion off for hidden size 4096 (Llama-3.1-8B), on for 8192
+    (Llama-3.1-70B); every model turns it off under attention data parallelism."""
+    assert not _model("llama3.1-8b", 4, "trtllm").ar_norm_fusion
+    assert _model("llama3.1-70b", 4, "trtllm").ar_norm_fusion
+    assert not _model("llama3.1-70b", 1, "trtllm").ar_norm_fusion
+    assert not _model("deepseek-v3", 1, "trtllm", ep=8, dp_attention=8).ar_norm_fusion
+
+
+def test_eager_prefill_floor_counts_norm_kernels_unless_they_ride_the_all_reduce():
+    """A prompt step of at most 128 tokens at TP 4 launches 2 fewer kernels per layer (the norms
+    ride in the all-reduces); a larger one launches them."""
+    from hwtune.serve.config import HOST_PER_KERNEL_S
+    from hwtune.serve.iteration import StepShape
+
+    m = _model("qwen3-235b-a22b", 4, "trtllm", eager_prefill=True)
+    n = m.spec.n_layers
+    small = StepShape(tokens=100, seqs=1, sampled=1, pf_pairs=100 * 50.0, pf_kv=100.0,
+                      pf_tokens=100, pf_max_q=100)  # fmt: skip
+    big = StepShape(tokens=1000, seqs=1, sampled=1, pf_pairs=1000 * 500.0, pf_kv=1000.0,
+                    pf_tokens=1000, pf_max_q=1000)  # fmt: skip
+    assert m.launch_time(big) == pytest.approx(m.launch_floor)
+    assert m.launch_floor - m.launch_time(small) == pytest.approx(2 * n * HOST_PER_KERNEL_S)
