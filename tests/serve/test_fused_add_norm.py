@@ -132,3 +132,24 @@ def test_eager_prefill_floor_counts_norm_kernels_unless_they_ride_the_all_reduce
                     pf_tokens=1000, pf_max_q=1000)  # fmt: skip
     assert m.launch_time(big) == pytest.approx(m.launch_floor)
     assert m.launch_floor - m.launch_time(small) == pytest.approx(2 * n * HOST_PER_KERNEL_S)
+
+
+def test_trtllm_triton_moe_launches_its_own_kernels_in_an_eager_prefill():
+    """TensorRT-LLM's TRITON MoE (gpt-oss on Hopper) launches 14 kernels per layer under expert
+    parallelism (router, topk, the rank's remap, clear and compaction, histogram, routing
+    memset and indices, a padding fill and copy, two matmul_ogs, the top-k combine, the
+    contiguous copy) and 11 without the three expert-parallel ones, where the generic count is
+    6; the launch floor grows by that difference times the MoE layers."""
+    from hwtune.serve.config import HOST_PER_KERNEL_S
+    from hwtune.serve.iteration import MOE_LAUNCHES, TRITON_MOE_LAUNCHES
+
+    def floor(kernel: str, ep: int) -> float:
+        return _model("gpt-oss-120b", 8, "trtllm", ep=ep, eager_prefill=True,
+                      weight_only_kernel=kernel).launch_floor  # fmt: skip
+
+    assert TRITON_MOE_LAUNCHES["ep"] - TRITON_MOE_LAUNCHES["tp"] == 3
+    layers = get_model("gpt-oss-120b").n_layers
+    for ep, key in ((8, "ep"), (1, "tp")):
+        extra = (TRITON_MOE_LAUNCHES[key] - MOE_LAUNCHES) * layers
+        got = floor("triton-mxfp4", ep) - floor("wgmma", ep)
+        assert got == pytest.approx(extra * HOST_PER_KERNEL_S)

@@ -69,6 +69,23 @@ from hwtune.serve.profile import elementwise_fused
 
 ACT_BYTES = 2.0  # activations and collectives in 16 bits
 
+MOE_LAUNCHES = 6
+"""Kernels an MoE layer's routed experts launch as this model prices them: the router GEMM,
+the two grouped expert GEMMs, the activation, permute and unpermute."""
+
+TRITON_MOE_LAUNCHES = {"ep": 14, "tp": 11}
+"""Kernels one MoE layer launches in an eager forward of TensorRT-LLM's TRITON MoE backend
+(``weight_only_kernel`` ``triton-mxfp4``: gpt-oss on Hopper), by whether its experts are
+expert-parallel (``ep``) or tensor-parallel (``tp``), read from its code (``_torch/modules/
+fused_moe/fused_moe_triton.py`` on the triton_kernels v3.5.1 it vendors): the router GEMM,
+``topk``, the rank's expert remap, clear and compaction (expert parallelism only), the
+expert histogram, the routing memset and index computation, the input padding to a multiple
+of 128 (a fill and a copy), the two ``matmul_ogs`` (gather, bias and SwiGLU in the first's
+epilogue), the top-k combine (``_reduce_grouped``), and the copy that makes the padded output
+contiguous for the all-reduce. The Triton build of the 1.0-1.1 releases (commit f3067cd) fused
+the scatter into the second GEMM with more launches (about 2 more); not confirmed, so the
+vendored code's count is taken."""
+
 
 @dataclass(slots=True)
 class StepShape:
@@ -211,11 +228,18 @@ class IterationModel:
             ta, self.spec.d_model, self.cfg.tp, self.act
         )
 
+    def _moe_launches(self) -> int:
+        """Kernels of one MoE layer's routed experts (`MOE_LAUNCHES`, `TRITON_MOE_LAUNCHES`)."""
+        if self.cfg.weight_only_kernel == "triton-mxfp4":
+            return TRITON_MOE_LAUNCHES["ep" if self.cfg.ep > 1 else "tp"]
+        return MOE_LAUNCHES
+
     def kernels_per_forward(self, norms_in_all_reduce: bool = False) -> int:
         """Kernels one forward launches across all layers, as this model prices them: each
         weight GEMM and memory op (with its kernel count), the attention kernel, the TP
         collectives, and per MoE layer the router, the two grouped expert GEMMs, the expert
-        activation, permute and unpermute, and the shared expert's GEMMs and activation;
+        activation, permute and unpermute (TensorRT-LLM's TRITON MoE: its own launches,
+        `TRITON_MOE_LAUNCHES`), and the shared expert's GEMMs and activation;
         ``norms_in_all_reduce``: the norms ride in the all-reduces (no kernels of their own)."""
         cfg, spec = self.cfg, self.spec
         fuse = norms_in_all_reduce and self.ar_norm_fusion
@@ -229,7 +253,7 @@ class IterationModel:
                 ops += ffn_ops(spec, False, sh)
             k = sum(o.kernels if o.kind == "memory" else 1 for o in ops)
             if moe and spec.moe is not None:
-                k += 1 + 2 + 1 + 2 + (3 if spec.moe.shared_width else 0)
+                k += self._moe_launches() + (3 if spec.moe.shared_width else 0)
             if cfg.tp > 1 or cfg.dp_attention > 1:
                 k += 2  # the layer's two collectives (attention output, FFN/MoE output)
             total += n * k
