@@ -41,8 +41,8 @@ GUARD_TTFT = 0.21
 # (VALIDATION.md); 0.096 from the busiest-rank MoE pricing earlier that day, 0.076 before it
 GUARD_TPOT = 0.08
 XFAIL_REASON = (
-    "issue-4 TTFT target not met: median TTFT error 22.2% (target 15%) over all 901 expressed "
-    "rows (TPOT 8.5%, target 12%, is met); 20.2% on this 117-row subset. TTFT "
+    "issue-4 TTFT target not met: median TTFT error 21.9% (target 15%) over all 901 expressed "
+    "rows (TPOT 7.5%, target 12%, is met); 20.2% on this 117-row subset. TTFT "
     "depends on per-request and MoE prefill time and engine admission details the data does not "
     "record (see VALIDATION.md, 'What is missing')"
 )

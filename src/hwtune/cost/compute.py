@@ -357,6 +357,8 @@ def attention_time(
 def memory_time(nbytes: float, device: Device, kernels: int = 1) -> float:
     """Seconds for memory-bound work moving ``nbytes`` through HBM, in ``kernels`` launches
     (0: work riding in another op's kernel, the bytes at the device's streaming rate only)."""
+    if kernels < 0:
+        raise ValueError(f"kernels: {kernels}, expected a count >= 0")
     if nbytes <= 0:
         return 0.0
     if kernels == 0:

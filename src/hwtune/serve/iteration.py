@@ -49,6 +49,7 @@ from hwtune.cost.collectives import (
     send_recv_time,
 )
 from hwtune.cost.compute import (
+    KERNEL_OVERHEAD_S,
     attention_time,
     dtype_bytes,
     gemm_time,
@@ -70,11 +71,20 @@ from hwtune.serve.profile import elementwise_fused
 ACT_BYTES = 2.0  # activations and collectives in 16 bits
 
 MOE_LAUNCHES = 6
-"""Kernels an MoE layer's routed experts launch as this model prices them: the router GEMM,
-the two grouped expert GEMMs, the activation, permute and unpermute."""
+"""Kernels an MoE layer's routed experts launch as `IterationModel._moe` prices them: the
+router GEMM, the two grouped expert GEMMs, the activation, permute and unpermute."""
 
-TRITON_MOE_LAUNCHES = {"ep": 14, "tp": 11}
-"""Kernels one MoE layer launches in an eager forward of TensorRT-LLM's TRITON MoE backend
+TRTLLM_AR_NORM_FUSION: dict[str, int] = {"llama": 4096, "qwen3_moe": 0, "deepseek_v3": 0,
+                                         "gpt_oss": 0}  # fmt: skip
+"""Model families (Hugging Face ``model_type``) whose TensorRT-LLM decoder layers request the
+all-reduce + residual + RMSNorm fusion, with the hidden size they need to exceed:
+``_torch/models/modeling_llama.py`` only above 4096 ("Disable fusion for small models due to
+accuracy issues"), ``modeling_qwen3_moe.py``, ``modeling_deepseekv3.py`` (its MoE layers) and
+``modeling_gpt_oss.py`` at any width. Other families (Mixtral, dense Qwen3, Qwen3-Next) do not
+request it."""
+
+TRITON_MOE_LAUNCHES: dict[str, int] = {"ep": 14, "tp": 11}
+"""Kernels one MoE layer launches in a forward of TensorRT-LLM's TRITON MoE backend
 (``weight_only_kernel`` ``triton-mxfp4``: gpt-oss on Hopper), by whether its experts are
 expert-parallel (``ep``) or tensor-parallel (``tp``), read from its code (``_torch/modules/
 fused_moe/fused_moe_triton.py`` on the triton_kernels v3.5.1 it vendors): the router GEMM,
@@ -84,7 +94,9 @@ of 128 (a fill and a copy), the two ``matmul_ogs`` (gather, bias and SwiGLU in t
 epilogue), the top-k combine (``_reduce_grouped``), and the copy that makes the padded output
 contiguous for the all-reduce. The Triton build of the 1.0-1.1 releases (commit f3067cd) fused
 the scatter into the second GEMM with more launches (about 2 more); not confirmed, so the
-vendored code's count is taken."""
+vendored code's count is taken. Beyond `MOE_LAUNCHES` each costs the host its launch in an
+eager forward and the GPU at least `hwtune.cost.compute.KERNEL_OVERHEAD_S` in every step
+(`IterationModel._moe`)."""
 
 
 @dataclass(slots=True)
@@ -203,16 +215,19 @@ class IterationModel:
         ]
         self._lin: dict[int, tuple[float, float, float]] = {}
         self._head: dict[int, float] = {}
-        # TensorRT-LLM's decoder layers ask their tensor-parallel all-reduces to run the
-        # residual add and RMSNorm when attention is not data parallel: the MoE models
-        # (Qwen3-MoE, DeepSeek-V3, gpt-oss) always, Llama only above hidden size 4096
-        # (``modeling_llama.py``: "Disable fusion for small models due to accuracy issues");
-        # whether the kernel honours it depends on the step's tokens (`_norms_in_all_reduce`)
+        # TensorRT-LLM's decoder layers of the families in `TRTLLM_AR_NORM_FUSION` ask their
+        # tensor-parallel all-reduces to run the residual add and RMSNorm when attention is
+        # not data parallel, inside one NVLink domain (across nodes the all-reduce is NCCL's)
+        # and, as modelled, without pipeline parallelism (Qwen3-MoE drops its post-MoE fusion
+        # there, Llama4 both); whether the kernel honours it depends on the step's tokens
+        # (`_norms_in_all_reduce`)
         self.ar_norm_fusion = (
             cfg.all_reduce_kernel == "trtllm"
             and cfg.tp > 1
             and cfg.dp_attention == 1
-            and (self.spec.moe is not None or self.spec.d_model > 4096)
+            and cfg.pp == 1
+            and self.cluster.span(cfg.tp, 1).domains == 1
+            and self.spec.d_model > TRTLLM_AR_NORM_FUSION.get(self.spec.family, math.inf)
         )
         self.host = cfg.iteration_overhead_s
         self.host_seq = cfg.sequence_overhead_s
@@ -324,6 +339,9 @@ class IterationModel:
         # permute/unpermute: read and write every (token, expert) slot of the rank's experts, all
         # t k of them under tensor-parallel experts (ep 1), a 1/ep share under expert parallelism
         m += memory_time(permute_bytes(t, k, h, e, cfg.ep), dev, kernels=2)
+        # an engine's MoE that launches more small kernels than these six (routing, index
+        # computation, padding, combine): each at least a kernel's fixed cost
+        m += (self._moe_launches() - MOE_LAUNCHES) * KERNEL_OVERHEAD_S
         if moe.shared_width:
             sw = max(1, moe.shared_width // cfg.tp)
             g += self._gemm(ta, up * sw, h)
@@ -377,6 +395,12 @@ class IterationModel:
                 v = self._lin[key] = self._linear_exact(tk, min(ak, tk))
             return v
         lo, hi = _grid_points(t)
+        if hi != lo and self._norms_in_all_reduce(lo) != self._norms_in_all_reduce(hi):
+            # TensorRT-LLM's fusion flips inside the interval: no interpolation across it
+            v = self._lin.get(-t - 1_000_003**3)
+            if v is None:
+                v = self._lin[-t - 1_000_003**3] = self._linear_exact(t)
+            return v
         a = self._lin.get(lo)
         if a is None:
             a = self._lin[lo] = self._linear_exact(lo)
