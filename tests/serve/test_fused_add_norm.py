@@ -71,8 +71,9 @@ def test_trtllm_strategy_keeps_the_fusion_by_group_size_tokens_and_workspace():
     assert trtllm_ar_workspace_bytes(8) == 8e6
     assert trtllm_norm_in_all_reduce(976, 8192, 2, 2.0)
     assert not trtllm_norm_in_all_reduce(977, 8192, 2, 2.0)
-    assert trtllm_norm_in_all_reduce(TRTLLM_FUSED_NORM_MAX_TOKENS, 4096, 4, 2.0)
-    assert not trtllm_norm_in_all_reduce(TRTLLM_FUSED_NORM_MAX_TOKENS + 1, 4096, 4, 2.0)
+    assert TRTLLM_FUSED_NORM_MAX_TOKENS == 128  # PR #5432's AUTO threshold
+    assert trtllm_norm_in_all_reduce(128, 4096, 4, 2.0)
+    assert not trtllm_norm_in_all_reduce(129, 4096, 4, 2.0)
     assert not trtllm_norm_in_all_reduce(64, 4096, 1, 2.0)  # no all-reduce at all
     # a message over 8 MB above two GPUs goes to NCCL even under the token limit
     assert not trtllm_norm_in_all_reduce(100, 65536, 8, 2.0)

@@ -361,17 +361,13 @@ def memory_time(nbytes: float, device: Device, kernels: int = 1) -> float:
         raise ValueError(f"kernels: {kernels}, expected a count >= 0")
     if nbytes <= 0:
         return 0.0
-    if kernels == 0:
-        return nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     prof = device.profile
-    if prof is not None:
+    if prof is not None and kernels:
         per = prof.elementwise_time(nbytes / kernels)
         if per is not None:
             return per * kernels
-    return (
-        nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
-        + kernels * KERNEL_OVERHEAD_S
-    )
+    stream = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
+    return stream + kernels * KERNEL_OVERHEAD_S
 
 
 def matmul_flops(m: int, n: int, k: int) -> float:

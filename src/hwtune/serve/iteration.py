@@ -214,6 +214,7 @@ class IterationModel:
             for (ltype, moe), idx in layer_classes(self.spec).items()
         ]
         self._lin: dict[int, tuple[float, float, float]] = {}
+        self._lin_exact: dict[int, tuple[float, float, float]] = {}  # off the grid (`linear`)
         self._head: dict[int, float] = {}
         # TensorRT-LLM's decoder layers of the families in `TRTLLM_AR_NORM_FUSION` ask their
         # tensor-parallel all-reduces to run the residual add and RMSNorm when attention is
@@ -397,9 +398,9 @@ class IterationModel:
         lo, hi = _grid_points(t)
         if hi != lo and self._norms_in_all_reduce(lo) != self._norms_in_all_reduce(hi):
             # TensorRT-LLM's fusion flips inside the interval: no interpolation across it
-            v = self._lin.get(-t - 1_000_003**3)
+            v = self._lin_exact.get(t)
             if v is None:
-                v = self._lin[-t - 1_000_003**3] = self._linear_exact(t)
+                v = self._lin_exact[t] = self._linear_exact(t)
             return v
         a = self._lin.get(lo)
         if a is None:
