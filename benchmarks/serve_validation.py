@@ -5,7 +5,7 @@ VALIDATION-serve.md.
     .venv/bin/python benchmarks/serve_validation.py [--out results.json] [--processes N]
         [--requests-per-client 10] [--limit N] [--from-json results.json]
         [--engine aiconfigurator|defaults] [--mode agg|disagg] [--inferencex]
-        [--merge-into full.json] [--tier3] [--compare before.json]
+        [--merge-into full.json] [--tier3] [--compare before.json] [--plot out.png]
 
 ``--engine`` (default ``aiconfigurator``): aiconfigurator's harness rows run the engine config
 its generator wrote (`hwtune.serve.published.aic_engine_limits`, `aic_attention_dp`);
@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.model.catalog import get_model
+from hwtune.report.serve_plots import plot_validation, relative_errors
 from hwtune.serve.accuracy import (
     ACCURACY_FILE,
     CONCURRENCY_BANDS,
@@ -46,7 +47,7 @@ CLIENTS = {True: "InferenceX (sampled lengths)", False: "aiconfigurator harness 
 
 
 def rel(p: float, m: float) -> float:
-    return abs(p - m) / m
+    return float(relative_errors(p, m))
 
 
 def _grouped(out: list[dict], key) -> list[tuple[object, int, dict, dict]]:
@@ -386,6 +387,11 @@ def main() -> None:
         help="write src/hwtune/serve/accuracy.json (the track record `hwtune serve` prints) from "
         "this run; only for a full tier-1 run with the default engine",
     )
+    ap.add_argument(
+        "--plot",
+        default=None,
+        help="write a PNG of predicted against measured TTFT and TPOT (all rows of the run)",
+    )
     a = ap.parse_args()
     if a.write_accuracy and (a.limit or a.mode or a.inferencex or a.profile or a.merge_into):
         ap.error("--write-accuracy needs the full tier-1 run (no --limit/--mode/--inferencex/"
@@ -472,6 +478,13 @@ def main() -> None:
             print(f"| {m.upper()} | {v['in_sample']:.1%} | {v['shipped_in_sample']:.1%} | "
                   f"{v['held_out']:.1%} | {v['calibrated']:.1%} | {v['runs']} | "
                   f"{v['widening']:.3f}x |")  # fmt: skip
+    if a.plot:
+        rec = record(out, digits=None)
+        ttl = (
+            f"hwtune serve, tier 1, against {len(out)} published runs "
+            f"({', '.join(rec['backends'])}; {doc.get('engine', 'defaults')} engine configs)"
+        )
+        print(f"\nplot written to {plot_validation(out, a.plot, ttl)}")
     if a.compare:
         base = json.loads(Path(a.compare).read_text())["rows"]
         for o in base:

@@ -58,3 +58,84 @@ def plot_serving(res: SimResult, path: str | Path, title: str = "") -> Path:
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return p
+
+
+VALIDATION_TARGETS = {"ttft": 0.15, "tpot": 0.12}
+"""Issue 4's accuracy targets: median relative error of TTFT and TPOT against the published runs."""
+
+
+def relative_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """|predicted - measured| / measured, element-wise (the error `benchmarks/serve_validation.py`
+    tabulates)."""
+    return np.abs(np.asarray(pred, float) - np.asarray(meas, float)) / np.asarray(meas, float)
+
+
+def plot_validation(rows: list[dict], path: str | Path, title: str = "") -> Path:
+    """Predicted against measured TTFT and TPOT of published runs (`benchmarks/serve_validation.py`
+    rows: ``ttft_s``, ``tpot_s``, ``pred_ttft_s``, ``pred_tpot_s``, ``backend``), one colour per
+    engine, on log axes with the identity and the target band (`VALIDATION_TARGETS`); a third
+    panel holds the cumulative share of runs within each relative error, with the targets."""
+    if not rows:
+        raise ValueError("rows: no runs to plot; expected at least one predicted run")
+    missing = [k for k in ("ttft_s", "tpot_s", "pred_ttft_s", "pred_tpot_s", "backend")
+               if k not in rows[0]]  # fmt: skip
+    if missing:
+        raise ValueError(f"rows: field {missing[0]!r} missing; expected serve_validation rows")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(16, 5))
+    backends = sorted({o["backend"] for o in rows})
+    colours = {b: f"C{i}" for i, b in enumerate(backends)}  # matplotlib's colour cycle
+    lines = []
+    for i, (key, label) in enumerate((("ttft", "TTFT"), ("tpot", "TPOT"))):
+        meas = np.array([o[f"{key}_s"] for o in rows], float)
+        pred = np.array([o[f"pred_{key}_s"] for o in rows], float)
+        ok = np.isfinite(meas) & np.isfinite(pred) & (meas > 0) & (pred > 0)
+        if not ok.all():
+            bad = rows[int(np.flatnonzero(~ok)[0])]
+            raise ValueError(
+                f"rows: {key} of {bad.get('id', '?')} is {bad[f'{key}_s']} measured, "
+                f"{bad[f'pred_{key}_s']} predicted; expected positive numbers"
+            )
+        err = relative_errors(pred, meas)
+        tgt = VALIDATION_TARGETS[key]
+        for b in backends:
+            sel = np.array([o["backend"] == b for o in rows])
+            ax[i].scatter(meas[sel], pred[sel], s=9, alpha=0.6, color=colours[b],
+                          label=f"{b} ({int(sel.sum())})")  # fmt: skip
+        lo = min(meas.min(), pred.min()) / 1.5
+        hi = max(meas.max(), pred.max()) * 1.5
+        xs = np.array([lo, hi])
+        ax[i].plot(xs, xs, color="black", lw=0.8)
+        for f in (1 - tgt, 1 + tgt):
+            ax[i].plot(xs, xs * f, color="grey", lw=0.8, ls="--")
+        ax[i].set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+                  xlabel=f"measured {label} (s)", ylabel=f"predicted {label} (s)")  # fmt: skip
+        within = int((err <= tgt).sum())
+        med = float(np.median(err))
+        ax[i].set_title(f"{label}: median error {med:.1%}, {within} of {err.size} within "
+                        f"{tgt:.0%} (dashed)")  # fmt: skip
+        ax[i].legend(loc="upper left", fontsize=8)
+        ax[i].grid(alpha=0.3, which="both")
+        e = np.sort(np.maximum(err, 1e-4))  # a log axis: exact predictions at 0.01%
+        lines.append(ax[2].plot(100 * e, np.arange(1, e.size + 1) / e.size, label=label)[0])
+        ax[2].axvline(100 * tgt, color=lines[-1].get_color(), ls="--", lw=0.8)
+    ax[2].axhline(0.5, color="grey", lw=0.6)
+    ax[2].set(
+        xscale="log",
+        xlabel="relative error (%)",
+        ylabel="share of runs",
+        title="share of runs within each error (targets dashed)",
+    )
+    ax[2].legend(loc="lower right")
+    ax[2].grid(alpha=0.3, which="both")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    return p
