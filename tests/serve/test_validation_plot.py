@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hwtune.errors import HwtuneInputError
 from hwtune.report.serve_plots import VALIDATION_TARGETS, plot_validation, relative_errors
 
 
@@ -49,16 +50,19 @@ def test_writes_a_png(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("rows", "words"),
     [
-        ([], ("rows", "no runs")),
-        ([{"ttft_s": 1.0}], ("rows", "tpot_s")),
-        ([_row(0, 0.1, 0.01, math.nan, 0.01)], ("ttft", "r0", "nan", "positive")),
-        ([_row(0, 0.0, 0.01, 0.1, 0.01)], ("ttft", "r0", "positive")),
+        ([], ("rows", "at least one")),
+        ([{"id": "a", "ttft_s": 1.0}], ("rows[a].tpot_s", "expected")),
+        ([_row(0, 0.1, 0.01, 0.1, 0.01), {"id": "b"}], ("rows[b].ttft_s",)),
+        ([_row(0, 0.1, 0.01, math.nan, 0.01)], ("rows[r0].ttft", "nan", "positive")),
+        ([_row(0, 0.0, 0.01, 0.1, 0.01)], ("rows[r0].ttft", "0.0", "positive")),
+        ([_row(0, 0.1, 0.01, 0.1, -0.01)], ("rows[r0].tpot", "-0.01", "positive")),
     ],
 )
 def test_bad_rows_are_named(tmp_path, rows: list, words: tuple[str, ...]) -> None:
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(HwtuneInputError) as e:
         plot_validation(rows, tmp_path / "v.png")
     msg = str(e.value)
     assert "\n" not in msg
     for w in words:
         assert w in msg
+    assert not (tmp_path / "v.png").exists()

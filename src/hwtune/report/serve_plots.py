@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hwtune.errors import HwtuneInputError
 from hwtune.serve.metrics import over_time, per_request
 from hwtune.serve.simulator import SimResult
 
@@ -76,11 +77,13 @@ def plot_validation(rows: list[dict], path: str | Path, title: str = "") -> Path
     engine, on log axes with the identity and the target band (`VALIDATION_TARGETS`); a third
     panel holds the cumulative share of runs within each relative error, with the targets."""
     if not rows:
-        raise ValueError("rows: no runs to plot; expected at least one predicted run")
-    missing = [k for k in ("ttft_s", "tpot_s", "pred_ttft_s", "pred_tpot_s", "backend")
-               if k not in rows[0]]  # fmt: skip
-    if missing:
-        raise ValueError(f"rows: field {missing[0]!r} missing; expected serve_validation rows")
+        raise HwtuneInputError("rows", rows, "at least one predicted run")
+    need = ("ttft_s", "tpot_s", "pred_ttft_s", "pred_tpot_s", "backend")
+    for o in rows:
+        gone = [k for k in need if k not in o]
+        if gone:
+            raise HwtuneInputError(f"rows[{o.get('id', '?')}].{gone[0]}", None,
+                                   "a serve_validation row with " + ", ".join(need))  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,9 +99,10 @@ def plot_validation(rows: list[dict], path: str | Path, title: str = "") -> Path
         ok = np.isfinite(meas) & np.isfinite(pred) & (meas > 0) & (pred > 0)
         if not ok.all():
             bad = rows[int(np.flatnonzero(~ok)[0])]
-            raise ValueError(
-                f"rows: {key} of {bad.get('id', '?')} is {bad[f'{key}_s']} measured, "
-                f"{bad[f'pred_{key}_s']} predicted; expected positive numbers"
+            raise HwtuneInputError(
+                f"rows[{bad.get('id', '?')}].{key}",
+                (bad[f"{key}_s"], bad[f"pred_{key}_s"]),
+                "a positive measured and predicted latency (s)",
             )
         err = relative_errors(pred, meas)
         tgt = VALIDATION_TARGETS[key]
