@@ -64,10 +64,16 @@ def test_same_seed_prints_the_same():
         (("--input-len", "0"), "input-len"),
         (("--prefix-len", "-5", "--prefix-groups", "2"), "prefix_len"),
         (("--prefix-len", "512"), "prefix_groups"),  # would be ignored without groups
+        (("--frontend-tokens-per-s", "inf"), "frontend_tokens_per_s"),
+        (("--rate", "inf"), "rate"),
+        (("--dp-attention", "2"), "dense model"),
+        (("--weight-only-kernel", "marlin"), "weight-only-kernel"),  # bf16 weights: native
+        (("--disagg", "--prefill-tp", "0"), "prefill-tp"),
+        (("--router", "foo", "--replicas", "2"), "router: got 'foo'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):
-    r = serve(*args, "--num-requests", "4")
+    r = serve(*args, "--num-requests", "16")
     assert r.returncode == 2
     assert field in r.stderr
     assert "Traceback" not in r.stderr

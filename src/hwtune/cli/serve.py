@@ -496,6 +496,7 @@ def _replica(
     profile: Path | None,
     weight_only_kernel: str = "wgmma",
 ):  # noqa: ANN202
+    from hwtune.cost.quantized_gemm import WEIGHT_ONLY_FORMATS, WEIGHT_ONLY_KERNELS, supports
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.serve.config import ReplicaConfig, kv_format, weight_format
@@ -506,9 +507,23 @@ def _replica(
     if prof is not None and prof.device:
         check_profile_device(prof.device, dev)
     spec = get_model(model)
+    if dp_attention > 1 and spec.moe is None:  # as `hwtune serve --launch` refuses it
+        raise HwtuneInputError("--dp-attention", dp_attention,
+                               "1 for a dense model (serve more --replicas)")  # fmt: skip
+    wdt = weight_format(spec, precision)[0]
+    known = weight_only_kernel in WEIGHT_ONLY_KERNELS  # an unknown name: ReplicaConfig says so
+    if (
+        known
+        and weight_only_kernel != "wgmma"
+        and wdt not in WEIGHT_ONLY_FORMATS
+        and supports(dev, wdt)
+    ):
+        raise HwtuneInputError("weight-only-kernel", weight_only_kernel,
+                               f"wgmma with {wdt} weights, which {dev.name} computes natively "
+                               "(the kernel choice is for weight-only formats)")  # fmt: skip
     return ReplicaConfig(
         spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
-        weight_dtype=weight_format(spec, precision)[0], kv_dtype=kv_format(spec, kv_precision)[0],
+        weight_dtype=wdt, kv_dtype=kv_format(spec, kv_precision)[0],
         scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,
@@ -641,6 +656,16 @@ def serve(
         for name, v in (("prefill-tp", prefill_tp), ("prefill-replicas", prefill_replicas)):
             if v is not None and not disagg:  # would be ignored
                 raise HwtuneInputError(name, v, "--disagg beside it (a separate prefill pool)")
+        if disagg and requests_out is not None:
+            raise HwtuneInputError("requests-out", str(requests_out),
+                                   "an aggregated deployment (leave out --disagg): token times "
+                                   "are recorded there only")  # fmt: skip
+        if prefill_tp is not None and prefill_tp < 1:
+            raise HwtuneInputError("prefill-tp", prefill_tp, "a positive integer")
+        from hwtune.serve.config import ROUTERS
+
+        if router is not None and router not in ROUTERS:
+            raise HwtuneInputError("router", router, "one of " + ", ".join(ROUTERS))
         pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
         n_pre = 1 if prefill_replicas is None else prefill_replicas
         if router is not None and replicas == 1 and (pre is None or n_pre == 1):
@@ -1188,6 +1213,9 @@ def emulate_cmd(
             raise HwtuneInputError("router", router, "--replicas 2 or more beside it (with one "
                                    "replica it would be ignored)")  # fmt: skip
         dep = Deployment(cfg, replicas=replicas, router=router or "round-robin")
+        from hwtune.serve.memory import replica_memory
+
+        replica_memory(cfg)  # a deployment that cannot fit fails now, not at every request
         emu = EmulatedEngine(dep, time_scale)
         name = served_model or cfg.model.name
         try:

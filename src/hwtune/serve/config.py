@@ -3,6 +3,7 @@ deployment around it (replicas, routing, disaggregation)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from hwtune.cost.compute import dtype_bytes
@@ -252,10 +253,11 @@ class ReplicaConfig:
             raise HwtuneInputError("spec_acceptance", self.spec_acceptance,
                                    "0 without draft tokens (set spec_tokens > 0)")  # fmt: skip
         f = self.frontend_tokens_per_s
-        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float) or not f > 0):
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int | float)
+                              or not 0 < f < math.inf):  # fmt: skip
             raise HwtuneInputError("frontend_tokens_per_s", f,
-                                   "a positive number of output tokens per second, or None "
-                                   "(no front-end limit)")  # fmt: skip
+                                   "a positive finite number of output tokens per second, or "
+                                   "None (no front-end limit)")  # fmt: skip
         if self.all_reduce_kernel not in ALL_REDUCE_KERNELS:
             raise HwtuneInputError("all_reduce_kernel", self.all_reduce_kernel,
                                    "one of " + ", ".join(ALL_REDUCE_KERNELS))  # fmt: skip

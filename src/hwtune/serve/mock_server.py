@@ -158,10 +158,13 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"The model `{model}` does not exist."}})
             return
         prompt, n = body.get("prompt"), body.get("max_tokens", 16)  # OpenAI's default is 16
-        if not (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
-            self._bad(
-                "prompt: expected a non-empty list of token ids (this server has no tokenizer)"
-            )
+        if not (isinstance(prompt, list) and prompt
+                and all(type(t) is int and t >= 0 for t in prompt)):  # fmt: skip
+            self._bad("prompt: expected a non-empty list of token ids >= 0 (no tokenizer here)")
+            return
+        if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:  # one choice per request
+            self._bad(f"n: got {body.get('n', 1)!r} (best_of {body.get('best_of', 1)!r}); "
+                      "expected 1: this server streams one choice per request")  # fmt: skip
             return
         if type(n) is not int or n < 1:
             self._bad(f"max_tokens: got {n!r}; expected a positive integer")

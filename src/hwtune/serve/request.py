@@ -168,8 +168,8 @@ def range_ratio_lengths(
 
 
 def _check_pos(name: str, v: float) -> None:
-    if not v > 0:
-        raise HwtuneInputError(name, v, "a positive number")
+    if not 0 < v < math.inf:
+        raise HwtuneInputError(name, v, "a positive finite number")
 
 
 def closed_loop(
@@ -236,11 +236,15 @@ _GROUP_KEYS = ("prefix_group", "prefix_group_id", "session_id")
 _PLEN_KEYS = ("prefix_len", "prefix_tokens")
 
 
-def _pick(row: dict, keys: tuple[str, ...]) -> object:
-    for k in keys:
-        if k in row and row[k] not in (None, ""):
-            return row[k]
-    return None
+def _pick(row: dict, keys: tuple[str, ...], where: str = "trace") -> object:
+    """The row's value under the first of ``keys`` it fills; two of them filled is an error
+    (which one was meant is not for the reader to guess)."""
+    got = [k for k in keys if k in row and row[k] not in (None, "")]
+    if len(got) > 1:
+        raise HwtuneInputError(f"{where}: {got[1]}", row[got[1]],
+                               f"one column of {', '.join(keys)} per row (it also has "
+                               f"{got[0]}={row[got[0]]!r})")  # fmt: skip
+    return row[got[0]] if got else None
 
 
 def _parse_time(v: object) -> float:
@@ -327,14 +331,22 @@ def load_trace(path: str | Path) -> Workload:
         reader = csv.DictReader(text.splitlines())
         if not reader.fieldnames:
             raise HwtuneInputError("trace", str(path), "a CSV file with a header row")
+        names = list(reader.fieldnames)
+        dup = next((c for c in names if names.count(c) > 1), None)
+        if dup is not None:
+            raise HwtuneInputError(f"{p.name} header", dup, "each column once")
         for i, row in enumerate(reader):
+            if None in row:  # more cells than the header names
+                raise HwtuneInputError(f"{p.name} line {i + 2}", row[None],
+                                       f"at most {len(names)} cells, one per header column")  # fmt: skip
             rows.append((i + 2, row))
     if not rows:
         raise HwtuneInputError("trace", str(path), "at least one request row")
     recs = []
     for ln, row in rows:
         where = f"{p.name} line {ln}"
-        a, pr, out = _pick(row, _ARRIVAL_KEYS), _pick(row, _PROMPT_KEYS), _pick(row, _OUTPUT_KEYS)
+        a, pr, out = (_pick(row, _ARRIVAL_KEYS, where), _pick(row, _PROMPT_KEYS, where),
+                      _pick(row, _OUTPUT_KEYS, where))  # fmt: skip
         if a is None or pr is None or out is None:
             raise HwtuneInputError(where, row, "arrival time, prompt tokens and output tokens "
                                    f"(columns such as {_ARRIVAL_KEYS[0]}, {_PROMPT_KEYS[0]}, "
@@ -351,7 +363,7 @@ def load_trace(path: str | Path) -> Workload:
         io = _count(out, where, "output tokens")
         if ip < 1 or io < 1:
             raise HwtuneInputError(where, row, "prompt and output tokens >= 1")
-        g, pl = _pick(row, _GROUP_KEYS), _pick(row, _PLEN_KEYS)
+        g, pl = _pick(row, _GROUP_KEYS, where), _pick(row, _PLEN_KEYS, where)
         if pl is not None and g is None:  # a length without a group would be ignored
             raise HwtuneInputError(f"{where}: prefix_group", None, f"a prefix_group beside "
                                    f"prefix_len {pl!r} (a length without a group shares nothing)")  # fmt: skip

@@ -69,7 +69,7 @@ from hwtune.serve.request import Request, Workload
 from hwtune.serve.scheduler import Replica
 from hwtune.serve.speculative import accepted
 
-ARRIVAL, STEP_DONE, TRY, KV_ARRIVE, HANDOFF = 0, 1, 2, 3, 4
+ARRIVAL, STEP_DONE, TRY, KV_ARRIVE, HANDOFF, CLIENT_FREE = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -145,8 +145,15 @@ def _check_lengths(
     drafts = 0 if prompt_only else cfg.decode_queries - 1  # a verification step's drafts' KV
     field = "input-len" if prompt_only else "input-len + output-len"
     field += " + spec-tokens" if drafts else ""
+    table = cfg.model.max_position  # a learned position table has no row past its end
     for r in reqs:
         need = r.prompt if prompt_only else r.prompt + r.output + drafts
+        if table and r.prompt + r.output > table:
+            raise HwtuneInputError(
+                "input-len + output-len", r.prompt + r.output,
+                f"at most {table} tokens, the rows of {cfg.model.name}'s learned position "
+                f"table (request {r.rid})",
+            )  # fmt: skip
         if need > cap:
             raise HwtuneInputError(
                 field, need,
@@ -390,7 +397,8 @@ def simulate(
             starts.append(start)
             ctx = ctx0 + i * n
             ctx_w = float(np.minimum(c + 1 + i, w).sum()) if w else ctx
-            sh = StepShape(tokens=n, seqs=n, sampled=n, dec_n=n, dec_ctx=ctx, dec_ctx_w=ctx_w)
+            sh = StepShape(tokens=n, seqs=n, sampled=n, dec_n=n, dec_ctx=ctx, dec_ctx_w=ctx_w,
+                           draft_rows=n)  # fmt: skip
             d = rep.model.step_time(sh)
             durs.append(d)
             if record_steps:
@@ -469,10 +477,19 @@ def simulate(
             enqueue(r, route(reps, 1), t)
 
     def finish(r: Request, rep: Replica, t: float) -> None:
-        nonlocal next_idx
+        """``r`` has its last token at its client at ``t`` (which may lie after the event being
+        processed: a front end or the host's timeline delivers later). A closed loop's client is
+        free then; the next request goes to the client freed first (`CLIENT_FREE`, in time
+        order across replicas), not to the step whose event happens to be processed first."""
         r.finish = t
         rep.outstanding -= r.prompt + r.output
         if closed and next_idx < len(reqs):
+            push(t, CLIENT_FREE, None)
+
+    def send_next(t: float) -> None:
+        """A closed loop's client, free at ``t``, sends the next request."""
+        nonlocal next_idx
+        if next_idx < len(reqs):
             nxt = reqs[next_idx]
             next_idx += 1
             # sent when the client has its predecessor's last token, so it reaches the engine
@@ -610,6 +627,8 @@ def simulate(
                 if r.generated >= r.output:
                     finish(r, rep, t_seen)
             rep.note_kv(t)
+        elif kind == CLIENT_FREE:
+            send_next(t)
         elif kind == TRY:
             launch(a, t)  # type: ignore[arg-type]
         elif kind == HANDOFF:
