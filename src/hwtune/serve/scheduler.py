@@ -18,7 +18,9 @@
   budget) or decodes only; decodes wait while prompts are prefilled.
 - ``static``: request-level batching (FasterTransformer-style baseline; Orca §2.2): a batch of up
   to ``max_num_seqs`` requests is formed when the replica is idle and runs until its last
-  request finishes; nothing joins in between.
+  request finishes; nothing joins in between. It has no token budget: the batch's prompts
+  run whole in one step whatever ``max_num_batched_tokens`` says (a static batch is bounded by
+  requests, not tokens), where the whole-prompt iteration policies refuse a prompt over it.
 
 With ``ReplicaConfig.adp_balance_timeout_iters`` (TensorRT-LLM attention-DP balancing,
 ``PyExecutor._balance_adp_requests``): while at least one decoding request per attention-DP rank
