@@ -70,6 +70,9 @@ def test_same_seed_prints_the_same():
         (("--weight-only-kernel", "marlin"), "weight-only-kernel"),  # bf16 weights: native
         (("--disagg", "--prefill-tp", "0"), "prefill-tp"),
         (("--router", "foo", "--replicas", "2"), "router: got 'foo'"),
+        (("--adp-balance-timeout-iters", "5"), "adp-balance-timeout-iters"),
+        (("--batch-wait-timeout-iters", "5"), "batch-wait-timeout-iters"),
+        (("--batch-wait-max-tokens-ratio", "0.5"), "batch-wait-max-tokens-ratio"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, field):

@@ -647,6 +647,17 @@ def serve(
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                         frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+        if adp_balance_timeout_iters and cfg.dp_attention == 1:  # would be ignored
+            raise HwtuneInputError("adp-balance-timeout-iters", adp_balance_timeout_iters,
+                                   "0 without --dp-attention 2 or more (it balances prompts "
+                                   "over attention-DP ranks)")  # fmt: skip
+        if (batch_wait_timeout_iters > 0) != (batch_wait_max_tokens_ratio > 0):
+            one, v = (("batch-wait-timeout-iters", batch_wait_timeout_iters)
+                      if batch_wait_timeout_iters > 0
+                      else ("batch-wait-max-tokens-ratio", batch_wait_max_tokens_ratio))  # fmt: skip
+            raise HwtuneInputError(one, v, "both --batch-wait-timeout-iters and "
+                                   "--batch-wait-max-tokens-ratio, or neither (one alone never "
+                                   "holds a prompt)")  # fmt: skip
         if corr is not None:
             check_applies(corr, _fitted_to(cfg, eng, profile))
             if disagg:  # calibrate fits aggregated closed loops: no disaggregated runs in it
