@@ -26,13 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.model.catalog import get_model
-from hwtune.report.serve_plots import plot_validation, relative_errors
+from hwtune.report.serve_plots import plot_validation
 from hwtune.serve.accuracy import (
     ACCURACY_FILE,
     CONCURRENCY_BANDS,
     LIKELY_COVERAGE,
     cell_key,
     concurrency_band,
+    relative_errors,
 )
 from hwtune.serve.published import (
     ENGINES,

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
-from hwtune.report.serve_plots import VALIDATION_TARGETS, plot_validation, relative_errors
+from hwtune.report.serve_plots import plot_validation
+from hwtune.serve.accuracy import VALIDATION_TARGETS, relative_errors
 
 
 def _row(i: int, ttft: float, tpot: float, pt: float, pp: float, backend: str = "vllm") -> dict:

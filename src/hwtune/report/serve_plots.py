@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.errors import HwtuneInputError
+from hwtune.serve.accuracy import VALIDATION_TARGETS, relative_errors
 from hwtune.serve.metrics import over_time, per_request
 from hwtune.serve.simulator import SimResult
 
@@ -52,23 +53,7 @@ def plot_serving(res: SimResult, path: str | Path, title: str = "") -> Path:
     ax[2].set_ylabel("requests finished")
     ax[2].set_title("timeline")
     ax[2].grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    p = Path(path)
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    return p
-
-
-VALIDATION_TARGETS = {"ttft": 0.15, "tpot": 0.12}
-"""Issue 4's accuracy targets: median relative error of TTFT and TPOT against the published runs."""
-
-
-def relative_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
-    """|predicted - measured| / measured, element-wise (the error `benchmarks/serve_validation.py`
-    tabulates)."""
-    return np.abs(np.asarray(pred, float) - np.asarray(meas, float)) / np.asarray(meas, float)
+    return _finish(fig, path, title, dpi=110)
 
 
 def plot_validation(rows: list[dict], path: str | Path, title: str = "") -> Path:
@@ -136,10 +121,17 @@ def plot_validation(rows: list[dict], path: str | Path, title: str = "") -> Path
     )
     ax[2].legend(loc="lower right")
     ax[2].grid(alpha=0.3, which="both")
+    return _finish(fig, path, title, dpi=100)
+
+
+def _finish(fig: object, path: str | Path, title: str, dpi: int) -> Path:
+    """Title, lay out, write and close a figure; the path written."""
+    import matplotlib.pyplot as plt
+
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        fig.suptitle(title)  # type: ignore[attr-defined]
+    fig.tight_layout()  # type: ignore[attr-defined]
     p = Path(path)
-    fig.savefig(p, dpi=100)
-    plt.close(fig)
+    fig.savefig(p, dpi=dpi)  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
     return p
