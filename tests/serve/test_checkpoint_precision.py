@@ -130,6 +130,53 @@ def test_an_unknown_quant_method_still_loads():
     assert load_hf_config(cfg).checkpoint_precision is None
 
 
+@pytest.mark.parametrize(
+    ("quant", "described"),
+    [
+        ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "gptq 3-bit weights"),
+        ({"quant_method": "awq", "bits": 8}, "awq 8-bit weights"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes"),
+        ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "modelopt W4A8_AWQ"),
+        (_ct(("int", 8))["quantization_config"], "compressed-tensors weights"),
+        ({"bits": 4}, "unnamed"),
+        # formats hwtune names, and configs that quantize only the KV cache: nothing to refuse
+        ({"quant_method": "gptq", "bits": 4}, None),
+        ({"quant_method": "fp8"}, None),
+        ({"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}, None),
+        ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8}}, None),
+    ],
+)
+def test_unsupported_quantization_is_described(quant, described):
+    from hwtune.model.hf_config import unsupported_quantization
+
+    found = unsupported_quantization({"quantization_config": quant})
+    if described is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(described)
+
+
+def test_serving_an_unsupported_quantization_needs_an_explicit_precision(tmp_path, rejects):
+    # a 3-bit GPTQ checkpoint is neither bf16 nor any serving precision: its engine loads it as
+    # 3-bit, so simulating 16-bit weights (2 bytes where the checkpoint has ~0.4) is refused
+    cfg = json.loads((CONFIGS / "meta-llama--Meta-Llama-3.1-8B.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 3, "group_size": 128}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    line = rejects(_serve_path(path), "model.quantization_config", "gptq 3-bit", "--precision")
+    assert "bf16, fp16, fp8, fp4, int4" in line
+    # with a precision named it runs, as that precision
+    out = _cli([*_serve_path(path), "--precision", "int4", "--json"])
+    assert (out["precision"], out["precision_source"]) == ("int4", "option")
+    # training plans do not read the serving format: the same config still loads
+    assert load_hf_config(path).checkpoint_quantization == "gptq 3-bit weights"
+
+
+def _serve_path(path: Path) -> list[str]:
+    return ["serve", "--model", str(path), "--concurrency", "2",
+            "--input-len", "128", "--output-len", "8", "--num-requests", "4"]  # fmt: skip
+
+
 # --- the serving default -----------------------------------------------------------------------
 def _cli(args: list[str]) -> dict:
     from typer.testing import CliRunner

@@ -286,6 +286,7 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
     fields["mtp_layers"] = _mtp(r)
     fields["quantized_weights"] = _quantized_weights(top)
     fields["checkpoint_precision"] = checkpoint_precision(top)
+    fields["checkpoint_quantization"] = unsupported_quantization(top)
     fields["weight_group_size"] = weight_group_size(top)
     fields["checkpoint_kv_precision"] = checkpoint_kv_precision(top)
     return fields
@@ -368,7 +369,8 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
       with int8 activations (W4A8) are None: hwtune's serving precisions have no such format.
       int4 is weight-only: its math runs in bf16 on dequantized tiles on every GPU, never on
       FP4 tensor cores (`hwtune.cost.quantized_gemm.WEIGHT_ONLY_FORMATS`).
-    - Any other ``quant_method`` (bitsandbytes, HQQ, ...): None, not an error.
+    - Any other ``quant_method`` (bitsandbytes, HQQ, ...): None; `unsupported_quantization`
+      describes it, and serving such a checkpoint asks for an explicit precision.
 
     A ModelOpt checkpoint that keeps its quantization in a separate ``hf_quant_config.json``
     (nvidia/Llama-3.1-70B-Instruct-FP8, whose ``config.json`` has no ``quantization_config``)
@@ -406,6 +408,37 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
                 return None
         return found.pop() if len(found) == 1 else None
     return None
+
+
+def unsupported_quantization(top: Mapping[str, Any]) -> str | None:
+    """What a checkpoint's ``quantization_config`` quantizes its weights to, described in a few
+    words, when that is a format `checkpoint_precision` cannot name ("gptq 3-bit weights",
+    "bitsandbytes", "modelopt W4A8_AWQ"); None for an unquantized checkpoint, one whose format
+    it names, or one whose config quantizes only the KV cache (ModelOpt with no ``quant_algo``,
+    compressed-tensors with no ``config_groups``: 16-bit weights).
+
+    A serving engine loads such a checkpoint in its own format (vLLM and SGLang take
+    ``--quantization`` from ``quantization_config``), which none of hwtune's serving
+    precisions is; simulating it as 16-bit weights would double or quadruple its weight memory
+    and traffic without a word, so serving asks for an explicit precision instead
+    (`hwtune.serve.config.weight_format`)."""
+    q = _quantization_config(top)
+    if q is None or checkpoint_precision(top) is not None:
+        return None
+    method = str(q.get("quant_method") or "").lower() or "unnamed"
+    if method in _FP8_METHODS | _FP4_METHODS:
+        return None
+    if method == "modelopt":
+        algo = q.get("quant_algo")
+        return f"modelopt {algo}" if algo else None
+    if method in _INT_METHODS:
+        return f"{method} {q.get('bits')}-bit weights"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups")
+        if not isinstance(groups, Mapping) or not groups:
+            return None
+        return "compressed-tensors weights of a scheme other than fp8, fp4 or W4A16 int4"
+    return method
 
 
 def checkpoint_kv_precision(top: Mapping[str, Any]) -> str | None:

@@ -146,6 +146,13 @@ class ModelSpec(FrozenModel):
         description="the weight format the checkpoint ships (its config.json "
         "quantization_config; `hwtune.model.hf_config.checkpoint_precision`), None: 16-bit",
     )
+    checkpoint_quantization: str | None = Field(
+        default=None,
+        description="the checkpoint's weight quantization when it is none of the serving "
+        "precisions (GPTQ 3-bit, bitsandbytes, ...; "
+        "`hwtune.model.hf_config.unsupported_quantization`): serving it asks for an explicit "
+        "precision; None: unquantized or in checkpoint_precision",
+    )
     checkpoint_kv_precision: Literal["fp8", "fp4"] | None = Field(
         default=None,
         description="the KV-cache format the checkpoint is calibrated for (ModelOpt "

@@ -35,11 +35,22 @@ def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
     Serving engines load a quantized checkpoint in its own format unless told otherwise (vLLM
     and SGLang take ``--quantization`` from the config's ``quantization_config``; TensorRT-LLM's
     PyTorch backend reads it from the checkpoint too), so the checkpoint's format is what a
-    plain ``vllm serve deepseek-ai/DeepSeek-V3`` runs."""
+    plain ``vllm serve deepseek-ai/DeepSeek-V3`` runs. A checkpoint quantized to a format that
+    is none of `PRECISIONS` (`ModelSpec.checkpoint_quantization`: GPTQ 3-bit, bitsandbytes, ...)
+    is refused unless a format is ``requested``: its engine would load it in that format, and
+    bf16 in its place would misstate its weight memory and traffic."""
     if requested is not None:
         return requested, "option"
     if model.checkpoint_precision is not None:
         return model.checkpoint_precision, "checkpoint"
+    if model.checkpoint_quantization is not None:
+        raise HwtuneInputError(
+            "model.quantization_config",
+            model.checkpoint_quantization,
+            "a weight format hwtune simulates (fp8, mxfp4/nvfp4, 4-bit gptq/awq/W4A16); pass "
+            "--precision (weight_dtype) with one of " + ", ".join(PRECISIONS) + " to serve "
+            "this checkpoint as that format",
+        )
     return "bf16", "default"
 
 
