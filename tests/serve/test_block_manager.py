@@ -107,3 +107,37 @@ def test_an_admitted_lookup_refreshes_and_an_allocation_skips_pinned_blocks():
     bm.check()
     assert bm.allocate(2) == [blocks[1], blocks[0]]  # free first, then the oldest cached
     assert bm.lookup([102]) == [blocks[2]]
+
+
+def test_a_huge_cache_costs_only_the_blocks_used():
+    # 10^9 blocks of bookkeeping up front would be gigabytes (10^4 replicas of an H100's ~3*10^4
+    # blocks ran out of memory); blocks are numbered as first taken instead
+    bm = BlockManager(10**9, 16)
+    assert bm.free_blocks == 10**9 and bm.used_blocks == 0
+    a = bm.allocate(3)
+    assert a == [0, 1, 2]  # never-used blocks in order, as from a full free list
+    bm.release(a)  # tail first: 2, 1, 0 back on the free stack
+    assert bm.allocate(2) == [0, 1]  # the released blocks first, last released first
+    assert bm.allocate(2) == [2, 3]  # then the next never-used one
+    assert bm.used_blocks == 4 and len(bm._ref) == 4
+    bm.check()
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=30))
+@settings(max_examples=60, deadline=None)
+def test_allocation_runs_dry_exactly_at_capacity(sizes):
+    # however allocations and releases interleave, a cache of N blocks hands out N and no more
+    bm = BlockManager(12, 16)
+    held: list[list[int]] = []
+    for i, n in enumerate(sizes):
+        got = bm.allocate(n)
+        if got is None:
+            assert n > bm.free_blocks
+        else:
+            held.append(got)
+        if i % 3 == 2 and held:
+            bm.release(held.pop(0))
+        taken = [b for h in held for b in h]
+        assert len(set(taken)) == len(taken) and all(0 <= b < 12 for b in taken)
+        assert bm.used_blocks == len(taken) and bm.free_blocks == 12 - len(taken)
+    bm.check()

@@ -86,7 +86,9 @@ class Probe:
             used = bm.used_blocks
             if not 0 <= used <= bm.num_blocks:
                 self.fail(f"replica {rep.idx}: {used} used of {bm.num_blocks}")
-            if len(bm._free) + len(bm._lru) + sum(1 for x in bm._ref if x) != bm.num_blocks:
+            unused = bm.num_blocks - len(bm._ref)
+            referenced = sum(1 for x in bm._ref if x)
+            if unused + len(bm._free) + len(bm._lru) + referenced != bm.num_blocks:
                 self.fail(f"replica {rep.idx}: free + evictable + referenced != capacity")
 
     def on_batch(self, rep: Replica, batch) -> None:

@@ -28,9 +28,13 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix: bool = True) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-        self._ref: list[int] = [0] * num_blocks
-        self._hash_of: list[int | None] = [None] * num_blocks
+        # Blocks are numbered as they are first taken: ``_ref`` and ``_hash_of`` grow by one
+        # entry per block ever used, and ``_free`` holds released blocks that carry no hash, so
+        # a cache of a million blocks (or ten thousand replicas of one) costs memory only for
+        # the blocks a run touches. Block ``len(_ref)`` is the next never-used one.
+        self._free: list[int] = []
+        self._ref: list[int] = []
+        self._hash_of: list[int | None] = []
         self._table: dict[int, int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._pinned: list[int] = []
@@ -41,8 +45,11 @@ class BlockManager:
     # --- capacity ---------------------------------------------------------------------------
     @property
     def free_blocks(self) -> int:
-        """Blocks that an allocation can take: never-cached free plus evictable cached."""
-        return len(self._free) + len(self._lru) - len(self._pinned)
+        """Blocks that an allocation can take: never-used, released uncached, and evictable
+        cached."""
+        return (
+            self.num_blocks - len(self._ref) + len(self._free) + len(self._lru) - len(self._pinned)
+        )
 
     @property
     def used_blocks(self) -> int:
@@ -60,8 +67,9 @@ class BlockManager:
         if n > self.free_blocks:
             return None
         out: list[int] = []
-        free, ref = self._free, self._ref
-        take = n - min(n, len(free))
+        free, ref, hash_of = self._free, self._ref, self._hash_of
+        fresh = min(n - min(n, len(free)), self.num_blocks - len(ref))
+        take = n - min(n, len(free)) - fresh
         evict: list[int] = []
         if take:  # least recently freed first, past the pending lookup's blocks
             for b in self._lru:
@@ -72,13 +80,18 @@ class BlockManager:
         for i in range(n):
             if free:
                 b = free.pop()
+            elif fresh:
+                fresh -= 1
+                b = len(ref)
+                ref.append(0)
+                hash_of.append(None)
             else:
                 b = evict[i - (n - take)]
                 del self._lru[b]
-                h = self._hash_of[b]
+                h = hash_of[b]
                 if h is not None and self._table.get(h) == b:
                     del self._table[h]
-                self._hash_of[b] = None
+                hash_of[b] = None
             ref[b] = 1
             out.append(b)
         return out
@@ -144,13 +157,15 @@ class BlockManager:
         self._pinned.clear()
 
     def check(self) -> None:
-        """Invariants (for tests): every block is exactly one of free, evictable or referenced."""
+        """Invariants (for tests): every block ever used is exactly one of free, evictable or
+        referenced; the rest have never been used."""
         free = set(self._free)
         lru = set(self._lru)
         assert not free & lru
         assert not self._pinned, "a lookup is pending"
         assert len(free) == len(self._free)
-        for b in range(self.num_blocks):
+        assert len(self._ref) == len(self._hash_of) <= self.num_blocks
+        for b in range(len(self._ref)):
             r = self._ref[b]
             assert r >= 0
             assert (r == 0) == (b in free or b in lru), b
