@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment
 from hwtune.serve.engines import (
+    OLDEST_RELEASE,
     SERVING_ENGINES,
     VLLM_ASYNC_DEFAULT_SINCE,
     Engine,
@@ -73,8 +74,24 @@ def test_a_bad_engine_names_the_field_and_the_forms_accepted(spec):
 
 @given(st.sampled_from(SERVING_ENGINES), st.integers(0, 99), st.integers(0, 99))
 def test_a_spec_prints_back_as_parsed(name, major, minor):
+    if (major, minor) < OLDEST_RELEASE[name]:
+        with pytest.raises(HwtuneInputError, match="or later"):
+            parse_engine(f"{name}@{major}.{minor}")
+        return
     e = parse_engine(f"{name}@{major}.{minor}")
     assert e == Engine(name, (major, minor)) and parse_engine(str(e)) == e
+
+
+@pytest.mark.parametrize(
+    ("spec", "oldest"),
+    [("vllm@0.7.3", "vllm 0.8"), ("vllm@0.0.1", "vllm 0.8"), ("sglang@0.3.6", "sglang 0.4"),
+     ("trtllm@0.21.0", "trtllm 1.0")],
+)  # fmt: skip
+def test_a_release_older_than_the_preset_is_refused(spec, oldest, rejects):
+    # vLLM's V0 engine, SGLang before its overlap scheduler, TensorRT-LLM's TensorRT-engine era
+    rejects(["serve", "--engine", spec, "--num-requests", "2"], "engine", spec, oldest)
+    for ok in ("vllm@0.8.0", "sglang@0.4", "trtllm@1.0.0rc3"):
+        assert parse_engine(ok).version is not None
 
 
 @given(st.integers(0, 3), st.integers(0, 30))

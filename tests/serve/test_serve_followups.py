@@ -145,7 +145,8 @@ def test_fitted_to_round_trips_through_the_file(tmp_path, suffix):
     fitted = FittedTo(model="llama3.1-8b", gpu="h100-sxm-80gb", precision="fp8",
                       engine="sglang", tier=2, kv_precision="fp8", spec_tokens=3,
                       spec_acceptance=0.85, eager_prefill=True, overlap_schedule=True,
-                      host_timeline=False, frontend_tokens_per_s=None)  # fmt: skip
+                      host_timeline=False, frontend_tokens_per_s=None,
+                      scheduler="sarathi")  # fmt: skip
     corr = ServeCorrection(ttft=AffineMap(scale=1.2, offset_s=0.02), tpot=AffineMap(scale=1.1),
                            runs=4, fitted_to=fitted)  # fmt: skip
     path = tmp_path / f"corr{suffix}"
@@ -159,7 +160,8 @@ def test_fitted_to_round_trips_through_the_file(tmp_path, suffix):
     check_applies(back, fitted)
     for change, named in (({"kv_precision": "bf16"}, "kv_precision 'fp8', not 'bf16'"),
                           ({"spec_tokens": 0, "spec_acceptance": 0.0}, "spec_tokens 3, not 0"),
-                          ({"frontend_tokens_per_s": 100.0}, "frontend_tokens_per_s none")):  # fmt: skip
+                          ({"frontend_tokens_per_s": 100.0}, "frontend_tokens_per_s none"),
+                          ({"scheduler": "static"}, "scheduler 'sarathi', not 'static'")):  # fmt: skip
         with pytest.raises(HwtuneInputError, match=named):
             check_applies(back, fitted.model_copy(update=change))
 
@@ -203,3 +205,13 @@ def test_serve_plan_takes_workers_as_study_does(rejects) -> None:
     checks apply to it."""
     rejects(["serve", "plan", "--workers", "0"], "processes")
     rejects(["serve", "plan", "--workers", "2", "--ray", "local"], "processes")
+
+
+def test_a_correction_fitted_under_one_scheduler_is_refused_under_another(tmp_path, rejects):
+    """Fitted to runs simulated with vLLM's chunked-prefill scheduling (the default), applied
+    to static batches: refused, naming the scheduler with both values."""
+    plain = calibrate(tmp_path, name="plain.yaml")
+    assert load_correction(plain).fitted_to.scheduler == "vllm"  # type: ignore[union-attr]
+    rejects(serve_args(plain, "--scheduler", "static"), "correction",
+            "scheduler 'vllm', not 'static'")  # fmt: skip
+    ok(serve_args(plain, "--scheduler", "vllm"))

@@ -81,6 +81,8 @@ def test_precisions() -> None:
         ({"frontend_tokens_per_s": 9000.0}, "frontend_tokens_per_s"),
         ({"weight_dtype": "fp4"}, "precision"),
         ({"tp": 2, "dp_attention": 2}, "dp_attention"),
+        # vLLM's SchedulerConfig._verify_args: max_num_batched_tokens >= max_num_seqs
+        ({"max_num_seqs": 512, "max_num_batched_tokens": 511}, "max_num_batched_tokens"),
     ],
 )
 def test_refusals(fields: dict, field: str) -> None:
@@ -107,7 +109,7 @@ def test_partial_expert_parallel_and_disaggregation_refused() -> None:
     pp=hs.sampled_from([1, 2]),
     expert=hs.booleans(),
     seqs=hs.integers(1, 1024),
-    tokens=hs.integers(256, 65536),
+    tokens=hs.integers(1024, 65536),  # at least seqs: vLLM refuses a smaller budget
     util=hs.floats(0.5, 0.98),
     replicas=hs.integers(1, 4),
 )

@@ -45,6 +45,24 @@ def test_model_that_does_not_fit_says_by_how_much(h100):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    ("limits", "field"),
+    [({"max_num_seqs": 10**8}, "max_num_seqs"), ({"max_num_batched_tokens": 10**8},
+                                                  "max_num_batched_tokens")],
+)  # fmt: skip
+def test_a_batch_limit_whose_activations_crowd_out_the_cache_is_named(h100, limits, field):
+    # Llama-3.1-8B's 15 GiB of weights fit an H100; 10^8 sampled rows of fp32 logits (4 bytes
+    # x 2 x 128256 vocab each, ~96 TB) or a 10^8-token step's hidden states do not, and the
+    # limit, not the model, is what to change
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), h100, **limits)
+    with pytest.raises(HwtuneInputError, match=f"^{field}: got 100000000") as e:
+        replica_memory(cfg)
+    short = float(re.search(r"short by ([0-9.]+) GiB", str(e.value)).group(1))
+    if field == "max_num_seqs":
+        logits = 4 * 2 * 10**8 * 128256 / GIB
+        assert logits - 72 < short < logits  # the weights' 15 GiB fit beside what is left
+
+
 def test_bad_layouts_name_the_field(h100):
     with pytest.raises(HwtuneInputError, match="^ep"):
         ReplicaConfig(get_model("llama3.1-8b"), h100, ep=2)

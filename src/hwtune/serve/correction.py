@@ -18,7 +18,7 @@ statistical correction, cross-validated on the published rows (`benchmarks/serve
 --tier3`, VALIDATION.md "Tier 3"), and ``hwtune serve --correction`` prints it beside the
 simulation, never in place of it. A correction records what it was fitted to (model, GPU,
 precision, KV-cache precision, engine, tier, speculative decoding, the host and front-end
-options: `FittedTo`) and is refused for any other deployment (`check_applies`): a scale fitted
+options, the scheduling policy: `FittedTo`) and is refused for any other deployment (`check_applies`): a scale fitted
 to one engine's overheads on one model says nothing of another's, and one fitted to runs
 simulated without a cost (a front-end limit, eager prefill launches) would count it twice when
 applied to a simulation that has it.
@@ -55,7 +55,9 @@ class FittedTo(BaseModel):
     simulation leaves out (the engine's overheads, the kernels' efficiency on that model and
     GPU) or what it prices (tier 1 spec sheets or a tier 2 profile, the KV-cache precision,
     speculative decoding, the host's launches and the front end's token rate: the options of
-    `hwtune.serve.config.ReplicaConfig` of those names). TP, lengths and clients vary within
+    `hwtune.serve.config.ReplicaConfig` of those names), and the scheduling policy (a scale
+    fitted to chunked-prefill queueing does not describe static batches). TP, lengths and
+    clients vary within
     the runs and may vary when it is applied.
 
     The fields after ``tier`` were added later: a file written before them leaves them out, and
@@ -75,6 +77,7 @@ class FittedTo(BaseModel):
     overlap_schedule: bool | None = None
     host_timeline: bool | None = None
     frontend_tokens_per_s: float | None = Field(default=None, gt=0)
+    scheduler: str | None = None
 
     def recorded(self) -> list[str]:
         """The fields this description gives, in declaration order: all of them when built

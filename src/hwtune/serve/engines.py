@@ -53,6 +53,22 @@ is enabled by default"), v0.18.0's ``bool | None = None``, resolved to True in
 EAGER_PREFILL_ENGINES: tuple[str, ...] = ("trtllm", "sglang")
 """Engines whose prompt-carrying steps run without CUDA graphs (see the module docstring)."""
 
+OLDEST_RELEASE: dict[str, tuple[int, int]] = {
+    "vllm": (0, 8),
+    "sglang": (0, 4),
+    "trtllm": (1, 0),
+}
+"""The first release of each engine that the presets describe; ``--engine NAME@VERSION`` of an
+older one is refused rather than simulated as an engine it was not. vLLM 0.8.0 made the V1
+engine the default (release notes, 2025-03: "V1 engine is now enabled by default"), whose
+always-on chunked prefill and piecewise CUDA graphs the ``vllm`` preset models (V0 chunked only
+long prompts by default). SGLang v0.4 introduced the overlap scheduler the preset turns on
+(SGLang v0.4 blog, 2024-12-04, "zero-overhead batch scheduler"). TensorRT-LLM's presets
+describe its PyTorch backend, the default ``tensorrt_llm.LLM`` by 1.0 (the "PyTorch Backend"
+docs page of 1.0.0rc2 imports it from ``tensorrt_llm``; 0.19's from ``tensorrt_llm._torch``,
+beside a default that built TensorRT engines, whose scheduling and CUDA graphs the preset does
+not describe)."""
+
 _SPEC = re.compile(r"^(?P<name>[a-z]+)(?:@(?P<version>\d+\.\d+\S*))?$")
 
 
@@ -84,7 +100,14 @@ def parse_engine(spec: str) -> Engine:
         raise HwtuneInputError(
             "engine", spec, f"one of {', '.join(SERVING_ENGINES)}, optionally @VERSION (vllm@0.12)"
         )
-    return Engine(m["name"], version_tuple(m["version"]))
+    e = Engine(m["name"], version_tuple(m["version"]))
+    oldest = OLDEST_RELEASE[e.name]
+    if e.version is not None and e.version < oldest:
+        raise HwtuneInputError(
+            "engine", spec, f"{e.name} {'.'.join(map(str, oldest))} or later (the release the "
+            f"{e.name} preset describes onwards; see hwtune.serve.engines.OLDEST_RELEASE)",
+        )  # fmt: skip
+    return e
 
 
 def overlap_by_default(engine: str, version: tuple[int, int] | None = None) -> bool:
@@ -135,6 +158,7 @@ def engine_fields(engine: Engine | str) -> dict[str, object]:
 
 __all__ = [
     "EAGER_PREFILL_ENGINES",
+    "OLDEST_RELEASE",
     "SERVING_ENGINES",
     "VLLM_ASYNC_DEFAULT_SINCE",
     "Engine",

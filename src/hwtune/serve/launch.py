@@ -488,6 +488,10 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
         (cfg.max_num_seqs % cfg.dp_attention != 0, "max_num_seqs", cfg.max_num_seqs,
          f"a multiple of dp_attention = {cfg.dp_attention} (vLLM's --max-num-seqs is per "
          "data-parallel rank)"),
+        (cfg.max_num_batched_tokens < cfg.max_num_seqs // cfg.dp_attention,
+         "max_num_batched_tokens", cfg.max_num_batched_tokens,
+         f"at least --max-num-seqs per data-parallel rank = {cfg.max_num_seqs // cfg.dp_attention}"
+         " (vLLM's SchedulerConfig refuses a smaller token budget at startup)"),
     )  # fmt: skip
     return _first_refusal(cfg, checks)
 

@@ -78,6 +78,12 @@ def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
     profiling run fills it on every rank, TensorRT-LLM's ``KvCacheCreator`` and vLLM's per-rank
     engine cores), and a rank samples its share of the replica's ``max_num_seqs``. Dividing the
     budget by ``dp_attention`` too priced a DP-8 rank's activations at an eighth."""
+    return sum(_activation_parts(cfg))
+
+
+def _activation_parts(cfg: ReplicaConfig) -> tuple[float, float]:
+    """`activation_bytes_per_gpu` as (the token budget's hidden states, the logits of the
+    ``max_num_seqs`` sampled rows), bytes per GPU."""
     spec = cfg.model
     t = cfg.token_budget()
     up = 2 if spec.gated else 1
@@ -88,7 +94,7 @@ def activation_bytes_per_gpu(cfg: ReplicaConfig) -> float:
         widest = max(widest, spec.moe.top_k * up * spec.moe.expert_ffn_hidden // cfg.moe_tp)
     act = 2.0 * t * (4 * spec.d_model + 2 * widest)
     logits = 4.0 * 2 * -(-cfg.max_num_seqs // cfg.dp_attention) * -(-spec.vocab // cfg.tp)
-    return act + logits
+    return act, logits
 
 
 def checkpoint_hint(cfg: ReplicaConfig) -> str:
@@ -131,6 +137,22 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
         )
     if free_kv < need:  # short of even the default block size's blocks (or of the smaller ones)
         short = (MIN_KV_BLOCKS * min(cfg.block_size, DEFAULT_BLOCK_SIZE) * per_tok - free_kv) / GIB
+        if free_kv + a >= need:  # the weights fit: a batch limit's activations take the rest
+            hidden, logits = _activation_parts(cfg)
+            field, value, what = (
+                ("max_num_seqs", cfg.max_num_seqs, f"the logits of {cfg.max_num_seqs} rows")
+                if logits >= hidden
+                else ("max_num_batched_tokens", cfg.max_num_batched_tokens,
+                      f"the hidden states of a {cfg.token_budget()}-token step")
+            )  # fmt: skip
+            raise HwtuneInputError(
+                field,
+                value,
+                f"a limit whose step activations fit: {a / GIB:.1f} GiB of them (mostly {what}) "
+                f"beside {w / GIB:.1f} GiB of weights and {WORKSPACE_FIXED_BYTES / GIB:.1f} GiB "
+                f"workspace per GPU leave no KV cache in {usable / GIB:.1f} GiB usable of "
+                f"{dev.name}: short by {short:.1f} GiB per GPU",
+            )
         raise HwtuneInputError(
             "model",
             cfg.model.name,
