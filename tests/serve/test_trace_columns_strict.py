@@ -53,3 +53,20 @@ def test_learned_position_table_bounds_the_request() -> None:
     with pytest.raises(HwtuneInputError, match="2048"):
         simulate(cfg, Workload((2000,), (49,), "closed", 1))
     simulate(cfg, Workload((2000,), (48,), "closed", 1))  # exactly the table: runs
+
+
+@pytest.mark.parametrize("name", ["trace.txt", "trace", "TRACE.JSONL", "t.log"])
+def test_jsonl_under_another_name_is_read_as_jsonl(tmp_path, name: str) -> None:
+    # a JSONL trace saved as .txt was parsed as a CSV whose header was its first JSON row
+    p = tmp_path / name
+    p.write_text('{"arrival_time": 0.5, "prompt_tokens": 10, "output_tokens": 5}\n\n'
+                 '{"arrival_time": 2.0, "prompt_tokens": 12, "output_tokens": 3}\n')  # fmt: skip
+    wl = load_trace(p)
+    assert (wl.prompts, wl.outputs, wl.arrivals) == ((10, 12), (5, 3), (0.0, 1.5))
+
+
+def test_a_csv_name_stays_csv(tmp_path) -> None:
+    p = tmp_path / "t.csv"  # JSON in a .csv file: its header is what is wrong, and said so
+    p.write_text('{"arrival_time": 0, "prompt_tokens": 10, "output_tokens": 5}\n{"a": 1}\n')
+    with pytest.raises(HwtuneInputError, match="line 2"):
+        load_trace(p)

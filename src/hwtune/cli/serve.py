@@ -366,7 +366,8 @@ def _fitted_to(cfg: ReplicaConfig, e: Engine | None, profile: Path | None) -> Fi
                     kv_precision=cfg.kv_dtype, spec_tokens=cfg.spec_tokens,
                     spec_acceptance=cfg.spec_acceptance, eager_prefill=cfg.eager_prefill,
                     overlap_schedule=cfg.overlap_schedule, host_timeline=cfg.host_timeline,
-                    frontend_tokens_per_s=cfg.frontend_tokens_per_s)  # fmt: skip
+                    frontend_tokens_per_s=cfg.frontend_tokens_per_s,
+                    scheduler=cfg.scheduler)  # fmt: skip
 
 
 def _precision_source(cfg: ReplicaConfig, precision: str | None) -> str:
@@ -619,6 +620,7 @@ def serve(
     from dataclasses import replace
 
     from hwtune.cli.parsing import output_path, plot_suffixes
+    from hwtune.cli.plan import progress_bar
     from hwtune.report.serve_requests import SUFFIXES, write_requests
     from hwtune.serve.config import Deployment
     from hwtune.serve.correction import check_applies, corrected_stats, load_correction
@@ -686,8 +688,9 @@ def serve(
         launch_doc = _launch_doc(launch, dep, model)
         wl = _workload(concurrency, input_len, output_len, dataset, num_requests, rate,
                        burstiness, trace, seed, prefix_len, prefix_groups, range_ratio)  # fmt: skip
-        res = simulate(dep, wl, record_steps=trace_out is not None,
-                       record_tokens=requests_out is not None)  # fmt: skip
+        with progress_bar("requests", not as_json) as cb:  # drawn on a terminal's stderr
+            res = simulate(dep, wl, record_steps=trace_out is not None,
+                           record_tokens=requests_out is not None, progress=cb)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return

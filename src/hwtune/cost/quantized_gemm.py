@@ -37,6 +37,13 @@ integer weights to 16 bits in registers (Frantar et al. 2024, §3; vLLM's Machet
 they never use Blackwell's FP4 tensor cores as NVFP4/MXFP4 checkpoints do. On Hopper the
 native (``wgmma``, Machete) kernel is the default, as for fp4 weights there."""
 
+NO_FLOAT_WEIGHT_ARCHITECTURES: tuple[str, ...] = ("volta",)
+"""GPU architectures that serve no fp8 or fp4 weights: no tensor cores of those formats and no
+weight-only kernel for them either. vLLM's "Supported Hardware" table for quantization (docs,
+v0.14.0) has FP8 W8A8 from Ada on and "Marlin (GPTQ/AWQ/FP8)" from Ampere on, none on Volta
+(SM 7.0); its FP8 page runs fp8 checkpoints weight-only "on compute capability >= 7.5
+(Turing)". int4 stays: GPTQ's kernels run on Volta (same table)."""
+
 INT4_GROUP_SIZE = 128
 """Weights per 16-bit scale of int4 weights when the checkpoint does not say: the default
 ``group_size`` of GPTQ (``GPTQConfig``, AutoGPTQ's ``BaseQuantizeConfig``) and AWQ (AutoAWQ's
@@ -173,6 +180,7 @@ __all__ = [
     "FP4_GROUP_SIZE",
     "INT4_GROUP_SIZE",
     "MARLIN_SHARE_ON_HOPPER",
+    "NO_FLOAT_WEIGHT_ARCHITECTURES",
     "TRITON_MXFP4_SHARE_ON_HOPPER",
     "WEIGHT_ONLY_FORMATS",
     "WEIGHT_ONLY_KERNELS",

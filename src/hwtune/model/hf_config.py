@@ -241,6 +241,7 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
         fields["pos_emb"] = "alibi"
     else:
         fields["pos_emb"] = "rope"
+    fields["max_context"] = _context_length(r)
 
     # Biases and norms inside attention.
     attn_bias = r.flag("attention_bias", "bias", "use_bias", default=plain)
@@ -408,6 +409,45 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
                 return None
         return found.pop() if len(found) == 1 else None
     return None
+
+
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
+# RoPE scalings whose max_position_embeddings already states the extended context
+_CONTEXT_STATED_ROPE = ("su", "longrope", "llama3", "default", "mrope")
+
+
+def _context_length(r: _Reader) -> int | None:
+    """The longest sequence (prompt + output) a serving engine admits for this config, as vLLM
+    derives its default ``max_model_len`` (``_get_and_verify_max_len`` in ``vllm/config``): the
+    smallest of the length keys present (`_CONTEXT_KEYS`), then, for a ``rope_scaling`` that
+    extends it (linear, dynamic, yarn, ...; not llama3 or longrope, whose
+    ``max_position_embeddings`` is the extended length already), times its ``factor``, from
+    ``original_max_position_embeddings`` for yarn. DeepSeek-V3: yarn 4096 x 40 = 163840;
+    Llama-3.1: llama3, 131072; Qwen3-8B: 40960 (its model card enables yarn 4x by editing
+    ``rope_scaling`` into config.json, which this then reads as 131072). None when no key is
+    present (vLLM then assumes 2048 with a warning; hwtune checks nothing)."""
+    found = [r.integer(k) for k in _CONTEXT_KEYS if r.has(k)]
+    if not found:
+        return None
+    n: float = min(found)
+    rope = r.raw("rope_scaling")
+    if isinstance(rope, Mapping):
+        kind = str(rope.get("rope_type") or rope.get("type") or "default").lower()
+        if kind not in _CONTEXT_STATED_ROPE:
+            factor = rope.get("factor", 1.0)
+            if (
+                isinstance(factor, bool)
+                or not isinstance(factor, int | float)
+                or not (math.isfinite(factor) and factor > 0)
+            ):
+                raise HwtuneInputError(f"{r.label}: 'rope_scaling.factor'", factor,
+                                       "a positive number")  # fmt: skip
+            original = rope.get("original_max_position_embeddings")
+            if kind == "yarn" and isinstance(original, int) and original > 0:
+                n = original
+            n *= factor
+    return int(n)
 
 
 def unsupported_quantization(top: Mapping[str, Any]) -> str | None:

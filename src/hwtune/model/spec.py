@@ -117,6 +117,13 @@ class ModelSpec(FrozenModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     pos_emb: Literal["rope", "learned", "alibi", "none"] = "rope"
     max_position: int = Field(default=0, ge=0, description="rows of a learned position table")
+    max_context: int | None = Field(
+        default=None,
+        ge=1,
+        description="longest prompt + output a serving engine admits (config.json "
+        "max_position_embeddings and its RoPE scaling, as vLLM derives max_model_len; "
+        "`hwtune.model.hf_config._context_length`), None: not stated",
+    )
     qkv_bias: bool = False
     out_bias: bool = False
     mlp_bias: bool = False

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from hwtune.cost.compute import dtype_bytes
 from hwtune.cost.inference_collectives import ALL_REDUCE_KERNELS
-from hwtune.cost.quantized_gemm import WEIGHT_ONLY_KERNELS
+from hwtune.cost.quantized_gemm import NO_FLOAT_WEIGHT_ARCHITECTURES, WEIGHT_ONLY_KERNELS
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, make_cluster
 from hwtune.hardware.device import Device
@@ -205,6 +205,14 @@ class ReplicaConfig:
             raise HwtuneInputError(
                 "precision", self.weight_dtype, "one of " + ", ".join(PRECISIONS)
             )
+        if (self.weight_dtype in ("fp8", "fp4")
+                and self.device.architecture in NO_FLOAT_WEIGHT_ARCHITECTURES):  # fmt: skip
+            raise HwtuneInputError(
+                "precision", self.weight_dtype,
+                f"a weight format {self.device.name} ({self.device.architecture}) runs: bf16, "
+                "fp16 or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
+                "weight-only need Turing or later)",
+            )  # fmt: skip
         if self.kv_dtype not in KV_PRECISIONS:
             raise HwtuneInputError("kv_precision", self.kv_dtype,
                                    "one of " + ", ".join(KV_PRECISIONS)

@@ -310,11 +310,15 @@ def load_trace(path: str | Path) -> Workload:
     (seconds, or ISO timestamps as in the Azure LLM inference traces: ``TIMESTAMP``,
     ``ContextTokens``, ``GeneratedTokens``), prompt and output token counts and optionally a
     prefix group id and shared prefix length. Arrivals are shifted to start at 0 and sorted.
-    A malformed row raises an error naming its line."""
+    A malformed row raises an error naming its line. A ``.jsonl``/``.json``/``.ndjson`` name is
+    read as JSONL and ``.csv`` as CSV; any other name by its first row (``{``: JSONL)."""
     p = Path(path)
     text = read_utf8(p, "trace")
     rows: list[tuple[int, dict]] = []
-    if p.suffix in (".jsonl", ".json", ".ndjson"):
+    first = next((ln.lstrip() for ln in text.splitlines() if ln.strip()), "")
+    suffix = p.suffix.lower()
+    # JSONL by its name, or by its first row when the name says neither (trace.txt, trace.log)
+    if suffix in (".jsonl", ".json", ".ndjson") or (suffix != ".csv" and first.startswith("{")):
         for ln, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue

@@ -54,6 +54,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -146,6 +147,7 @@ def _check_lengths(
     field = "input-len" if prompt_only else "input-len + output-len"
     field += " + spec-tokens" if drafts else ""
     table = cfg.model.max_position  # a learned position table has no row past its end
+    context = cfg.model.max_context
     for r in reqs:
         need = r.prompt if prompt_only else r.prompt + r.output + drafts
         if table and r.prompt + r.output > table:
@@ -153,6 +155,13 @@ def _check_lengths(
                 "input-len + output-len", r.prompt + r.output,
                 f"at most {table} tokens, the rows of {cfg.model.name}'s learned position "
                 f"table (request {r.rid})",
+            )  # fmt: skip
+        if context and r.prompt + r.output > context:
+            raise HwtuneInputError(
+                "input-len + output-len", r.prompt + r.output,
+                f"at most {context} tokens, {cfg.model.name}'s context length (its config.json "
+                f"max_position_embeddings and RoPE scaling, from which engines set max_model_len"
+                f" and refuse longer requests; request {r.rid})",
             )  # fmt: skip
         if need > cap:
             raise HwtuneInputError(
@@ -200,12 +209,14 @@ def simulate(
     max_sim_time: float | None = None,
     fast: bool = True,
     record_tokens: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Run ``workload`` on ``deployment`` until every request has finished.
 
     ``fast`` batches the bookkeeping of decode-only stretches (see ``fast_forward``); the
     results are the same as step by step (a test checks it). ``record_tokens`` keeps every
-    request's token times (`Request.token_times`; aggregated deployments only)."""
+    request's token times (`Request.token_times`; aggregated deployments only). ``progress``
+    is told (requests finished, requests) about every 1% of the requests and at the end."""
     t_wall = time.perf_counter()
     dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
     cfg = dep.replica
@@ -254,6 +265,8 @@ def simulate(
 
     closed = workload.mode == "closed"
     next_idx = 0
+    n_done = 0
+    report_every = max(1, -(-len(reqs) // 100))
     if closed:
         for r in reqs[: workload.concurrency]:
             push(0.0, ARRIVAL, r)
@@ -481,10 +494,14 @@ def simulate(
         processed: a front end or the host's timeline delivers later). A closed loop's client is
         free then; the next request goes to the client freed first (`CLIENT_FREE`, in time
         order across replicas), not to the step whose event happens to be processed first."""
+        nonlocal n_done
         r.finish = t
         rep.outstanding -= r.prompt + r.output
         if closed and next_idx < len(reqs):
             push(t, CLIENT_FREE, None)
+        n_done += 1
+        if progress is not None and (n_done % report_every == 0 or n_done == len(reqs)):
+            progress(n_done, len(reqs))
 
     def send_next(t: float) -> None:
         """A closed loop's client, free at ``t``, sends the next request."""

@@ -1,0 +1,34 @@
+"""Volta serves no fp8 or fp4 weights (vLLM's quantization hardware table: no FP8 W8A8 and no
+Marlin there), while int4 (GPTQ) and 16-bit weights run; Ampere runs fp8 weight-only."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import ReplicaConfig
+
+_RUN = ["serve", "--num-requests", "2", "--concurrency", "1", "--input-len", "64",
+        "--output-len", "4"]  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4"])
+@pytest.mark.parametrize("gpu", ["v100", "v100-sxm3"])
+def test_float_weights_on_volta_are_refused(rejects, precision, gpu):
+    rejects([*_RUN, "--gpu", gpu, "--precision", precision], "precision", precision, "volta",
+            "bf16, fp16 or int4")  # fmt: skip
+
+
+def test_an_fp8_checkpoint_on_volta_is_refused_by_default():
+    # DeepSeek-V3 ships fp8 weights, the serving default; Volta cannot load them as they are
+    with pytest.raises(HwtuneInputError, match="^precision: got 'fp8'"):
+        ReplicaConfig(get_model("deepseek-v3"), get_device("v100"), tp=8)
+
+
+@pytest.mark.parametrize(("gpu", "precision"), [("v100", "int4"), ("v100", "fp16"),
+                                                ("a100", "fp8"), ("a100", "fp4")])  # fmt: skip
+def test_what_runs_there_is_simulated(gpu, precision):
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device(gpu), weight_dtype=precision)
+    assert cfg.weight_dtype == precision
