@@ -70,3 +70,15 @@ def test_a_csv_name_stays_csv(tmp_path) -> None:
     p.write_text('{"arrival_time": 0, "prompt_tokens": 10, "output_tokens": 5}\n{"a": 1}\n')
     with pytest.raises(HwtuneInputError, match="line 2"):
         load_trace(p)
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "value"),
+    [("0,-5,3", "prompt tokens", "-5"), ("0,5,0", "output tokens", "0")],
+)
+def test_a_count_below_one_names_its_field_and_value(tmp_path, row, field, value) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(f"arrival_time,prompt_tokens,output_tokens\n{row}\n")
+    with pytest.raises(HwtuneInputError) as e:
+        load_trace(p)
+    assert str(e.value) == f"t.csv line 2: {field}: got '{value}'; expected at least 1 token"

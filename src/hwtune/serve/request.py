@@ -365,8 +365,9 @@ def load_trace(path: str | Path) -> Workload:
             raise HwtuneInputError(f"{where}: arrival", a, "a finite time")
         ip = _count(pr, where, "prompt tokens")
         io = _count(out, where, "output tokens")
-        if ip < 1 or io < 1:
-            raise HwtuneInputError(where, row, "prompt and output tokens >= 1")
+        for what, n, v in (("prompt tokens", ip, pr), ("output tokens", io, out)):
+            if n < 1:  # named by field, with its value as written
+                raise HwtuneInputError(f"{where}: {what}", v, "at least 1 token")
         g, pl = _pick(row, _GROUP_KEYS, where), _pick(row, _PLEN_KEYS, where)
         if pl is not None and g is None:  # a length without a group would be ignored
             raise HwtuneInputError(f"{where}: prefix_group", None, f"a prefix_group beside "
