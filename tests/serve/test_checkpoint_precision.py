@@ -139,6 +139,9 @@ def test_an_unknown_quant_method_still_loads():
         ({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}, "modelopt W4A8_AWQ"),
         (_ct(("int", 8))["quantization_config"], "compressed-tensors weights"),
         ({"bits": 4}, "unnamed"),
+        ({"quant_method": "gptq"}, "gptq weights of no stated width"),
+        ({}, None),  # an empty quantization_config quantizes nothing
+        ({"quant_method": "gptq", "bits": "4"}, None),  # int4, its width written as text
         # formats hwtune names, and configs that quantize only the KV cache: nothing to refuse
         ({"quant_method": "gptq", "bits": 4}, None),
         ({"quant_method": "fp8"}, None),

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hwtune.errors import HwtuneInputError
 from hwtune.model.hf_config import load_hf_config
 
 CONFIGS = Path(str(resources.files("hwtune.model").joinpath("configs")))
@@ -55,12 +54,38 @@ def test_linear_scaling_multiplies_the_stated_length(rows, factor):
     assert load_hf_config(cfg).max_context == int(rows // 2 * factor)
 
 
-@pytest.mark.parametrize("factor", [0, -2.0, "four", True])
-def test_a_bad_rope_factor_names_the_key(factor):
+@pytest.mark.parametrize("factor", [0, -2.0, "four", True, [2]])
+def test_an_unusable_rope_factor_leaves_the_context_unchecked(factor):
+    # the config still loads (a training plan never needed the context); serving checks nothing
     cfg = _cfg("meta-llama--Meta-Llama-3.1-8B")
     cfg["rope_scaling"] = {"type": "dynamic", "factor": factor}
-    with pytest.raises(HwtuneInputError, match="rope_scaling.factor"):
-        load_hf_config(cfg)
+    assert load_hf_config(cfg).max_context is None
+
+
+@pytest.mark.parametrize(("factor", "context"), [(None, 4096), ("2", 8192), (2, 8192)])
+def test_a_null_or_numeric_text_factor_is_read_as_vllm_reads_it(factor, context):
+    cfg = _cfg("meta-llama--Meta-Llama-3.1-8B")
+    cfg["max_position_embeddings"] = 4096
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": factor}
+    assert load_hf_config(cfg).max_context == context
+
+
+def test_rope_parameters_float_originals_and_bad_keys():
+    cfg = _cfg("Qwen--Qwen3-8B")
+    # transformers v5 writes rope_parameters; a float original length is still a length
+    cfg["rope_parameters"] = {"rope_type": "yarn", "factor": 4.0,
+                              "original_max_position_embeddings": 32768.0}  # fmt: skip
+    assert load_hf_config(cfg).max_context == 131072
+    cfg = _cfg("Qwen--Qwen3-8B")
+    cfg["seq_length"] = 0  # not a length: passed over, max_position_embeddings still bounds it
+    assert load_hf_config(cfg).max_context == 40960
+
+
+def test_gemma3_scaling_is_already_in_its_stated_length():
+    cfg = _cfg("meta-llama--Meta-Llama-3.1-8B")
+    cfg["model_type"] = "gemma3_text"
+    cfg["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    assert load_hf_config(cfg).max_context == 131072  # vLLM leaves Gemma 3's as stated
 
 
 def test_serving_past_the_context_is_refused(rejects):
@@ -74,3 +99,14 @@ def test_serving_past_the_context_is_refused(rejects):
 
     r = CliRunner().invoke(app, [*base, "--input-len", "131000", "--output-len", "72", "--json"])
     assert r.exit_code == 0, r.output  # exactly the context: admitted
+
+
+@pytest.mark.parametrize(
+    ("name", "context"),
+    # Llama 3 model card: 8K context (it reuses Llama 3.1's shapes); Llama 2 paper, Table 1: 4k
+    [("llama3-8b", 8192), ("llama3-70b", 8192), ("llama2-7b", 4096), ("llama2-70b", 4096)],
+)
+def test_catalog_entries_state_their_own_context(name, context):
+    from hwtune.model.catalog import get_model
+
+    assert get_model(name).max_context == context

@@ -72,3 +72,28 @@ def test_bad_layouts_name_the_field(h100):
         ReplicaConfig(get_model("llama3.1-8b"), h100, tp=0)
     with pytest.raises(HwtuneInputError, match="^precision"):
         ReplicaConfig(get_model("llama3.1-8b"), h100, weight_dtype="int3")
+
+
+def test_per_sequence_state_is_blamed_on_max_num_seqs():
+    # Qwen3.5's linear-attention layers keep a fixed state per sequence: 4096 sequences of it
+    # crowd out the KV cache on 8 H200s that hold the fp8 weights easily
+    cfg = ReplicaConfig(get_model("qwen3.5-397b-a17b"), get_device("h200"), tp=8, ep=8,
+                        weight_dtype="fp8", max_num_seqs=4096)  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="^max_num_seqs: got 4096") as e:
+        replica_memory(cfg)
+    assert "per-sequence state" in str(e.value)
+    replica_memory(replace(cfg, max_num_seqs=256))  # fits
+
+
+def test_sarathi_chunk_size_is_the_limit_named(h100):
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), h100, scheduler="sarathi",
+                        chunk_size=10**6, max_num_batched_tokens=2 * 10**6)  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="^chunk_size: got 1000000"):
+        replica_memory(cfg)
+
+
+def test_serve_plan_names_the_limit_not_the_gpus(rejects):
+    # llama3.1-8b fits one RTX 4090 at the default budget; a 65536-token step's activations do not
+    rejects(["serve", "plan", "--model", "llama3.1-8b", "--gpu", "rtx-4090", "--max-gpus", "1",
+             "--max-num-batched-tokens", "65536", "--rate", "1", "--num-requests", "10"],
+            "max_num_batched_tokens", "65536")  # fmt: skip

@@ -18,7 +18,7 @@ _RUN = ["serve", "--num-requests", "2", "--concurrency", "1", "--input-len", "64
 @pytest.mark.parametrize("gpu", ["v100", "v100-sxm3"])
 def test_float_weights_on_volta_are_refused(rejects, precision, gpu):
     rejects([*_RUN, "--gpu", gpu, "--precision", precision], "precision", precision, "volta",
-            "bf16, fp16 or int4")  # fmt: skip
+            "fp16 or int4")  # fmt: skip
 
 
 def test_an_fp8_checkpoint_on_volta_is_refused_by_default():

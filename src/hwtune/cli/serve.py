@@ -244,7 +244,9 @@ def _launch_engine(launch: str | None, engine: str | None) -> str | None:
 
 def _launch_error(e: HwtuneInputError, launch: str) -> HwtuneInputError:
     """An engine's refusal (`hwtune.serve.launch`) naming the option that set the field."""
-    flag = e.field if e.field.startswith("--") else "--" + e.field.replace("_", "-")
+    # an option's field as its flag; a file's field (model.quantization_config) as it is
+    flag = e.field if e.field.startswith("--") or "." in e.field else (
+        "--" + e.field.replace("_", "-"))  # fmt: skip
     return HwtuneInputError(flag, e.value, f"{e.expected} (--launch {launch})")
 
 
@@ -841,8 +843,12 @@ def plan_cmd(
         disagg_router = "least-tokens"
         if launch is not None:  # refuse now what no layout changes; search what it launches
             from hwtune.serve.launch import disagg_plan_router, launch_refusal
+            from hwtune.serve.plan import PLAN_MAX_NUM_SEQS, PREFILL_MAX_NUM_SEQS
 
-            refusal = launch_refusal(launch, base)
+            # at the smallest sequence limit a layout gets: what depends on it (vLLM's token
+            # budget of at least max_num_seqs) is left to each candidate (`keep`)
+            least = min(*PLAN_MAX_NUM_SEQS, PREFILL_MAX_NUM_SEQS)
+            refusal = launch_refusal(launch, base.with_(max_num_seqs=least))
             if refusal is not None:
                 raise _launch_error(refusal, launch)
             keep = partial(_launchable, launch)

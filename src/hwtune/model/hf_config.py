@@ -241,7 +241,7 @@ def _hf_fields(top: Mapping[str, Any], label: str) -> dict[str, Any]:
         fields["pos_emb"] = "alibi"
     else:
         fields["pos_emb"] = "rope"
-    fields["max_context"] = _context_length(r)
+    fields["max_context"] = _context_length(r, family)
 
     # Biases and norms inside attention.
     attn_bias = r.flag("attention_bias", "bias", "use_bias", default=plain)
@@ -347,6 +347,14 @@ _FP4_METHODS = {"mxfp4", "nvfp4"}
 _INT_METHODS = {"gptq", "awq"}
 
 
+def _bits(q: Mapping[str, Any]) -> int | None:
+    """A GPTQ/AWQ config's ``bits`` as a whole number (``4`` or ``"4"``), else None."""
+    v = q.get("bits")
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
     """The weight format a checkpoint ships, as one of the serving precisions (fp8, fp4 or
     int4), read from its ``config.json`` ``quantization_config`` (Hugging Face *transformers*
@@ -390,7 +398,7 @@ def checkpoint_precision(top: Mapping[str, Any]) -> str | None:
         algos = {"FP8": "fp8", "NVFP4": "fp4", "W4A16_AWQ": "int4"}
         return algos.get(str(q.get("quant_algo") or "").upper())
     if method in _INT_METHODS:
-        return "int4" if q.get("bits") == 4 else None
+        return "int4" if _bits(q) == 4 else None
     if method == "compressed-tensors":
         groups = q.get("config_groups")
         if not isinstance(groups, Mapping) or not groups:
@@ -417,34 +425,43 @@ _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 _CONTEXT_STATED_ROPE = ("su", "longrope", "llama3", "default", "mrope")
 
 
-def _context_length(r: _Reader) -> int | None:
+def _context_length(r: _Reader, family: str) -> int | None:
     """The longest sequence (prompt + output) a serving engine admits for this config, as vLLM
-    derives its default ``max_model_len`` (``_get_and_verify_max_len`` in ``vllm/config``): the
-    smallest of the length keys present (`_CONTEXT_KEYS`), then, for a ``rope_scaling`` that
-    extends it (linear, dynamic, yarn, ...; not llama3 or longrope, whose
-    ``max_position_embeddings`` is the extended length already), times its ``factor``, from
-    ``original_max_position_embeddings`` for yarn. DeepSeek-V3: yarn 4096 x 40 = 163840;
-    Llama-3.1: llama3, 131072; Qwen3-8B: 40960 (its model card enables yarn 4x by editing
-    ``rope_scaling`` into config.json, which this then reads as 131072). None when no key is
-    present (vLLM then assumes 2048 with a warning; hwtune checks nothing)."""
-    found = [r.integer(k) for k in _CONTEXT_KEYS if r.has(k)]
+    derives ``max_model_len`` from it (``_get_and_verify_max_len`` in ``vllm/config``): the
+    smallest of the length keys present (`_CONTEXT_KEYS`), then, for a RoPE scaling that
+    extends it (``rope_scaling``, or transformers v5's ``rope_parameters``: linear, dynamic,
+    yarn, ...; not llama3 or longrope, whose ``max_position_embeddings`` is the extended length
+    already, nor Gemma 3's, which vLLM leaves as stated), times its ``factor`` (absent or null:
+    1), from ``original_max_position_embeddings`` for yarn. DeepSeek-V3: yarn 4096 x 40 =
+    163840; Llama-3.1: llama3, 131072; Qwen3-8B: 40960 (its model card enables yarn 4x by
+    editing ``rope_scaling`` into config.json, which this then reads as 131072).
+
+    None when no usable length key is present (vLLM then assumes 2048 with a warning) or the
+    scaling factor is not a positive number: nothing is checked then, and the config still
+    loads (training plans do not need it). A length key that is not a positive whole number
+    is passed over, as the other keys still bound the context."""
+
+    def whole(v: Any) -> int | None:
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        return int(v) if ok and v == int(v) and v >= 1 else None
+
+    found = [n for k in _CONTEXT_KEYS if (n := whole(r.raw(k))) is not None]
     if not found:
         return None
     n: float = min(found)
-    rope = r.raw("rope_scaling")
-    if isinstance(rope, Mapping):
+    rope = r.raw("rope_scaling", "rope_parameters")
+    if isinstance(rope, Mapping) and not family.startswith("gemma3"):
         kind = str(rope.get("rope_type") or rope.get("type") or "default").lower()
         if kind not in _CONTEXT_STATED_ROPE:
-            factor = rope.get("factor", 1.0)
-            if (
-                isinstance(factor, bool)
-                or not isinstance(factor, int | float)
-                or not (math.isfinite(factor) and factor > 0)
-            ):
-                raise HwtuneInputError(f"{r.label}: 'rope_scaling.factor'", factor,
-                                       "a positive number")  # fmt: skip
-            original = rope.get("original_max_position_embeddings")
-            if kind == "yarn" and isinstance(original, int) and original > 0:
+            factor = rope.get("factor")
+            try:
+                factor = 1.0 if factor is None else float(factor)
+            except (TypeError, ValueError):
+                return None
+            if isinstance(rope.get("factor"), bool) or not (math.isfinite(factor) and factor > 0):
+                return None
+            original = whole(rope.get("original_max_position_embeddings"))
+            if kind == "yarn" and original is not None:
                 n = original
             n *= factor
     return int(n)
@@ -463,7 +480,7 @@ def unsupported_quantization(top: Mapping[str, Any]) -> str | None:
     and traffic without a word, so serving asks for an explicit precision instead
     (`hwtune.serve.config.weight_format`)."""
     q = _quantization_config(top)
-    if q is None or checkpoint_precision(top) is not None:
+    if not q or checkpoint_precision(top) is not None:  # none, empty, or a format named
         return None
     method = str(q.get("quant_method") or "").lower() or "unnamed"
     if method in _FP8_METHODS | _FP4_METHODS:
@@ -472,7 +489,8 @@ def unsupported_quantization(top: Mapping[str, Any]) -> str | None:
         algo = q.get("quant_algo")
         return f"modelopt {algo}" if algo else None
     if method in _INT_METHODS:
-        return f"{method} {q.get('bits')}-bit weights"
+        bits = _bits(q)
+        return f"{method} {bits}-bit weights" if bits else f"{method} weights of no stated width"
     if method == "compressed-tensors":
         groups = q.get("config_groups")
         if not isinstance(groups, Mapping) or not groups:

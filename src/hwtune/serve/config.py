@@ -209,8 +209,8 @@ class ReplicaConfig:
                 and self.device.architecture in NO_FLOAT_WEIGHT_ARCHITECTURES):  # fmt: skip
             raise HwtuneInputError(
                 "precision", self.weight_dtype,
-                f"a weight format {self.device.name} ({self.device.architecture}) runs: bf16, "
-                "fp16 or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
+                f"a weight format {self.device.name} ({self.device.architecture}) runs: fp16 "
+                "or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
                 "weight-only need Turing or later)",
             )  # fmt: skip
         if self.kv_dtype not in KV_PRECISIONS:

@@ -452,6 +452,11 @@ def _first_refusal(
          cfg.batch_wait_timeout_iters, "0 (TensorRT-LLM's batch waiting)"),
     )  # fmt: skip
     common = (
+        # a checkpoint in a format none of hwtune's precisions is (3-bit GPTQ, bitsandbytes):
+        # its engine loads it as that format whatever --precision says, or refuses the flag
+        (m.checkpoint_quantization is not None, "model.quantization_config",
+         m.checkpoint_quantization, "a checkpoint in a format the launch runs as simulated "
+         "(16-bit, fp8, fp4 or 4-bit int4 weights)"),
         *knobs,
         (cfg.frontend_tokens_per_s is not None, "frontend_tokens_per_s",
          cfg.frontend_tokens_per_s, "none (a limit of the server, not a setting)"),

@@ -97,6 +97,41 @@ def _activation_parts(cfg: ReplicaConfig) -> tuple[float, float]:
     return act, logits
 
 
+def _limit_refusal(
+    cfg: ReplicaConfig, w: float, need: float, short: float
+) -> HwtuneInputError | None:
+    """When the weights and workspace leave room for ``need`` bytes of KV cache but what the
+    batch limits reserve (a step's activations, per-sequence state) takes it: an error naming
+    the limit that reserves the most (``max_num_seqs`` for sampled logits and per-sequence
+    state, the token budget's option for a step's hidden states), else None."""
+    dev = cfg.effective_device
+    rest = dev.memory_bytes - w - WORKSPACE_FIXED_BYTES
+    if cfg.kv_memory_rule == "free":  # TensorRT-LLM: a fraction of what the weights leave
+        free0 = max(rest, 0.0) * cfg.gpu_memory_utilization
+    else:
+        free0 = dev.memory_bytes * cfg.gpu_memory_utilization - w - WORKSPACE_FIXED_BYTES
+    if free0 < need:
+        return None  # the model itself does not fit: `replica_memory` says so
+    hidden, logits = _activation_parts(cfg)
+    state = state_bytes_per_sequence(cfg.model, cfg.tp, cfg.pp) * cfg.max_num_seqs
+    if hidden > logits + state:
+        chunked = cfg.scheduler == "sarathi" and cfg.chunk_size < cfg.max_num_batched_tokens
+        field, value = (("chunk_size", cfg.chunk_size) if chunked
+                        else ("max_num_batched_tokens", cfg.max_num_batched_tokens))  # fmt: skip
+    else:
+        field, value = "max_num_seqs", cfg.max_num_seqs
+    return HwtuneInputError(
+        field,
+        value,
+        f"a batch limit whose reserved memory fits: {hidden / GIB:.1f} GiB of a "
+        f"{cfg.token_budget()}-token step's hidden states, {logits / GIB:.1f} GiB of logits and "
+        f"{state / GIB:.1f} GiB of per-sequence state for {cfg.max_num_seqs} sequences beside "
+        f"{w / GIB:.1f} GiB of weights leave no KV cache on {dev.name} "
+        f"({dev.memory_bytes / GIB:.0f} GiB): short by {short:.1f} GiB per GPU"
+        + checkpoint_hint(cfg),
+    )
+
+
 def checkpoint_hint(cfg: ReplicaConfig) -> str:
     """A pointer to the checkpoint's own weight format when it is narrower than the one asked
     for (`ModelSpec.checkpoint_precision`), else nothing."""
@@ -137,22 +172,9 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
         )
     if free_kv < need:  # short of even the default block size's blocks (or of the smaller ones)
         short = (MIN_KV_BLOCKS * min(cfg.block_size, DEFAULT_BLOCK_SIZE) * per_tok - free_kv) / GIB
-        if free_kv + a >= need:  # the weights fit: a batch limit's activations take the rest
-            hidden, logits = _activation_parts(cfg)
-            field, value, what = (
-                ("max_num_seqs", cfg.max_num_seqs, f"the logits of {cfg.max_num_seqs} rows")
-                if logits >= hidden
-                else ("max_num_batched_tokens", cfg.max_num_batched_tokens,
-                      f"the hidden states of a {cfg.token_budget()}-token step")
-            )  # fmt: skip
-            raise HwtuneInputError(
-                field,
-                value,
-                f"a limit whose step activations fit: {a / GIB:.1f} GiB of them (mostly {what}) "
-                f"beside {w / GIB:.1f} GiB of weights and {WORKSPACE_FIXED_BYTES / GIB:.1f} GiB "
-                f"workspace per GPU leave no KV cache in {usable / GIB:.1f} GiB usable of "
-                f"{dev.name}: short by {short:.1f} GiB per GPU",
-            )
+        limit = _limit_refusal(cfg, w, need, short)
+        if limit is not None:
+            raise limit
         raise HwtuneInputError(
             "model",
             cfg.model.name,

@@ -88,6 +88,32 @@ def _fits(cfg: ReplicaConfig) -> bool:
     return True
 
 
+PLAN_MAX_NUM_SEQS: tuple[int, ...] = (64, 256)
+"""The sequence limits a plan tries for each aggregated (and decode) replica."""
+
+PREFILL_MAX_NUM_SEQS = 16
+"""The sequence limit of a disaggregated layout's prefill pool (its batches are prompts)."""
+
+
+def _raise_limit_refusal(base: ReplicaConfig, max_gpus: int) -> None:
+    """No layout fits: when that is a batch limit's doing at the widest tensor parallelism the
+    plan may use (the weights fit, the limit's reserved memory leaves no KV cache), raise that
+    error (`hwtune.serve.memory`), which names the limit, rather than asking for more GPUs."""
+    heads = base.model.n_heads
+    for tp in (t for t in (8, 4, 2, 1) if t <= max_gpus and heads % t == 0):
+        try:
+            cfg = replace(base, tp=tp, pp=1, ep=1, dp_attention=1,
+                          max_num_seqs=min(PLAN_MAX_NUM_SEQS))  # fmt: skip
+        except HwtuneInputError:
+            continue  # not a layout of this model
+        try:
+            replica_memory(cfg)
+        except HwtuneInputError as e:
+            if e.field != "model":
+                raise
+        return
+
+
 def candidates(
     base: ReplicaConfig,
     max_gpus: int,
@@ -115,7 +141,7 @@ def candidates(
             for ep in eps:
                 if spec.moe is not None and spec.moe.n_routed_experts % ep:
                     continue
-                for seqs in (64, 256):
+                for seqs in PLAN_MAX_NUM_SEQS:
                     try:
                         cfg = replace(base, tp=tp, pp=pp, ep=ep, dp_attention=1, max_num_seqs=seqs)
                     except HwtuneInputError:
@@ -127,13 +153,13 @@ def candidates(
         for n in range(1, max_gpus // cfg.gpus + 1):
             out.append(Deployment(cfg, replicas=n, router="least-tokens"))
     if disagg:
-        big = [c for c in reps if c.max_num_seqs == 256 and c.pp == 1]
+        big = [c for c in reps if c.max_num_seqs == max(PLAN_MAX_NUM_SEQS) and c.pp == 1]
         for dcfg in big:
             for pcfg in big:
                 for nd in range(1, max_gpus // dcfg.gpus + 1):
                     left = max_gpus - nd * dcfg.gpus
                     for npf in range(1, left // pcfg.gpus + 1):
-                        p = replace(pcfg, max_num_seqs=16)
+                        p = replace(pcfg, max_num_seqs=PREFILL_MAX_NUM_SEQS)
                         out.append(Deployment(dcfg, nd, disagg_router, p, npf))
     if keep_layout is not None:
         out = [d for d in out if keep_layout(d)]
@@ -243,6 +269,7 @@ def plan(
         raise HwtuneInputError("max_gpus", max_gpus, "enough GPUs for a layout that the launched "
                                "engine runs as simulated")  # fmt: skip
     if not cands:
+        _raise_limit_refusal(base, max_gpus)
         raise HwtuneInputError(
             "max_gpus",
             max_gpus,

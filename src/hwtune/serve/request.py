@@ -332,6 +332,9 @@ def load_trace(path: str | Path) -> Workload:
                 raise HwtuneInputError(f"{p.name} line {ln}", line[:60], "a JSON object")
             rows.append((ln, obj))
     else:
+        if first.startswith(("{", "[")):  # JSON named .csv: its header would be a JSON row
+            raise HwtuneInputError(f"{p.name} header", first[:60], "a CSV header row (this "
+                                   "looks like JSON: JSONL traces are named .jsonl)")  # fmt: skip
         reader = csv.DictReader(text.splitlines())
         if not reader.fieldnames:
             raise HwtuneInputError("trace", str(path), "a CSV file with a header row")

@@ -216,7 +216,8 @@ def simulate(
     ``fast`` batches the bookkeeping of decode-only stretches (see ``fast_forward``); the
     results are the same as step by step (a test checks it). ``record_tokens`` keeps every
     request's token times (`Request.token_times`; aggregated deployments only). ``progress``
-    is told (requests finished, requests) about every 1% of the requests and at the end."""
+    is told (requests finished, requests) about every 1% of the requests and when the last one
+    finishes (a run cut short by ``max_sim_time`` stops short of that)."""
     t_wall = time.perf_counter()
     dep = deployment if isinstance(deployment, Deployment) else Deployment(deployment)
     cfg = dep.replica
