@@ -176,3 +176,15 @@ def test_cli_refusals(rejects, args: list[str], field: str, words: list[str]) ->
 
 def test_cli_unknown_engine(rejects) -> None:  # noqa: ANN001
     rejects(["serve", "--launch", "tgi"], "--launch", "tgi", "vllm", "sglang", "trtllm")
+
+
+def test_max_model_len_only_where_the_cache_cannot_hold_the_context() -> None:
+    from hwtune.serve.memory import replica_memory
+
+    # an H100 holds ~440k tokens of Llama-3.1-8B's KV: its 131072 context fits, no flag
+    assert "--max-model-len" not in flags(vllm_launch(Deployment(cfg()), "m").args)
+    # an RTX 4090 holds ~30k after 15 GiB of weights: vLLM would refuse to start with 131072
+    small = ReplicaConfig(get_model("llama3.1-8b"), get_device("rtx-4090"))
+    n = int(flags(vllm_launch(Deployment(small), "m").args)["--max-model-len"])  # type: ignore[arg-type]
+    held = replica_memory(small).kv_tokens
+    assert n % 1024 == 0 and held - 1024 < n <= held < 131072

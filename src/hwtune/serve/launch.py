@@ -24,6 +24,8 @@ vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_
   ``--quantization fp8`` for fp8 weights from a bf16 checkpoint (online per-tensor fp8); a
   quantized checkpoint loads in its own format with no flag;
 - ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``;
+- ``--max-model-len`` only when the simulated KV cache holds fewer tokens than the model's
+  context (`vllm_max_model_len`: vLLM would not start otherwise);
 - ``--async-scheduling`` / ``--no-async-scheduling`` (vLLM PR #19970, v0.10, 2025-06; on by
   default from v0.14, `hwtune.serve.engines.VLLM_ASYNC_DEFAULT_SINCE`): the overlap scheduler;
 - ``VLLM_MXFP4_USE_MARLIN=1`` in the environment for the Marlin MXFP4 kernel.
@@ -501,6 +503,34 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     return _first_refusal(cfg, checks)
 
 
+VLLM_MAX_MODEL_LEN_STEP = 1024
+"""``--max-model-len`` is set to the simulated KV capacity rounded down to a multiple of this
+(`vllm_max_model_len`), a margin for the capacity being an estimate."""
+
+
+def vllm_max_model_len(cfg: ReplicaConfig) -> int | None:
+    """``--max-model-len`` for replica ``cfg`` when one data-parallel rank's KV cache, as
+    simulated, holds fewer tokens than the model's context (`ModelSpec.max_context`), else
+    None (vLLM's own, from config.json). vLLM V1 refuses to start when the cache cannot hold
+    one request of ``max_model_len`` tokens ("To serve at least one request with the model's
+    max seq len (N), X GiB KV cache is needed, which is larger than the available KV cache
+    memory", ``check_enough_kv_cache_memory`` in ``vllm/v1/core/kv_cache_utils.py``): Llama-3.1
+    -8B's 131072 on an RTX 4090 is one such case. The simulation refuses longer requests
+    anyway (`hwtune.serve.simulator`), so the launch keeps what it simulated."""
+    context = cfg.model.max_context
+    if context is None:
+        return None
+    from hwtune.serve.memory import replica_memory
+
+    try:
+        tokens = replica_memory(cfg).kv_tokens  # one rank's
+    except HwtuneInputError:  # no KV cache at all: `serve` refuses the layout before this
+        return None
+    if tokens >= context:
+        return None
+    return max(VLLM_MAX_MODEL_LEN_STEP, tokens // VLLM_MAX_MODEL_LEN_STEP * VLLM_MAX_MODEL_LEN_STEP)
+
+
 def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
     """``dep`` as ``vllm serve`` commands (see the module docstring for each flag); ``model``
     is what to serve (a Hugging Face id or a local directory)."""
@@ -529,6 +559,9 @@ def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
     # Parallel Deployment" guide), like the token budget; hwtune's max_num_seqs is the replica's
     a += ["--max-num-seqs", str(cfg.max_num_seqs // cfg.dp_attention)]
     a += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+    max_len = vllm_max_model_len(cfg)
+    if max_len is not None:
+        a += ["--max-model-len", str(max_len)]
     a += ["--gpu-memory-utilization", f"{cfg.gpu_memory_utilization:g}"]
     if cfg.block_size != VLLM_DEFAULT_BLOCK_SIZE:  # else the attention backend's own choice
         a += ["--block-size", str(cfg.block_size)]
