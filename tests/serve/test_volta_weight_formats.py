@@ -32,3 +32,26 @@ def test_an_fp8_checkpoint_on_volta_is_refused_by_default():
 def test_what_runs_there_is_simulated(gpu, precision):
     cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device(gpu), weight_dtype=precision)
     assert cfg.weight_dtype == precision
+
+
+def test_volta_serves_16_bits_as_fp16(rejects):
+    # vLLM: --dtype auto of a bf16 checkpoint is fp16 below compute capability 8.0, and an
+    # explicit bfloat16 is refused there
+    import json
+
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    r = CliRunner().invoke(app, [*_RUN, "--gpu", "v100", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["precision"], doc["kv_precision"]) == ("fp16", "fp16")
+    for opt in ("--precision", "--kv-precision"):
+        rejects([*_RUN, "--gpu", "v100", opt, "bf16"], opt.lstrip("-").replace("-", "_"),
+                "fp16 on v100", "bfloat16")  # fmt: skip
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"))
+    assert (cfg.weight_dtype, cfg.kv_dtype) == ("fp16", "fp16")
+    assert ReplicaConfig(get_model("llama3.1-8b"), get_device("a100")).weight_dtype == "bf16"
+    with pytest.raises(HwtuneInputError, match="^precision: got 'bf16'"):
+        ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"), weight_dtype="bf16")

@@ -377,7 +377,7 @@ def _precision_source(cfg: ReplicaConfig, precision: str | None) -> str:
     (`hwtune.serve.config.weight_format`)."""
     from hwtune.serve.config import weight_format
 
-    return weight_format(cfg.model, precision)[1]
+    return weight_format(cfg.model, precision, cfg.device)[1]
 
 
 def _kv_precision_source(cfg: ReplicaConfig, kv_precision: str | None) -> str:
@@ -385,7 +385,7 @@ def _kv_precision_source(cfg: ReplicaConfig, kv_precision: str | None) -> str:
     (`hwtune.serve.config.kv_format`)."""
     from hwtune.serve.config import kv_format
 
-    return kv_format(cfg.model, kv_precision)[1]
+    return kv_format(cfg.model, kv_precision, cfg.device)[1]
 
 
 def _precision_words(
@@ -513,7 +513,7 @@ def _replica(
     if dp_attention > 1 and spec.moe is None:  # as `hwtune serve --launch` refuses it
         raise HwtuneInputError("--dp-attention", dp_attention,
                                "1 for a dense model (serve more --replicas)")  # fmt: skip
-    wdt = weight_format(spec, precision)[0]
+    wdt = weight_format(spec, precision, dev)[0]
     known = weight_only_kernel in WEIGHT_ONLY_KERNELS  # an unknown name: ReplicaConfig says so
     if (
         known
@@ -526,7 +526,7 @@ def _replica(
                                "(the kernel choice is for weight-only formats)")  # fmt: skip
     return ReplicaConfig(
         spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
-        weight_dtype=wdt, kv_dtype=kv_format(spec, kv_precision)[0],
+        weight_dtype=wdt, kv_dtype=kv_format(spec, kv_precision, dev)[0],
         scheduler=scheduler,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization,

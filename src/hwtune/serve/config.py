@@ -27,10 +27,26 @@ SGLang, TensorRT-LLM) do not offer for the KV cache (their ``kv_cache_dtype`` ch
 auto/bf16/fp16, fp8 variants and, TensorRT-LLM on Blackwell, nvfp4)."""
 
 
-def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
+def _sixteen_bit(device: Device | None, requested: str | None, field: str) -> str:
+    """The 16-bit format a ``device`` serves: bf16, or fp16 where it has no bf16 math (Volta).
+    vLLM resolves ``--dtype auto`` of a bf16 checkpoint to fp16 there and refuses an explicit
+    bfloat16 ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0",
+    its platform dtype check), so an explicit bf16 ``requested`` is refused naming ``field``."""
+    has_bf16 = device is None or device.peak_tflops.bf16 is not None
+    if requested == "bf16" and not has_bf16:
+        assert device is not None
+        raise HwtuneInputError(field, "bf16", f"fp16 on {device.name}, which has no bfloat16 "
+                               "math (engines refuse bf16 below compute capability 8.0)")  # fmt: skip
+    return "bf16" if has_bf16 else "fp16"
+
+
+def weight_format(
+    model: ModelSpec, requested: str | None, device: Device | None = None
+) -> tuple[str, str]:
     """The weight format to serve ``model`` in and where it came from: ``requested`` when given
     ("option"), else the format its checkpoint ships (`ModelSpec.checkpoint_precision`, read
-    from config.json's ``quantization_config``: "checkpoint"), else bf16 ("default").
+    from config.json's ``quantization_config``: "checkpoint"), else bf16 ("default"), or fp16
+    on a ``device`` without bf16 math (`_sixteen_bit`, which also refuses bf16 requested there).
 
     Serving engines load a quantized checkpoint in its own format unless told otherwise (vLLM
     and SGLang take ``--quantization`` from the config's ``quantization_config``; TensorRT-LLM's
@@ -40,6 +56,7 @@ def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
     is refused unless a format is ``requested``: its engine would load it in that format, and
     bf16 in its place would misstate its weight memory and traffic."""
     if requested is not None:
+        _sixteen_bit(device, requested, "precision")
         return requested, "option"
     if model.checkpoint_precision is not None:
         return model.checkpoint_precision, "checkpoint"
@@ -51,21 +68,24 @@ def weight_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
             "--precision (weight_dtype) with one of " + ", ".join(PRECISIONS) + " to serve "
             "this checkpoint as that format",
         )
-    return "bf16", "default"
+    return _sixteen_bit(device, None, "precision"), "default"
 
 
-def kv_format(model: ModelSpec, requested: str | None) -> tuple[str, str]:
+def kv_format(
+    model: ModelSpec, requested: str | None, device: Device | None = None
+) -> tuple[str, str]:
     """The KV-cache format to serve ``model`` with and where it came from, as `weight_format`
     does for the weights: ``requested`` when given ("option"), else the KV format its
     checkpoint is quantized for (`ModelSpec.checkpoint_kv_precision`: ModelOpt
     ``kv_cache_quant_algo`` FP8/NVFP4, compressed-tensors ``kv_cache_scheme`` fp8:
     "checkpoint"; TensorRT-LLM's ``KvCacheConfig(dtype="auto")`` inherits it), else bf16
-    ("default")."""
+    ("default"; fp16 on a ``device`` without bf16 math)."""
     if requested is not None:
+        _sixteen_bit(device, requested, "kv_precision")
         return requested, "option"
     if model.checkpoint_kv_precision is not None:
         return model.checkpoint_kv_precision, "checkpoint"
-    return "bf16", "default"
+    return _sixteen_bit(device, None, "kv_precision"), "default"
 
 
 HOST_OVERHEAD_PER_ITERATION_S = 2.0e-4
@@ -193,9 +213,11 @@ class ReplicaConfig:
         # None: the checkpoint's format, else bf16, as the CLI resolves --precision and
         # --kv-precision (`weight_format`, `kv_format`); a value given is kept as it is
         if self.weight_dtype is None:
-            object.__setattr__(self, "weight_dtype", weight_format(self.model, None)[0])
+            object.__setattr__(
+                self, "weight_dtype", weight_format(self.model, None, self.device)[0]
+            )
         if self.kv_dtype is None:
-            object.__setattr__(self, "kv_dtype", kv_format(self.model, None)[0])
+            object.__setattr__(self, "kv_dtype", kv_format(self.model, None, self.device)[0])
         for name in ("tp", "pp", "ep", "dp_attention", "block_size", "max_num_batched_tokens",
                      "max_num_seqs", "chunk_size"):  # fmt: skip
             v = getattr(self, name)
@@ -213,6 +235,8 @@ class ReplicaConfig:
                 "or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
                 "weight-only need Turing or later)",
             )  # fmt: skip
+        _sixteen_bit(self.device, self.weight_dtype, "precision")  # no bf16 on Volta
+        _sixteen_bit(self.device, self.kv_dtype, "kv_precision")
         if self.kv_dtype not in KV_PRECISIONS:
             raise HwtuneInputError("kv_precision", self.kv_dtype,
                                    "one of " + ", ".join(KV_PRECISIONS)

@@ -667,7 +667,7 @@ def _trtllm_kv_dtype(cfg: ReplicaConfig) -> str | None:
     ``nvfp4`` for fp4 on a GPU with FP4 math."""
     from hwtune.serve.config import kv_format
 
-    if cfg.kv_dtype == kv_format(cfg.model, None)[0]:
+    if cfg.kv_dtype == kv_format(cfg.model, None, cfg.device)[0]:
         return "auto"
     if cfg.kv_dtype == "fp8":
         return "fp8"
