@@ -27,5 +27,7 @@ def test_progress_counts_finished_requests_to_the_end(n, mode, disagg) -> None:
     assert len(calls) <= 101  # about every 1%, not every request
     if n >= 100:
         assert len(calls) >= 50
-    # the counts are finished requests: at each report, at least that many have a finish time
-    assert sum(r.finish is not None for r in res.requests) == n
+    # one report per whole 1% step (ceil(n / 100) requests) and one at the last request
+    every = -(-n // 100)
+    assert done == sorted({*range(every, n + 1, every), n})
+    assert all(r.finish is not None for r in res.requests)

@@ -55,3 +55,13 @@ def test_volta_serves_16_bits_as_fp16(rejects):
     assert ReplicaConfig(get_model("llama3.1-8b"), get_device("a100")).weight_dtype == "bf16"
     with pytest.raises(HwtuneInputError, match="^precision: got 'bf16'"):
         ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"), weight_dtype="bf16")
+
+
+def test_volta_launches_its_fp16_default():
+    # the bf16 checkpoint loads as fp16 there with no flag (--dtype auto): not a format mismatch
+    from hwtune.serve.config import Deployment
+    from hwtune.serve.launch import vllm_launch, vllm_refusal
+
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"))
+    assert vllm_refusal(cfg) is None
+    assert "--dtype" not in vllm_launch(Deployment(cfg), "m").args

@@ -27,7 +27,9 @@ SGLang, TensorRT-LLM) do not offer for the KV cache (their ``kv_cache_dtype`` ch
 auto/bf16/fp16, fp8 variants and, TensorRT-LLM on Blackwell, nvfp4)."""
 
 
-def _sixteen_bit(device: Device | None, requested: str | None, field: str) -> str:
+def sixteen_bit_format(
+    device: Device | None, requested: str | None = None, field: str = "precision"
+) -> str:
     """The 16-bit format a ``device`` serves: bf16, or fp16 where it has no bf16 math (Volta).
     vLLM resolves ``--dtype auto`` of a bf16 checkpoint to fp16 there and refuses an explicit
     bfloat16 ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0",
@@ -46,7 +48,7 @@ def weight_format(
     """The weight format to serve ``model`` in and where it came from: ``requested`` when given
     ("option"), else the format its checkpoint ships (`ModelSpec.checkpoint_precision`, read
     from config.json's ``quantization_config``: "checkpoint"), else bf16 ("default"), or fp16
-    on a ``device`` without bf16 math (`_sixteen_bit`, which also refuses bf16 requested there).
+    on a ``device`` without bf16 math (`sixteen_bit_format`; `ReplicaConfig` refuses bf16 there).
 
     Serving engines load a quantized checkpoint in its own format unless told otherwise (vLLM
     and SGLang take ``--quantization`` from the config's ``quantization_config``; TensorRT-LLM's
@@ -55,8 +57,7 @@ def weight_format(
     is none of `PRECISIONS` (`ModelSpec.checkpoint_quantization`: GPTQ 3-bit, bitsandbytes, ...)
     is refused unless a format is ``requested``: its engine would load it in that format, and
     bf16 in its place would misstate its weight memory and traffic."""
-    if requested is not None:
-        _sixteen_bit(device, requested, "precision")
+    if requested is not None:  # checked by ReplicaConfig (bf16 where there is none)
         return requested, "option"
     if model.checkpoint_precision is not None:
         return model.checkpoint_precision, "checkpoint"
@@ -68,7 +69,7 @@ def weight_format(
             "--precision (weight_dtype) with one of " + ", ".join(PRECISIONS) + " to serve "
             "this checkpoint as that format",
         )
-    return _sixteen_bit(device, None, "precision"), "default"
+    return sixteen_bit_format(device, None, "precision"), "default"
 
 
 def kv_format(
@@ -81,11 +82,10 @@ def kv_format(
     "checkpoint"; TensorRT-LLM's ``KvCacheConfig(dtype="auto")`` inherits it), else bf16
     ("default"; fp16 on a ``device`` without bf16 math)."""
     if requested is not None:
-        _sixteen_bit(device, requested, "kv_precision")
         return requested, "option"
     if model.checkpoint_kv_precision is not None:
         return model.checkpoint_kv_precision, "checkpoint"
-    return _sixteen_bit(device, None, "kv_precision"), "default"
+    return sixteen_bit_format(device, None, "kv_precision"), "default"
 
 
 HOST_OVERHEAD_PER_ITERATION_S = 2.0e-4
@@ -210,8 +210,9 @@ class ReplicaConfig:
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
-        # None: the checkpoint's format, else bf16, as the CLI resolves --precision and
-        # --kv-precision (`weight_format`, `kv_format`); a value given is kept as it is
+        # None: the checkpoint's format, else bf16 (fp16 on a GPU without bf16 math), as the
+        # CLI resolves --precision and --kv-precision (`weight_format`, `kv_format`); a value
+        # given is kept as it is
         if self.weight_dtype is None:
             object.__setattr__(
                 self, "weight_dtype", weight_format(self.model, None, self.device)[0]
@@ -235,8 +236,8 @@ class ReplicaConfig:
                 "or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
                 "weight-only need Turing or later)",
             )  # fmt: skip
-        _sixteen_bit(self.device, self.weight_dtype, "precision")  # no bf16 on Volta
-        _sixteen_bit(self.device, self.kv_dtype, "kv_precision")
+        sixteen_bit_format(self.device, self.weight_dtype, "precision")  # no bf16 on Volta
+        sixteen_bit_format(self.device, self.kv_dtype, "kv_precision")
         if self.kv_dtype not in KV_PRECISIONS:
             raise HwtuneInputError("kv_precision", self.kv_dtype,
                                    "one of " + ", ".join(KV_PRECISIONS)

@@ -341,7 +341,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from hwtune.errors import HwtuneInputError
-from hwtune.serve.config import Deployment, ReplicaConfig
+from hwtune.serve.config import Deployment, ReplicaConfig, sixteen_bit_format
 
 SERVE_LAUNCH_ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 LAUNCH_PROGRAMS: dict[str, tuple[str, ...]] = {
@@ -446,7 +446,8 @@ def _first_refusal(
     TensorRT-LLM's checks refuse that one first); and, unless ``trtllm_knobs`` (the engine has
     them), TensorRT-LLM's attention-DP balancing and batch waiting."""
     m = cfg.model
-    ckpt = m.checkpoint_precision or "bf16"
+    # an unquantized checkpoint loads in the GPU's 16-bit format (fp16 on Volta: --dtype auto)
+    ckpt = m.checkpoint_precision or sixteen_bit_format(cfg.device)
     knobs = () if trtllm_knobs else (
         (cfg.adp_balance_timeout_iters > 0, "adp_balance_timeout_iters",
          cfg.adp_balance_timeout_iters, "0 (TensorRT-LLM's attention-DP balancing)"),

@@ -97,6 +97,17 @@ def _activation_parts(cfg: ReplicaConfig) -> tuple[float, float]:
     return act, logits
 
 
+def _usable_bytes(cfg: ReplicaConfig, w: float, a: float) -> float:
+    """Bytes of one GPU the engine may use with ``w`` bytes of weights and ``a`` of
+    activations: TensorRT-LLM's rule ("free") takes a fraction of what the weights,
+    activations and workspace leave; vLLM's and SGLang's ("total") a fraction of the device."""
+    dev = cfg.effective_device
+    if cfg.kv_memory_rule == "free":  # TensorRT-LLM: a fraction of what weights etc. leave
+        rest = dev.memory_bytes - w - a - WORKSPACE_FIXED_BYTES
+        return w + a + WORKSPACE_FIXED_BYTES + max(rest, 0.0) * cfg.gpu_memory_utilization
+    return dev.memory_bytes * cfg.gpu_memory_utilization
+
+
 def _limit_refusal(
     cfg: ReplicaConfig, w: float, need: float, short: float
 ) -> HwtuneInputError | None:
@@ -105,11 +116,7 @@ def _limit_refusal(
     the limit that reserves the most (``max_num_seqs`` for sampled logits and per-sequence
     state, the token budget's option for a step's hidden states), else None."""
     dev = cfg.effective_device
-    rest = dev.memory_bytes - w - WORKSPACE_FIXED_BYTES
-    if cfg.kv_memory_rule == "free":  # TensorRT-LLM: a fraction of what the weights leave
-        free0 = max(rest, 0.0) * cfg.gpu_memory_utilization
-    else:
-        free0 = dev.memory_bytes * cfg.gpu_memory_utilization - w - WORKSPACE_FIXED_BYTES
+    free0 = _usable_bytes(cfg, w, 0.0) - w - WORKSPACE_FIXED_BYTES  # with no batch reserve
     if free0 < need:
         return None  # the model itself does not fit: `replica_memory` says so
     hidden, logits = _activation_parts(cfg)
@@ -148,11 +155,7 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
     dev = cfg.effective_device
     w = weight_bytes_per_gpu(cfg)
     a = activation_bytes_per_gpu(cfg)
-    if cfg.kv_memory_rule == "free":  # TensorRT-LLM: a fraction of what weights etc. leave
-        rest = dev.memory_bytes - w - a - WORKSPACE_FIXED_BYTES
-        usable = w + a + WORKSPACE_FIXED_BYTES + max(rest, 0.0) * cfg.gpu_memory_utilization
-    else:
-        usable = dev.memory_bytes * cfg.gpu_memory_utilization
+    usable = _usable_bytes(cfg, w, a)
     per_tok = kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, cfg.pp)
     if cfg.spec_tokens:  # the draft layer caches keys of its own
         per_tok += kv_bytes_per_token(cfg.model, cfg.kv_dtype, cfg.tp, 1) / cfg.model.n_layers

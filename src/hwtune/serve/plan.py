@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from hwtune.errors import HwtuneInputError
+from hwtune.model.spec import ModelSpec
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.correction import ServeCorrection
 from hwtune.serve.memory import checkpoint_hint, replica_memory
@@ -95,12 +96,17 @@ PREFILL_MAX_NUM_SEQS = 16
 """The sequence limit of a disaggregated layout's prefill pool (its batches are prompts)."""
 
 
+def _tensor_parallel_sizes(spec: ModelSpec, max_gpus: int) -> list[int]:
+    """The TP degrees a plan tries, smallest first: powers of two within one 8-GPU NVLink
+    domain and ``max_gpus`` that divide the attention heads."""
+    return [t for t in (1, 2, 4, 8) if t <= min(max_gpus, 8) and spec.n_heads % t == 0]
+
+
 def _raise_limit_refusal(base: ReplicaConfig, max_gpus: int) -> None:
     """No layout fits: when that is a batch limit's doing at the widest tensor parallelism the
     plan may use (the weights fit, the limit's reserved memory leaves no KV cache), raise that
     error (`hwtune.serve.memory`), which names the limit, rather than asking for more GPUs."""
-    heads = base.model.n_heads
-    for tp in (t for t in (8, 4, 2, 1) if t <= max_gpus and heads % t == 0):
+    for tp in reversed(_tensor_parallel_sizes(base.model, max_gpus)):
         try:
             cfg = replace(base, tp=tp, pp=1, ep=1, dp_attention=1,
                           max_num_seqs=min(PLAN_MAX_NUM_SEQS))  # fmt: skip
@@ -130,8 +136,7 @@ def candidates(
     disaggregated layouts (``round-robin`` where the launched engine's router has no
     least-tokens policy)."""
     spec = base.model
-    dom = 8
-    tps = [t for t in (1, 2, 4, 8) if t <= min(max_gpus, dom) and spec.n_heads % t == 0]
+    tps = _tensor_parallel_sizes(spec, max_gpus)
     reps: list[ReplicaConfig] = []
     for tp in tps:
         for pp in (1, 2):
