@@ -122,6 +122,10 @@ Ep = Annotated[int, typer.Option(help="expert-parallel degree (MoE)")]
 DpAttention = Annotated[int, typer.Option(help="attention data parallelism (MLA models)")]
 MaxSeqs = Annotated[int, typer.Option(help="running sequences per replica")]
 TokenBudget = Annotated[int, typer.Option(help="token budget per step")]
+MaxModelLen = Annotated[
+    int | None,
+    typer.Option(help="longest request, prompt + output tokens (default: the model's context)"),
+]
 Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
@@ -560,6 +564,7 @@ def serve(
     engine: EngineOpt = None,
     max_num_seqs: MaxSeqs = 256,
     max_num_batched_tokens: TokenBudget = 8192,
+    max_model_len: MaxModelLen = None,
     block_size: Annotated[int, typer.Option(help="KV block size, tokens")] = 16,
     gpu_memory_utilization: Annotated[float, typer.Option(help="usable memory fraction")] = 0.9,
     prefix_caching: Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")] = True,
@@ -650,7 +655,8 @@ def serve(
                         batch_wait_timeout_iters=batch_wait_timeout_iters,
                         batch_wait_max_tokens_ratio=batch_wait_max_tokens_ratio,
                         spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
-                        frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+                        frontend_tokens_per_s=frontend_tokens_per_s,
+                        max_model_len=max_model_len)  # fmt: skip
         if adp_balance_timeout_iters and cfg.dp_attention == 1:  # would be ignored
             raise HwtuneInputError("adp-balance-timeout-iters", adp_balance_timeout_iters,
                                    "0 without --dp-attention 2 or more (it balances prompts "
@@ -704,7 +710,8 @@ def serve(
                scheduler=scheduler, replicas=replicas, disaggregated=disagg, seed=seed,
                tier=_tier(cfg, profile), workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
-               all_reduce_kernel=cfg.all_reduce_kernel)  # fmt: skip
+               all_reduce_kernel=cfg.all_reduce_kernel,
+               max_model_len=cfg.context_limit)  # fmt: skip
     if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
         doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
     if spec_tokens:
@@ -776,6 +783,7 @@ def plan_cmd(
     scheduler: Sched = None,
     engine: EngineOpt = None,
     max_num_batched_tokens: TokenBudget = 8192,
+    max_model_len: MaxModelLen = None,
     objective: Annotated[str, typer.Option(help="gpus|cost")] = "gpus",
     disagg: Annotated[bool, typer.Option("--disagg/--no-disagg", help="also disaggregated")] = True,
     processes: Annotated[
@@ -838,7 +846,8 @@ def plan_cmd(
         base = base.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                           spec_tokens=spec_tokens,
                           spec_acceptance=spec_acceptance,
-                          frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+                          frontend_tokens_per_s=frontend_tokens_per_s,
+                          max_model_len=max_model_len)  # fmt: skip
         keep = keep_layout = None
         disagg_router = "least-tokens"
         if launch is not None:  # refuse now what no layout changes; search what it launches
@@ -1191,6 +1200,7 @@ def emulate_cmd(
     engine: EngineOpt = None,
     max_num_seqs: MaxSeqs = 256,
     max_num_batched_tokens: TokenBudget = 8192,
+    max_model_len: MaxModelLen = None,
     profile: Profile = None,
     weight_only_kernel: WoKernel = "wgmma",
     eager_prefill: EagerPrefill = None,
@@ -1228,7 +1238,8 @@ def emulate_cmd(
                        max_num_seqs, max_num_batched_tokens, 16, 0.9, True, profile,
                        weight_only_kernel)  # fmt: skip
         cfg = cfg.with_(**_engine_memory(eng), eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
-                        frontend_tokens_per_s=frontend_tokens_per_s)  # fmt: skip
+                        frontend_tokens_per_s=frontend_tokens_per_s,
+                        max_model_len=max_model_len)  # fmt: skip
         if router is not None and replicas == 1:  # one replica: nothing to route
             raise HwtuneInputError("router", router, "--replicas 2 or more beside it (with one "
                                    "replica it would be ignored)")  # fmt: skip

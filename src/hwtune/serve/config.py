@@ -173,7 +173,14 @@ class ReplicaConfig:
     ``frontend_tokens_per_s``: the output tokens per second the replica's front end (the API
     server's detokenizing and streaming process) can deliver, None for no limit: every step's
     tokens pass through it first in, first out, and the client sees a token only when it is
-    through (`hwtune.serve.simulator`, "Front end").
+    through (`hwtune.serve.simulator`, "Front end");
+    ``max_model_len``: the longest request (prompt plus output tokens) the engine accepts, None
+    for the model's context (`ModelSpec.max_context`): vLLM's ``--max-model-len``, SGLang's
+    ``--context-length``, TensorRT-LLM's ``max_seq_len``. Engines refuse a longer request, and
+    a value above the model's context unless an override is set in the environment (vLLM
+    ``_get_and_verify_max_len``: "User-specified max_model_len ... is greater than the derived
+    max_model_len", unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``; SGLang likewise unless
+    ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``), which hwtune refuses too.
     """
 
     model: ModelSpec
@@ -207,6 +214,7 @@ class ReplicaConfig:
     frontend_tokens_per_s: float | None = None
     kv_memory_rule: str = "total"
     reserve_to_completion: bool = False
+    max_model_len: int | None = None
     profile: CalibrationProfile | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
@@ -302,6 +310,7 @@ class ReplicaConfig:
             raise HwtuneInputError("frontend_tokens_per_s", f,
                                    "a positive finite number of output tokens per second, or "
                                    "None (no front-end limit)")  # fmt: skip
+        self._check_max_model_len()
         if self.all_reduce_kernel not in ALL_REDUCE_KERNELS:
             raise HwtuneInputError("all_reduce_kernel", self.all_reduce_kernel,
                                    "one of " + ", ".join(ALL_REDUCE_KERNELS))  # fmt: skip
@@ -309,7 +318,28 @@ class ReplicaConfig:
             raise HwtuneInputError("weight_only_kernel", self.weight_only_kernel,
                                    "one of " + ", ".join(WEIGHT_ONLY_KERNELS))  # fmt: skip
 
+    def _check_max_model_len(self) -> None:
+        n, m = self.max_model_len, self.model
+        if n is None:
+            return
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise HwtuneInputError("max_model_len", n, "a positive integer of tokens (leave "
+                                   "it unset for the model's context)")  # fmt: skip
+        if m.max_position and n > m.max_position:
+            raise HwtuneInputError("max_model_len", n, f"at most {m.max_position} tokens, the "
+                                   f"rows of {m.name}'s learned position table")  # fmt: skip
+        if m.max_context and n > m.max_context:
+            raise HwtuneInputError("max_model_len", n, f"at most {m.max_context} tokens, "
+                                   f"{m.name}'s context length (engines refuse a longer one "
+                                   "without an override in the environment)")  # fmt: skip
+
     # --- derived ----------------------------------------------------------------------------
+    @property
+    def context_limit(self) -> int | None:
+        """The longest request (prompt plus output tokens) the replica serves: ``max_model_len``,
+        else the model's context (`ModelSpec.max_context`), else None (no limit known)."""
+        return self.max_model_len or self.model.max_context
+
     @property
     def stage_gpus(self) -> int:
         """GPUs of one pipeline stage: tp * dp_attention (= moe_tp * ep)."""

@@ -24,8 +24,10 @@ vLLM (``vllm serve MODEL``; flags are the engine-argument dataclass fields, ``a_
   ``--quantization fp8`` for fp8 weights from a bf16 checkpoint (online per-tensor fp8); a
   quantized checkpoint loads in its own format with no flag;
 - ``--enable-prefix-caching`` / ``--no-enable-prefix-caching``;
-- ``--max-model-len`` only when the simulated KV cache holds fewer tokens than the model's
-  context (`vllm_max_model_len`: vLLM would not start otherwise);
+- ``--max-model-len``: the replica's own (``serve --max-model-len``; refused when one rank's
+  simulated KV cache cannot hold a request that long, as vLLM refuses to start), else only when
+  the simulated KV cache holds fewer tokens than the model's context (`vllm_max_model_len`:
+  vLLM would not start otherwise);
 - ``--async-scheduling`` / ``--no-async-scheduling`` (vLLM PR #19970, v0.10, 2025-06; on by
   default from v0.14, `hwtune.serve.engines.VLLM_ASYNC_DEFAULT_SINCE`): the overlap scheduler;
 - ``VLLM_MXFP4_USE_MARLIN=1`` in the environment for the Marlin MXFP4 kernel.
@@ -110,7 +112,8 @@ dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, 
   ``--enable-piecewise-cuda-graph``, so drop the flag there; in between (``server_args.py``
   around sgl-project/sglang PR #25795, 2026-05) piecewise prefill graphs were on unless
   ``--disable-piecewise-cuda-graph``. The flag is not chosen by ``--engine sglang@VERSION``:
-  the release that changed each default is not pinned here.
+  the release that changed each default is not pinned here;
+- ``--context-length`` for the replica's own ``max_model_len`` (``serve --max-model-len``).
 
 Refused, with the field that stops it: a scheduler other than those two, speculative decoding,
 an fp4 KV cache (SGLang's ``nvfp4`` and ``fp4_mx_block16`` recipes are not what hwtune's fp4
@@ -195,7 +198,8 @@ the PyTorch executor do was read in its source (``_torch/pyexecutor/``: ``_util.
   ``compute_max_num_sequences``) and each micro-batch's forward at most ``max_batch_size``.
   hwtune's ``max_num_seqs`` is the replica's total, so ``--max_batch_size`` is ``max_num_seqs
   / (dp_attention x pp)`` (refused unless it divides), and ``--max_num_tokens`` is hwtune's
-  per-rank budget as it is (`hwtune.serve.scheduler`, ``rank_budget``). The per-micro-batch
+  per-rank budget as it is (`hwtune.serve.scheduler`, ``rank_budget``); ``--max_seq_len``
+  for the replica's own ``max_model_len`` (``serve --max-model-len``). The per-micro-batch
   cap is TensorRT-LLM's, not hwtune's (whose micro-batches share the total): the same in a
   steady state, tighter while one micro-batch holds more than its share;
 - ``kv_cache_config``: ``free_gpu_memory_fraction`` is ``gpu_memory_utilization`` under the
@@ -477,7 +481,12 @@ def _first_refusal(
 
 def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why vLLM cannot run replica ``cfg`` as simulated (the first reason), or None."""
+    kv = _rank_kv_tokens(cfg) if cfg.max_model_len is not None else None
     checks: tuple[tuple[bool, str, object, str], ...] = (
+        (kv is not None and kv < cfg.max_model_len, "max_model_len", cfg.max_model_len,
+         f"at most {kv} tokens, what one rank's KV cache holds as simulated (vLLM refuses to "
+         "start when the cache cannot hold one request of max_model_len tokens: "
+         "check_enough_kv_cache_memory)"),
         (cfg.scheduler != "vllm", "scheduler", cfg.scheduler, "vllm (chunked prefill)"),
         (cfg.eager_prefill, "eager_prefill", True,
          "off (vLLM captures CUDA graphs for every step)"),
@@ -517,19 +526,26 @@ def vllm_max_model_len(cfg: ReplicaConfig) -> int | None:
     max seq len (N), X GiB KV cache is needed, which is larger than the available KV cache
     memory", ``check_enough_kv_cache_memory`` in ``vllm/v1/core/kv_cache_utils.py``): Llama-3.1
     -8B's 131072 on an RTX 4090 is one such case. The simulation refuses longer requests
-    anyway (`hwtune.serve.simulator`), so the launch keeps what it simulated."""
+    anyway (`hwtune.serve.simulator`), so the launch keeps what it simulated. A replica's own
+    ``max_model_len`` (``serve --max-model-len``) is passed as it is."""
+    if cfg.max_model_len is not None:  # `vllm_refusal` refuses it where the cache is smaller
+        return cfg.max_model_len
     context = cfg.model.max_context
-    if context is None:
+    tokens = _rank_kv_tokens(cfg)
+    if context is None or tokens is None or tokens >= context:
         return None
+    return max(VLLM_MAX_MODEL_LEN_STEP, tokens // VLLM_MAX_MODEL_LEN_STEP * VLLM_MAX_MODEL_LEN_STEP)
+
+
+def _rank_kv_tokens(cfg: ReplicaConfig) -> int | None:
+    """Tokens one data-parallel rank's KV cache holds as simulated, None where the layout has
+    no KV cache at all (`serve` refuses it before a launch is asked for)."""
     from hwtune.serve.memory import replica_memory
 
     try:
-        tokens = replica_memory(cfg).kv_tokens  # one rank's
-    except HwtuneInputError:  # no KV cache at all: `serve` refuses the layout before this
+        return replica_memory(cfg).kv_tokens
+    except HwtuneInputError:
         return None
-    if tokens >= context:
-        return None
-    return max(VLLM_MAX_MODEL_LEN_STEP, tokens // VLLM_MAX_MODEL_LEN_STEP * VLLM_MAX_MODEL_LEN_STEP)
 
 
 def vllm_launch(dep: Deployment, model: str) -> ServeLaunch:
@@ -659,6 +675,8 @@ def sglang_launch(dep: Deployment, model: str) -> ServeLaunch:
         a.append("--disable-overlap-schedule")
     if cfg.eager_prefill:
         a.append("--disable-prefill-cuda-graph")
+    if cfg.max_model_len is not None:
+        a += ["--context-length", str(cfg.max_model_len)]
     return ServeLaunch("sglang", model, tuple(a), (), dep.replicas, cfg.gpus)
 
 
@@ -810,6 +828,8 @@ def trtllm_launch(dep: Deployment, model: str) -> ServeLaunch:
         a += ["--ep_size", str(cfg.ep)]
     a += ["--max_batch_size", str(_trtllm_batch(cfg))]
     a += ["--max_num_tokens", str(cfg.max_num_batched_tokens)]
+    if cfg.max_model_len is not None:
+        a += ["--max_seq_len", str(cfg.max_model_len)]
     a += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
     text = yaml.safe_dump(trtllm_options(cfg), sort_keys=False)
     return ServeLaunch("trtllm", model, tuple(a), (), dep.replicas, cfg.gpus,

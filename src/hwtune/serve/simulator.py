@@ -147,7 +147,14 @@ def _check_lengths(
     field = "input-len" if prompt_only else "input-len + output-len"
     field += " + spec-tokens" if drafts else ""
     table = cfg.model.max_position  # a learned position table has no row past its end
-    context = cfg.model.max_context
+    context = cfg.context_limit
+    if cfg.max_model_len:
+        why = "the replica's --max-model-len, past which engines refuse a request"
+    else:
+        why = (
+            f"{cfg.model.name}'s context length (its config.json max_position_embeddings and "
+            "RoPE scaling, from which engines set max_model_len and refuse longer requests)"
+        )
     for r in reqs:
         need = r.prompt if prompt_only else r.prompt + r.output + drafts
         if table and r.prompt + r.output > table:
@@ -159,9 +166,7 @@ def _check_lengths(
         if context and r.prompt + r.output > context:
             raise HwtuneInputError(
                 "input-len + output-len", r.prompt + r.output,
-                f"at most {context} tokens, {cfg.model.name}'s context length (its config.json "
-                f"max_position_embeddings and RoPE scaling, from which engines set max_model_len"
-                f" and refuse longer requests; request {r.rid})",
+                f"at most {context} tokens, {why} (request {r.rid})",
             )  # fmt: skip
         if need > cap:
             raise HwtuneInputError(
