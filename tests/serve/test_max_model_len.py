@@ -120,3 +120,22 @@ def test_cli(rejects) -> None:  # noqa: ANN001
                                      *extra])  # fmt: skip
         assert r.exit_code == 0, r.output
         assert json.loads(r.output)["max_model_len"] == want
+
+
+def test_plan_launch_finds_the_layout_whose_cache_holds_it() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    # one RTX 4090 holds ~30k tokens of Llama-3.1-8B's KV, two hold ~2.5x that (the weights
+    # split): a 60000-token limit is launched on two, not refused on the first layout tried
+    args = ["serve", "plan", "--model", "llama3.1-8b", "--gpu", "rtx-4090", "--launch", "vllm",
+            "--max-model-len", "60000", "--max-gpus", "2", "--concurrency", "2",
+            "--num-requests", "4", "--input-len", "100", "--output-len", "10", "--json",
+            "--processes", "1"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    cmd = json.loads(r.output)["launch"]["command"]
+    assert "--tensor-parallel-size 2" in cmd and "--max-model-len 60000" in cmd

@@ -855,9 +855,10 @@ def plan_cmd(
             from hwtune.serve.plan import PLAN_MAX_NUM_SEQS, PREFILL_MAX_NUM_SEQS
 
             # at the smallest sequence limit a layout gets: what depends on it (vLLM's token
-            # budget of at least max_num_seqs) is left to each candidate (`keep`)
+            # budget of at least max_num_seqs, a KV cache that holds --max-model-len) is left
+            # to each candidate (`keep`)
             least = min(*PLAN_MAX_NUM_SEQS, PREFILL_MAX_NUM_SEQS)
-            refusal = launch_refusal(launch, base.with_(max_num_seqs=least))
+            refusal = launch_refusal(launch, base.with_(max_num_seqs=least, max_model_len=None))
             if refusal is not None:
                 raise _launch_error(refusal, launch)
             keep = partial(_launchable, launch)
