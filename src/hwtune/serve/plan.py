@@ -5,13 +5,14 @@ Candidates: tensor parallelism over powers of two up to the scale-up domain, pip
 {1, 2}, expert parallelism {1, tp} for MoE models, replicas up to the GPU budget, batch limits
 ``max_num_seqs`` in {64, 256}, aggregated or disaggregated (prefill and decode pools with their
 own tensor parallelism). Layouts whose weights do not fit are dropped before simulating; the rest
-run in parallel on local processes (spawn context) or a Ray cluster (`hwtune.workers`).
+run in parallel on local processes (spawn context) or a Ray cluster (`hwtune.workers`), in batches
+of whole GPU counts, fewest first, until a batch holds a layout that meets the SLOs (`plan`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from hwtune.errors import HwtuneInputError
@@ -20,6 +21,7 @@ from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.correction import ServeCorrection
 from hwtune.serve.memory import checkpoint_hint, replica_memory
 from hwtune.serve.request import Workload
+from hwtune.serve.simulator import check_request_limits
 from hwtune.workers import check_workers, run_all
 
 
@@ -120,25 +122,13 @@ def _raise_limit_refusal(base: ReplicaConfig, max_gpus: int) -> None:
         return
 
 
-def candidates(
-    base: ReplicaConfig,
-    max_gpus: int,
-    disagg: bool = True,
-    keep: Callable[[ReplicaConfig], bool] | None = None,
-    keep_layout: Callable[[Deployment], bool] | None = None,
-    disagg_router: str = "least-tokens",
-) -> list[Deployment]:
-    """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs; with
-    ``keep``, only replicas it keeps (``serve plan --launch``: those the engine runs as
-    simulated, `hwtune.serve.launch.launch_refusal`), and with ``keep_layout`` only the
-    deployments it keeps (a disaggregated one's pools and router,
-    `hwtune.serve.launch.disagg_launch_refusal`). ``disagg_router``: the router of the
-    disaggregated layouts (``round-robin`` where the launched engine's router has no
-    least-tokens policy)."""
+def _replicas(
+    base: ReplicaConfig, max_gpus: int, keep: Callable[[ReplicaConfig], bool] | None
+) -> list[ReplicaConfig]:
+    """The replica shapes a plan tries (see the module docstring) that fit and ``keep`` keeps."""
     spec = base.model
-    tps = _tensor_parallel_sizes(spec, max_gpus)
     reps: list[ReplicaConfig] = []
-    for tp in tps:
+    for tp in _tensor_parallel_sizes(spec, max_gpus):
         for pp in (1, 2):
             if tp * pp > max_gpus:
                 continue
@@ -153,23 +143,59 @@ def candidates(
                         continue
                     if _fits(cfg) and (keep is None or keep(cfg)):
                         reps.append(cfg)
-    out: list[Deployment] = []
-    for cfg in reps:
-        for n in range(1, max_gpus // cfg.gpus + 1):
-            out.append(Deployment(cfg, replicas=n, router="least-tokens"))
-    if disagg:
-        big = [c for c in reps if c.max_num_seqs == max(PLAN_MAX_NUM_SEQS) and c.pp == 1]
-        for dcfg in big:
-            for pcfg in big:
-                for nd in range(1, max_gpus // dcfg.gpus + 1):
-                    left = max_gpus - nd * dcfg.gpus
-                    for npf in range(1, left // pcfg.gpus + 1):
-                        p = replace(pcfg, max_num_seqs=PREFILL_MAX_NUM_SEQS)
-                        out.append(Deployment(dcfg, nd, disagg_router, p, npf))
-    if keep_layout is not None:
-        out = [d for d in out if keep_layout(d)]
-    out.sort(key=lambda d: (d.gpus, d.prefill is not None, d.replica.tp, d.replica.pp))
-    return out
+    return reps
+
+
+def _layout_order(d: Deployment) -> tuple[int, bool, int, int]:
+    return (d.gpus, d.prefill is not None, d.replica.tp, d.replica.pp)
+
+
+def candidate_tiers(
+    base: ReplicaConfig,
+    max_gpus: int,
+    disagg: bool = True,
+    keep: Callable[[ReplicaConfig], bool] | None = None,
+    keep_layout: Callable[[Deployment], bool] | None = None,
+    disagg_router: str = "least-tokens",
+) -> Iterator[list[Deployment]]:
+    """The layouts of `candidates`, one list per GPU count, fewest GPUs first, each built only
+    when it is asked for (a budget of thousands of GPUs has millions of disaggregated pool
+    pairings; the search stops at the first count that meets the SLOs)."""
+    reps = _replicas(base, max_gpus, keep)
+    big = [c for c in reps if c.max_num_seqs == max(PLAN_MAX_NUM_SEQS) and c.pp == 1]
+    pools = [(d, replace(p, max_num_seqs=PREFILL_MAX_NUM_SEQS)) for d in big for p in big]
+    for g in range(1, max_gpus + 1):
+        tier = [Deployment(c, replicas=g // c.gpus, router="least-tokens")
+                for c in reps if g % c.gpus == 0]  # fmt: skip
+        if disagg:
+            for dcfg, pcfg in pools:
+                for nd in range(1, g // dcfg.gpus + 1):
+                    left = g - nd * dcfg.gpus
+                    if left >= pcfg.gpus and left % pcfg.gpus == 0:
+                        tier.append(Deployment(dcfg, nd, disagg_router, pcfg, left // pcfg.gpus))
+        if keep_layout is not None:
+            tier = [d for d in tier if keep_layout(d)]
+        if tier:
+            yield sorted(tier, key=_layout_order)
+
+
+def candidates(
+    base: ReplicaConfig,
+    max_gpus: int,
+    disagg: bool = True,
+    keep: Callable[[ReplicaConfig], bool] | None = None,
+    keep_layout: Callable[[Deployment], bool] | None = None,
+    disagg_router: str = "least-tokens",
+) -> list[Deployment]:
+    """Layouts of ``base`` (its model, device, precision) on at most ``max_gpus`` GPUs, fewest
+    GPUs first; with ``keep``, only replicas it keeps (``serve plan --launch``: those the engine
+    runs as simulated, `hwtune.serve.launch.launch_refusal`), and with ``keep_layout`` only the
+    deployments it keeps (a disaggregated one's pools and router,
+    `hwtune.serve.launch.disagg_launch_refusal`). ``disagg_router``: the router of the
+    disaggregated layouts (``round-robin`` where the launched engine's router has no
+    least-tokens policy)."""
+    tiers = candidate_tiers(base, max_gpus, disagg, keep, keep_layout, disagg_router)
+    return [d for tier in tiers for d in tier]
 
 
 def margin_correction(dep: Deployment, wl: Workload) -> tuple[ServeCorrection, dict] | None:
@@ -235,7 +261,7 @@ def plan(
     objective: str = "gpus",
     disagg: bool = True,
     processes: int | None = None,
-    limit: int = 400,
+    batch: int = 400,
     correction: ServeCorrection | None = None,
     margin: bool = False,
     ray_address: str | None = None,
@@ -251,9 +277,15 @@ def plan(
     ``margin`` they are the simulated ones times the upper ends of each layout's likely band
     (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
     record's worst tenth. ``processes`` local processes (default: all cores) or ``ray_address``
-    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them;
-    ``keep``, ``keep_layout`` and ``disagg_router`` limit the layouts searched
-    (`candidates`)."""
+    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them
+    (``total``: the layouts of the batches begun so far); ``keep``, ``keep_layout`` and
+    ``disagg_router`` limit the layouts searched (`candidates`).
+
+    The layouts are simulated in batches of whole GPU counts, fewest GPUs first (`candidate_tiers`),
+    each batch growing by GPU counts until it holds ``batch`` layouts, and the search stops after
+    the first batch in which some layout meets the SLOs: every layout on fewer GPUs than the
+    best has been simulated, and none is left out unsaid (the larger ones are not simulated).
+    Without a layout that meets them, every layout up to ``max_gpus`` is."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -268,24 +300,42 @@ def plan(
     if max_gpus < 1:
         raise HwtuneInputError("max_gpus", max_gpus, "a positive integer")
     check_workers(processes, ray_address, "processes")
-    cands = candidates(base, max_gpus, disagg, keep, keep_layout, disagg_router)[:limit]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise HwtuneInputError("batch", batch, "a positive integer of layouts")
+    # what every layout would refuse alike (a request past the context), before any is tried
+    check_request_limits(workload.make_requests(), base)
+    tiers = candidate_tiers(base, max_gpus, disagg, keep, keep_layout, disagg_router)
+    todo = next(tiers, None)
     limited = keep is not None or keep_layout is not None
-    if not cands and limited and candidates(base, max_gpus, disagg):
+    if todo is None and limited and next(candidate_tiers(base, max_gpus, disagg), None):
         raise HwtuneInputError("max_gpus", max_gpus, "enough GPUs for a layout that the launched "
                                "engine runs as simulated")  # fmt: skip
-    if not cands:
+    if todo is None:
         _raise_limit_refusal(base, max_gpus)
         raise HwtuneInputError(
             "max_gpus",
             max_gpus,
             f"enough GPUs to hold {base.model.name} in {base.weight_dtype}" + checkpoint_hint(base),
         )
-    jobs = [(d, workload, slo, correction, margin) for d in cands]
-    results: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
-    for done, (i, r) in enumerate(run_all(_evaluate, jobs, processes, ray_address, "spawn"), 1):
-        results[i] = r
-        if progress:
-            progress(done, len(jobs))
+    results: list[PlanResult] = []
+    while todo:
+        while len(todo) < batch:  # whole GPU counts, fewest first
+            more = next(tiers, None)
+            if more is None:
+                break
+            todo += more
+        jobs = [(d, workload, slo, correction, margin) for d in todo]
+        got: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
+        before = len(results)
+        runs = run_all(_evaluate, jobs, processes, ray_address, "spawn")
+        for done, (i, r) in enumerate(runs, 1):
+            got[i] = r
+            if progress:
+                progress(before + done, before + len(jobs))
+        results += got
+        if any(r.meets for r in got):  # every smaller layout has been simulated
+            break
+        todo = next(tiers, None)
 
     def key(r: PlanResult) -> tuple:
         money = r.cost_per_hour if r.cost_per_hour is not None else r.gpus

@@ -135,17 +135,18 @@ def iteration_model(cfg: ReplicaConfig) -> IterationModel:
     return m
 
 
-def _check_lengths(
-    reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str,
-    prompt_only: bool = False,
-) -> None:  # fmt: skip
-    """Refuse a request that the cache could never hold alone. ``prompt_only``: a prefill
-    replica of a disaggregated deployment, which holds a prompt's KV and never decodes (unless
-    it reserves blocks to completion, `ReplicaConfig.reserve_to_completion`)."""
-    cap = mem.kv_tokens * cfg.dp_attention
-    drafts = 0 if prompt_only else cfg.decode_queries - 1  # a verification step's drafts' KV
-    field = "input-len" if prompt_only else "input-len + output-len"
-    field += " + spec-tokens" if drafts else ""
+def check_request_limits(reqs: list[Request], cfg: ReplicaConfig) -> None:
+    """Refuse what replica ``cfg`` refuses whatever its layout: a request past the model's
+    learned position table or the replica's context limit (`ReplicaConfig.context_limit`), and
+    a prompt longer than one step's budget under a policy that prefills prompts whole
+    (`_check_whole_prompts`). `hwtune.serve.plan` checks these once before its search (its
+    layouts share the budget, the scheduler and the limit)."""
+    _check_context(reqs, cfg)
+    _check_whole_prompts(reqs, cfg, "replica")
+
+
+def _check_context(reqs: list[Request], cfg: ReplicaConfig) -> None:
+    """Refuse a request past the model's learned position table or ``cfg.context_limit``."""
     table = cfg.model.max_position  # a learned position table has no row past its end
     context = cfg.context_limit
     if cfg.max_model_len:
@@ -156,7 +157,6 @@ def _check_lengths(
             "RoPE scaling, from which engines set max_model_len and refuse longer requests)"
         )
     for r in reqs:
-        need = r.prompt if prompt_only else r.prompt + r.output + drafts
         if table and r.prompt + r.output > table:
             raise HwtuneInputError(
                 "input-len + output-len", r.prompt + r.output,
@@ -168,6 +168,21 @@ def _check_lengths(
                 "input-len + output-len", r.prompt + r.output,
                 f"at most {context} tokens, {why} (request {r.rid})",
             )  # fmt: skip
+
+
+def _check_lengths(
+    reqs: list[Request], cfg: ReplicaConfig, mem: ReplicaMemory, what: str,
+    prompt_only: bool = False,
+) -> None:  # fmt: skip
+    """Refuse a request that the cache could never hold alone. ``prompt_only``: a prefill
+    replica of a disaggregated deployment, which holds a prompt's KV and never decodes (unless
+    it reserves blocks to completion, `ReplicaConfig.reserve_to_completion`)."""
+    cap = mem.kv_tokens * cfg.dp_attention
+    drafts = 0 if prompt_only else cfg.decode_queries - 1  # a verification step's drafts' KV
+    field = "input-len" if prompt_only else "input-len + output-len"
+    field += " + spec-tokens" if drafts else ""
+    for r in reqs:
+        need = r.prompt if prompt_only else r.prompt + r.output + drafts
         if need > cap:
             raise HwtuneInputError(
                 field, need,
@@ -252,6 +267,7 @@ def simulate(
             raise HwtuneInputError("record_tokens", True, "an aggregated deployment")
         for r in reqs:
             r.token_times = []
+    _check_context(reqs, cfg)
     _check_lengths(reqs, cfg, mem, "decode" if disagg else "replica")
     if disagg:
         assert pcfg is not None and pmem is not None

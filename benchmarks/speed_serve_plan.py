@@ -1,0 +1,63 @@
+"""Speed of the serving deployment search (`hwtune serve plan`) as the GPU budget grows: layouts
+simulated and wall seconds, one process, for an SLO that one GPU meets and for one that needs
+more. The search stops after the first batch of whole GPU counts that meets the SLOs
+(`hwtune.serve.plan.plan`), so a large budget costs only the batches searched.
+
+    python benchmarks/speed_serve_plan.py [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.model.catalog import get_model
+from hwtune.serve.config import ReplicaConfig
+from hwtune.serve.plan import SLO, candidates, plan
+from hwtune.serve.request import closed_loop, fixed_lengths
+
+# (label, model, clients, prompt, output, SLO)
+JOBS = [
+    ("Llama-3.1-8B, 16 clients 1024/128, p90 TTFT <= 2 s", "llama3.1-8b", 16, 1024, 128,
+     SLO(ttft_p90_s=2.0)),
+    ("Llama-3.1-70B, 64 clients 1024/128, p90 TTFT <= 3 s, TPOT <= 30 ms", "llama3.1-70b", 64,
+     1024, 128, SLO(ttft_p90_s=3.0, tpot_p90_s=0.030)),
+]  # fmt: skip
+BUDGETS = (8, 64, 4096)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for label, model, clients, prompt, output, slo in JOBS:
+        base = ReplicaConfig(get_model(model), get_device("h100-sxm-80gb"))
+        wl = closed_loop(clients, *fixed_lengths(4 * clients, prompt, output))
+        for g in BUDGETS:
+            t = time.perf_counter()
+            try:
+                res = plan(base, wl, slo, max_gpus=g, processes=1)
+                n, best = len(res), str(res[0].gpus)
+            except HwtuneInputError:  # none meets: every layout in the budget was simulated
+                n, best = len(candidates(base, g)), "none"
+            wall = time.perf_counter() - t
+            every = len(candidates(base, g)) if g <= 256 else None
+            rows.append((label, g, n, every, best, wall))
+    if args.markdown:
+        print(f"machine: {platform.processor() or platform.machine()}, one process\n")
+        print("| job | --max-gpus | layouts simulated | layouts in budget | best GPUs | wall s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, g, n, every, best, wall in rows:
+            e = f"{every:,}" if every is not None else "-"
+            print(f"| {label} | {g:,} | {n:,} | {e} | {best} | {wall:.1f} |")
+    else:
+        for r in rows:
+            print(*r)
+
+
+if __name__ == "__main__":
+    main()
