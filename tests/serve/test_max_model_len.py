@@ -139,3 +139,27 @@ def test_plan_launch_finds_the_layout_whose_cache_holds_it() -> None:
     assert r.exit_code == 0, r.output
     cmd = json.loads(r.output)["launch"]["command"]
     assert "--tensor-parallel-size 2" in cmd and "--max-model-len 60000" in cmd
+
+
+def test_json_reports_the_launched_limit_and_both_pools_get_it() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    base = ["serve", "--concurrency", "2", "--num-requests", "4", "--input-len", "100",
+            "--output-len", "10", "--json", "--launch", "vllm"]  # fmt: skip
+    # no limit given on an RTX 4090: vLLM gets the KV cache's capacity, and --json says so
+    r = CliRunner().invoke(app, [*base, "--gpu", "rtx-4090"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    n = doc["max_model_len"]
+    assert n < LLAMA31_CONTEXT and f"--max-model-len {n} " in doc["launch"]["command"]
+    # disaggregated: the prefill and the decode servers both carry the limit
+    r = CliRunner().invoke(app, [*base, "--disagg", "--max-model-len", "8192"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["max_model_len"] == 8192
+    for pool in ("prefill", "decode"):
+        assert "--max-model-len 8192 " in doc["launch"][pool]["command"]

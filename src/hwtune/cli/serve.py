@@ -254,6 +254,17 @@ def _launch_error(e: HwtuneInputError, launch: str) -> HwtuneInputError:
     return HwtuneInputError(flag, e.value, f"{e.expected} (--launch {launch})")
 
 
+def _max_model_len(cfg: ReplicaConfig, launch: str | None, disagg: bool) -> int | None:
+    """The longest request `serve --json` reports: the one ``--launch vllm`` passes (lowered to
+    what the KV cache holds when no limit is given, `hwtune.serve.launch.vllm_max_model_len`),
+    else the replica's limit or the model's context (`ReplicaConfig.context_limit`)."""
+    if launch == "vllm" and not disagg:
+        from hwtune.serve.launch import vllm_max_model_len
+
+        return vllm_max_model_len(cfg) or cfg.context_limit
+    return cfg.context_limit
+
+
 def _launch_doc(launch: str | None, dep: Deployment, model: str) -> dict:
     """The engine command of ``dep`` (`hwtune.serve.launch`) as a JSON-ready dict; a refusal
     names the option that set the field. ``model`` as typed: a config.json's directory is what
@@ -711,7 +722,7 @@ def serve(
                tier=_tier(cfg, profile), workload=wl.mode, engine=eng and str(eng),
                eager_prefill=eager_prefill, overlap_schedule=overlap_schedule,
                all_reduce_kernel=cfg.all_reduce_kernel,
-               max_model_len=cfg.context_limit)  # fmt: skip
+               max_model_len=_max_model_len(cfg, launch, disagg))  # fmt: skip
     if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
         doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
     if spec_tokens:

@@ -481,12 +481,7 @@ def _first_refusal(
 
 def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
     """Why vLLM cannot run replica ``cfg`` as simulated (the first reason), or None."""
-    kv = _rank_kv_tokens(cfg) if cfg.max_model_len is not None else None
     checks: tuple[tuple[bool, str, object, str], ...] = (
-        (kv is not None and kv < cfg.max_model_len, "max_model_len", cfg.max_model_len,
-         f"at most {kv} tokens, what one rank's KV cache holds as simulated (vLLM refuses to "
-         "start when the cache cannot hold one request of max_model_len tokens: "
-         "check_enough_kv_cache_memory)"),
         (cfg.scheduler != "vllm", "scheduler", cfg.scheduler, "vllm (chunked prefill)"),
         (cfg.eager_prefill, "eager_prefill", True,
          "off (vLLM captures CUDA graphs for every step)"),
@@ -510,7 +505,18 @@ def vllm_refusal(cfg: ReplicaConfig) -> HwtuneInputError | None:
          f"at least --max-num-seqs per data-parallel rank = {cfg.max_num_seqs // cfg.dp_attention}"
          " (vLLM's SchedulerConfig refuses a smaller token budget at startup)"),
     )  # fmt: skip
-    return _first_refusal(cfg, checks)
+    refusal = _first_refusal(cfg, checks)
+    if refusal is not None or cfg.max_model_len is None:
+        return refusal
+    kv = _rank_kv_tokens(cfg)  # last: it sizes the replica's memory
+    if kv is not None and kv < cfg.max_model_len:
+        return HwtuneInputError(
+            "max_model_len", cfg.max_model_len,
+            f"at most {kv} tokens, what one rank's KV cache holds as simulated (vLLM refuses to "
+            "start when the cache cannot hold one request of max_model_len tokens: "
+            "check_enough_kv_cache_memory)",
+        )  # fmt: skip
+    return None
 
 
 VLLM_MAX_MODEL_LEN_STEP = 1024
