@@ -140,3 +140,23 @@ def test_batch_must_be_a_positive_count(bad: object) -> None:
     with pytest.raises(HwtuneInputError) as e:
         plan(_base(), _wl(), SLO(), max_gpus=1, disagg=False, processes=1, batch=bad)  # type: ignore[arg-type]
     assert e.value.field == "batch"
+
+
+def test_cli_says_how_far_it_searched() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from hwtune.cli.main import app
+
+    args = ["serve", "plan", "--max-gpus", "256", "--concurrency", "2", "--num-requests", "4",
+            "--input-len", "128", "--output-len", "8", "--ttft-p90", "10", "--no-disagg",
+            "--processes", "1", "--json"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    g = doc["searched_gpus"]
+    assert doc["max_gpus"] == 256 and 1 <= g < 256
+    # every layout on up to that many GPUs was simulated, and no larger one
+    assert doc["candidates"] == len(candidates(_base(), g, disagg=False))
+    assert doc["best"][0]["gpus"] == 1

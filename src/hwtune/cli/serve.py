@@ -914,7 +914,9 @@ def plan_cmd(
                "kv_precision_source": _kv_precision_source(base, kv_precision),
                "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
-               "candidates": len(res), "best": best, "margin": margin,
+               "candidates": len(res), "searched_gpus": max(r.gpus for r in res),
+               "max_gpus": max_gpus, "max_model_len": base.context_limit,
+               "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": records[0], "disagg": records[1]}}  # fmt: skip
         if launch_doc:
@@ -924,8 +926,11 @@ def plan_cmd(
     from hwtune.report.serve_view import render_plan
 
     words = _precision_words(base, precision, kv_precision)
+    searched = max(r.gpus for r in res)
     title = (f"{base.model.name} on {base.device.name} ({words}): "
-             f"{len(res)} layouts simulated")  # fmt: skip
+             f"{len(res)} layouts simulated, on 1-{searched} GPUs")  # fmt: skip
+    if searched < max_gpus:
+        title += f" (the search stops at the fewest that meet the SLOs; --max-gpus {max_gpus})"
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
     if margin == "likely":

@@ -59,7 +59,12 @@ for its own pool's replica, and the proxy of vLLM's NixlConnector guide
   server;
 - the pools may differ in TP (``nixl_connector_compatibility.md``: "tensor-parallel-size
   (heterogeneous TP ...)" may differ); the KV cache dtype must be the same on both, and a
-  prefill block size larger than the decode one is not paired: both refused.
+  prefill block size larger than the decode one is not paired: both refused;
+- a ``--max-model-len`` of the user's (``serve --max-model-len``) goes to both pools, and a pool
+  whose rank's KV cache cannot hold it is refused, the prefill pool included: vLLM's startup
+  check (``check_enough_kv_cache_memory``) runs whatever the server's KV role. Without one, each
+  pool's is lowered to its own cache's capacity as above; the simulation refuses a prompt
+  longer than the prefill cache either way.
 
 SGLang (``python -m sglang.launch_server --model-path MODEL``; flags are the ``ServerArgs``
 dataclass fields of ``python/sglang/srt/server_args.py``, ``a_b`` as ``--a-b``, read at commit
