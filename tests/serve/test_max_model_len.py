@@ -163,3 +163,14 @@ def test_json_reports_the_launched_limit_and_both_pools_get_it() -> None:
     assert doc["max_model_len"] == 8192
     for pool in ("prefill", "decode"):
         assert "--max-model-len 8192 " in doc["launch"][pool]["command"]
+
+
+def test_the_emulated_endpoint_refuses_a_longer_request() -> None:
+    from hwtune.serve.emulator import EmulatedEngine
+
+    now = [0.0]
+    eng = EmulatedEngine(cfg(max_model_len=512), clock=lambda: now[0])
+    eng.submit(500, 12)  # 512 tokens: accepted
+    with pytest.raises(HwtuneInputError, match="--max-model-len") as e:
+        eng.submit(500, 13)
+    assert e.value.value == 513
