@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from typing import TypeVar
 
 from hwtune.errors import HwtuneInputError
@@ -60,6 +61,39 @@ def check_workers(workers: int | None, ray_address: str | None, flag: str = "wor
         raise HwtuneInputError(
             flag, workers, f"no process count beside --ray {ray_address} (Ray places the work)"
         )
+
+
+@contextmanager
+def job_runner(
+    workers: int | None = None,
+    ray_address: str | None = None,
+    context: str | None = None,
+) -> Iterator[Callable[[Callable[[J], R], Sequence[J]], Iterator[tuple[int, R]]]]:
+    """A `run_all` for several rounds of jobs that keeps one pool of local worker processes
+    across the rounds (each worker keeps what it has cached, and no round waits for new
+    processes to start); shut down on leaving. On Ray, or with one worker, each round is
+    `run_all`'s own."""
+    check_workers(workers, ray_address)
+    n = workers if workers is not None else (os.cpu_count() or 1)
+    pool: ProcessPoolExecutor | None = None
+
+    def run(fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[tuple[int, R]]:
+        nonlocal pool
+        if ray_address is not None or n <= 1 or len(jobs) <= 1:
+            yield from run_all(fn, jobs, workers, ray_address, context)
+            return
+        if pool is None:  # processes start as jobs need them, up to n
+            ctx = mp.get_context(context) if context else None
+            pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+        futs = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        for fut in as_completed(futs):
+            yield futs[fut], fut.result()
+
+    try:
+        yield run
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_all(

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwtune.errors import HwtuneInputError
-from hwtune.workers import check_workers, run_all
+from hwtune.workers import check_workers, job_runner, run_all
 
 
 def _square(x: int) -> int:
@@ -30,6 +30,26 @@ def test_local_processes_return_every_job_under_its_index():
     got = dict(run_all(_square, jobs, workers=2, context="spawn"))
     assert sorted(got) == list(range(len(jobs)))
     assert all(got[i] == jobs[i] ** 2 for i in got)
+
+
+def _square_and_pid(x: int) -> tuple[int, int]:
+    return x * x, os.getpid()
+
+
+def test_a_runner_keeps_its_processes_across_rounds():
+    # `serve plan` runs a batch of layouts per round; the workers of the first round serve the
+    # later ones (their caches stay warm), and every job of a round comes back under its index
+    rounds = [list(range(6)), list(range(-5, 3)), [4, 9]]
+    pids: list[set[int]] = []
+    with job_runner(workers=2, context="spawn") as run:
+        for jobs in rounds:
+            got = dict(run(_square_and_pid, jobs))
+            assert sorted(got) == list(range(len(jobs)))
+            assert all(got[i][0] == jobs[i] ** 2 for i in got)
+            pids.append({p for _, p in got.values()})
+    assert os.getpid() not in pids[0] and len(pids[0] | pids[1] | pids[2]) <= 2
+    with job_runner(workers=1) as run:  # one worker: in this process, in order
+        assert [r for _, r in run(_square_and_pid, [3, 4])] == [(9, os.getpid()), (16, os.getpid())]
 
 
 def test_no_jobs_start_nothing():

@@ -22,7 +22,7 @@ from hwtune.serve.correction import ServeCorrection
 from hwtune.serve.memory import checkpoint_hint, replica_memory
 from hwtune.serve.request import Workload
 from hwtune.serve.simulator import check_request_limits
-from hwtune.workers import check_workers, run_all
+from hwtune.workers import check_workers, job_runner
 
 
 @dataclass(frozen=True)
@@ -277,15 +277,16 @@ def plan(
     ``margin`` they are the simulated ones times the upper ends of each layout's likely band
     (`margin_correction`), so the SLOs hold unless the simulator errs as seldom as its published
     record's worst tenth. ``processes`` local processes (default: all cores) or ``ray_address``
-    (`hwtune.workers.run_all`) run the simulations; ``progress(done, total)`` follows them
-    (``total``: the layouts of the batches begun so far); ``keep``, ``keep_layout`` and
-    ``disagg_router`` limit the layouts searched (`candidates`).
+    run the simulations (`hwtune.workers.job_runner`: one pool for all batches);
+    ``progress(done, total)`` follows them (``total``: the layouts of the batches begun so
+    far); ``keep``, ``keep_layout`` and ``disagg_router`` limit the layouts searched
+    (`candidates`).
 
-    The layouts are simulated in batches of whole GPU counts, fewest GPUs first (`candidate_tiers`),
-    each batch growing by GPU counts until it holds ``batch`` layouts, and the search stops after
-    the first batch in which some layout meets the SLOs: every layout on fewer GPUs than the
-    best has been simulated, and none is left out unsaid (the larger ones are not simulated).
-    Without a layout that meets them, every layout up to ``max_gpus`` is."""
+    The layouts are simulated in batches of whole GPU counts, fewest GPUs first
+    (`candidate_tiers`), each batch growing by GPU counts until it holds ``batch`` layouts, and
+    the search stops after the first batch in which some layout meets the SLOs: every layout on
+    fewer GPUs than the best has been simulated, and none is left out unsaid (the larger ones
+    are not simulated). Without a layout that meets them, every layout up to ``max_gpus`` is."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -318,24 +319,24 @@ def plan(
             f"enough GPUs to hold {base.model.name} in {base.weight_dtype}" + checkpoint_hint(base),
         )
     results: list[PlanResult] = []
-    while todo:
-        while len(todo) < batch:  # whole GPU counts, fewest first
-            more = next(tiers, None)
-            if more is None:
+    with job_runner(processes, ray_address, "spawn") as run:  # one pool for every batch
+        while todo:
+            while len(todo) < batch:  # whole GPU counts, fewest first
+                more = next(tiers, None)
+                if more is None:
+                    break
+                todo += more
+            jobs = [(d, workload, slo, correction, margin) for d in todo]
+            got: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
+            before = len(results)
+            for done, (i, r) in enumerate(run(_evaluate, jobs), 1):
+                got[i] = r
+                if progress:
+                    progress(before + done, before + len(jobs))
+            results += got
+            if any(r.meets for r in got):  # every smaller layout has been simulated
                 break
-            todo += more
-        jobs = [(d, workload, slo, correction, margin) for d in todo]
-        got: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
-        before = len(results)
-        runs = run_all(_evaluate, jobs, processes, ray_address, "spawn")
-        for done, (i, r) in enumerate(runs, 1):
-            got[i] = r
-            if progress:
-                progress(before + done, before + len(jobs))
-        results += got
-        if any(r.meets for r in got):  # every smaller layout has been simulated
-            break
-        todo = next(tiers, None)
+            todo = next(tiers, None)
 
     def key(r: PlanResult) -> tuple:
         money = r.cost_per_hour if r.cost_per_hour is not None else r.gpus
