@@ -74,7 +74,7 @@ def job_runner(
     processes to start); shut down on leaving. On Ray, or with one worker, each round is
     `run_all`'s own."""
     check_workers(workers, ray_address)
-    n = workers if workers is not None else (os.cpu_count() or 1)
+    n = _local_workers(workers)
     pool: ProcessPoolExecutor | None = None
 
     def run(fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[tuple[int, R]]:
@@ -82,12 +82,9 @@ def job_runner(
         if ray_address is not None or n <= 1 or len(jobs) <= 1:
             yield from run_all(fn, jobs, workers, ray_address, context)
             return
-        if pool is None:  # processes start as jobs need them, up to n
-            ctx = mp.get_context(context) if context else None
-            pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
-        futs = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-        for fut in as_completed(futs):
-            yield futs[fut], fut.result()
+        if pool is None:  # spawn and forkserver start processes as jobs need them, up to n
+            pool = _process_pool(n, context)
+        yield from _as_finished(pool, fn, jobs)
 
     try:
         yield run
@@ -115,16 +112,32 @@ def run_all(
     if ray_address is not None:
         yield from _on_ray(fn, jobs, ray_address)
         return
-    n = workers if workers is not None else (os.cpu_count() or 1)
+    n = _local_workers(workers)
     if n <= 1 or len(jobs) == 1:
         for i, job in enumerate(jobs):
             yield i, fn(job)
         return
+    with _process_pool(min(n, len(jobs)), context) as pool:
+        yield from _as_finished(pool, fn, jobs)
+
+
+def _local_workers(workers: int | None) -> int:
+    """Local processes to run on: ``workers``, else one per core."""
+    return workers if workers is not None else (os.cpu_count() or 1)
+
+
+def _process_pool(n: int, context: str | None) -> ProcessPoolExecutor:
     ctx = mp.get_context(context) if context else None
-    with ProcessPoolExecutor(max_workers=min(n, len(jobs)), mp_context=ctx) as pool:
-        futs = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-        for fut in as_completed(futs):
-            yield futs[fut], fut.result()
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+
+
+def _as_finished(
+    pool: ProcessPoolExecutor, fn: Callable[[J], R], jobs: Sequence[J]
+) -> Iterator[tuple[int, R]]:
+    """Every job submitted to ``pool``, yielded as ``(index, result)`` as each finishes."""
+    futs = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+    for fut in as_completed(futs):
+        yield futs[fut], fut.result()
 
 
 def ray_endpoint(address: str) -> tuple[str, int] | None:
