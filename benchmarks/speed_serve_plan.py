@@ -1,7 +1,9 @@
 """Speed of the serving deployment search (`hwtune serve plan`) as the GPU budget grows: layouts
 simulated and wall seconds, one process, for an SLO that one GPU meets and for one that needs
-more. The search stops after the first batch of whole GPU counts that meets the SLOs
-(`hwtune.serve.plan.plan`), so a large budget costs only the batches searched.
+more, and for one that no layout meets. The search stops after the first batch of whole GPU
+counts that meets the SLOs (`hwtune.serve.plan.plan`), so a large budget costs only the batches
+searched; without one it leaves out the layouts with more replicas than a smaller one's
+simulation used (`hwtune.serve.plan.ReplicaSaturation`), which bounds the search by the traffic.
 
     python benchmarks/speed_serve_plan.py [--markdown]
 """
@@ -16,7 +18,7 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 from hwtune.model.catalog import get_model
 from hwtune.serve.config import ReplicaConfig
-from hwtune.serve.plan import SLO, candidates, plan
+from hwtune.serve.plan import SLO, ReplicaSaturation, candidates, plan
 from hwtune.serve.request import closed_loop, fixed_lengths
 
 # (label, model, clients, prompt, output, SLO)
@@ -25,6 +27,8 @@ JOBS = [
      SLO(ttft_p90_s=2.0)),
     ("Llama-3.1-70B, 64 clients 1024/128, p90 TTFT <= 3 s, TPOT <= 30 ms", "llama3.1-70b", 64,
      1024, 128, SLO(ttft_p90_s=3.0, tpot_p90_s=0.030)),
+    ("Llama-3.1-8B, 16 clients 1024/128, p90 TTFT <= 1 ms (none meets)", "llama3.1-8b", 16,
+     1024, 128, SLO(ttft_p90_s=0.001)),
 ]  # fmt: skip
 BUDGETS = (8, 64, 4096)
 
@@ -39,21 +43,24 @@ def main() -> None:
         wl = closed_loop(clients, *fixed_lengths(4 * clients, prompt, output))
         for g in BUDGETS:
             t = time.perf_counter()
+            sat, seen = ReplicaSaturation(), [0]
             try:
-                res = plan(base, wl, slo, max_gpus=g, processes=1)
-                n, best = len(res), str(res[0].gpus)
-            except HwtuneInputError:  # none meets: every layout in the budget was simulated
-                n, best = len(candidates(base, g)), "none"
+                res = plan(base, wl, slo, max_gpus=g, processes=1, saturation=sat,
+                           progress=lambda d, _t, s=seen: s.__setitem__(0, d))  # fmt: skip
+                best = str(res[0].gpus)
+            except HwtuneInputError:  # none meets
+                best = "none"
             wall = time.perf_counter() - t
             every = len(candidates(base, g)) if g <= 256 else None
-            rows.append((label, g, n, every, best, wall))
+            rows.append((label, g, seen[0], sat.skipped, every, best, wall))
     if args.markdown:
         print(f"machine: {platform.processor() or platform.machine()}, one process\n")
-        print("| job | --max-gpus | layouts simulated | layouts in budget | best GPUs | wall s |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for label, g, n, every, best, wall in rows:
+        print("| job | --max-gpus | layouts simulated | left out alike | layouts in budget "
+              "| best GPUs | wall s |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for label, g, n, skipped, every, best, wall in rows:
             e = f"{every:,}" if every is not None else "-"
-            print(f"| {label} | {g:,} | {n:,} | {e} | {best} | {wall:.1f} |")
+            print(f"| {label} | {g:,} | {n:,} | {skipped:,} | {e} | {best} | {wall:.1f} |")
     else:
         for r in rows:
             print(*r)

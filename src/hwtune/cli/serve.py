@@ -832,7 +832,7 @@ def plan_cmd(
     """Find the layouts that meet the SLOs with the fewest GPUs (or lowest cost)."""
     from hwtune.cli.plan import progress_bar
     from hwtune.serve.correction import check_applies, load_correction
-    from hwtune.serve.plan import SLO, plan
+    from hwtune.serve.plan import SLO, ReplicaSaturation, plan
     from hwtune.workers import check_workers
 
     try:
@@ -886,11 +886,12 @@ def plan_cmd(
         n = 400 if num_requests is None and open_ else num_requests
         wl = _workload(concurrency, input_len, output_len, dataset, n, 4.0 if default_open else
                        rate, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
+        sat = ReplicaSaturation()
         with progress_bar("layouts", not as_json) as cb:
             res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                        processes, correction=corr, margin=margin == "likely", ray_address=ray,
                        progress=cb, keep=keep, keep_layout=keep_layout,
-                       disagg_router=disagg_router)  # fmt: skip
+                       disagg_router=disagg_router, saturation=sat)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -915,6 +916,7 @@ def plan_cmd(
                "engine": eng and str(eng),
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "searched_gpus": max(r.gpus for r in res),
+               "skipped_alike": sat.skipped,
                "max_gpus": max_gpus, "max_model_len": base.context_limit,
                "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
@@ -929,6 +931,9 @@ def plan_cmd(
     searched = max(r.gpus for r in res)
     title = (f"{base.model.name} on {base.device.name} ({words}): "
              f"{len(res)} layouts simulated, on 1-{searched} GPUs")  # fmt: skip
+    if sat.skipped:
+        title += (f" ({sat.skipped} more with more replicas than a smaller one's simulation "
+                  "used: they run alike)")  # fmt: skip
     if searched < max_gpus:
         title += f" (the search stops at the fewest that meet the SLOs; --max-gpus {max_gpus})"
     if corr is not None:

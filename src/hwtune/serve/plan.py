@@ -55,6 +55,10 @@ class PlanResult:
     meets: bool
     error: str = ""
     margin: dict | None = None
+    replicas_used: int = 0
+    """Replicas of the (decode) pool the simulation routed a request to
+    (`hwtune.serve.simulator.SimResult.replicas_used`)."""
+    prefill_replicas_used: int = 0
 
     def describe(self) -> str:
         d = self.deployment
@@ -146,6 +150,97 @@ def _replicas(
     return reps
 
 
+class ReplicaSaturation:
+    """Which layouts route every request as an already simulated one with fewer replicas does,
+    so simulate alike on more GPUs (never better by GPUs or cost, same latencies and
+    throughput) and need not be simulated.
+
+    A simulation that left a pool's last replica without a request would not change with more
+    replicas in that pool: the simulator routes to the lowest-numbered idle replica
+    (least-tokens) or in order (round-robin), so a request reaches a further replica only when
+    every replica before it is busy (or every one has had its turn), which never happened
+    (`hwtune.serve.simulator.SimResult.replicas_used`). An aggregated replica shape that left
+    one unused at ``n`` replicas covers every count above ``n``; a disaggregated pool pair at
+    ``(nd, np)`` (decode, prefill replicas) covers more decode replicas at ``np`` when its
+    decode pool left one unused, more prefill replicas at ``nd`` when its prefill pool did, and
+    both when both did. ``skipped`` counts the layouts `candidate_tiers` left out for it."""
+
+    def __init__(self) -> None:
+        self.agg: dict[ReplicaConfig, int] = {}
+        self.decode: dict[tuple, dict[int, int]] = {}  # pair -> {np: least nd, decode unused}
+        self.prefill: dict[tuple, dict[int, int]] = {}  # pair -> {nd: least np, prefill unused}
+        self.corners: dict[tuple, list[tuple[int, int]]] = {}  # both pools left one unused
+        self.skipped = 0
+
+    def note(self, r: PlanResult) -> None:
+        """Learn from one simulated layout (a failed one teaches nothing)."""
+        d = r.deployment
+        if r.error:
+            return
+        if d.prefill is None:
+            if r.replicas_used < d.replicas:
+                self.agg[d.replica] = min(self.agg.get(d.replica, d.replicas), d.replicas)
+            return
+        key = (d.replica, d.prefill)
+        nd, np_ = d.replicas, d.prefill_replicas
+        du, pu = r.replicas_used < nd, r.prefill_replicas_used < np_
+        if du:
+            m = self.decode.setdefault(key, {})
+            m[np_] = min(m.get(np_, nd), nd)
+        if pu:
+            m = self.prefill.setdefault(key, {})
+            m[nd] = min(m.get(nd, np_), np_)
+        if du and pu:
+            self.corners.setdefault(key, []).append((nd, np_))
+
+    def covers(self, cfg: ReplicaConfig, replicas: int) -> bool:
+        """An aggregated layout of ``replicas`` x ``cfg`` simulates as a smaller one did."""
+        return replicas > self.agg.get(cfg, replicas)
+
+    def covers_pair(self, key: tuple, nd: int, np_: int) -> bool:
+        """A disaggregated layout of pool pair ``key`` simulates as a smaller one did."""
+        if nd > self.decode.get(key, {}).get(np_, nd) or np_ > self.prefill.get(key, {}).get(
+            nd, np_
+        ):
+            return True
+        return any(nd >= a and np_ >= b for a, b in self.corners.get(key, ()))
+
+    def pair_layouts(self, key: tuple, g: int, dg: int, pg: int) -> list[tuple[int, int]]:
+        """The (decode, prefill) replica counts of pool pair ``key`` (``dg`` and ``pg`` GPUs a
+        replica) on ``g`` GPUs that no smaller layout covers. With a corner (a, b) only
+        ``nd < a`` or ``np < b`` can be left, so the walk is over those, not over all ``g``."""
+        corners = self.corners.get(key)
+        if corners:
+            a, b = min(corners, key=sum)
+            nds = set(range(1, min(a - 1, g // dg) + 1))
+            for np_ in range(1, b):
+                left = g - np_ * pg
+                if left >= a * dg and left % dg == 0:
+                    nds.add(left // dg)
+        else:
+            nds = set(range(1, g // dg + 1))
+        out = []
+        for nd in sorted(nds):
+            left = g - nd * dg
+            if left >= pg and left % pg == 0 and not self.covers_pair(key, nd, left // pg):
+                out.append((nd, left // pg))
+        self.skipped += _pool_splits(g, dg, pg) - len(out)
+        return out
+
+
+def _pool_splits(g: int, dg: int, pg: int) -> int:
+    """How many (nd, np), both at least 1, have nd * dg + np * pg == g: the nd in
+    [1, (g - pg) // dg] with nd * dg = g (mod pg), counted by residue rather than walked."""
+    top = (g - pg) // dg
+    n = 0
+    for r in range(pg):
+        if (r * dg - g) % pg == 0 and top >= 1:
+            first = r if r >= 1 else pg  # the least nd >= 1 with this residue
+            if first <= top:
+                n += (top - first) // pg + 1
+    return n
+
+
 def _layout_order(d: Deployment) -> tuple[int, bool, int, int]:
     return (d.gpus, d.prefill is not None, d.replica.tp, d.replica.pp)
 
@@ -157,22 +252,28 @@ def candidate_tiers(
     keep: Callable[[ReplicaConfig], bool] | None = None,
     keep_layout: Callable[[Deployment], bool] | None = None,
     disagg_router: str = "least-tokens",
+    saturation: ReplicaSaturation | None = None,
 ) -> Iterator[list[Deployment]]:
     """The layouts of `candidates`, one list per GPU count, fewest GPUs first, each built only
     when it is asked for (a budget of thousands of GPUs has millions of disaggregated pool
-    pairings; the search stops at the first count that meets the SLOs)."""
+    pairings; the search stops at the first count that meets the SLOs). With ``saturation``
+    (filled in by the caller as layouts are simulated) the layouts it covers are left out."""
     reps = _replicas(base, max_gpus, keep)
     big = [c for c in reps if c.max_num_seqs == max(PLAN_MAX_NUM_SEQS) and c.pp == 1]
     pools = [(d, replace(p, max_num_seqs=PREFILL_MAX_NUM_SEQS)) for d in big for p in big]
+    sat = saturation if saturation is not None else ReplicaSaturation()
     for g in range(1, max_gpus + 1):
-        tier = [Deployment(c, replicas=g // c.gpus, router="least-tokens")
-                for c in reps if g % c.gpus == 0]  # fmt: skip
+        tier = []
+        for c in reps:
+            if g % c.gpus == 0:
+                if sat.covers(c, g // c.gpus):
+                    sat.skipped += 1
+                else:
+                    tier.append(Deployment(c, replicas=g // c.gpus, router="least-tokens"))
         if disagg:
             for dcfg, pcfg in pools:
-                for nd in range(1, g // dcfg.gpus + 1):
-                    left = g - nd * dcfg.gpus
-                    if left >= pcfg.gpus and left % pcfg.gpus == 0:
-                        tier.append(Deployment(dcfg, nd, disagg_router, pcfg, left // pcfg.gpus))
+                for nd, np_ in sat.pair_layouts((dcfg, pcfg), g, dcfg.gpus, pcfg.gpus):
+                    tier.append(Deployment(dcfg, nd, disagg_router, pcfg, np_))
         if keep_layout is not None:
             tier = [d for d in tier if keep_layout(d)]
         if tier:
@@ -250,7 +351,8 @@ def _evaluate(
         and (slo.e2e_p90_s is None or e <= slo.e2e_p90_s)
     )
     return PlanResult(dep, dep.gpus, cost, t, p, e, s["throughput_tokens_per_s"]["total"], ok,
-                      margin=info)  # fmt: skip
+                      margin=info, replicas_used=res.replicas_used,
+                      prefill_replicas_used=res.prefill_replicas_used)  # fmt: skip
 
 
 def plan(
@@ -269,6 +371,7 @@ def plan(
     keep: Callable[[ReplicaConfig], bool] | None = None,
     keep_layout: Callable[[Deployment], bool] | None = None,
     disagg_router: str = "least-tokens",
+    saturation: ReplicaSaturation | None = None,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -286,7 +389,9 @@ def plan(
     (`candidate_tiers`), each batch growing by GPU counts until it holds ``batch`` layouts, and
     the search stops after the first batch in which some layout meets the SLOs: every layout on
     fewer GPUs than the best has been simulated, and none is left out unsaid (the larger ones
-    are not simulated). Without a layout that meets them, every layout up to ``max_gpus`` is."""
+    are not simulated). Without a layout that meets them, every layout up to ``max_gpus`` is,
+    but for those that would simulate alike to a smaller one (`ReplicaSaturation`: more
+    replicas than a simulation used; pass one to learn how many were left out)."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -305,7 +410,8 @@ def plan(
         raise HwtuneInputError("batch", batch, "a positive integer of layouts")
     # what every layout would refuse alike (a request past the context), before any is tried
     check_request_limits(workload.make_requests(), base)
-    tiers = candidate_tiers(base, max_gpus, disagg, keep, keep_layout, disagg_router)
+    sat = saturation if saturation is not None else ReplicaSaturation()
+    tiers = candidate_tiers(base, max_gpus, disagg, keep, keep_layout, disagg_router, sat)
     todo = next(tiers, None)
     limited = keep is not None or keep_layout is not None
     if todo is None and limited and next(candidate_tiers(base, max_gpus, disagg), None):
@@ -334,6 +440,8 @@ def plan(
                 if progress:
                     progress(before + done, before + len(jobs))
             results += got
+            for r in got:
+                sat.note(r)
             if any(r.meets for r in got):  # every smaller layout has been simulated
                 break
             todo = next(tiers, None)
@@ -361,7 +469,9 @@ def plan(
             + (" with the likely band's margin" if margin else "")
             + f"; best achievable p90 TTFT "
             f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
-            f"({bp.describe()}), best p90 E2E {be.e2e_p90_s:.3f} s ({be.describe()})",
-        )
+            f"({bp.describe()}), best p90 E2E {be.e2e_p90_s:.3f} s ({be.describe()})"
+            + (f" ({sat.skipped} layouts with more replicas than a smaller one's simulation "
+               "used were not simulated: they run alike)" if sat.skipped else ""),
+        )  # fmt: skip
     rest = sorted((r for r in results if not r.meets), key=key)
     return ok + rest

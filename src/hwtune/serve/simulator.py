@@ -112,6 +112,12 @@ class SimResult:
     prefill_memory: ReplicaMemory | None
     deployment: Deployment
     models: dict[str, IterationModel] = field(default_factory=dict)
+    replicas_used: int = 0
+    """How many of the (decode) pool's replicas a request was routed to: they are always the
+    lowest-numbered ones (least-tokens takes the lowest-numbered idle replica; round-robin goes
+    in order), so a deployment with one replica more than this routes every request alike."""
+    prefill_replicas_used: int = 0
+    """The same for a disaggregated deployment's prefill pool (0 when aggregated)."""
 
     @property
     def prefix_query_tokens(self) -> int:
@@ -303,11 +309,15 @@ def simulate(
     steps: list[StepRecord] = []
     n_steps = 0
 
+    used = [0, 0]  # replicas of the entry and decode pools routed to (lowest indices first)
+
     def route(pool: list[Replica], which: int) -> Replica:
         if dep.router == "least-tokens" and len(pool) > 1:
-            return min(pool, key=lambda x: (x.outstanding, x.idx))
-        rep = pool[rr[which] % len(pool)]
-        rr[which] += 1
+            rep = min(pool, key=lambda x: (x.outstanding, x.idx))
+        else:
+            rep = pool[rr[which] % len(pool)]
+            rr[which] += 1
+        used[which] = max(used[which], rep.idx - pool[0].idx + 1)
         return rep
 
     def launch(rep: Replica, t: float, prev_start: float = float("inf")) -> None:
@@ -723,4 +733,6 @@ def simulate(
         prefill_memory=pmem,
         deployment=dep,
         models={"prefill": pmodel, "decode": model} if disagg else {"both": model},
+        replicas_used=used[1] if disagg else used[0],
+        prefill_replicas_used=used[0] if disagg else 0,
     )
