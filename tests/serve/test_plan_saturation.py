@@ -174,4 +174,34 @@ def test_cli_counts_the_layouts_left_out(rejects) -> None:  # noqa: ANN001
     # before it runs
     r = CliRunner().invoke(app, common + ["--max-gpus", "16", "--ttft-p90", "10", "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["skipped_alike"] == 0
+    doc = json.loads(r.output)
+    assert doc["skipped_alike"] == 0 and doc["max_layouts"] == 10_000
+    rejects(common + ["--max-layouts", "0"], "max_layouts", "0", "a positive integer")
+
+
+def test_max_layouts_stops_between_batches_and_says_where() -> None:
+    base = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+    wl = closed_loop(16, *fixed_lengths(16, 256, 8))
+    seen: list[int] = []
+    with pytest.raises(HwtuneInputError) as e:
+        plan(base, wl, SLO(ttft_p90_s=1e-6), max_gpus=16, processes=1, batch=5, max_layouts=10,
+             disagg=False, progress=lambda d, t: seen.append(d))  # fmt: skip
+    msg = str(e.value)
+    done = seen[-1]
+    assert 10 <= done < len(candidates(base, 16, disagg=False))
+    # whole GPU counts: every layout on up to the count it names was simulated, none beyond
+    stop = int(msg.split("the search stopped at ")[1].split(" GPUs")[0])
+    assert stop < 16 and f"after {done} layouts (max_layouts 10)" in msg
+    assert done == len(candidates(base, stop, disagg=False))
+    every = _every(base, wl, stop, SLO())
+    every = [r for r in every if not r.deployment.prefill]
+    assert f"best achievable p90 TTFT {min(r.ttft_p90_s for r in every):.3f} s" in msg
+    assert f"on {stop} GPUs can meet" in msg
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5])
+def test_max_layouts_must_be_a_positive_count(bad: object) -> None:
+    base = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+    with pytest.raises(HwtuneInputError) as e:
+        plan(base, closed_loop(1, *fixed_lengths(1, 16, 4)), SLO(), max_layouts=bad)  # type: ignore[arg-type]
+    assert e.value.field == "max_layouts"

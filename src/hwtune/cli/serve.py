@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from hwtune.serve.correction import FittedTo
     from hwtune.serve.engines import Engine
 
+PLAN_MAX_LAYOUTS = 10_000
+"""`serve plan --max-layouts`'s default: a search for an SLO that nothing meets stops beginning
+batches past it. At the 0.1 s a layout of BENCHMARKS.md's 8B, 16-client job that is about
+8 minutes on two cores, longer for larger workloads; the layouts that would simulate alike are
+not simulated or counted (`hwtune.serve.plan.ReplicaSaturation`)."""
+
 serve_app = typer.Typer(
     name="serve",
     help="Simulate LLM serving (continuous batching, paged KV cache) and plan deployments.",
@@ -779,6 +785,14 @@ def plan_cmd(
     precision: Precision = None,
     kv_precision: KvPrecision = None,
     max_gpus: Annotated[int, typer.Option(help="GPU budget")] = 8,
+    max_layouts: Annotated[
+        int,
+        typer.Option(
+            help="begin no further batch of GPU counts once this many layouts are "
+            "simulated (an SLO nothing meets on a large budget; the refusal says where "
+            "it stopped)"
+        ),
+    ] = PLAN_MAX_LAYOUTS,
     ttft_p90: Annotated[float | None, typer.Option(help="SLO: p90 TTFT, seconds")] = None,
     tpot_p90: Annotated[float | None, typer.Option(help="SLO: p90 TPOT, seconds")] = None,
     e2e_p90: Annotated[float | None, typer.Option(help="SLO: p90 E2E, seconds")] = None,
@@ -891,7 +905,8 @@ def plan_cmd(
             res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,
                        processes, correction=corr, margin=margin == "likely", ray_address=ray,
                        progress=cb, keep=keep, keep_layout=keep_layout,
-                       disagg_router=disagg_router, saturation=sat)  # fmt: skip
+                       disagg_router=disagg_router, saturation=sat,
+                       max_layouts=max_layouts)  # fmt: skip
     except HwtuneInputError as e:
         _fail(e)
         return
@@ -917,7 +932,8 @@ def plan_cmd(
                "slo": {"ttft_p90_s": ttft_p90, "tpot_p90_s": tpot_p90, "e2e_p90_s": e2e_p90},
                "candidates": len(res), "searched_gpus": max(r.gpus for r in res),
                "skipped_alike": sat.skipped,
-               "max_gpus": max_gpus, "max_model_len": base.context_limit,
+               "max_gpus": max_gpus, "max_layouts": max_layouts,
+               "max_model_len": base.context_limit,
                "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
                "accuracy": {"agg": records[0], "disagg": records[1]}}  # fmt: skip

@@ -372,6 +372,7 @@ def plan(
     keep_layout: Callable[[Deployment], bool] | None = None,
     disagg_router: str = "least-tokens",
     saturation: ReplicaSaturation | None = None,
+    max_layouts: int | None = None,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -391,7 +392,9 @@ def plan(
     fewer GPUs than the best has been simulated, and none is left out unsaid (the larger ones
     are not simulated). Without a layout that meets them, every layout up to ``max_gpus`` is,
     but for those that would simulate alike to a smaller one (`ReplicaSaturation`: more
-    replicas than a simulation used; pass one to learn how many were left out)."""
+    replicas than a simulation used; pass one to learn how many were left out). With
+    ``max_layouts``, no further batch begins once that many layouts have been simulated: the
+    answer then covers the GPU counts searched, which the refusal names."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -408,6 +411,10 @@ def plan(
     check_workers(processes, ray_address, "processes")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise HwtuneInputError("batch", batch, "a positive integer of layouts")
+    if max_layouts is not None and (
+        isinstance(max_layouts, bool) or not isinstance(max_layouts, int) or max_layouts < 1
+    ):
+        raise HwtuneInputError("max_layouts", max_layouts, "a positive integer of layouts")
     # what every layout would refuse alike (a request past the context), before any is tried
     check_request_limits(workload.make_requests(), base)
     sat = saturation if saturation is not None else ReplicaSaturation()
@@ -425,6 +432,7 @@ def plan(
             f"enough GPUs to hold {base.model.name} in {base.weight_dtype}" + checkpoint_hint(base),
         )
     results: list[PlanResult] = []
+    stopped = 0  # the GPU counts searched when max_layouts stopped the search (0: it did not)
     with job_runner(processes, ray_address, "spawn") as run:  # one pool for every batch
         while todo:
             while len(todo) < batch:  # whole GPU counts, fewest first
@@ -445,6 +453,9 @@ def plan(
             if any(r.meets for r in got):  # every smaller layout has been simulated
                 break
             todo = next(tiers, None)
+            if todo and max_layouts is not None and len(results) >= max_layouts:
+                stopped = max(r.gpus for r in results)
+                break
 
     def key(r: PlanResult) -> tuple:
         money = r.cost_per_hour if r.cost_per_hour is not None else r.gpus
@@ -465,13 +476,16 @@ def plan(
         raise HwtuneInputError(
             "slo",
             {k: v for k, v in vars(slo).items() if v is not None},
-            f"targets some layout on {max_gpus} GPUs can meet"
+            f"targets some layout on {stopped or max_gpus} GPUs can meet"
             + (" with the likely band's margin" if margin else "")
             + f"; best achievable p90 TTFT "
             f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
             f"({bp.describe()}), best p90 E2E {be.e2e_p90_s:.3f} s ({be.describe()})"
             + (f" ({sat.skipped} layouts with more replicas than a smaller one's simulation "
-               "used were not simulated: they run alike)" if sat.skipped else ""),
+               "used were not simulated: they run alike)" if sat.skipped else "")
+            + (f"; the search stopped at {stopped} GPUs after {len(results)} layouts "
+               f"(max_layouts {max_layouts}), short of max_gpus {max_gpus}: raise max_layouts "
+               "to search further" if stopped else ""),
         )  # fmt: skip
     rest = sorted((r for r in results if not r.meets), key=key)
     return ok + rest
