@@ -97,8 +97,8 @@ def test_pool_splits_count_every_pairing() -> None:
                 assert _pool_splits(g, dg, pg) == want
 
 
-def _every(base: ReplicaConfig, wl, max_gpus: int, slo: SLO) -> list:  # noqa: ANN001
-    return [_evaluate((d, wl, slo, None, False)) for d in candidates(base, max_gpus)]
+def _every(base: ReplicaConfig, wl, max_gpus: int, slo: SLO, disagg: bool = True) -> list:  # noqa: ANN001
+    return [_evaluate((d, wl, slo, None, False)) for d in candidates(base, max_gpus, disagg)]
 
 
 def test_impossible_slo_best_values_are_those_of_every_layout() -> None:
@@ -112,7 +112,12 @@ def test_impossible_slo_best_values_are_those_of_every_layout() -> None:
     with pytest.raises(HwtuneInputError) as e:
         plan(base, wl, SLO(ttft_p90_s=1e-6), max_gpus=12, processes=1, batch=1,
              saturation=sat, progress=lambda d, t: seen.append(d))  # fmt: skip
-    assert len(every) == 258
+    # TP 1/2/4/8 x PP 1/2 (1-16 GPUs a replica) x 2 sequence limits at every replica count, and
+    # every decode/prefill pool pair of TP 1/2/4/8 with a x nd + b x np <= 12
+    agg = 2 * sum(12 // (t * p) for t in (1, 2, 4, 8) for p in (1, 2))
+    pairs = sum(1 for a in (1, 2, 4, 8) for b in (1, 2, 4, 8) for nd in range(1, 13)
+                for np_ in range(1, 13) if a * nd + b * np_ <= 12)  # fmt: skip
+    assert len(every) == agg + pairs
     assert sat.skipped > 100 and seen[-1] + sat.skipped == len(every)
     msg = str(e.value)
     best_ttft = min(r.ttft_p90_s for r in every)
@@ -193,10 +198,23 @@ def test_max_layouts_stops_between_batches_and_says_where() -> None:
     stop = int(msg.split("the search stopped at ")[1].split(" GPUs")[0])
     assert stop < 16 and f"after {done} layouts (max_layouts 10)" in msg
     assert done == len(candidates(base, stop, disagg=False))
-    every = _every(base, wl, stop, SLO())
-    every = [r for r in every if not r.deployment.prefill]
+    every = _every(base, wl, stop, SLO(), disagg=False)
     assert f"best achievable p90 TTFT {min(r.ttft_p90_s for r in every):.3f} s" in msg
     assert f"on {stop} GPUs can meet" in msg
+
+
+def test_max_layouts_counts_only_what_it_left_out_below_the_stop() -> None:
+    # two clients: past two or three replicas a shape routes alike; the count of layouts left
+    # out is of those up to the GPU count the search stopped at, not of the next tier's
+    base = ReplicaConfig(get_model("llama3.1-8b"), get_device("h100-sxm-80gb"))
+    wl = closed_loop(2, *fixed_lengths(4, 256, 8))
+    sat, seen = ReplicaSaturation(), []
+    with pytest.raises(HwtuneInputError) as e:
+        plan(base, wl, SLO(ttft_p90_s=1e-6), max_gpus=64, processes=1, batch=5, max_layouts=30,
+             disagg=False, saturation=sat, progress=lambda d, t: seen.append(d))  # fmt: skip
+    stop = int(str(e.value).split("the search stopped at ")[1].split(" GPUs")[0])
+    assert stop < 64 and sat.skipped > 0
+    assert seen[-1] + sat.skipped == len(candidates(base, stop, disagg=False))
 
 
 @pytest.mark.parametrize("bad", [0, -3, True, 2.5])

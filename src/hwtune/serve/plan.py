@@ -59,6 +59,7 @@ class PlanResult:
     """Replicas of the (decode) pool the simulation routed a request to
     (`hwtune.serve.simulator.SimResult.replicas_used`)."""
     prefill_replicas_used: int = 0
+    """The same for a disaggregated layout's prefill pool (0 when aggregated)."""
 
     def describe(self) -> str:
         d = self.deployment
@@ -199,11 +200,13 @@ class ReplicaSaturation:
 
     def covers_pair(self, key: tuple, nd: int, np_: int) -> bool:
         """A disaggregated layout of pool pair ``key`` simulates as a smaller one did."""
-        if nd > self.decode.get(key, {}).get(np_, nd) or np_ > self.prefill.get(key, {}).get(
-            nd, np_
-        ):
-            return True
-        return any(nd >= a and np_ >= b for a, b in self.corners.get(key, ()))
+        more_decode = nd > self.decode.get(key, {}).get(np_, nd)
+        more_prefill = np_ > self.prefill.get(key, {}).get(nd, np_)
+        return (
+            more_decode
+            or more_prefill
+            or any(nd >= a and np_ >= b for a, b in self.corners.get(key, ()))
+        )
 
     def pair_layouts(self, key: tuple, g: int, dg: int, pg: int) -> list[tuple[int, int]]:
         """The (decode, prefill) replica counts of pool pair ``key`` (``dg`` and ``pg`` GPUs a
@@ -234,10 +237,9 @@ def _pool_splits(g: int, dg: int, pg: int) -> int:
     top = (g - pg) // dg
     n = 0
     for r in range(pg):
-        if (r * dg - g) % pg == 0 and top >= 1:
-            first = r if r >= 1 else pg  # the least nd >= 1 with this residue
-            if first <= top:
-                n += (top - first) // pg + 1
+        first = r if r >= 1 else pg  # the least nd >= 1 with this residue
+        if (r * dg - g) % pg == 0 and first <= top:
+            n += (top - first) // pg + 1
     return n
 
 
@@ -452,9 +454,11 @@ def plan(
                 sat.note(r)
             if any(r.meets for r in got):  # every smaller layout has been simulated
                 break
+            skipped = sat.skipped
             todo = next(tiers, None)
             if todo and max_layouts is not None and len(results) >= max_layouts:
                 stopped = max(r.gpus for r in results)
+                sat.skipped = skipped  # the count left out below the stop, not in the tier past it
                 break
 
     def key(r: PlanResult) -> tuple:
