@@ -1,5 +1,6 @@
-"""Volta serves no fp8 or fp4 weights (vLLM's quantization hardware table: no FP8 W8A8 and no
-Marlin there), while int4 (GPTQ) and 16-bit weights run; Ampere runs fp8 weight-only."""
+"""Volta and CDNA2 serve no fp8 or fp4 weights (vLLM's quantization hardware table: no FP8 W8A8
+on Volta and no Marlin on either), while 16-bit weights (and int4 GPTQ on Volta) run; Ampere runs
+fp8 weight-only, CDNA3 fp8 natively."""
 
 from __future__ import annotations
 
@@ -65,3 +66,26 @@ def test_volta_launches_its_fp16_default():
     cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"))
     assert vllm_refusal(cfg) is None
     assert "--dtype" not in vllm_launch(Deployment(cfg), "m").args
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4"])
+def test_float_weights_on_cdna2_are_refused(rejects, precision):
+    # MI250X: no FP8 matrix rate in AMD's specification, and no Marlin on AMD GPUs (vLLM's
+    # quantization hardware table); vLLM issue #16394: an fp8 checkpoint fails on gfx90a
+    rejects([*_RUN, "--gpu", "mi250x", "--precision", precision], "precision", precision,
+            "cdna2", "bf16 or fp16")  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "gpt-oss-120b"])
+def test_a_float_checkpoint_on_cdna2_is_refused_by_default(model):
+    # DeepSeek-V3 ships fp8 weights and gpt-oss-120b MXFP4: what a plain launch would load
+    with pytest.raises(HwtuneInputError, match="^precision: got 'fp[48]'.*mi250x"):
+        ReplicaConfig(get_model(model), get_device("mi250x"), tp=8)
+
+
+@pytest.mark.parametrize(("gpu", "precision"), [("mi250x", "bf16"), ("mi250x", "fp16"),
+                                                ("mi300x", "fp8"), ("mi300x", "fp4")])  # fmt: skip
+def test_what_amd_gpus_run_is_simulated(gpu, precision):
+    # CDNA3 has fp8 matrix cores (and runs MXFP4 weights weight-only); CDNA2 its 16-bit formats
+    cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device(gpu), weight_dtype=precision)
+    assert cfg.weight_dtype == precision

@@ -37,12 +37,25 @@ integer weights to 16 bits in registers (Frantar et al. 2024, §3; vLLM's Machet
 they never use Blackwell's FP4 tensor cores as NVFP4/MXFP4 checkpoints do. On Hopper the
 native (``wgmma``, Machete) kernel is the default, as for fp4 weights there."""
 
-NO_FLOAT_WEIGHT_ARCHITECTURES: tuple[str, ...] = ("volta",)
-"""GPU architectures that serve no fp8 or fp4 weights: no tensor cores of those formats and no
-weight-only kernel for them either. vLLM's "Supported Hardware" table for quantization (docs,
-v0.14.0) has FP8 W8A8 from Ada on and "Marlin (GPTQ/AWQ/FP8)" from Ampere on, none on Volta
-(SM 7.0); its FP8 page runs fp8 checkpoints weight-only "on compute capability >= 7.5
-(Turing)". int4 stays: GPTQ's kernels run on Volta (same table)."""
+NO_FLOAT_WEIGHT_ARCHITECTURES: dict[str, str] = {
+    "volta": "fp16 or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
+    "weight-only need Turing or later)",
+    "cdna2": "bf16 or fp16 (no fp8/fp4 matrix cores, and the Marlin kernels that run them "
+    "weight-only on NVIDIA GPUs do not run on AMD GPUs)",
+}
+"""GPU architectures that serve no fp8 or fp4 weights, with the formats they do serve: no tensor
+cores of those formats and no weight-only kernel for them either.
+
+- Volta: vLLM's "Supported Hardware" table for quantization (docs, v0.9.2 to v0.14.0) has FP8
+  W8A8 from Ada on and "Marlin (GPTQ/AWQ/FP8)" from Ampere on, none on Volta (SM 7.0); its FP8
+  page runs fp8 checkpoints weight-only "on compute capability >= 7.5 (Turing)". int4 stays:
+  GPTQ's kernels run on Volta (same table).
+- CDNA2 (MI250X, MI210): no FP8 in its matrix cores (AMD's MI250X specification lists FP64,
+  FP32, FP16/BF16 and INT8 matrix rates only), and the same table marks Marlin unsupported on
+  AMD GPUs, so nothing runs fp8 weights weight-only there; vLLM issue #16394 (2025-04) is an
+  fp8 DeepSeek-R1 checkpoint failing on an MI210 (gfx90a: "type fp8e4b8 not supported in this
+  architecture"). int4 is not named (that table marks GPTQ and AWQ unsupported on AMD GPUs
+  in v0.9.2) but not refused either: no source here shows a later engine failing on it."""
 
 INT4_GROUP_SIZE = 128
 """Weights per 16-bit scale of int4 weights when the checkpoint does not say: the default

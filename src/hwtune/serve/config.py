@@ -236,13 +236,11 @@ class ReplicaConfig:
             raise HwtuneInputError(
                 "precision", self.weight_dtype, "one of " + ", ".join(PRECISIONS)
             )
-        if (self.weight_dtype in ("fp8", "fp4")
-                and self.device.architecture in NO_FLOAT_WEIGHT_ARCHITECTURES):  # fmt: skip
+        runs = NO_FLOAT_WEIGHT_ARCHITECTURES.get(self.device.architecture)
+        if self.weight_dtype in ("fp8", "fp4") and runs is not None:
             raise HwtuneInputError(
                 "precision", self.weight_dtype,
-                f"a weight format {self.device.name} ({self.device.architecture}) runs: fp16 "
-                "or int4 (no fp8/fp4 tensor cores, and the Marlin kernels that run them "
-                "weight-only need Turing or later)",
+                f"a weight format {self.device.name} ({self.device.architecture}) runs: {runs}",
             )  # fmt: skip
         sixteen_bit_format(self.device, self.weight_dtype, "precision")  # no bf16 on Volta
         sixteen_bit_format(self.device, self.kv_dtype, "kv_precision")
