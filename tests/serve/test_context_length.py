@@ -103,8 +103,15 @@ def test_serving_past_the_context_is_refused(rejects):
 
 @pytest.mark.parametrize(
     ("name", "context"),
-    # Llama 3 model card: 8K context (it reuses Llama 3.1's shapes); Llama 2 paper, Table 1: 4k
-    [("llama3-8b", 8192), ("llama3-70b", 8192), ("llama2-7b", 4096), ("llama2-70b", 4096)],
+    # Llama 3 model card: 8K context (it reuses Llama 3.1's shapes); Llama 2 paper, Table 1: 4k;
+    # OLMoE-1B-7B-0924's config.json: max_position_embeddings 4096, no RoPE scaling
+    [
+        ("llama3-8b", 8192),
+        ("llama3-70b", 8192),
+        ("llama2-7b", 4096),
+        ("llama2-70b", 4096),
+        ("olmoe-1b-7b", 4096),
+    ],
 )
 def test_catalog_entries_state_their_own_context(name, context):
     from hwtune.model.catalog import get_model
