@@ -274,7 +274,7 @@ def test_dtype_ordering_and_efficiencies(name):
     assert 0.3 < d.memory_bw_efficiency <= 1
     assert all(t > 0 for t in d.gemm_tile)
     assert d.supported_dtypes() and set(d.supported_dtypes()) <= set(DTYPES)
-    assert d.peak_flops("bf16") > 0  # bf16 falls back to fp16 on Volta
+    assert d.peak_flops(d.sixteen_bit_dtype) > 0  # every device computes in 16 bits
 
 
 def test_aliases_resolve_uniquely(raw_devices):

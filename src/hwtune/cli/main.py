@@ -148,7 +148,12 @@ def estimate(
     sequence_parallel: Annotated[
         bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
     ] = False,
-    precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="fp32|fp16|bf16|fp8 (default: bf16, or fp16 on a GPU without bf16: V100)"
+        ),
+    ] = None,
     optimizer: Annotated[
         str,
         typer.Option(
@@ -259,7 +264,8 @@ def estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,
             seq=seq, vpp=vpp, schedule=schedule, recompute=recompute, zero=zero,
-            sequence_parallel=sequence_parallel, precision=precision, optimizer=optimizer,
+            sequence_parallel=sequence_parallel, precision=precision or cl.device.sixteen_bit_dtype,
+            optimizer=optimizer,
             offload_optimizer=offload, offload_activation_layers=offload_activations,
             moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,
             overlap_moe_a2a=overlap_a2a, overlap_grad_reduce=overlap_grad, flash_attention=flash,

@@ -184,7 +184,12 @@ def plan_cmd(
     ] = None,
     global_batch_tokens: Annotated[int | None, typer.Option(help="tokens per step")] = None,
     seq: Annotated[int, typer.Option(help="sequence length")] = 8192,
-    precision: Annotated[str, typer.Option(help="bf16|fp16|fp8|fp32")] = "bf16",
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="fp32|fp16|bf16|fp8 (default: bf16, or fp16 on a GPU without bf16: V100)"
+        ),
+    ] = None,
     objective: Annotated[
         str, typer.Option(help="throughput|cost|energy|time-to-train")
     ] = "throughput",
@@ -285,7 +290,8 @@ def plan_cmd(
         # checks and wording of `hwtune estimate`
         # recompute modules apply to the selective settings the search tries
         selective = {"recompute": "selective"} if "recompute_modules" in software else {}
-        make_strategy(**software, **selective, precision=precision).validate_for(spec)
+        prec = {"precision": precision} if precision else {}  # else each GPU's 16-bit format
+        make_strategy(**software, **selective, **prec).validate_for(spec)
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip
@@ -415,6 +421,7 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None
                 "n_gpus": h.cluster.n_gpus,
                 "fits": best is not None,
                 "strategy": _est_row(best)["label"] if best else None,
+                "precision": best.strategy.precision if best else None,  # fp16 on V100
                 "tokens_per_s": best.tokens_per_s if best else None,
                 "mfu": best.mfu if best else None,
                 "time_to_train_s": h.time_to_train_s,
@@ -431,6 +438,7 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None
         "GPU",
         "GPUs",
         "best strategy",
+        "precision",
         "tokens/s",
         "MFU",
         "days",
@@ -440,10 +448,11 @@ def _render_hardware(name, gb, seq, tokens, choices, as_json, objective) -> None
         t.add_column(col, justify="left" if col in ("GPU", "best strategy") else "right")
     for r in rows:
         if not r["fits"]:
-            t.add_row(r["gpu"], str(r["n_gpus"]), "[red]no strategy fits[/red]", "", "", "", "", "")
+            t.add_row(r["gpu"], str(r["n_gpus"]), "[red]no strategy fits[/red]", *[""] * 6)
             continue
         t.add_row(
-            r["gpu"], str(r["n_gpus"]), r["strategy"], f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
+            r["gpu"], str(r["n_gpus"]), r["strategy"], r["precision"],
+            f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}",
             f"{r['time_to_train_s'] / 86400:.1f}",
             f"{r['cost_usd']:,.0f}" if r["cost_usd"] is not None else "no price",
             f"{r['energy_j'] / 3.6e9:,.1f}",
@@ -569,7 +578,12 @@ def scale_cmd(
         float | None, typer.Option(help="sequences per GPU (weak scaling; default 1)")
     ] = None,
     seq: Annotated[int, typer.Option()] = 8192,
-    precision: Annotated[str, typer.Option()] = "bf16",
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="fp32|fp16|bf16|fp8 (default: bf16, or fp16 on a GPU without bf16: V100)"
+        ),
+    ] = None,
     knees: Annotated[
         str | None,
         typer.Option(help="fractions of linear scaling in (0, 1) that mark a knee (0.9,0.5)"),
@@ -581,6 +595,7 @@ def scale_cmd(
 ) -> None:
     """Sweep accelerators (or model size, or global batch): best strategy at each point, scaling
     efficiency, knees where adding accelerators stops paying, and regime changes."""
+    from hwtune.hardware.catalog import get_device
     from hwtune.hardware.cluster import make_cluster
     from hwtune.model.catalog import get_model
     from hwtune.train.scaling import scale_sweep
@@ -596,6 +611,8 @@ def scale_cmd(
         def mk(n: int):  # noqa: ANN202
             return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                                 scaleup_domain=scaleup_domain)  # fmt: skip
+
+        precision = precision or get_device(gpu).sixteen_bit_dtype
 
         if len(names) > 1 or global_batches is not None:
             _distinct([get_model(n).name for n in names], model, "--model")  # aliases too

@@ -40,7 +40,12 @@ def size_cmd(
     ] = None,
     micro_batch: Annotated[int, typer.Option()] = 1,
     seq: Annotated[int, typer.Option()] = 4096,
-    precision: Annotated[str, typer.Option(help="fp32|fp16|bf16|fp8")] = "bf16",
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="fp32|fp16|bf16|fp8 (default: bf16, or fp16 on a GPU without bf16: V100)"
+        ),
+    ] = None,
     target: Annotated[
         str | None, typer.Option(help="propose shapes for this many parameters (e.g. 7B)")
     ] = None,
@@ -67,6 +72,7 @@ def size_cmd(
         tp = 1 if tp is None else tp
         spec = get_model(model)
         dev = get_device(gpu)
+        precision = precision or dev.sixteen_bit_dtype
         check_job(dev, precision, micro_batch=micro_batch, seq=seq)
         if target is None:
             issues = check(spec, dev, tp=tp, micro_batch=micro_batch, seq=seq, dtype=precision)
@@ -160,7 +166,10 @@ def study_cmd(
     scales: Annotated[str, typer.Option(help="accelerator counts, comma-separated")] = "8,64,512",
     global_batch: Annotated[int, typer.Option()] = 512,
     seq: Annotated[int, typer.Option()] = 8192,
-    precision: Annotated[str, typer.Option()] = "bf16",
+    precision: Annotated[
+        str | None,
+        typer.Option(help="fp32|fp16|bf16|fp8 (default: each GPU's 16-bit format, fp16 on V100)"),
+    ] = None,
     output: Annotated[
         Path, typer.Option("--output", "-o", help="directory for study.csv / .parquet / plots")
     ] = Path("hwtune-study"),

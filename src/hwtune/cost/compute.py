@@ -307,9 +307,9 @@ def attention_kernel_share(device: Device, kernel: str, backward: bool = False) 
     return 1.0
 
 
-def _attention_dtype(dtype: str) -> str:
-    """The dtype attention runs in: 16 bits under fp8/fp4/int8 GEMMs."""
-    return "bf16" if dtype in ("fp8", "fp4", "int8") else dtype
+def _attention_dtype(dtype: str, device: Device) -> str:
+    """The dtype attention runs in: the device's 16-bit format under fp8/fp4/int8 GEMMs."""
+    return device.sixteen_bit_dtype if dtype in ("fp8", "fp4", "int8") else dtype
 
 
 def attention_measured(device: Device, dtype: str, backward: bool = False) -> bool:
@@ -318,7 +318,9 @@ def attention_measured(device: Device, dtype: str, backward: bool = False) -> bo
     kernel's share (`attention_kernel_share`) is not applied."""
     prof = device.profile
     phase = "bwd" if backward else "fwd"
-    return prof is not None and prof.attention_rate(phase, _attention_dtype(dtype)) is not None
+    return (
+        prof is not None and prof.attention_rate(phase, _attention_dtype(dtype, device)) is not None
+    )
 
 
 def attention_time(
@@ -338,7 +340,7 @@ def attention_time(
     """
     if flops <= 0:
         return 0.0
-    adt = _attention_dtype(dtype)
+    adt = _attention_dtype(dtype, device)
     prof = device.profile
     if prof is not None:
         f_exec = (FLASH_BWD_FLOP_RATIO if backward else 1.0) * flops  # as the profile counts

@@ -162,7 +162,7 @@ def prefill_attention_time(
     io = kv_tokens_read * shape.kv_elems_per_token * stored_bytes(kv_dtype)
     # Q read and O written in 16 bits: heads * (d_qk + d_v) = flops_per_key / 2 elements per token
     io += 2.0 * new_tokens * shape.flops_per_key / 2.0
-    return attention_time(flops, io, device, "bf16", backward=False)
+    return attention_time(flops, io, device, device.sixteen_bit_dtype, backward=False)
 
 
 def decode_attention_time(
@@ -202,7 +202,9 @@ def linear_attention_time(
         return 0.0
     flops = tokens * shape.linear_flops_per_token
     nbytes = 2.0 * n_seqs * shape.state_bytes_per_seq
-    t_flops = flops / (device.peak_flops("bf16") * device.attention_fwd_efficiency)
+    t_flops = flops / (
+        device.peak_flops(device.sixteen_bit_dtype) * device.attention_fwd_efficiency
+    )
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     return max(t_flops, t_mem) + KERNEL_OVERHEAD_S
 

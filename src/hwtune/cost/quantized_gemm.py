@@ -180,7 +180,8 @@ def serving_gemm_time(
         eta = m / (-(-m // MARLIN_ROWS) * MARLIN_ROWS)
     else:
         eta = shape_efficiency(m, n, k, device, batch)
-    rate = device.peak_flops("bf16") * device.gemm_fraction("bf16") * share
+    half = device.sixteen_bit_dtype  # activations run 16-bit: fp16 on Volta
+    rate = device.peak_flops(half) * device.gemm_fraction(half) * share
     t_compute = flops / (rate * eta)
     wb = weight_bytes_per_element(weight_dtype, group_size)
     nbytes = batch * (2.0 * m * k + wb * k * n + 2.0 * m * n)

@@ -161,7 +161,7 @@ def step_model_from_estimator(
     device: object,
     seq: int,
     batches: Sequence[int] = (1, 2, 4, 8),
-    precision: str = "bf16",
+    precision: str | None = None,
     host_s: tuple[float, float] = (0.0, 0.0),
     f_ref_hz: float | None = None,
 ) -> StepTimeModel:

@@ -39,7 +39,7 @@ def edge_step_model(
     model: ModelSpec | str = GPT2_SMALL,
     seq: int = 256,
     host_s: tuple[float, float] = HOST_S,
-    precision: str = "bf16",
+    precision: str | None = None,
 ) -> StepTimeModel:
     """The step model of ``model`` on ``profile``'s GPU from the foundation estimator."""
     return step_model_from_estimator(

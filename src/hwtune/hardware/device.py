@@ -121,10 +121,13 @@ class Device(FrozenModel):
 
     # --- SI accessors -----------------------------------------------------------------
     def peak_flops(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype``; bf16 and fp16 stand in for each other."""
+        """Dense peak FLOP/s for ``dtype``. A dtype without a figure is refused naming the ones
+        the device has: bf16 and fp16 do not stand in for each other (V100 has fp16 tensor
+        cores only, so pricing bf16 at its fp16 rate would report a precision it cannot run
+        at that rate)."""
         tf = getattr(self.peak_tflops, dtype, None)
-        if tf is None and dtype in ("bf16", "fp16"):
-            tf = self.peak_tflops.fp16 or self.peak_tflops.bf16
+        if tf is None and dtype == "bf16" and self.sixteen_bit_dtype == "fp16":
+            raise HwtuneInputError("precision", "bf16", self.no_bf16_expectation())
         if tf is None:
             raise HwtuneInputError(
                 "precision",
@@ -132,6 +135,22 @@ class Device(FrozenModel):
                 f"a dtype that {self.name} supports: {', '.join(self.supported_dtypes())}",
             )
         return tf * 1e12
+
+    @property
+    def sixteen_bit_dtype(self) -> str:
+        """The 16-bit format this device computes in: bf16, or fp16 where it has no bf16 peak
+        (Volta: NVIDIA's V100 whitepaper lists FP16 tensor cores only. PyTorch runs bf16 there
+        only emulated, without tensor cores (``torch.cuda.is_bf16_supported`` checks a bf16
+        tensor below compute capability 8.0); vLLM resolves ``--dtype auto`` to fp16 and refuses
+        an explicit bfloat16)."""
+        if self.peak_tflops.bf16 is None and self.peak_tflops.fp16 is not None:
+            return "fp16"
+        return "bf16"
+
+    def no_bf16_expectation(self) -> str:
+        """What to ask for instead of bf16 on a device without bf16 math (the refusal's text)."""
+        return (f"fp16 on {self.name}, which has no bfloat16 tensor cores (bf16 runs only "
+                "emulated there, at no rate hwtune models; vLLM refuses it)")  # fmt: skip
 
     def supported_dtypes(self) -> list[str]:
         return [d for d in DTYPES if getattr(self.peak_tflops, d) is not None]

@@ -34,11 +34,10 @@ def sixteen_bit_format(
     vLLM resolves ``--dtype auto`` of a bf16 checkpoint to fp16 there and refuses an explicit
     bfloat16 ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0",
     its platform dtype check), so an explicit bf16 ``requested`` is refused naming ``field``."""
-    has_bf16 = device is None or device.peak_tflops.bf16 is not None
+    has_bf16 = device is None or device.sixteen_bit_dtype == "bf16"
     if requested == "bf16" and not has_bf16:
         assert device is not None
-        raise HwtuneInputError(field, "bf16", f"fp16 on {device.name}, which has no bfloat16 "
-                               "math (engines refuse bf16 below compute capability 8.0)")  # fmt: skip
+        raise HwtuneInputError(field, "bf16", device.no_bf16_expectation())
     return "bf16" if has_bf16 else "fp16"
 
 

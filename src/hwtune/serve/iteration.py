@@ -203,10 +203,10 @@ class IterationModel:
         self.cfg = cfg
         self.dtype = dtype
         self.act = dtype_bytes(dtype) if dtype else ACT_BYTES
-        self.math = dtype or "bf16"
+        self.dev = cfg.effective_device
+        self.math = dtype or self.dev.sixteen_bit_dtype  # fp16 on Volta
         self.kvd = dtype or cfg.kv_dtype
         self.spec = cfg.model
-        self.dev = cfg.effective_device
         self.cluster = cfg.cluster()
         self.window = self.spec.sliding_window or self.spec.attention_chunk_size
         self.classes = [
@@ -318,7 +318,7 @@ class IterationModel:
         if self.dtype:
             return gemm_time(m, n, k, self.dev, self.dtype, batch)
         if not expert and self.spec.quantized_weights == "experts":
-            return gemm_time(m, n, k, self.dev, "bf16", batch)
+            return gemm_time(m, n, k, self.dev, self.dev.sixteen_bit_dtype, batch)
         return serving_gemm_time(m, n, k, self.dev, self.cfg.weight_dtype, batch,
                                  self.cfg.weight_only_kernel,
                                  self.cfg.weight_group_size)  # fmt: skip

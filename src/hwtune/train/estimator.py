@@ -463,7 +463,8 @@ def estimate(
     ``model``: a `ModelSpec`, a catalog name or a config.json path. ``cluster``: a `Cluster`, or
     ``gpu``/``gpus`` for the common case (the rest from the device's system preset).
     ``strategy``: a `Strategy`, or its fields as keywords (``tp=8, pp=4, micro_batch=1, ...``);
-    ``dp`` defaults to the GPUs left over.
+    ``dp`` defaults to the GPUs left over, ``precision`` to the device's 16-bit format
+    (`Device.sixteen_bit_dtype`: bf16, fp16 on V100).
     """
     spec = _resolve_model(model)
     if cluster is None:
@@ -475,6 +476,8 @@ def estimate(
         cluster = make_cluster(gpu or "h100-sxm-80gb", gpus)
     if strategy is None:
         f = dict(strategy_fields)
+        if f.get("precision") is None:  # bf16, or fp16 where the device has no bf16 (V100)
+            f["precision"] = cluster.device.sixteen_bit_dtype
         if f.get("dp") is None:
             make_strategy(**{**f, "dp": 1})  # a bad tp/pp/cp is named before dp is derived from it
             denom = int(f.get("tp") or 1) * int(f.get("pp") or 1) * int(f.get("cp") or 1)  # type: ignore[call-overload]

@@ -40,6 +40,7 @@ from hwtune.train.estimator import (
     Estimate,
     _estimate,
     _resolve_model,
+    gemm_dtype,
     memory_table,
     shard_of,
     step_time_floor,
@@ -243,7 +244,7 @@ def plan(
     global_batch: int,
     seq: int,
     *,
-    precision: str = "bf16",
+    precision: str | None = None,
     objective: str = "throughput",
     constraints: Constraints | None = None,
     top_k: int = 5,
@@ -256,14 +257,17 @@ def plan(
     """Search the strategies of training ``spec`` on ``cl`` with ``global_batch`` sequences of
     ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`). ``spec``: a
     `ModelSpec`, a catalog name or a config.json path; ``cl``: a `Cluster`
-    (`hwtune.hardware.cluster.make_cluster(gpu, n)` for a device's system preset)."""
+    (`hwtune.hardware.cluster.make_cluster(gpu, n)` for a device's system preset); ``precision``:
+    None for the device's 16-bit format (`Device.sixteen_bit_dtype`: bf16, fp16 on V100)."""
     spec = _resolve_model(spec)
     if not isinstance(cl, Cluster):
         raise HwtuneInputError("cluster", cl, "a Cluster, e.g. hwtune.hardware.cluster."
                                "make_cluster('h100-sxm-80gb', 64)")  # fmt: skip
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
+    precision = precision or cl.device.sixteen_bit_dtype
     check_search_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
+    cl.device.peak_flops(gemm_dtype(precision, cl.device))  # names a precision it cannot run
     c = constraints or Constraints()
     _check_constraints(c)
     base = dict(base or {})

@@ -70,9 +70,11 @@ _DIM_OF = {
 
 def check(
     spec: ModelSpec, dev: Device, tp: int = 1, micro_batch: int = 1, seq: int = 4096,
-    dtype: str = "bf16", threshold: float = 0.97,
+    dtype: str | None = None, threshold: float = 0.97,
 ) -> list[SizeIssue]:  # fmt: skip
-    """GEMMs below ``threshold`` quantization x alignment efficiency, worst loss first."""
+    """GEMMs below ``threshold`` quantization x alignment efficiency, worst loss first
+    (``dtype`` None: the device's 16-bit format, `Device.sixteen_bit_dtype`)."""
+    dtype = dtype or dev.sixteen_bit_dtype
     check_job(dev, dtype, tp=tp, micro_batch=micro_batch, seq=seq)
     if spec.n_heads % tp:
         raise HwtuneInputError("tp", tp, f"a divisor of the {spec.n_heads} attention heads")
@@ -182,7 +184,7 @@ def naive_shape(base: ModelSpec, target: float) -> ModelSpec:
 
 def propose(
     base: ModelSpec, target: float, dev: Device, tolerance: float = 0.02, tokens: int = 8192,
-    dtype: str = "bf16", top: int = 5,
+    dtype: str | None = None, top: int = 5,
 ) -> tuple[Proposal, list[Proposal]]:  # fmt: skip
     """Shapes near ``target`` parameters (within ``tolerance``), fastest first, and the naive one.
 
@@ -194,6 +196,7 @@ def propose(
         raise HwtuneInputError("target", target, "a positive finite parameter count")
     if not 0 < tolerance < 0.5:
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
+    dtype = dtype or dev.sixteen_bit_dtype  # bf16, fp16 on V100
     check_job(dev, dtype, tokens=tokens, top=top)
     hd = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128

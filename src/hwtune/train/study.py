@@ -56,16 +56,17 @@ def grid(
     scales: Sequence[int],
     global_batch: int,
     seq: int,
-    precision: str = "bf16",
+    precision: str | None = None,
 ) -> list[StudyPoint]:
-    """The Cartesian product of the study's axes (names are checked by `check_points`)."""
+    """The Cartesian product of the study's axes (names are checked by `check_points`);
+    ``precision`` None: each GPU's 16-bit format (`Device.sixteen_bit_dtype`: fp16 on V100)."""
     from hwtune.train.search import check_search_job
 
     for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
                          ("scales", scales)):  # fmt: skip
         if not values:
             raise HwtuneInputError(axis, list(values), "at least one value (an axis of the grid)")
-    check_search_job(global_batch, seq, precision, 1, None, 1.0)
+    check_search_job(global_batch, seq, precision or "bf16", 1, None, 1.0)
     for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
                          ("scales", scales)):  # fmt: skip
         twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
@@ -76,10 +77,22 @@ def grid(
             raise HwtuneInputError("scales", n, "positive integers (accelerator counts)")
     for t in topologies:  # bad input is named before any point runs
         _topology_fields(t)
+    prec = {g: precision or _sixteen_bit(g) for g in gpus}
     return [
-        StudyPoint(m, g, t, int(n), global_batch, seq, precision)
+        StudyPoint(m, g, t, int(n), global_batch, seq, prec[g])
         for m, g, t, n in itertools.product(models, gpus, topologies, scales)
     ]
+
+
+def _sixteen_bit(gpu: str) -> str:
+    """The 16-bit format of ``gpu``; bf16 for a name the catalog lacks (`check_points` names
+    it before any point runs)."""
+    from hwtune.hardware.catalog import get_device
+
+    try:
+        return get_device(gpu).sixteen_bit_dtype
+    except HwtuneInputError:
+        return "bf16"
 
 
 def _topology_fields(topology: str) -> dict[str, float] | None:

@@ -1,0 +1,119 @@
+"""Training precision follows the device: bf16 by default, fp16 on V100, which has FP16 tensor
+cores only (NVIDIA Tesla V100 GPU Architecture whitepaper, 2017, Table 1: 125 TFLOPS "Tensor",
+FP16 inputs, no BF16). bf16 was once priced at V100's fp16 rate and reported as bf16; now an
+explicit bf16 there is refused, and every training entry point defaults to the device's format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import hwtune
+from hwtune.cli.main import app
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
+from hwtune.hardware.cluster import make_cluster
+from hwtune.hardware.device import PeakTflops
+
+V100 = "v100-sxm2-32gb"
+V100_FP16_TFLOPS = 125.0  # V100 whitepaper (2017), Table 1: Tensor TFLOPS at 1530 MHz
+
+
+def _run(args: list[str]) -> dict:
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("gpu", [V100, "v100-sxm3-32gb"])
+def test_volta_has_no_bf16_and_it_is_not_priced_at_the_fp16_rate(gpu: str) -> None:
+    dev = get_device(gpu)
+    assert dev.sixteen_bit_dtype == "fp16"
+    with pytest.raises(HwtuneInputError) as info:
+        dev.peak_flops("bf16")
+    assert info.value.field == "precision" and "fp16" in info.value.expected
+
+
+def test_a_device_with_bf16_only_has_no_fp16_stand_in() -> None:
+    # nor the other way round: a device that lists bf16 alone is not priced for fp16
+    h100 = get_device("h100-sxm-80gb")
+    dev = h100.model_copy(update={"name": "bf16-only", "peak_tflops": PeakTflops(bf16=100.0)})
+    assert dev.sixteen_bit_dtype == "bf16"
+    assert dev.peak_flops("bf16") == pytest.approx(100e12)
+    with pytest.raises(HwtuneInputError) as info:
+        dev.peak_flops("fp16")
+    assert "bf16" in info.value.expected  # names what the device has
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm-80gb", "a100-sxm4-80gb", "mi300x"])
+def test_gpus_with_bf16_default_to_it(gpu: str) -> None:
+    assert get_device(gpu).sixteen_bit_dtype == "bf16"
+    est = hwtune.estimate("gpt-1.7b", gpu=gpu, gpus=8, seq=2048)
+    assert est.strategy.precision == "bf16"
+
+
+def test_estimate_on_v100_defaults_to_fp16_against_the_fp16_peak() -> None:
+    est = hwtune.estimate("gpt-1.7b", gpu=V100, gpus=8, seq=2048)
+    assert est.strategy.precision == "fp16"
+    # MFU is model FLOP/s over the datasheet fp16 tensor peak
+    assert est.mfu == pytest.approx(est.model_tflops_per_gpu / V100_FP16_TFLOPS, rel=1e-9)
+    same = hwtune.estimate("gpt-1.7b", gpu=V100, gpus=8, seq=2048, precision="fp16")
+    assert same.step_time_s == est.step_time_s
+
+
+def test_explicit_bf16_on_v100_is_refused(rejects) -> None:  # noqa: ANN001
+    with pytest.raises(HwtuneInputError) as info:
+        hwtune.estimate("gpt-1.7b", gpu=V100, gpus=8, seq=2048, precision="bf16")
+    assert info.value.field == "precision" and info.value.value == "bf16"
+    base = ["--model", "gpt-1.7b", "--gpu", V100, "--gpus", "8", "--seq", "2048"]
+    rejects(["estimate", *base, "--precision", "bf16"], "--precision", "bf16", "fp16", V100)
+    rejects(["plan", *base, "--global-batch", "64", "--precision", "bf16"], "--precision", "fp16")
+    rejects(["size", "--gpu", V100, "--precision", "bf16"], "--precision", "fp16")
+    rejects(["scale", "--model", "gpt-1.7b", "--gpu", V100, "--gpus", "8,16", "--seq", "2048",
+             "--precision", "bf16"], "--precision", "fp16")  # fmt: skip
+
+
+def test_plan_refuses_bf16_on_v100_before_searching() -> None:
+    cl = make_cluster(V100, 8)
+    with pytest.raises(HwtuneInputError) as info:
+        hwtune.plan("gpt-1.7b", cl, 64, 2048, precision="bf16", progress=_never_called)
+    assert info.value.field == "precision"
+
+
+def _never_called(done: int, total: int) -> None:
+    raise AssertionError("the search started before the precision was checked")
+
+
+def test_plan_searches_in_each_gpus_own_format() -> None:
+    args = ["plan", "--model", "gpt-1.7b", "--gpu", f"h100-sxm-80gb,{V100}", "--gpus", "8",
+            "--seq", "2048", "--global-batch", "64", "--top", "1", "--json"]  # fmt: skip
+    rows = {r["gpu"]: r for r in _run(args)["hardware"]}
+    assert rows["h100-sxm-80gb"]["precision"] == "bf16"
+    assert rows[V100]["precision"] == "fp16"
+    one = _run(["plan", "--model", "gpt-1.7b", "--gpu", V100, "--gpus", "8", "--seq", "2048",
+                "--global-batch", "64", "--top", "1", "--json"])  # fmt: skip
+    assert one["top"][0]["strategy"]["precision"] == "fp16"
+
+
+def test_scale_and_size_report_fp16_on_v100() -> None:
+    doc = _run(["scale", "--model", "gpt-1.7b", "--gpu", V100, "--gpus", "8,16", "--seq", "2048",
+                "--json"])  # fmt: skip
+    assert doc["precision"] == "fp16"
+    from hwtune.model.catalog import get_model
+    from hwtune.train.sizing import check
+
+    dev = get_device(V100)
+    assert check(get_model("gpt-1.7b"), dev) == check(get_model("gpt-1.7b"), dev, dtype="fp16")
+    with pytest.raises(HwtuneInputError):
+        check(get_model("gpt-1.7b"), dev, dtype="bf16")
+
+
+def test_study_grid_takes_each_gpus_format_unless_one_is_given() -> None:
+    from hwtune.train.study import grid
+
+    pts = grid(["gpt-1.7b"], ["h100-sxm-80gb", V100], ["default"], [8], 64, 2048)
+    assert {p.gpu: p.precision for p in pts} == {"h100-sxm-80gb": "bf16", V100: "fp16"}
+    fixed = grid(["gpt-1.7b"], ["h100-sxm-80gb", V100], ["default"], [8], 64, 2048, "fp32")
+    assert {p.precision for p in fixed} == {"fp32"}
