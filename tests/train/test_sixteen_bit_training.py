@@ -117,3 +117,16 @@ def test_study_grid_takes_each_gpus_format_unless_one_is_given() -> None:
     assert {p.gpu: p.precision for p in pts} == {"h100-sxm-80gb": "bf16", V100: "fp16"}
     fixed = grid(["gpt-1.7b"], ["h100-sxm-80gb", V100], ["default"], [8], 64, 2048, "fp32")
     assert {p.precision for p in fixed} == {"fp32"}
+
+
+def test_compile_takes_the_gpus_format_unless_the_strategy_file_sets_one(tmp_path) -> None:  # noqa: ANN001
+    base = ["compile", "--model", "gpt-1.7b", "--gpu", V100, "--dp", "8", "--seq", "2048"]
+    assert _run([*base, "--json"])["strategy"]["precision"] == "fp16"
+    h100 = ["compile", "--model", "gpt-1.7b", "--gpu", "h100-sxm-80gb", "--dp", "8", "--json"]
+    assert _run(h100)["strategy"]["precision"] == "bf16"
+    f = tmp_path / "s.yaml"
+    f.write_text("precision: bf16\n")
+    r = CliRunner().invoke(app, [*base, "--strategy", str(f)])
+    assert r.exit_code == 2 and "precision" in r.output and "fp16" in r.output, r.output
+    f.write_text("precision: fp32\n")
+    assert _run([*base, "--strategy", str(f), "--json"])["strategy"]["precision"] == "fp32"

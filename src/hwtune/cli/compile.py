@@ -203,6 +203,8 @@ def compile_cmd(
                 gpus_per_node=gpus_per_node,
                 nic_gbps=nic_gbps,
             )
+        if "precision" not in base:  # bf16, or fp16 where the GPU has no bf16 (V100)
+            spec = spec.model_copy(update={"precision": cl.device.sixteen_bit_dtype})
         plan = compile_plan(spec, spec_model, cl)
         res = simulate(plan)
         title = f"{spec_model.name} on {cl.n_gpus} x {cl.device.name}: {plan.schedule}"
