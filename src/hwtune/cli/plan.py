@@ -265,6 +265,13 @@ def plan_cmd(
         clusters = make_clusters(gpu or "h100-sxm-80gb", 64 if gpus is None else gpus, gpus_per_node, nic_gbps,
                                  scaleup_domain, cluster)  # fmt: skip
         compare = len(clusters) > 1
+        if launch == "torchtitan":  # a precision it refuses: no strategy would run
+            from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
+
+            for cl_ in clusters:
+                bad = torchtitan_precision_refusal(precision or cl_.device.sixteen_bit_dtype)
+                if bad is not None:
+                    raise bad
         if launch is not None and (compare or what_if):
             raise HwtuneInputError("--launch", launch, "one GPU type and no --what-if (it "
                                    "launches the one best strategy of a plan)")  # fmt: skip
@@ -384,6 +391,11 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens, launch
         over, st = r.shortfall if r.shortfall else (0.0, None)
         from hwtune.train.search import strategy_label
 
+        if st is None:  # nothing was estimated: no memory shortfall to report
+            pr = ", ".join(f"{v:,} {k}" for k, v in r.pruned.most_common() if v) or "none"
+            out.print(f"[red]no strategy runs[/red] {name} on {cl.n_gpus} x {cl.device.name}: "
+                      f"none of the {r.candidates:,} candidates is left (pruned: {pr}).")  # fmt: skip
+            raise typer.Exit(1)
         out.print(f"[red]no strategy fits[/red] {name} on {cl.n_gpus} x {cl.device.name}: the closest "
                   f"({strategy_label(st) if st else '-'}) needs {over / GIB:.1f} GiB more per GPU "
                   f"than the {cl.device.memory_gib:.0f} GiB there is.")  # fmt: skip

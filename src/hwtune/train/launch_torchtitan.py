@@ -188,6 +188,21 @@ def _refuse(field: str, value: object, expected: str) -> HwtuneInputError:
     return HwtuneInputError(field, value, expected)
 
 
+def torchtitan_precision_refusal(precision: str) -> HwtuneInputError | None:
+    """Why torchtitan cannot train in ``precision``, or None (bf16 and fp32): checked before a
+    search, since no strategy in another precision would run."""
+    if precision == "fp16":
+        return _refuse("precision", "fp16", "bf16 or fp32 (torchtitan's "
+                       "training.mixed_precision_param is bfloat16 or float32; fp32 on a GPU "
+                       "without bf16, such as V100, where fp16 is the default)")  # fmt: skip
+    if precision == "fp8":
+        return _refuse(
+            "precision", "fp8", "bf16 or fp32 (torchtitan's float8 is a converter in the model "
+            "configuration, rowwise recipes only; no command-line option sets it)",
+        )  # fmt: skip
+    return None
+
+
 def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneInputError | None:
     """Why torchtitan cannot run ``st`` as hwtune models it (the first reason, as a one-line
     error naming the field), or None. With ``model``, also the pipeline stage split."""
@@ -218,14 +233,9 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "recompute", st.recompute, "none, selective-op or full (torchtitan's selective "
             "activation checkpointing is per op; it has no core-attention-only policy)",
         )  # fmt: skip
-    if st.precision == "fp16":
-        return _refuse("precision", "fp16", "bf16 or fp32 (torchtitan's "
-                       "training.mixed_precision_param is bfloat16 or float32)")  # fmt: skip
-    if st.precision == "fp8":
-        return _refuse(
-            "precision", "fp8", "bf16 or fp32 (torchtitan's float8 is a converter in the model "
-            "configuration, rowwise recipes only; no command-line option sets it)",
-        )  # fmt: skip
+    bad_precision = torchtitan_precision_refusal(st.precision)
+    if bad_precision is not None:
+        return bad_precision
     if st.optimizer not in TORCHTITAN_OPTIMIZERS:
         return _refuse("optimizer", st.optimizer, "adam or adam-bf16 (torchtitan's AdamW, "
                        "fp32 or all-bf16 with --training.dtype bfloat16)")  # fmt: skip

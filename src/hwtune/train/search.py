@@ -292,6 +292,7 @@ def plan(
     top: list[tuple[tuple[float, int], Estimate]] = []
     evaluated = candidates = 0
     best_short: tuple[float, Strategy] | None = None
+    refused_fit = False  # a strategy that fits was refused by the launch framework
     lattice = [
         k
         for k in _knob_lattice(c.allow_offload)
@@ -375,12 +376,14 @@ def plan(
                     pruned["does not fit in memory"] += len(lattice)
                     if best_short is None or lightest_mem - cap < best_short[0]:
                         z, r, o = lightest
-                        best_short = (lightest_mem - cap, Strategy(
+                        short = Strategy(
                             precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
                             sequence_parallel=tp > 1, zero=z, micro_batch=mb, global_batch=global_batch,
                             seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o,
                             recompute_modules=mods_for(r), **base_for(r),
-                        ))  # fmt: skip
+                        )  # fmt: skip
+                        if c.runs is None or c.runs(short):  # the closest one it would run
+                            best_short = (lightest_mem - cap, short)
                     continue
                 any_fit = True
                 for knobs in lattice:
@@ -403,6 +406,7 @@ def plan(
                     )  # fmt: skip
                     if c.runs is not None and not c.runs(st):
                         pruned["not run by the launch framework"] += 1
+                        refused_fit = True
                         continue
                     fitting.append(knobs)
                     if (
@@ -449,7 +453,8 @@ def plan(
         evaluated=evaluated,
         pruned=pruned,
         seconds=time.perf_counter() - t0,
-        shortfall=best_short if not top else None,
+        # memory is not why nothing was found when the framework refused one that fits
+        shortfall=best_short if not top and not refused_fit else None,
     )
     if len(result.top) >= 2:
         result.why_best = why_better(result.top[0], result.top[1])
