@@ -173,8 +173,12 @@ def test_mi300x_peaks():
 def test_mi355x_and_mi250x_peaks():
     # MI355X: 2400 MHz x 1024 matrix cores x 512 FMA x 2 = 2516.6 (AMD prints "2.5 PF")
     assert peak("mi355x", "bf16") == pytest.approx(2400e6 * 1024 * 512 * 2 / 1e12, abs=0.1)
-    # MI250X 383 TFLOPS is for the whole 2-GCD package (each GCD is half)
-    assert peak("mi250x", "bf16") == pytest.approx(383)
+    # AMD prints 383 TFLOPS for the 2-GCD MI250X package; software sees each GCD as a GPU
+    # (OLCF Frontier user guide), so the catalog's mi250x is one GCD: half, and 110 CUs x 1024
+    # bf16 FLOP/clk (4 matrix cores x 256) x 1.7 GHz
+    assert peak("mi250x", "bf16") == pytest.approx(383 / 2)
+    assert peak("mi250x", "bf16") == pytest.approx(110 * 1024 * 1.7e9 / 1e12, rel=1e-3)
+    assert get_device("mi250x").sm_count == 220 // 2
     assert "2-GCD" in get_device("mi250x").sources["peak_tflops"]
 
 
@@ -210,7 +214,7 @@ def test_memory_figures():
         "h200-sxm-141gb": 141,
         "b200": 180,  # DGX B200: 1,440 GB / 8
         "b300": 288,
-        "mi250x": 128,
+        "mi250x": 64,  # one GCD: OLCF "8 separate GPUs, each having 64 GB" (128 per package)
         "mi300x": 192,
         "mi325x": 256,
         "mi355x": 288,
@@ -337,3 +341,14 @@ def test_make_cluster_uses_reference_preset():
     assert c.domain == 72 and c.gpus_per_node == 4
     c = make_cluster("NVIDIA V100-SXM3-32GB", gpus=512)
     assert c.gpus_per_node == 16 and c.nic_gbps_per_gpu == 50
+
+
+def test_frontier_node_is_eight_gcds():
+    # OLCF Frontier user guide: 4 MI250X = 8 GCDs per node, seen as 8 GPUs; 4 Slingshot-11
+    # NICs of 200 Gb/s, one per MI250X, so 100 Gb/s per GCD
+    from hwtune.hardware.cluster import make_cluster
+
+    cl = make_cluster("mi250x", 16)
+    assert (cl.gpus_per_node, cl.scaleup_domain) == (8, 8)
+    assert cl.nic_gbps_per_gpu * cl.gpus_per_node == 4 * 200
+    assert get_device("AMD Instinct MI250X").name == "mi250x"  # what torch names a GCD
