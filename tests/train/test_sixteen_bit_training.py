@@ -130,3 +130,21 @@ def test_compile_takes_the_gpus_format_unless_the_strategy_file_sets_one(tmp_pat
     assert r.exit_code == 2 and "precision" in r.output and "fp16" in r.output, r.output
     f.write_text("precision: fp32\n")
     assert _run([*base, "--strategy", str(f), "--json"])["strategy"]["precision"] == "fp32"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "names"), [("a100-sxm4-80gb", "fp32, fp16, bf16"), (V100, "fp32, fp16")]
+)
+def test_fp8_training_where_there_is_no_fp8_names_the_precisions_there_are(
+    rejects, gpu, names
+) -> None:  # noqa: ANN001
+    # A100 and V100 have no FP8 tensor cores (their datasheets list none); the refusal names
+    # the training precisions, not every dtype the catalog lists (tf32, int8, fp64)
+    for cmd in (["estimate"], ["plan"], ["size"]):
+        line = rejects([*cmd, "--gpu", gpu, "--precision", "fp8"], "--precision", names, "no fp8")
+        assert "int8" not in line and "tf32" not in line
+    from hwtune.train.study import check_points, grid
+
+    with pytest.raises(HwtuneInputError) as info:
+        check_points(grid(["gpt-1.7b"], [gpu], ["default"], [8], 64, 2048, "fp8"))
+    assert info.value.field == "precision" and names in info.value.expected

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import (
@@ -61,7 +61,7 @@ from hwtune.train.schedules import (
     param_copies,
     pipeline_time,
 )
-from hwtune.train.strategy import Strategy, expert_data_parallel, make_strategy
+from hwtune.train.strategy import Precision, Strategy, expert_data_parallel, make_strategy
 
 PRE_FA2_ARCHS = ("volta", "turing", "pascal")
 """NVIDIA architectures FlashAttention-2 does not run on (it needs sm80+: Dao 2023; the
@@ -198,6 +198,20 @@ def gemm_dtype(precision: str, device: Device) -> str:
     if precision == "fp32":
         return "tf32" if device.peak_tflops.tf32 else "fp32"
     return precision
+
+
+def check_training_precision(precision: str, device: Device) -> None:
+    """Refuse a training ``precision`` whose GEMMs ``device`` has no peak for, naming the
+    training precisions it does have (bf16 on a device with fp16 only: fp16, as
+    `Device.peak_flops` says)."""
+    if precision == "bf16" and device.sixteen_bit_dtype == "fp16":
+        device.peak_flops("bf16")  # its one-line refusal names fp16 and why
+    runs = [p for p in get_args(Precision) if getattr(device.peak_tflops, gemm_dtype(p, device))]
+    if precision in get_args(Precision) and precision not in runs:
+        raise HwtuneInputError(
+            "precision", precision, f"one of {', '.join(runs)} ({device.name} has no "
+            f"{gemm_dtype(precision, device)} peak)",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,6 +500,7 @@ def estimate(
             f["dp"] = cluster.n_gpus // denom
         strategy = make_strategy(**f)
     strategy.validate_for(spec, cluster.n_gpus)
+    check_training_precision(strategy.precision, cluster.device)
     arch = cluster.device.architecture
     if strategy.flash_attention and strategy.attention_kernel == "fa2" and arch in PRE_FA2_ARCHS:
         raise HwtuneInputError(

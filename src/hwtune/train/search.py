@@ -40,7 +40,7 @@ from hwtune.train.estimator import (
     Estimate,
     _estimate,
     _resolve_model,
-    gemm_dtype,
+    check_training_precision,
     memory_table,
     shard_of,
     step_time_floor,
@@ -267,7 +267,7 @@ def plan(
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
     precision = precision or cl.device.sixteen_bit_dtype
     check_search_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
-    cl.device.peak_flops(gemm_dtype(precision, cl.device))  # names a precision it cannot run
+    check_training_precision(precision, cl.device)  # before any layout is tried
     c = constraints or Constraints()
     _check_constraints(c)
     base = dict(base or {})

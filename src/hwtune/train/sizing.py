@@ -44,7 +44,9 @@ def check_job(dev: Device, dtype: str, **sizes: int) -> None:
             raise HwtuneInputError(name, v, "a positive integer")
     if dtype not in get_args(Precision):
         raise HwtuneInputError("precision", dtype, f"one of {', '.join(get_args(Precision))}")
-    dev.peak_flops(dtype)  # names the dtypes this device supports
+    from hwtune.train.estimator import check_training_precision
+
+    check_training_precision(dtype, dev)  # names the precisions this device trains in
 
 
 def _gemm_loss(m: int, n: int, k: int, batch: int, dev: Device, dtype: str) -> tuple[float, float]:

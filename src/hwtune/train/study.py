@@ -148,6 +148,7 @@ def check_points(points: Sequence[StudyPoint]) -> None:
     cannot run is bad input, not a "no fit" row): every model loads, every cluster builds and
     every device has a peak for the precision."""
     from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import check_training_precision
 
     seen_models: set[str] = set()
     seen_clusters: set[tuple] = set()
@@ -167,7 +168,7 @@ def check_points(points: Sequence[StudyPoint]) -> None:
                     p.n_gpus,
                     f"{e.expected} (the nodes of {p.gpu}, topology {p.topology})",
                 ) from None
-            cl.device.peak_flops(p.precision)  # type: ignore[attr-defined]
+            check_training_precision(p.precision, cl.device)  # type: ignore[attr-defined]
 
 
 def _output_dir(out: Path) -> Path:
