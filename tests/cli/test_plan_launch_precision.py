@@ -47,3 +47,25 @@ def test_a_search_the_framework_refuses_entirely_names_no_memory_shortfall(monke
     text = " ".join(r.output.split())  # rich wraps the line
     assert "no strategy runs" in text and "not run by the launch framework" in text
     assert "GiB" not in text
+
+
+def test_a_launch_of_a_comparison_is_refused_before_its_precision(rejects) -> None:  # noqa: ANN001
+    # one GPU type first: naming --precision fp32 would only lead to this refusal
+    rejects(["plan", *JOB, "--gpu", "v100,h100", "--launch", "torchtitan"], "--launch",
+            "one GPU type")  # fmt: skip
+
+
+def test_json_says_why_nothing_was_found(monkeypatch) -> None:  # noqa: ANN001
+    import hwtune.train.launch as launch
+
+    monkeypatch.setattr(launch, "megatron_refusal",
+                        lambda st, model=None: HwtuneInputError("x", 1, "y"))  # fmt: skip
+    r = CliRunner().invoke(app, ["plan", *JOB, "--gpu", "h100", "--launch", "megatron", "--json"])
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc["infeasible"]["reason"] == "no candidate left"
+    assert doc["infeasible"]["pruned"]["not run by the launch framework"] > 0
+    big = CliRunner().invoke(app, ["plan", "-m", "llama3.1-405b", "--gpu", "h100", "--gpus", "8",
+                                   "--seq", "8192", "--global-batch", "8", "--json"])  # fmt: skip
+    assert big.exit_code == 1
+    assert json.loads(big.stdout)["infeasible"]["reason"] == "memory"

@@ -148,3 +148,46 @@ def test_fp8_training_where_there_is_no_fp8_names_the_precisions_there_are(
     with pytest.raises(HwtuneInputError) as info:
         check_points(grid(["gpt-1.7b"], [gpu], ["default"], [8], 64, 2048, "fp8"))
     assert info.value.field == "precision" and names in info.value.expected
+
+
+def test_a_strategy_that_does_not_set_its_precision_takes_the_devices() -> None:
+    from hwtune.train.strategy import Strategy
+
+    cl = make_cluster(V100, 8)
+    est = hwtune.estimate("gpt-1.7b", cl, Strategy(dp=8, global_batch=8, seq=2048))
+    assert est.strategy.precision == "fp16"
+    with pytest.raises(HwtuneInputError):  # a Strategy that says bf16 means it
+        hwtune.estimate("gpt-1.7b", cl, Strategy(dp=8, global_batch=8, seq=2048, precision="bf16"))
+    from hwtune.model.catalog import get_model
+    from hwtune.parallel.compiler import compile_plan
+    from hwtune.parallel.simulator import simulate
+    from hwtune.parallel.spec import make_spec
+
+    def step(fields: dict) -> float:
+        return simulate(compile_plan(make_spec(fields), get_model("gpt-1.7b"), cl)).step_time_s
+
+    base = {"mesh": {"dp": 8}, "seq": 2048}
+    assert step(base) == step({**base, "precision": "fp16"}) != step({**base, "precision": "fp32"})
+    with pytest.raises(HwtuneInputError):
+        compile_plan(make_spec({"mesh": {"dp": 8}, "precision": "bf16"}), get_model("gpt-1.7b"), cl)
+
+
+def test_a_device_without_16_bit_peaks_trains_in_fp32_by_default() -> None:
+    from hwtune.train.estimator import default_precision
+
+    cpu = get_device("h100-sxm-80gb").model_copy(
+        update={"name": "cpu-like", "peak_tflops": PeakTflops(fp32=2.0)}
+    )
+    assert default_precision(cpu) == "fp32"
+    assert default_precision(get_device(V100)) == "fp16"
+    assert hwtune.estimate("gpt-1.7b", make_cluster(cpu, 1), seq=512).strategy.precision == "fp32"
+
+
+def test_bf16_refusals_in_training_name_fp32_too(rejects) -> None:  # noqa: ANN001
+    # torchtitan on a V100 needs fp32, so the training refusal lists both, with the Megatron
+    # flag that asked for bf16 when it came from --megatron-args
+    rejects(["estimate", "--gpu", V100, "--precision", "bf16"], "--precision", "fp32, fp16")
+    job = ("torchrun --nnodes 1 --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 1 "
+           "--micro-batch-size 1 --global-batch-size 8 --seq-length 2048 --bf16")  # fmt: skip
+    rejects(["estimate", "-m", "gpt-1.7b", "--gpu", V100, "--megatron-args", job],
+            "--bf16/--fp16/--fp8-format (in --megatron-args)", "fp16")  # fmt: skip

@@ -63,7 +63,7 @@ def test_run_point_row():
     assert row["tokens_per_s"] == pytest.approx(16 * 4096 / row["step_time_s"], rel=1e-9)
     assert 0 <= row["exposed_comm_share"] <= 1 and 0 <= row["bubble_share"] <= 1
     assert 0 < row["memory_gib"] <= 80
-    assert set(row) - {"error"} <= set(COLUMNS)
+    assert set(row) - {"error", "inputs_digest"} <= set(COLUMNS)
 
 
 def test_run_point_infeasible_and_bad_topology_rows():
@@ -193,3 +193,52 @@ def test_ray_local_gives_the_same_rows_as_local_processes(first_run, tmp_path):
     finally:
         ray.shutdown()
     assert comparable(read_rows(tmp_path / "study.csv")) == comparable(read_rows(path))
+
+
+def test_a_row_from_other_catalog_figures_is_recomputed(first_run, tmp_path, monkeypatch):
+    # a catalog update between runs (the MI250X became one GCD) must not leave old results in
+    # a resumed study: the row's inputs digest no longer matches the point's
+    out, path = first_run
+    rows = read_rows(path)
+    rows[0]["inputs_digest"] = "0" * 16
+    with (tmp_path / "study.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    seen = []
+    real = study.run_point
+
+    def spy(p):
+        seen.append(p.n_gpus)
+        return real(p)
+
+    monkeypatch.setattr(study, "run_point", spy)
+    said: list[str] = []
+    run_study(two_points(), tmp_path, workers=1, notice=said.append)
+    assert seen == [int(rows[0]["n_gpus"])]
+    assert "1 row(s) computed from other catalog figures recomputed" in said[0]
+    again = read_rows(tmp_path / "study.csv")
+    assert len(again) == 2
+    assert {r["inputs_digest"] for r in again} == {study.inputs_digest(p) for p in two_points()}
+
+
+def test_a_study_written_before_the_digest_is_recomputed_not_refused(first_run, tmp_path):
+    out, path = first_run
+    rows = read_rows(path)
+    old = [c for c in rows[0] if c != "inputs_digest"]
+    with (tmp_path / "study.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    said: list[str] = []
+    run_study(two_points(), tmp_path, workers=1, notice=said.append)
+    assert "2 row(s) computed from other catalog figures recomputed" in said[0]
+    assert all(r["inputs_digest"] for r in read_rows(tmp_path / "study.csv"))
+
+
+def test_the_digest_follows_the_device_figures():
+    p = two_points()[0]
+    base = study.inputs_digest(p)
+    assert study.inputs_digest(p) == base  # deterministic
+    other = StudyPoint(p.model, "a100-sxm4-80gb", p.topology, p.n_gpus, p.global_batch, p.seq)
+    assert study.inputs_digest(other) != base

@@ -204,7 +204,9 @@ def compile_cmd(
                 nic_gbps=nic_gbps,
             )
         if "precision" not in base:  # bf16, or fp16 where the GPU has no bf16 (V100)
-            spec = spec.model_copy(update={"precision": cl.device.sixteen_bit_dtype})
+            from hwtune.train.estimator import default_precision
+
+            spec = spec.model_copy(update={"precision": default_precision(cl.device)})
         plan = compile_plan(spec, spec_model, cl)
         res = simulate(plan)
         title = f"{spec_model.name} on {cl.n_gpus} x {cl.device.name}: {plan.schedule}"

@@ -220,6 +220,7 @@ def estimate(
     """Estimate one training step: time and its breakdown, MFU/HFU, throughput, memory."""
     from hwtune.hardware.cluster import load_cluster_file, make_cluster
     from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import default_precision
     from hwtune.train.estimator import estimate as run_estimate
     from hwtune.train.launch import megatron_strategy
     from hwtune.train.strategy import make_strategy
@@ -264,7 +265,7 @@ def estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,
             seq=seq, vpp=vpp, schedule=schedule, recompute=recompute, zero=zero,
-            sequence_parallel=sequence_parallel, precision=precision or cl.device.sixteen_bit_dtype,
+            sequence_parallel=sequence_parallel, precision=precision or default_precision(cl.device),
             optimizer=optimizer,
             offload_optimizer=offload, offload_activation_layers=offload_activations,
             moe_imbalance=moe_imbalance, overlap_tp_comm=overlap_tp,

@@ -64,4 +64,5 @@ def megatron_flags() -> dict[str, str]:
     out = {f: f"{k} (in --megatron-args)" for k, f in MEGATRON_VALUES.items() if f[0] != "_"}
     out["vpp"] = "--num-virtual-stages-per-pipeline-rank (in --megatron-args)"
     out["sequence_parallel"] = "--sequence-parallel (in --megatron-args)"
+    out["precision"] = "--bf16/--fp16/--fp8-format (in --megatron-args)"
     return out

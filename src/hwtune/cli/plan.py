@@ -265,16 +265,16 @@ def plan_cmd(
         clusters = make_clusters(gpu or "h100-sxm-80gb", 64 if gpus is None else gpus, gpus_per_node, nic_gbps,
                                  scaleup_domain, cluster)  # fmt: skip
         compare = len(clusters) > 1
-        if launch == "torchtitan":  # a precision it refuses: no strategy would run
-            from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
-
-            for cl_ in clusters:
-                bad = torchtitan_precision_refusal(precision or cl_.device.sixteen_bit_dtype)
-                if bad is not None:
-                    raise bad
         if launch is not None and (compare or what_if):
             raise HwtuneInputError("--launch", launch, "one GPU type and no --what-if (it "
                                    "launches the one best strategy of a plan)")  # fmt: skip
+        if launch == "torchtitan":  # a precision it refuses: no strategy would run
+            from hwtune.train.estimator import default_precision
+            from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
+
+            bad = torchtitan_precision_refusal(precision or default_precision(clusters[0].device))
+            if bad is not None:
+                raise bad
         _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
                         tokens)  # fmt: skip
         tokens = 1e12 if tokens is None else tokens
@@ -377,9 +377,12 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens, launch
     if not r.top and r.shortfall:
         over, st = r.shortfall
         doc["infeasible"] = {
+            "reason": "memory",
             "smallest_shortfall_bytes": over,
             "closest_strategy": st.model_dump(),
         }
+    elif not r.top:  # every candidate pruned before estimation (see "pruned")
+        doc["infeasible"] = {"reason": "no candidate left", "pruned": dict(r.pruned)}
     if launch:
         doc["launch"] = launch
     if as_json:
@@ -610,6 +613,7 @@ def scale_cmd(
     from hwtune.hardware.catalog import get_device
     from hwtune.hardware.cluster import make_cluster
     from hwtune.model.catalog import get_model
+    from hwtune.train.estimator import default_precision
     from hwtune.train.scaling import scale_sweep
     from hwtune.train.search import NoLayoutError, plan, strategy_label
 
@@ -624,7 +628,7 @@ def scale_cmd(
             return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
                                 scaleup_domain=scaleup_domain)  # fmt: skip
 
-        precision = precision or get_device(gpu).sixteen_bit_dtype
+        precision = precision or default_precision(get_device(gpu))
 
         if len(names) > 1 or global_batches is not None:
             _distinct([get_model(n).name for n in names], model, "--model")  # aliases too

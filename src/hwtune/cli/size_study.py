@@ -60,6 +60,7 @@ def size_cmd(
     from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.model.params import total_params
+    from hwtune.train.estimator import default_precision
     from hwtune.train.sizing import check, check_job, propose
 
     try:
@@ -72,7 +73,7 @@ def size_cmd(
         tp = 1 if tp is None else tp
         spec = get_model(model)
         dev = get_device(gpu)
-        precision = precision or dev.sixteen_bit_dtype
+        precision = precision or default_precision(dev)
         check_job(dev, precision, micro_batch=micro_batch, seq=seq)
         if target is None:
             issues = check(spec, dev, tp=tp, micro_batch=micro_batch, seq=seq, dtype=precision)

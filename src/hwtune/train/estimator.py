@@ -200,18 +200,31 @@ def gemm_dtype(precision: str, device: Device) -> str:
     return precision
 
 
+def default_precision(device: Device) -> str:
+    """The training precision when none is given: the device's 16-bit format
+    (`Device.sixteen_bit_dtype`: bf16, fp16 on V100), or fp32 on a device with neither 16-bit
+    peak (a CPU profile from `hwtune bench`)."""
+    if device.peak_tflops.bf16 is None and device.peak_tflops.fp16 is None:
+        return "fp32"
+    return device.sixteen_bit_dtype
+
+
 def check_training_precision(precision: str, device: Device) -> None:
     """Refuse a training ``precision`` whose GEMMs ``device`` has no peak for, naming the
-    training precisions it does have (bf16 on a device with fp16 only: fp16, as
-    `Device.peak_flops` says)."""
-    if precision == "bf16" and device.sixteen_bit_dtype == "fp16":
-        device.peak_flops("bf16")  # its one-line refusal names fp16 and why
+    training precisions it does have (bf16 on V100: fp16 or fp32, and why)."""
     runs = [p for p in get_args(Precision) if getattr(device.peak_tflops, gemm_dtype(p, device))]
-    if precision in get_args(Precision) and precision not in runs:
+    if precision not in get_args(Precision) or precision in runs:
+        return
+    if precision == "bf16" and "fp16" in runs:
         raise HwtuneInputError(
-            "precision", precision, f"one of {', '.join(runs)} ({device.name} has no "
-            f"{gemm_dtype(precision, device)} peak)",
+            "precision", "bf16", f"one of {', '.join(runs)} on {device.name}, which has no "
+            "bfloat16 tensor cores (PyTorch runs bf16 there only emulated, at no rate hwtune "
+            "models)",
         )  # fmt: skip
+    raise HwtuneInputError(
+        "precision", precision, f"one of {', '.join(runs)} ({device.name} has no "
+        f"{gemm_dtype(precision, device)} peak)",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,8 +490,8 @@ def estimate(
     ``model``: a `ModelSpec`, a catalog name or a config.json path. ``cluster``: a `Cluster`, or
     ``gpu``/``gpus`` for the common case (the rest from the device's system preset).
     ``strategy``: a `Strategy`, or its fields as keywords (``tp=8, pp=4, micro_batch=1, ...``);
-    ``dp`` defaults to the GPUs left over, ``precision`` to the device's 16-bit format
-    (`Device.sixteen_bit_dtype`: bf16, fp16 on V100).
+    ``dp`` defaults to the GPUs left over, ``precision`` (as a keyword, or a `Strategy` that
+    does not set it) to `default_precision`: bf16, fp16 on V100.
     """
     spec = _resolve_model(model)
     if cluster is None:
@@ -491,7 +504,7 @@ def estimate(
     if strategy is None:
         f = dict(strategy_fields)
         if f.get("precision") is None:  # bf16, or fp16 where the device has no bf16 (V100)
-            f["precision"] = cluster.device.sixteen_bit_dtype
+            f["precision"] = default_precision(cluster.device)
         if f.get("dp") is None:
             make_strategy(**{**f, "dp": 1})  # a bad tp/pp/cp is named before dp is derived from it
             denom = int(f.get("tp") or 1) * int(f.get("pp") or 1) * int(f.get("cp") or 1)  # type: ignore[call-overload]
@@ -499,6 +512,8 @@ def estimate(
                 raise HwtuneInputError("tp*pp*cp", denom, f"a divisor of the {cluster.n_gpus} GPUs")
             f["dp"] = cluster.n_gpus // denom
         strategy = make_strategy(**f)
+    elif "precision" not in strategy.model_fields_set:  # Strategy()'s bf16 is no choice
+        strategy = strategy.model_copy(update={"precision": default_precision(cluster.device)})
     strategy.validate_for(spec, cluster.n_gpus)
     check_training_precision(strategy.precision, cluster.device)
     arch = cluster.device.architecture

@@ -594,7 +594,7 @@ def from_row(r: dict) -> PublishedRun:
     except HwtuneInputError as e:
         run.skip_reason = str(e)
         return run
-    run.targets = _targets(r, run.spec, dev.peak_tflops.bf16)
+    run.targets = _targets(r, run.spec, getattr(dev.peak_tflops, dev.sixteen_bit_dtype))
     if not run.targets:
         run.skip_reason = "no throughput or memory figure the estimator predicts"
     return run

@@ -41,6 +41,7 @@ from hwtune.train.estimator import (
     _estimate,
     _resolve_model,
     check_training_precision,
+    default_precision,
     memory_table,
     shard_of,
     step_time_floor,
@@ -258,14 +259,14 @@ def plan(
     ``seq`` tokens per step; rank by ``objective`` (see `objectives.OBJECTIVES`). ``spec``: a
     `ModelSpec`, a catalog name or a config.json path; ``cl``: a `Cluster`
     (`hwtune.hardware.cluster.make_cluster(gpu, n)` for a device's system preset); ``precision``:
-    None for the device's 16-bit format (`Device.sixteen_bit_dtype`: bf16, fp16 on V100)."""
+    None for `default_precision` (bf16, fp16 on V100)."""
     spec = _resolve_model(spec)
     if not isinstance(cl, Cluster):
         raise HwtuneInputError("cluster", cl, "a Cluster, e.g. hwtune.hardware.cluster."
                                "make_cluster('h100-sxm-80gb', 64)")  # fmt: skip
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
-    precision = precision or cl.device.sixteen_bit_dtype
+    precision = precision or default_precision(cl.device)
     check_search_job(global_batch, seq, precision, top_k, price_per_gpu_hour, tokens_to_train)
     check_training_precision(precision, cl.device)  # before any layout is tried
     c = constraints or Constraints()

@@ -35,6 +35,12 @@ class SizeIssue:
     advice: str
 
 
+def _default_precision(dev: Device) -> str:
+    from hwtune.train.estimator import default_precision
+
+    return default_precision(dev)
+
+
 def check_job(dev: Device, dtype: str, **sizes: int) -> None:
     """One-line errors for sizes below 1 and a precision the device has no peak for."""
     from hwtune.train.strategy import Precision
@@ -75,8 +81,8 @@ def check(
     dtype: str | None = None, threshold: float = 0.97,
 ) -> list[SizeIssue]:  # fmt: skip
     """GEMMs below ``threshold`` quantization x alignment efficiency, worst loss first
-    (``dtype`` None: the device's 16-bit format, `Device.sixteen_bit_dtype`)."""
-    dtype = dtype or dev.sixteen_bit_dtype
+    (``dtype`` None: `default_precision`, bf16 or fp16 on V100)."""
+    dtype = dtype or _default_precision(dev)
     check_job(dev, dtype, tp=tp, micro_batch=micro_batch, seq=seq)
     if spec.n_heads % tp:
         raise HwtuneInputError("tp", tp, f"a divisor of the {spec.n_heads} attention heads")
@@ -137,9 +143,14 @@ def _round(x: float, q: int) -> int:
     return max(q, int(round(x / q)) * q)
 
 
-def layer_time_per_token(spec: ModelSpec, dev: Device, tokens: int, dtype: str = "bf16") -> float:
-    """Forward + backward seconds per token of the whole model on one device (no parallelism)."""
+def layer_time_per_token(
+    spec: ModelSpec, dev: Device, tokens: int, dtype: str | None = None
+) -> float:
+    """Forward + backward seconds per token of the whole model on one device (no parallelism;
+    ``dtype`` None: `hwtune.train.estimator.default_precision`)."""
     from hwtune.train.estimator import _layer_times
+
+    dtype = dtype or _default_precision(dev)
 
     sh = Shard(tokens=tokens, seq=tokens)
     t = 0.0
@@ -198,7 +209,7 @@ def propose(
         raise HwtuneInputError("target", target, "a positive finite parameter count")
     if not 0 < tolerance < 0.5:
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
-    dtype = dtype or dev.sixteen_bit_dtype  # bf16, fp16 on V100
+    dtype = dtype or _default_precision(dev)  # bf16, fp16 on V100
     check_job(dev, dtype, tokens=tokens, top=top)
     hd = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128

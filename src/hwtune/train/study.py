@@ -88,9 +88,10 @@ def _sixteen_bit(gpu: str) -> str:
     """The 16-bit format of ``gpu``; bf16 for a name the catalog lacks (`check_points` names
     it before any point runs)."""
     from hwtune.hardware.catalog import get_device
+    from hwtune.train.estimator import default_precision
 
     try:
-        return get_device(gpu).sixteen_bit_dtype
+        return default_precision(get_device(gpu))
     except HwtuneInputError:
         return "bf16"
 
@@ -210,6 +211,7 @@ def run_point(p: StudyPoint) -> dict:
 
     row: dict = {**asdict(p), "fits": False}
     try:
+        row["inputs_digest"] = inputs_digest(p)
         r = plan(
             get_model(p.model), _cluster(p), p.global_batch, p.seq, precision=p.precision, top_k=1
         )  # type: ignore[arg-type]
@@ -231,6 +233,25 @@ def run_point(p: StudyPoint) -> dict:
         bubble_share=b.get("pipeline_bubble", 0.0) / e.step_time_s,
     )  # fmt: skip
     return row
+
+
+def inputs_digest(p: StudyPoint) -> str:
+    """A short hash of what a point's result is computed from besides its key: the cluster
+    (device figures, network) and the model's dimensions as the catalog gives them now. A
+    resumed study recomputes a row whose digest differs (a catalog update: the MI250X became
+    one GCD on 2026-12-06), or that has none (written before the digest existed)."""
+    import hashlib
+    import json
+
+    from hwtune.model.catalog import get_model
+
+    cl = _cluster(p)
+    blob = json.dumps(
+        [cl.model_dump(mode="json", exclude={"device": {"sources"}}),  # type: ignore[attr-defined]
+         get_model(p.model).model_dump(mode="json")],
+        sort_keys=True, default=str,
+    )  # fmt: skip
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _load_complete_rows(csv_path: Path) -> tuple[list[dict], int]:
@@ -276,13 +297,20 @@ def run_study(
     out = Path(out_dir)
     csv_path = _output_dir(out)
     kept, damaged = _load_complete_rows(csv_path)
+    digest = {p.key: inputs_digest(p) for p in points}
+    stale = [
+        r for r in kept if _key_of(r) in digest and r.get("inputs_digest") != digest[_key_of(r)]
+    ]
+    kept = [r for r in kept if not any(r is s for s in stale)]
     done = {_key_of(r) for r in kept}
     todo = [p for p in points if p.key not in done]
-    if notice is not None and (kept or damaged):
+    if notice is not None and (kept or damaged or stale):
         reused = len(points) - len(todo)
         notice(f"resuming {csv_path}: {reused} of {len(points)} points already there"
-               + (f"; {damaged} damaged row(s) dropped and recomputed" if damaged else ""))  # fmt: skip
-    fields = list(COLUMNS) + ["error"]
+               + (f"; {damaged} damaged row(s) dropped and recomputed" if damaged else "")
+               + (f"; {len(stale)} row(s) computed from other catalog figures recomputed"
+                  if stale else ""))  # fmt: skip
+    fields = list(COLUMNS) + ["error", "inputs_digest"]
     # rewrite what survived (drops a torn last line), then append as points finish
     with csv_path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
