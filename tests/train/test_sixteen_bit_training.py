@@ -191,3 +191,11 @@ def test_bf16_refusals_in_training_name_fp32_too(rejects) -> None:  # noqa: ANN0
            "--micro-batch-size 1 --global-batch-size 8 --seq-length 2048 --bf16")  # fmt: skip
     rejects(["estimate", "-m", "gpt-1.7b", "--gpu", V100, "--megatron-args", job],
             "--bf16/--fp16/--fp8-format (in --megatron-args)", "fp16")  # fmt: skip
+
+
+def test_a_study_point_without_a_precision_takes_its_gpus() -> None:
+    from hwtune.train.study import StudyPoint
+
+    assert StudyPoint("gpt-1.7b", V100, "default", 8, 64, 2048).precision == "fp16"
+    assert StudyPoint("gpt-1.7b", "h100-sxm-80gb", "default", 8, 64, 2048).precision == "bf16"
+    assert StudyPoint("gpt-1.7b", V100, "default", 8, 64, 2048, "fp32").precision == "fp32"

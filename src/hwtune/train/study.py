@@ -34,7 +34,11 @@ class StudyPoint:
     n_gpus: int
     global_batch: int
     seq: int
-    precision: str = "bf16"
+    precision: str | None = None  # None: the GPU's `default_precision` (fp16 on V100)
+
+    def __post_init__(self) -> None:
+        if self.precision is None:
+            object.__setattr__(self, "precision", _sixteen_bit(self.gpu))
 
     @property
     def key(self) -> tuple:
