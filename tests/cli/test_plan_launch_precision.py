@@ -69,3 +69,17 @@ def test_json_says_why_nothing_was_found(monkeypatch) -> None:  # noqa: ANN001
                                    "--seq", "8192", "--global-batch", "8", "--json"])  # fmt: skip
     assert big.exit_code == 1
     assert json.loads(big.stdout)["infeasible"]["reason"] == "memory"
+
+
+def test_torchtitan_kernel_sets_refuse_fp16_but_price_fp8(rejects) -> None:  # noqa: ANN001
+    # --framework torchtitan* prices torchtitan's kernels: it has no fp16 training (its
+    # mixed_precision_param is bfloat16 or float32), so fp16, V100's default, is refused; its
+    # float8 converter is a real torchtitan run, refused only where a launch command is asked
+    rejects(["estimate", "--gpu", "v100", "--framework", "torchtitan-flex"], "--precision",
+            "fp32")  # fmt: skip
+    rejects(["plan", *JOB, "--gpu", "h100", "--framework", "torchtitan", "--precision", "fp16"],
+            "--precision", "bf16 or fp32")  # fmt: skip
+    r = CliRunner().invoke(app, ["estimate", "--gpu", "h100", "--framework", "torchtitan",
+                                 "--precision", "fp8", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["strategy"]["precision"] == "fp8"

@@ -268,13 +268,16 @@ def plan_cmd(
         if launch is not None and (compare or what_if):
             raise HwtuneInputError("--launch", launch, "one GPU type and no --what-if (it "
                                    "launches the one best strategy of a plan)")  # fmt: skip
-        if launch == "torchtitan":  # a precision it refuses: no strategy would run
+        if (framework or "").startswith("torchtitan"):  # --launch torchtitan sets it too
             from hwtune.train.estimator import default_precision
             from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
 
-            bad = torchtitan_precision_refusal(precision or default_precision(clusters[0].device))
-            if bad is not None:
-                raise bad
+            for cl_ in clusters:  # a precision torchtitan refuses: no strategy would run
+                p_ = precision or default_precision(cl_.device)
+                # fp8 is a model converter: priced by the kernel sets, refused only at launch
+                bad = torchtitan_precision_refusal(p_) if p_ == "fp16" or launch else None
+                if bad is not None:
+                    raise bad
         _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
                         tokens)  # fmt: skip
         tokens = 1e12 if tokens is None else tokens
