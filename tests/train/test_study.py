@@ -124,8 +124,9 @@ def test_running_again_adds_no_rows_and_computes_nothing(first_run, monkeypatch)
     assert said == [f"resuming {path}: 2 of 2 points already there"]
 
 
-def test_a_grown_grid_computes_only_the_new_points(tmp_path, monkeypatch):
-    seen = []
+def _spy_on_points(monkeypatch) -> list[int]:
+    """The GPU counts of the points `run_study` computes, in order (each still computed)."""
+    seen: list[int] = []
     real = study.run_point
 
     def spy(p):
@@ -133,6 +134,11 @@ def test_a_grown_grid_computes_only_the_new_points(tmp_path, monkeypatch):
         return real(p)
 
     monkeypatch.setattr(study, "run_point", spy)
+    return seen
+
+
+def test_a_grown_grid_computes_only_the_new_points(tmp_path, monkeypatch):
+    seen = _spy_on_points(monkeypatch)
     one = grid(["llama3.1-8b"], ["h100-sxm-80gb"], ["default"], [8], 16, 4096)
     run_study(one, tmp_path, workers=1)
     run_study(two_points(), tmp_path, workers=1)
@@ -205,14 +211,7 @@ def test_a_row_from_other_catalog_figures_is_recomputed(first_run, tmp_path, mon
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    seen = []
-    real = study.run_point
-
-    def spy(p):
-        seen.append(p.n_gpus)
-        return real(p)
-
-    monkeypatch.setattr(study, "run_point", spy)
+    seen = _spy_on_points(monkeypatch)
     said: list[str] = []
     run_study(two_points(), tmp_path, workers=1, notice=said.append)
     assert seen == [int(rows[0]["n_gpus"])]
