@@ -28,6 +28,7 @@ from hwtune.cli.software import (
     RecomputeModules,
     Zero3Gather,
     check_launch_framework,
+    check_torchtitan_precision,
     launch_document,
     launch_fields,
     print_launch,
@@ -261,15 +262,8 @@ def estimate(
                                        f"the {cl.n_gpus} GPUs of --cluster")  # fmt: skip
             st = megatron_strategy(job, spec, cl.n_gpus)
             st = make_strategy(**{**st.model_dump(), **software})
-        elif (framework or "").startswith("torchtitan"):
-            from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
-
-            p_ = precision or default_precision(cl.device)
-            # torchtitan has no fp16 training; its fp8 is a model converter, which its kernel
-            # sets price but its launch command cannot set (refused with --launch only)
-            bad = torchtitan_precision_refusal(p_) if p_ == "fp16" or launch else None
-            if bad is not None:
-                raise bad
+        else:
+            check_torchtitan_precision(framework, launch, precision or default_precision(cl.device))
         est = run_estimate(spec, cl, st) if job is not None else run_estimate(
             spec, cl, None,
             tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, micro_batch=micro_batch, global_batch=global_batch,

@@ -38,6 +38,7 @@ from hwtune.cli.software import (
     RecomputeModules,
     Zero3Gather,
     check_launch_framework,
+    check_torchtitan_precision,
     launch_constraints,
     launch_document,
     launch_fields,
@@ -268,16 +269,12 @@ def plan_cmd(
         if launch is not None and (compare or what_if):
             raise HwtuneInputError("--launch", launch, "one GPU type and no --what-if (it "
                                    "launches the one best strategy of a plan)")  # fmt: skip
-        if (framework or "").startswith("torchtitan"):  # --launch torchtitan sets it too
-            from hwtune.train.estimator import default_precision
-            from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
+        from hwtune.train.estimator import default_precision
 
-            for cl_ in clusters:  # a precision torchtitan refuses: no strategy would run
-                p_ = precision or default_precision(cl_.device)
-                # fp8 is a model converter: priced by the kernel sets, refused only at launch
-                bad = torchtitan_precision_refusal(p_) if p_ == "fp16" or launch else None
-                if bad is not None:
-                    raise bad
+        for cl_ in clusters:  # a precision torchtitan refuses: no strategy would run
+            check_torchtitan_precision(
+                framework, launch, precision or default_precision(cl_.device)
+            )
         _used_only_with(gpu, what_if, compare, objective, target_efficiency, price_per_gpu_hour,
                         tokens)  # fmt: skip
         tokens = 1e12 if tokens is None else tokens
@@ -403,7 +400,7 @@ def _render_plan(name, cl, gb, seq, r, as_json, objective, price, tokens, launch
                       f"none of the {r.candidates:,} candidates is left (pruned: {pr}).")  # fmt: skip
             raise typer.Exit(1)
         out.print(f"[red]no strategy fits[/red] {name} on {cl.n_gpus} x {cl.device.name}: the closest "
-                  f"({strategy_label(st) if st else '-'}) needs {over / GIB:.1f} GiB more per GPU "
+                  f"({strategy_label(st)}) needs {over / GIB:.1f} GiB more per GPU "
                   f"than the {cl.device.memory_gib:.0f} GiB there is.")  # fmt: skip
         raise typer.Exit(1)
     t = Table(

@@ -219,6 +219,20 @@ def check_launch_framework(launch: str | None, framework: str | None) -> str | N
     return framework
 
 
+def check_torchtitan_precision(framework: str | None, launch: str | None, precision: str) -> None:
+    """Refuse a training ``precision`` torchtitan cannot run when ``framework`` is one of its
+    kernel sets: fp16 always (its ``training.mixed_precision_param`` is bfloat16 or float32);
+    fp8 only with ``launch`` (its float8 is a model converter the kernel sets price but no
+    launch option sets)."""
+    from hwtune.train.launch_torchtitan import torchtitan_precision_refusal
+
+    if not (framework or "").startswith("torchtitan"):
+        return
+    bad = torchtitan_precision_refusal(precision) if precision == "fp16" or launch else None
+    if bad is not None:
+        raise bad
+
+
 def launch_fields(launch: str | None) -> dict:
     """`Strategy` fields a ``--launch`` framework fixes beside its kernels: torchtitan reduces
     gradients in fp32 only (``training.mixed_precision_reduce``)."""

@@ -38,7 +38,7 @@ class StudyPoint:
 
     def __post_init__(self) -> None:
         if self.precision is None:
-            object.__setattr__(self, "precision", _sixteen_bit(self.gpu))
+            object.__setattr__(self, "precision", _default_precision_of(self.gpu))
 
     @property
     def key(self) -> tuple:
@@ -63,7 +63,7 @@ def grid(
     precision: str | None = None,
 ) -> list[StudyPoint]:
     """The Cartesian product of the study's axes (names are checked by `check_points`);
-    ``precision`` None: each GPU's 16-bit format (`Device.sixteen_bit_dtype`: fp16 on V100)."""
+    ``precision`` None: each GPU's `default_precision` (fp16 on V100)."""
     from hwtune.train.search import check_search_job
 
     for axis, values in (("models", models), ("gpus", gpus), ("topologies", topologies),
@@ -81,16 +81,15 @@ def grid(
             raise HwtuneInputError("scales", n, "positive integers (accelerator counts)")
     for t in topologies:  # bad input is named before any point runs
         _topology_fields(t)
-    prec = {g: precision or _sixteen_bit(g) for g in gpus}
-    return [
-        StudyPoint(m, g, t, int(n), global_batch, seq, prec[g])
+    return [  # a point without a precision takes its GPU's (StudyPoint.__post_init__)
+        StudyPoint(m, g, t, int(n), global_batch, seq, precision)
         for m, g, t, n in itertools.product(models, gpus, topologies, scales)
     ]
 
 
-def _sixteen_bit(gpu: str) -> str:
-    """The 16-bit format of ``gpu``; bf16 for a name the catalog lacks (`check_points` names
-    it before any point runs)."""
+def _default_precision_of(gpu: str) -> str:
+    """`default_precision` of ``gpu``; bf16 for a name the catalog lacks (`check_points`
+    names it before any point runs)."""
     from hwtune.hardware.catalog import get_device
     from hwtune.train.estimator import default_precision
 
