@@ -312,17 +312,25 @@ def plan(
     bounded = objective in ("throughput", "cost", "time-to-train")
     firsts: dict[tuple[int, int, int, int], Strategy] = {}
 
+    def strategy(
+        tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, sched: str, v: int,
+        knobs: tuple[int, str, bool],
+    ) -> Strategy:  # fmt: skip
+        """The strategy of a layout, micro-batch, schedule and knob setting (ZeRO stage,
+        recomputation, optimizer offload)."""
+        z, r, o = knobs
+        return Strategy(
+            precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=tp > 1,
+            zero=z, micro_batch=mb, global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
+            recompute=r, offload_optimizer=o, recompute_modules=mods_for(r), **base_for(r),
+        )  # fmt: skip
+
     def first(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, sched: str, v: int) -> Strategy:
         """A strategy of this layout and micro-batch (the first knob setting's): its `Shard`
         and its overlap switches are those of every schedule and knob setting."""
         key = (tp, cp, ep, mb)
         if key not in firsts:
-            z, r, o = lattice[0]
-            firsts[key] = Strategy(
-                precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sequence_parallel=tp > 1,
-                zero=z, micro_batch=mb, global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
-                recompute=r, offload_optimizer=o, recompute_modules=mods_for(r), **base_for(r),
-            )  # fmt: skip
+            firsts[key] = strategy(tp, pp, dp, cp, ep, mb, sched, v, lattice[0])
         return firsts[key]
 
     for li, (tp, pp, cp, dp, ep) in enumerate(lay):
@@ -371,20 +379,21 @@ def plan(
                     str(b_.get("loss_kernel", "fused")), bool(b_.get("fp8_saved_inputs", True)),
                     split, modules, act_offload,
                 )  # fmt: skip
-                lightest_mem = mems[lightest]
-                if lightest_mem > cap:
+                if mems[lightest] > cap:
                     # if even the most memory-saving setting does not fit, none of them does
                     pruned["does not fit in memory"] += len(lattice)
-                    if best_short is None or lightest_mem - cap < best_short[0]:
-                        z, r, o = lightest
-                        short = Strategy(
-                            precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
-                            sequence_parallel=tp > 1, zero=z, micro_batch=mb, global_batch=global_batch,
-                            seq=seq, vpp=v, schedule=sched, recompute=r, offload_optimizer=o,
-                            recompute_modules=mods_for(r), **base_for(r),
-                        )  # fmt: skip
-                        if c.runs is None or c.runs(short):  # the closest one it would run
-                            best_short = (lightest_mem - cap, short)
+                    # the closest miss: the least memory of the settings that could run (the
+                    # launch framework's and activation offload's refusals, as below)
+                    for knobs in sorted(lattice, key=mems.__getitem__):
+                        over = mems[knobs] - cap
+                        if best_short is not None and over >= best_short[0]:
+                            break
+                        if act_offload and knobs[1] != "none":
+                            continue
+                        short = strategy(tp, pp, dp, cp, ep, mb, sched, v, knobs)
+                        if c.runs is None or c.runs(short):
+                            best_short = (over, short)
+                            break
                     continue
                 any_fit = True
                 for knobs in lattice:
@@ -394,17 +403,10 @@ def plan(
                     if mems[knobs] > cap:
                         pruned["does not fit in memory"] += 1
                         continue
-                    zero, rec, off = knobs
-                    if act_offload and rec != "none":
+                    if act_offload and knobs[1] != "none":
                         pruned["activation offload: no recomputation"] += 1
                         continue
-                    st = Strategy(
-                        precision=precision, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
-                        sequence_parallel=tp > 1, zero=zero, micro_batch=mb,
-                        global_batch=global_batch, seq=seq, vpp=v, schedule=sched,
-                        recompute=rec, offload_optimizer=off, recompute_modules=mods_for(rec),
-                        **base_for(rec),
-                    )  # fmt: skip
+                    st = strategy(tp, pp, dp, cp, ep, mb, sched, v, knobs)
                     if c.runs is not None and not c.runs(st):
                         pruned["not run by the launch framework"] += 1
                         refused_fit = True
