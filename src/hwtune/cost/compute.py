@@ -173,11 +173,12 @@ def gemm_time(
     n: int,
     k: int,
     device: Device,
-    dtype: str = "bf16",
+    dtype: str | None = None,
     batch: int = 1,
     launches: int = 1,
 ) -> float:
-    """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs in ``dtype`` (2mnk FLOPs each).
+    """Seconds for ``batch`` independent (m x k) @ (k x n) GEMMs in ``dtype`` (2mnk FLOPs each;
+    None: the device's 16-bit format, `Device.sixteen_bit_dtype`, fp16 on Volta).
 
     Compute time uses the device's achievable GEMM fraction times tile/wave quantization of the
     (m x n) output (a batched or grouped GEMM quantizes over all ``batch`` problems together);
@@ -188,6 +189,7 @@ def gemm_time(
     """
     if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
         return 0.0
+    dtype = dtype or device.sixteen_bit_dtype
     extra = (max(1, launches) - 1) * KERNEL_OVERHEAD_S
     flops = 2.0 * m * n * k * batch
     prof = device.profile

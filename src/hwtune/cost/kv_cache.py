@@ -172,22 +172,23 @@ def decode_attention_time(
     device: Device,
     kv_dtype: str,
     queries: int = 1,
-    math_dtype: str = "bf16",
+    math_dtype: str | None = None,
 ) -> float:
     """Seconds of one layer's decode attention: ``n_seqs`` sequences with ``queries`` query rows
     each (more than one when speculative decoding verifies drafts) over ``ctx_tokens`` cached
     keys in all (each already capped at the window). The rows of a sequence share one read of
     its KV cache (multi-query decode kernels: FlashMLA, FlashInfer), so the bytes are those of
     one query and the FLOPs scale with the rows. Roofline at the device's attention efficiency
-    of the ``math_dtype`` peak (16-bit kernels; fp32 for full-precision serving), plus the
-    launches of its `DECODE_ATTENTION_KERNELS` kernels."""
+    of the ``math_dtype`` peak (None: the device's 16-bit format; fp32 for full-precision
+    serving), plus the launches of its `DECODE_ATTENTION_KERNELS` kernels."""
     if n_seqs <= 0:
         return 0.0
     if shape.kind == "linear":
         return linear_attention_time(shape, n_seqs * queries, n_seqs, device)
     flops = ctx_tokens * shape.decode_flops_per_key * queries
     nbytes = ctx_tokens * shape.kv_elems_per_token * stored_bytes(kv_dtype)
-    t_flops = flops / (device.peak_flops(math_dtype) * device.attention_fwd_efficiency)
+    math = math_dtype or device.sixteen_bit_dtype
+    t_flops = flops / (device.peak_flops(math) * device.attention_fwd_efficiency)
     t_mem = nbytes / (device.memory_bandwidth_si * device.memory_bw_efficiency)
     return max(t_flops, t_mem) + DECODE_ATTENTION_KERNELS * KERNEL_OVERHEAD_S
 
