@@ -34,6 +34,7 @@ REQUIRED_DEVICES = [
     "mi300x",
     "mi325x",
     "mi355x",
+    "mi350x",
     "l40s",
     "rtx-4090",
     "jetson-agx-orin-64gb",
@@ -173,6 +174,9 @@ def test_mi300x_peaks():
 def test_mi355x_and_mi250x_peaks():
     # MI355X: 2400 MHz x 1024 matrix cores x 512 FMA x 2 = 2516.6 (AMD prints "2.5 PF")
     assert peak("mi355x", "bf16") == pytest.approx(2400e6 * 1024 * 512 * 2 / 1e12, abs=0.1)
+    # MI350X: the same die at 2.2 GHz (Hot Chips 2025), AMD prints "2.3 PF"
+    assert peak("mi350x", "bf16") == pytest.approx(2200e6 * 1024 * 512 * 2 / 1e12, abs=0.1)
+    assert round(peak("mi350x", "bf16") / 1000, 1) == 2.3
     # AMD prints 383 TFLOPS for the 2-GCD MI250X package; software sees each GCD as a GPU
     # (OLCF Frontier user guide), so the catalog's mi250x is one GCD: half, and 110 CUs x 1024
     # bf16 FLOP/clk (4 matrix cores x 256) x 1.7 GHz
@@ -220,6 +224,7 @@ def test_memory_figures():
         "mi300x": 192,
         "mi325x": 256,
         "mi355x": 288,
+        "mi350x": 288,
         "l40s": 48,
         "rtx-4090": 24,
         "jetson-agx-orin-64gb": 64,

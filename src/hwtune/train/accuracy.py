@@ -18,7 +18,8 @@ Software classes (from the strategy's kernel fields, `hwtune.train.frameworks`):
 
 The shared rows ran on V100, A100 and H100 GPUs (`COVERED_ARCHITECTURES`). An architecture with a
 record of its own (``by_architecture`` in ``accuracy.json``: Megatron-Bridge's Blackwell rows,
-written by `benchmarks/validate_training_blackwell.py`) shows that record instead; any other
+written by `benchmarks/validate_training_blackwell.py`; the AMD MI350X and MI355X MLPerf rows,
+written by `benchmarks/validate_training_mlperf.py`) shows that record instead; any other
 architecture shows the shared record with a ``scope`` saying no run of it was compared.
 """
 
@@ -45,6 +46,7 @@ COVERED_ARCHITECTURES: tuple[str, ...] = ("volta", "ampere", "hopper")
 
 ARCHITECTURE_RECORDS: dict[str, str] = {
     "blackwell": "Megatron-Bridge on Blackwell (B200, B300, GB200, GB300)",
+    "cdna4": "NeMo on AMD CDNA4 (MI350X, MI355X: MLPerf Training v5.1 Llama 3.1 8B)",
 }
 """Architecture families with a record of their own, and what that record covers."""
 

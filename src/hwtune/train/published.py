@@ -500,6 +500,11 @@ def from_row(r: dict) -> PublishedRun:
             "blockwise), so the main figures are FP8 too, in the recipe the 25.11 table names"
         )
     prec_s = str(stated or "bf16").lower()
+    if re.match(r"\s*(nv|mx)?fp4", prec_s):  # a 4-bit format named first: the linear layers'
+        run.skip_reason = (
+            "FP4 linear layers (NVFP4 or MXFP4 training): no cost model for FP4 training here"
+        )
+        return run
     precision = (
         "fp8"
         if "fp8" in prec_s or "float8" in prec_s
