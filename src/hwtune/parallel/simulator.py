@@ -9,6 +9,12 @@ receiver's inbound link are free, so transfers that share a link queue behind ea
 contention). Durations come from the cost models through the compiler. Memory per rank: the
 static states, plus each op's activation change at its end and its transient while it runs.
 Deterministic: ties break by op id.
+
+Communication slows the compute it overlaps (`hwtune.train.estimator.OVERLAP_SLOWDOWN`, the
+estimator's figure): while a rank's collective or point-to-point transfer runs, the compute op
+beside it lasts that share of the overlap longer. A compute op that starts during a transfer
+is lengthened when it starts; one already running when a transfer starts, at that moment (ops
+scheduled earlier on a fraction of it keep their start).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 
 from hwtune.errors import HwtuneInputError
 from hwtune.parallel.ir import Op, Plan
+from hwtune.train.estimator import OVERLAP_SLOWDOWN
 
 
 @dataclass(slots=True)
@@ -77,6 +84,19 @@ def simulate(plan: Plan) -> SimResult:
     pending = {o.id for o in p2p if waiting[o.id] == 0}
     p2p_by_id = {o.id: o for o in p2p}
     spans: list[Span] = []
+    span_of: dict[int, Span] = {}
+    computing: dict[int, Op] = {}  # rank -> its latest compute op
+    transfers: dict[int, list[float]] = {}  # rank -> ends of its transfers so far
+
+    def slow_running(rank: int, t: float, seconds: float) -> None:
+        """A transfer of ``seconds`` from ``t`` lengthens the compute op running on ``rank``."""
+        c = computing.get(rank)
+        if c is None or end[c.id] <= t:
+            return
+        extra = OVERLAP_SLOWDOWN * (min(end[c.id], t + seconds) - t)
+        end[c.id] += extra
+        span_of[c.id].end = end[c.id]
+        free[(rank, "compute")] = end[c.id]
 
     def ready_at(o: Op) -> float | None:
         t = 0.0
@@ -121,14 +141,26 @@ def simulate(plan: Plan) -> SimResult:
             )
         t, _, o, k = best
         e = t + o.seconds
+        if o.stream == "compute":  # transfers still running on the rank (start order: t grows)
+            live = transfers[o.rank] = [x for x in transfers.get(o.rank, ()) if x > t]
+            e += OVERLAP_SLOWDOWN * sum(min(x, e) - t for x in live)
+        else:
+            for rank in (o.rank, o.peer) if o.stream == "p2p" else (o.rank,):
+                slow_running(rank, t, o.seconds)
         for d, tail in o.finish_after:
             e = max(e, end[d] + tail)
         start[o.id], end[o.id] = t, e
+        if o.stream == "compute":
+            computing[o.rank] = o
+        else:
+            for rank in (o.rank, o.peer) if o.stream == "p2p" else (o.rank,):
+                transfers.setdefault(rank, []).append(e)
         for x in feeds.get(o.id, ()):
             waiting[x] -= 1
             if waiting[x] == 0:
                 pending.add(x)
-        spans.append(Span(o, t, e))
+        span_of[o.id] = Span(o, t, e)
+        spans.append(span_of[o.id])
         if k is not None:
             head[k] += 1
             free[k] = e
