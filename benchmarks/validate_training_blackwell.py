@@ -12,8 +12,6 @@ the track record a Blackwell estimate prints instead of the shared set's).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import platform
 import statistics
 import sys
@@ -24,13 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_training import (  # noqa: E402
     DEFAULT_DATA,
     NO_FIT,
-    class_table,
     error_stats,
     evaluate,
+    write_architecture_record,
     write_section,
 )
 
-from hwtune.train.accuracy import ACCURACY_FILE  # noqa: E402
 from hwtune.train.estimator import _estimate  # noqa: E402
 from hwtune.train.published import load_published  # noqa: E402
 
@@ -67,13 +64,9 @@ def main() -> None:
           f"signed median {st['signed_median']:+.1%}; skipped {len(skipped)}")  # fmt: skip
     if a.print_only:
         return
-    table = json.loads(ACCURACY_FILE.read_text())
-    table.setdefault("by_architecture", {})["blackwell"] = {
-        "source": f"benchmarks/validate_training_blackwell.py on {a.data.name}, "
-        f"{datetime.date.today().isoformat()}",
-        "classes": class_table(rows),
-    }
-    ACCURACY_FILE.write_text(json.dumps(table, indent=2) + "\n")
+    write_architecture_record(
+        "blackwell", "benchmarks/validate_training_blackwell.py", a.data, rows
+    )
     lines = [
         "## Training estimator on Blackwell (Megatron-Bridge's B200, B300, GB200, GB300 rows)",
         "",

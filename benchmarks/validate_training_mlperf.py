@@ -12,7 +12,6 @@ estimate prints instead of the shared set's, which holds no AMD run).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import platform
 import statistics
@@ -24,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_training import (  # noqa: E402
     DEFAULT_DATA,
     NO_FIT,
-    class_table,
     error_stats,
     evaluate,
+    write_architecture_record,
     write_section,
 )
 
@@ -70,13 +69,7 @@ def main() -> None:
     if a.print_only:
         return
     amd = [r for r in rows if r["arch"] == AMD_RECORD]
-    table = json.loads(ACCURACY_FILE.read_text())
-    table.setdefault("by_architecture", {})[AMD_RECORD] = {
-        "source": f"benchmarks/validate_training_mlperf.py on {a.data.name}, "
-        f"{datetime.date.today().isoformat()}",
-        "classes": class_table(amd),
-    }
-    ACCURACY_FILE.write_text(json.dumps(table, indent=2) + "\n")
+    write_architecture_record(AMD_RECORD, "benchmarks/validate_training_mlperf.py", a.data, amd)
     write_section(a.out, "training-mlperf", "\n".join(section(rows, skipped, runs, a.data)))
     print(f"wrote {a.out} and {ACCURACY_FILE}", file=sys.stderr)
 
@@ -84,18 +77,23 @@ def main() -> None:
 def section(rows: list[dict], skipped: list[tuple[str, str]], runs: dict, data: Path) -> list[str]:
     """The VALIDATION.md section; every figure computed here from ``rows`` or a re-estimate."""
     st = error_stats([r["rel_err"] for r in rows])
+    submitters = len({i.split("-")[1] for i in runs})
     lines = [
         "## Training estimator across vendors: MLPerf Training v5.1 Llama 3.1 8B",
         "",
         f"Data: `benchmarks/data/training_mlperf.jsonl`, {len(rows) + len(skipped)} submissions of",
         "MLCommons Training v5.1's `llama31_8b` benchmark (Llama 3.1 8B pretraining on C4, 8,192-token",
-        "sequences, closed division) on at most 72 GPUs: NVIDIA H100, H200, B200, B300, GB200 and",
-        "GB300 systems of nine submitters, and AMD MI350X and MI355X systems of five. Layout and",
+        f"sequences, closed division) on at most 72 GPUs from {submitters} submitters: NVIDIA H100,",
+        "H200, B200, B300, GB200 and GB300 systems and AMD MI350X and MI355X systems. Layout and",
         "precision from each submission's config files and the configuration its logs print (the",
-        "rows' `source.locator`, `precision_detail`, `notes`); tokens/s per GPU from the logs' training",
-        "blocks (the median block over 10 runs, each run's first block left out, evaluation outside",
-        "the blocks), re-derived by `python benchmarks/data/check_training_mlperf.py --repo",
-        "<clone of mlcommons/training_results_v5.1>` (all 34 within 0.02% of the rows, ~10 s).",
+        "rows' `source.locator`, `precision_detail`, `notes`; what was inferred is in",
+        "`inferred_fields`, e.g. Cisco's MI350X run takes AMD's MI350X configuration, whose",
+        "logged batch, learning rate and warm-up it matches); tokens/s per GPU from the logs'",
+        "training blocks (the median block over 10 runs, each run's first block left out,",
+        "evaluation outside the blocks; the AMD-stack and Cisco H100 logs also print that",
+        "throughput, and the rows take it), re-derived by",
+        "`python benchmarks/data/check_training_mlperf.py --repo <clone of",
+        "mlcommons/training_results_v5.1>` (every row within 0.03% of its logs, ~10 s, 2026-12-06).",
         f"Command: `python benchmarks/validate_training_mlperf.py` (Python {platform.python_version()},",
         f"{platform.machine()}). Tier 1, nothing fitted. An MI350X or MI355X estimate prints the AMD",
         "rows' record (`accuracy.json` `by_architecture.cdna4`).",

@@ -56,6 +56,18 @@ def published_runs():
 
 
 @pytest.fixture(scope="session")
+def throughput_error():
+    """The estimate's tokens/s per GPU over a `PublishedRun`'s measured figure, less 1."""
+    from hwtune.train.estimator import _estimate
+
+    def error(run) -> float:  # noqa: ANN001
+        est = _estimate(run.spec, run.cluster, run.strategy)
+        return est.tokens_per_s_per_gpu / run.targets["tokens_per_s_per_gpu"] - 1
+
+    return error
+
+
+@pytest.fixture(scope="session")
 def benchmark_module():
     """`load_benchmark` as a fixture, for tests of the benchmark scripts."""
     return load_benchmark

@@ -18,7 +18,7 @@ where evaluation starts, so evaluation is outside them. A row's figure is the me
 block of every run except each run's first (warm-up, compilation) and is converted to tokens per
 second per GPU: samples/s x 8192 / GPUs. The AMD-stack logs also print that median's own input
 (``tracked_stats`` ``throughput``, samples/s over the training batches); the two agree within
-0.1% there. The logged global batch, gradient accumulation and sequence length are checked
+0.03% there. The logged global batch, gradient accumulation and sequence length are checked
 against the row's. Exit status 1 when a row's logs give a figure more than 1% from the row's.
 """
 

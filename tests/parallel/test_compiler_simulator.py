@@ -71,7 +71,9 @@ def test_dualpipe_overlaps_expert_all_to_all_with_compute():
     acts = {r: [str(p) for a in v for p in a.parts] for r, v in plan.orders.items()}
     split_spec = make_spec(**common, schedule={"actions": acts, "stage_map": "v"})
     split = simulate(compile_plan(split_spec, model, cl)).step_time_s
-    assert paired < split * 0.97
+    # 6% faster under full overlap; 2.3% since the compute a pair runs beside its all-to-alls
+    # is slowed by estimator.OVERLAP_SLOWDOWN (2026-12-06)
+    assert paired < split * 0.99
     c = plan.stages[1]
     assert c.f_comm_raw > 0.1 * c.f_compute  # the all-to-all is worth hiding here
     bidir = simulate(compile_plan(make_spec(**common, schedule="dualpipe"), model, cl)).step_time_s

@@ -15,7 +15,7 @@ import pytest
 
 from hwtune.hardware.catalog import get_device
 from hwtune.train.accuracy import accuracy_line
-from hwtune.train.estimator import _estimate, estimate
+from hwtune.train.estimator import estimate
 from hwtune.train.published import load_published
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "training_blackwell.jsonl"
@@ -25,11 +25,6 @@ FA4_B200_BURST, FA4_B200_THROTTLED = 1450.0, 1237.0  # TFLOP/s, flashinfer PR #2
 @pytest.fixture(scope="module")
 def runs():
     return {r.id: r for r in load_published(DATA)}
-
-
-def _error(run) -> float:
-    est = _estimate(run.spec, run.cluster, run.strategy)
-    return est.tokens_per_s_per_gpu / run.targets["tokens_per_s_per_gpu"] - 1
 
 
 def test_b200_sustains_flashinfers_throttled_share():
@@ -56,32 +51,32 @@ def test_every_row_is_expressible(runs):
     assert not {i: r.skip_reason for i, r in runs.items() if r.skip_reason}
 
 
-def test_b200_llama3_8b_within_15_percent(runs):
+def test_b200_llama3_8b_within_15_percent(runs, throughput_error):
     # +24% with the burst clock; the throttled B200 of flashinfer PR #2899 brings it within 15%
-    assert abs(_error(runs["mbridge-25.11-b200-llama3-8b-fp8-cs-8gpu"])) <= 0.15
+    assert abs(throughput_error(runs["mbridge-25.11-b200-llama3-8b-fp8-cs-8gpu"])) <= 0.15
 
 
-def test_dense_llama_rows_median_within_15_percent(runs):
+def test_dense_llama_rows_median_within_15_percent(runs, throughput_error):
     # the 8 Llama rows that keep their activations on the GPU (the level reached in 2026-12-02;
     # 12.1% since 2026-12-03's bf16 gradients)
-    errs = [abs(_error(r)) for i, r in runs.items()
+    errs = [abs(throughput_error(r)) for i, r in runs.items()
             if "llama" in i and not r.strategy.offload_activation_layers]  # fmt: skip
     assert len(errs) == 8
     assert statistics.median(errs) <= 0.15
 
 
-def test_activation_offload_rows_within_30_percent(runs):
+def test_activation_offload_rows_within_30_percent(runs, throughput_error):
     # the 70B FSDP runs offloading 20 or 40 layers (+4%..+27% when first expressed, 2026-12-03)
-    errs = [_error(r) for r in runs.values() if r.strategy.offload_activation_layers]
+    errs = [throughput_error(r) for r in runs.values() if r.strategy.offload_activation_layers]
     assert len(errs) == 4
     assert all(abs(e) <= 0.30 for e in errs)
 
 
-def test_blackwell_estimates_carry_the_blackwell_record(runs):
+def test_blackwell_estimates_carry_the_blackwell_record(runs, throughput_error):
     """The record a B200/GB300 estimate prints is recomputed here from the Blackwell rows
     (independently of the benchmark that writes accuracy.json): a model change that moves these
     errors must rewrite it (`python benchmarks/validate_training_blackwell.py`)."""
-    errs = [_error(r) for r in runs.values() if not r.skip_reason]
+    errs = [throughput_error(r) for r in runs.values() if not r.skip_reason]
     for gpu in ("b200", "gb300"):
         acc = estimate("llama3.1-8b", gpu=gpu, gpus=8).accuracy
         assert acc["architecture"] == "blackwell" and "scope" not in acc

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hwtune.train.accuracy import accuracy_line
-from hwtune.train.estimator import _estimate, estimate
+from hwtune.train.estimator import estimate
 from hwtune.train.published import load_published
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "training_mlperf.jsonl"
@@ -24,11 +24,6 @@ UF_CP2 = "mlperf51-university-of-florida-hpg-dgxb200-n4-llama31-8b-fp8-32gpu"
 @pytest.fixture(scope="module")
 def runs():
     return {r.id: r for r in load_published(DATA)}
-
-
-def _error(run) -> float:
-    est = _estimate(run.spec, run.cluster, run.strategy)
-    return est.tokens_per_s_per_gpu / run.targets["tokens_per_s_per_gpu"] - 1
 
 
 def test_rows_restate_the_logs():
@@ -62,16 +57,17 @@ def test_every_expressible_run_is_priced_on_its_own_gpu(runs):
                        "mi350x", "mi355x"}  # fmt: skip
 
 
-def test_median_error_holds_the_level_reached(runs):
-    # 18.0% when the rows were added (2026-12-06); a change that moves it past 20% must say why
-    errs = [abs(_error(r)) for r in runs.values() if not r.skip_reason]
-    assert statistics.median(errs) <= 0.20
+def test_median_error_holds_the_level_reached(runs, throughput_error):
+    # 18.0% when the rows were added (2026-12-06), 15.4% with the overlap slowdown of the same
+    # day (estimator.OVERLAP_SLOWDOWN); a change that moves it past 17% must say why
+    errs = [abs(throughput_error(r)) for r in runs.values() if not r.skip_reason]
+    assert statistics.median(errs) <= 0.17
 
 
-def test_amd_estimates_carry_the_cdna4_record(runs):
+def test_amd_estimates_carry_the_cdna4_record(runs, throughput_error):
     """The record an MI350X or MI355X estimate prints, recomputed from the AMD rows here
     (independently of the benchmark that writes accuracy.json)."""
-    errs = [_error(r) for r in runs.values()
+    errs = [throughput_error(r) for r in runs.values()
             if not r.skip_reason and r.cluster.device.architecture == "cdna4"]  # fmt: skip
     assert len(errs) == 6
     for gpu in ("mi355x", "mi350x"):

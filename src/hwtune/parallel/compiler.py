@@ -30,6 +30,7 @@ from hwtune.parallel.actions import Action
 from hwtune.parallel.costs import StageCost, stage_costs
 from hwtune.parallel.ir import Op, Plan, check
 from hwtune.parallel.spec import LayerPlan, ParallelSpec, validate
+from hwtune.train import estimator
 from hwtune.train.estimator import (
     FRAMEWORK_RESERVE_BYTES,
     OPTIMIZER_BYTES_MOVED,
@@ -221,7 +222,9 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                 cf, cb = costs[chunk_of[fpart.stage]], costs[chunk_of[bpart.stage]]
                 compute = cf.f_compute + cb.b_compute + cb.rec
                 comm = cf.f_comm_raw + cb.b_comm_raw
-                secs = max(compute, comm)
+                # the pair hides its all-to-alls behind the other half's compute, which they
+                # slow (estimator.OVERLAP_SLOWDOWN)
+                secs = max(compute, comm) + estimator.OVERLAP_SLOWDOWN * min(compute, comm)
                 if bpart.kind == "I":
                     secs -= cb.w
                     fb_split.add(len(ops))  # the id the pair gets: its W reduces the gradient

@@ -11,8 +11,9 @@ static states, plus each op's activation change at its end and its transient whi
 Deterministic: ties break by op id.
 
 Communication slows the compute it overlaps (`hwtune.train.estimator.OVERLAP_SLOWDOWN`, the
-estimator's figure): while a rank's collective or point-to-point transfer runs, the compute op
-beside it lasts that share of the overlap longer. A compute op that starts during a transfer
+estimator's figure): while a rank's collective or outgoing point-to-point transfer runs, the
+compute op beside it lasts that share of the overlap longer (a send and its paired receive
+count once, as in the estimator). A compute op that starts during a transfer
 is lengthened when it starts; one already running when a transfer starts, at that moment (ops
 scheduled earlier on a fraction of it keep their start).
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from hwtune.errors import HwtuneInputError
 from hwtune.parallel.ir import Op, Plan
-from hwtune.train.estimator import OVERLAP_SLOWDOWN
+from hwtune.train import estimator
 
 
 @dataclass(slots=True)
@@ -93,7 +94,7 @@ def simulate(plan: Plan) -> SimResult:
         c = computing.get(rank)
         if c is None or end[c.id] <= t:
             return
-        extra = OVERLAP_SLOWDOWN * (min(end[c.id], t + seconds) - t)
+        extra = estimator.OVERLAP_SLOWDOWN * (min(end[c.id], t + seconds) - t)
         end[c.id] += extra
         span_of[c.id].end = end[c.id]
         free[(rank, "compute")] = end[c.id]
@@ -143,18 +144,16 @@ def simulate(plan: Plan) -> SimResult:
         e = t + o.seconds
         if o.stream == "compute":  # transfers still running on the rank (start order: t grows)
             live = transfers[o.rank] = [x for x in transfers.get(o.rank, ()) if x > t]
-            e += OVERLAP_SLOWDOWN * sum(min(x, e) - t for x in live)
-        else:
-            for rank in (o.rank, o.peer) if o.stream == "p2p" else (o.rank,):
-                slow_running(rank, t, o.seconds)
+            e += estimator.OVERLAP_SLOWDOWN * sum(min(x, e) - t for x in live)
+        else:  # a transfer slows its sender (a send and its paired receive count once, as
+            slow_running(o.rank, t, o.seconds)  # in the estimator's pipeline_p2p)
         for d, tail in o.finish_after:
             e = max(e, end[d] + tail)
         start[o.id], end[o.id] = t, e
         if o.stream == "compute":
             computing[o.rank] = o
         else:
-            for rank in (o.rank, o.peer) if o.stream == "p2p" else (o.rank,):
-                transfers.setdefault(rank, []).append(e)
+            transfers.setdefault(o.rank, []).append(e)
         for x in feeds.get(o.id, ()):
             waiting[x] -= 1
             if waiting[x] == 0:

@@ -857,7 +857,8 @@ def pipeline_p2p(
     A micro-batch crosses ``p2p_boundaries`` boundaries per rank each way. With
     ``overlap_p2p_comm`` the interleaved schedule posts each send/recv behind the next chunk's
     compute (Megatron-Core ``schedules.py``, ``--overlap-p2p-communication``), so the steady state
-    exposes only what exceeds a micro-batch's compute ``compute_mb``; the warmup forwards and the
+    exposes only what exceeds a micro-batch's compute ``compute_mb`` and slows that compute
+    (`overlapped`); the warmup forwards and the
     flush backwards are not overlapped (``--overlap-p2p-communication-warmup-flush`` off): rank
     0 runs 2(p-1) + (v-1)p warmup chunk steps (Megatron-Core ``num_warmup_microbatches`` with
     the default micro-batch group of p)."""
@@ -1042,12 +1043,14 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         pg = st.overlap_param_gather and st.zero3_gather != "parameter"
         gr = st.overlap_grad_reduce
         hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
+        tail = hidden_b / nl  # the last layer's share waits, exposed; the rest overlaps
         per_mb = (
             (overlapped(ag, f) if pg else ag)
-            + overlapped(hidden_b, b + rec)
+            + max(0.0, hidden_b - (b + rec))
+            + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
             + (0.0 if pg else ag)
             + (0.0 if gr else rs)
-            + hidden_b / nl
+            + tail
         )
         t_dp_exposed = m * per_mb
 
