@@ -17,6 +17,7 @@ from hwtune.cli.parsing import CLUSTER_FLAGS, ESTIMATE_FLAGS, cluster_only, flag
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
+    Fp8ParamGather,
     Fp8Recipe,
     Framework,
     GradAccumulation,
@@ -207,6 +208,7 @@ def estimate(
     pipeline_split: PipelineSplit = "layers",
     recompute_modules: RecomputeModules = "core_attn",
     mtp_layers: MtpLayers = 0,
+    fp8_param_gather: Fp8ParamGather = False,
     launch: LaunchOpt = None,
     megatron_args: Annotated[
         str | None,
@@ -254,7 +256,8 @@ def estimate(
             cl = cl.model_copy(update={"sustained_clocks": False})
         software = software_fields(attention_kernel, eager, loss, moe_dispatch, fp8_recipe,
                                    framework, zero3_gather, grad_accumulation,
-                                   pipeline_split, recompute_modules, mtp_layers)  # fmt: skip
+                                   pipeline_split, recompute_modules, mtp_layers,
+                                   fp8_param_gather)  # fmt: skip
         software |= launch_fields(launch)
         if job is not None:
             if job.n_gpus not in (None, cl.n_gpus):

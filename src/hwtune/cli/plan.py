@@ -27,6 +27,7 @@ from hwtune.cli.parsing import (
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
+    Fp8ParamGather,
     Fp8Recipe,
     Framework,
     GradAccumulation,
@@ -236,6 +237,7 @@ def plan_cmd(
     pipeline_split: PipelineSplit = "layers",
     recompute_modules: RecomputeModules = "core_attn",
     mtp_layers: MtpLayers = 0,
+    fp8_param_gather: Fp8ParamGather = False,
     launch: LaunchOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
@@ -290,6 +292,7 @@ def plan_cmd(
             pipeline_split,
             recompute_modules,
             mtp_layers,
+            fp8_param_gather,
         )
         software |= launch_fields(launch)
         # one-line errors for bad values, and for switches that would change nothing (an fp8
@@ -298,7 +301,9 @@ def plan_cmd(
         # recompute modules apply to the selective settings the search tries
         selective = {"recompute": "selective"} if "recompute_modules" in software else {}
         prec = {"precision": precision} if precision else {}  # else each GPU's 16-bit format
-        make_strategy(**software, **selective, **prec).validate_for(spec)
+        # fp8 parameters need the distributed optimizer, which the search then keeps to
+        sharded = {"zero": 1, "dp": 2} if software.get("fp8_param_gather") else {}
+        make_strategy(**software, **selective, **prec, **sharded).validate_for(spec)
         kw = dict(precision=precision, objective=objective, constraints=c, top_k=top,
                   price_per_gpu_hour=price_per_gpu_hour, tokens_to_train=tokens,
                   base=software)  # fmt: skip

@@ -22,6 +22,14 @@ AttentionKernel = Annotated[
         "Triton kernel: torchtitan)"
     ),
 ]
+Fp8ParamGather = Annotated[
+    bool,
+    typer.Option(
+        "--fp8-param-gather/--no-fp8-param-gather",
+        help="with --precision fp8 and ZeRO 1-2: fp8 weights, 1 byte each, gathered in fp8 "
+        "(Megatron-Core --fp8-param-gather)",
+    ),
+]
 Eager = Annotated[
     bool,
     typer.Option("--eager/--fused", help="eager PyTorch elementwise ops (no torch.compile, no TE)"),
@@ -118,6 +126,7 @@ def software_fields(
     pipeline_split: str = "layers",
     recompute_modules: str = "core_attn",
     mtp_layers: int = 0,
+    fp8_param_gather: bool = False,
 ) -> dict:
     """The `Strategy` fields these options set (validated by `Strategy` itself): a framework
     preset first (`hwtune.train.frameworks`), then every flag that differs from its default."""
@@ -134,6 +143,7 @@ def software_fields(
         "grad_accumulation": (grad_accumulation, "fused"),
         "pipeline_split": (pipeline_split, "layers"),
         "mtp_layers": (mtp_layers, 0),
+        "fp8_param_gather": (fp8_param_gather, False),
     }
     for key, (value, default) in flags.items():
         if value != default or key not in out:
@@ -170,7 +180,7 @@ LAUNCH_REFUSAL_FLAGS = {
     "loss_kernel": "--loss", "zero3_gather": "--zero3-gather", "mtp_layers": "--mtp-layers",
     "grad_accumulation": "--grad-accumulation", "overlap_tp_comm": "--overlap-tp",
     "pipeline_split": "--pipeline-split", "fp8_saved_inputs": "--framework",
-    "recompute_modules": "--recompute-modules",
+    "recompute_modules": "--recompute-modules", "fp8_param_gather": "--fp8-param-gather",
     "offload_activation_layers": "--offload-activations",
     "overlap_grad_reduce": "--no-overlap-grad", "offload_optimizer": "--offload",
     "overlap_p2p_comm": "--no-overlap-p2p", "overlap_moe_a2a": "--overlap-a2a",

@@ -32,8 +32,14 @@ class StateBytes:
     optimizer: float  # master copy + moments (+ scales)
 
 
-def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> StateBytes:
+def state_bytes_per_param(
+    precision: str, optimizer: str, fp32_grads: bool, fp8_params: bool = False
+) -> StateBytes:
     """Bytes per parameter (ZeRO §3; Megatron distributed-optimizer table; FlashOptim Table 1).
+    ``fp8_params``: the model's weights are fp8 tensors, 1 byte (Megatron-Core
+    ``--fp8-param-gather``: "keep the compute param in fp8 (do not use any other intermediate
+    dtype) and perform the param all-gather in fp8"; the distributed optimizer keeps the fp32
+    main weights among its 12 bytes).
 
     The one place these are computed (`hwtune.optim.footprint` measures the same bytes from the
     tensors' storage, with torch; the planner does not import it)."""
@@ -41,7 +47,7 @@ def state_bytes_per_param(precision: str, optimizer: str, fp32_grads: bool) -> S
         return StateBytes(4.0, 4.0, 8.0)
     g = 4.0 if fp32_grads else 2.0
     if optimizer == "adam":
-        return StateBytes(2.0, g, 12.0)
+        return StateBytes(1.0 if fp8_params else 2.0, g, 12.0)
     if optimizer == "adam-bf16":
         return StateBytes(2.0, 2.0, 4.0)
     if optimizer == "adam-remainders":

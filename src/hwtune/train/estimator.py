@@ -980,6 +980,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         gb = 4.0
     grad_bytes_dense = dense_local * copies * gb
     grad_bytes_expert = expert_local * copies * gb
+    wb = 1.0 if st.fp8_param_gather else 2.0  # bytes per gathered parameter
     t_dp = 0.0
     t_dp_exposed = 0.0
     t_ag = 0.0
@@ -994,13 +995,13 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if dp * cp > 1:
             if st.zero >= 1:
                 t_dp = rs_t(grad_bytes_dense, dp_span, cl)
-                t_ag = ag_t(dense_local * copies * 2.0, dp_span, cl)
+                t_ag = ag_t(dense_local * copies * wb, dp_span, cl)
             else:
                 t_dp = ar_t(grad_bytes_dense, dp_span, cl)
         if edp > 1 and grad_bytes_expert:
             if st.zero >= 1:
                 t_dp += rs_t(grad_bytes_expert, edp_span, cl)
-                t_ag += ag_t(expert_local * copies * 2.0, edp_span, cl)
+                t_ag += ag_t(expert_local * copies * wb, edp_span, cl)
             else:
                 t_dp += ar_t(grad_bytes_expert, edp_span, cl)
         # ZeRO-2 holds only its shard of the gradients (the memory model divides them by the
@@ -1257,7 +1258,7 @@ def estimate_memory(spec: ModelSpec, cl: Cluster, st: Strategy) -> Memory:
         st.vpp if st.schedule == "interleaved" else 1, st.schedule, st.recompute,
         st.offload_optimizer, st.flash_attention, st.dropout, st.moe_imbalance, st.loss_kernel,
         st.zero3_gather, st.fp8_saved_inputs, st.split_key, st.recompute_modules,
-        st.offload_activation_layers,
+        st.offload_activation_layers, st.fp8_param_gather,
     )  # fmt: skip
 
 
@@ -1313,11 +1314,12 @@ def _states(
     grad_reduce_dtype: str | None,
     zero3_gather: str = "layer",
     split: str = "layers",
+    fp8_params: bool = False,
 ) -> tuple[tuple[float, float, float, float], ...]:
     """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and the
     gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`)."""  # fmt: skip
     fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
-    sb = state_bytes_per_param(precision, optimizer, fp32_grads)
+    sb = state_bytes_per_param(precision, optimizer, fp32_grads, fp8_params)
     edp = expert_data_parallel(tp, cp, dp, ep)
     layouts = rank_layouts(spec, pp, v, split)
     out = []
@@ -1419,6 +1421,7 @@ def memory_table(
     split: str = "layers",
     modules: tuple[str, ...] = ("core_attn",),
     offload_layers: int = 0,
+    fp8_params: bool = False,
 ) -> dict[tuple[int, str, bool], float]:
     """Total memory per GPU for each (ZeRO stage, recomputation, offload) setting of one layout.
 
@@ -1452,6 +1455,7 @@ def memory_table(
                     grad_reduce_dtype,
                     "layer",
                     split,
+                    fp8_params and z in (1, 2),
                 )  # fmt: skip
             ]
         ac = acts.get(r)
@@ -1484,10 +1488,11 @@ def _memory(
     schedule: str, recompute: str, offload: bool, flash: bool, dropout: bool, imbalance: float,
     loss: str = "fused", zero3_gather: str = "layer", fp8_saved_inputs: bool = True,
     split: str = "layers", modules: tuple[str, ...] = ("core_attn",), offload_layers: int = 0,
+    fp8_params: bool = False,
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
-                     grad_reduce_dtype, zero3_gather, split)  # fmt: skip
+                     grad_reduce_dtype, zero3_gather, split, fp8_params)  # fmt: skip
     a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
                   fp8_saved_inputs)  # fmt: skip
     acts = _activations(spec, pp, v, a, recompute, schedule, m, split, modules, offload_layers)

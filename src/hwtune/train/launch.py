@@ -335,6 +335,8 @@ def megatron_launch(st: Strategy, model: ModelSpec, n_gpus: int, gpus_per_node: 
     elif st.zero in (2, 3):
         sharding = "optim_grads" if st.zero == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", sharding]
+    if st.fp8_param_gather:
+        a.append("--fp8-param-gather")
     if st.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
         if st.recompute_modules != ("core_attn",):
@@ -397,6 +399,7 @@ MEGATRON_SWITCHES: dict[str, tuple[str, object]] = {
     "--grad-reduce-in-bf16": ("grad_reduce_dtype", "bf16"),
     "--overlap-grad-reduce": ("overlap_grad_reduce", True),
     "--overlap-param-gather": ("overlap_param_gather", True),
+    "--fp8-param-gather": ("fp8_param_gather", True),
     "--tp-comm-overlap": ("overlap_tp_comm", True),
     "--overlap-moe-expert-parallel-comm": ("overlap_moe_a2a", True),
     "--no-overlap-p2p-communication": ("overlap_p2p_comm", False),
@@ -744,6 +747,8 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
         f["grad_reduce_dtype"] = "fp32" if fp32_grads else "bf16"  # bf16: 16-bit (fp16 too)
     f["overlap_grad_reduce"] = bool(raw.get("overlap_grad_reduce", False))
     f["overlap_param_gather"] = bool(raw.get("overlap_param_gather", False))
+    if raw.get("fp8_param_gather"):  # checked against precision, ZeRO and optimizer by Strategy
+        f["fp8_param_gather"] = True
     dispatcher = raw.get("_dispatcher", "allgather")
     backend = raw.get("_flex_backend", "deepep")  # transformer_config.py:898
     if dispatcher == "flex" and backend != "deepep":

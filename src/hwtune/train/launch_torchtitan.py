@@ -222,6 +222,11 @@ def torchtitan_refusal(st: Strategy, model: ModelSpec | None = None) -> HwtuneIn
             "mtp_layers", st.mtp_layers, "0 (torchtitan's models train no multi-token-prediction "
             "module)",
         )  # fmt: skip
+    if st.fp8_param_gather:
+        return _refuse(
+            "fp8_param_gather", True, "False (Megatron-Core's fp8 parameters; torchtitan's "
+            "float8 FSDP all-gather casts 16/32-bit parameters and keeps them)",
+        )  # fmt: skip
     if st.pipeline_split != "layers":
         return _refuse(
             "pipeline_split", st.pipeline_split, "layers (the embedding/loss split and the "

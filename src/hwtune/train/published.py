@@ -525,6 +525,14 @@ def from_row(r: dict) -> PublishedRun:
         dispatch = "deepep"
         run.assumptions.append("DeepEP dispatch (NVIDIA H100 DeepSeek-V3 recipes)")
     fp8_saved_inputs = "torchtitan" not in fw
+    # fp8 weights as the run's configuration states them (Megatron-Core fp8_param_gather,
+    # NeMo's fp8_params): the MLPerf rows of benchmarks/data/training_mlperf.jsonl
+    said = f"{r.get('precision_detail') or ''} {other}"
+    fp8_params = precision == "fp8" and bool(
+        re.search(r"fp8_param(?:s|_gather)\W{0,3}=\W{0,3}true", said, re.IGNORECASE)
+    )
+    if fp8_params:
+        run.assumptions.append("fp8 weights (the run's fp8_param_gather / fp8_params)")
     if precision == "fp8" and not fp8_saved_inputs:
         run.assumptions.append("fp8 through torchao Float8Linear: linear inputs kept in bf16")
     split = "layers"
@@ -591,7 +599,7 @@ def from_row(r: dict) -> PublishedRun:
             moe_dispatch=dispatch, fp8_recipe=_fp8_recipe(r | {"precision": stated}),
             zero3_gather=_zero3_gather(fw, zero, run, int(r["source"].get("year") or 9999)),
             grad_accumulation=_grad_accumulation(fw, precision, zero, run),
-            fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split,
+            fp8_saved_inputs=fp8_saved_inputs, pipeline_split=split, fp8_param_gather=fp8_params,
             offload_activation_layers=act_offload, optimizer=optimizer, mtp_layers=mtp,
             overlap_moe_a2a=_bridge_a2a_overlap(fw, name, dev, ep, run),
         )  # fmt: skip

@@ -299,6 +299,8 @@ def plan(
         for k in _knob_lattice(c.allow_offload)
         if c.allows("zero", k[0]) and c.allows("recompute", k[1])
         and c.allows("offload_optimizer", k[2]) and (c.recomputes is None or k[1] in c.recomputes)
+        # fp8 parameters live in Megatron's distributed optimizer (ZeRO 1 or 2)
+        and (not base.get("fp8_param_gather") or k[0] in (1, 2))
     ]  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:
@@ -377,7 +379,7 @@ def plan(
                     bool(b_.get("flash_attention", True)), bool(b_.get("dropout", False)),
                     float(b_.get("moe_imbalance", 1.0)), lattice,  # type: ignore[arg-type]
                     str(b_.get("loss_kernel", "fused")), bool(b_.get("fp8_saved_inputs", True)),
-                    split, modules, act_offload,
+                    split, modules, act_offload, bool(b_.get("fp8_param_gather", False)),
                 )  # fmt: skip
                 if mems[lightest] > cap:
                     # if even the most memory-saving setting does not fit, none of them does

@@ -167,6 +167,14 @@ class Strategy(BaseModel):
         "GroupedLinear keep only the quantized copy: TE 2.x module/linear.py); False = in 16-bit "
         "(torchao's Float8Linear keeps the high-precision input and casts it again in backward)",
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="with precision fp8 and Megatron's distributed optimizer (ZeRO 1 or 2, "
+        "adam): the model's weights are fp8 tensors, 1 byte per parameter, gathered in fp8 "
+        "(Megatron-Core --fp8-param-gather: 'keep the compute param in fp8 (do not use any "
+        "other intermediate dtype) and perform the param all-gather in fp8'); the fp32 main "
+        "weights stay in the optimizer",
+    )
     pipeline_split: str = Field(
         default="layers",
         description="how the layers are split over pipeline stages: layers = evenly, the "
@@ -366,6 +374,13 @@ class Strategy(BaseModel):
         # switches that would change nothing here are errors, not silently ignored
         if self.fp8_recipe != "delayed" and self.precision != "fp8":
             raise HwtuneInputError("fp8_recipe", self.fp8_recipe, "delayed unless precision is fp8")
+        if self.fp8_param_gather and not (
+            self.precision == "fp8" and self.zero in (1, 2) and self.optimizer == "adam"
+        ):
+            raise HwtuneInputError(
+                "fp8_param_gather", True, "precision fp8 with ZeRO 1 or 2 and adam (Megatron-Core's "
+                "distributed optimizer keeps the fp32 main weights of fp8 parameters)",
+            )  # fmt: skip
         if model.moe is None:
             for name, default in (
                 ("moe_imbalance", 1.0),
