@@ -226,7 +226,7 @@ def estimate(
     from hwtune.train.estimator import default_precision
     from hwtune.train.estimator import estimate as run_estimate
     from hwtune.train.launch import megatron_strategy
-    from hwtune.train.strategy import make_strategy
+    from hwtune.train.strategy import Strategy, make_strategy
 
     try:
         if zero is not None and zero not in (0, 1, 2, 3):
@@ -264,7 +264,11 @@ def estimate(
                 raise HwtuneInputError("--megatron-args", f"torchrun over {job.n_gpus} GPUs",
                                        f"the {cl.n_gpus} GPUs of --cluster")  # fmt: skip
             st = megatron_strategy(job, spec, cl.n_gpus)
-            st = make_strategy(**{**st.model_dump(), **software})
+            # the Megatron-LM flags set these fields; an option left at its default must not
+            # undo them (--fp8-recipe, --fp8-param-gather read from the arguments)
+            typed = {k: v for k, v in software.items()
+                     if v != Strategy.model_fields[k].get_default(call_default_factory=True)}  # fmt: skip
+            st = make_strategy(**{**st.model_dump(), **typed})
         else:
             check_torchtitan_precision(framework, launch, precision or default_precision(cl.device))
         est = run_estimate(spec, cl, st) if job is not None else run_estimate(

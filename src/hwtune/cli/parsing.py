@@ -14,7 +14,7 @@ SOFTWARE_FLAGS = {
     "loss_kernel": "--loss", "moe_dispatch": "--moe-dispatch", "fp8_recipe": "--fp8-recipe",
     "zero3_gather": "--zero3-gather", "grad_accumulation": "--grad-accumulation",
     "pipeline_split": "--pipeline-split", "mtp_layers": "--mtp-layers", "fp8_saved_inputs": "--framework",
-    "recompute_modules": "--recompute-modules",
+    "recompute_modules": "--recompute-modules", "fp8_param_gather": "--fp8-param-gather",
 }  # fmt: skip
 """The `Strategy` fields of the kernel options that `estimate` and `plan` share
 (`hwtune.cli.software`)."""

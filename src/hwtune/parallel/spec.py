@@ -283,6 +283,10 @@ def load_spec(path: str | Path) -> ParallelSpec:
 
 def from_strategy(st: Strategy) -> ParallelSpec:
     """The estimator's `Strategy` as a spec (uniform stages, one TP degree, a named schedule)."""
+    if st.fp8_param_gather:  # the compiler prices 16-bit weights and gathers
+        raise HwtuneInputError(
+            "fp8_param_gather", True, "False (the parallel compiler has no fp8 parameters)"
+        )
     return make_spec(
         dp=st.dp, tp=st.tp, pp=st.pp, cp=st.cp, ep=st.ep, precision=st.precision,
         optimizer=st.optimizer, zero=st.zero, sequence_parallel=st.sequence_parallel,

@@ -437,6 +437,10 @@ class RankLayout:
     chunks: tuple[LayerCounts, ...] = ()
     mtp: int = 0  # multi-token-prediction modules on this rank (in counts and params too)
     chunk_mtp: tuple[int, ...] = ()
+    embedding_params: float = 0.0
+    """Of ``dense_params``, the embedding, output head and final norm: weights that stay 16-bit
+    when the linear layers' weights are fp8 (Transformer Engine makes only its own layers'
+    weights fp8; Megatron-Core's embedding and output layer are not TE layers)."""
 
 
 def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
@@ -481,16 +485,18 @@ def rank_layouts(spec: ModelSpec, pp: int, v: int, split: str = "layers") -> tup
             ex = P.routed_expert_params(spec, last)
             expert += mtp * ex
             dense += mtp * (P.mtp_module_params(spec) - ex)
+        emb = 0.0
         if r == 0 or mtp:
-            dense += P.input_embedding_params(spec)
+            emb += P.input_embedding_params(spec)
         if r == pp - 1 or mtp:
-            dense += P.embedding_params(spec) - P.input_embedding_params(spec)
+            emb += P.embedding_params(spec) - P.input_embedding_params(spec)
         if r == pp - 1:
-            dense += P.final_norm_params(spec)
+            emb += P.final_norm_params(spec)
+        dense += emb
         out.append(RankLayout(
             _with_mtp(spec, _counts(spec, layers), mtp), len(layers) + mtp, dense, expert,
             tuple(_with_mtp(spec, _counts(spec, ch), k) for ch, k in zip(chunks, per_chunk, strict=True)),
-            mtp, per_chunk,
+            mtp, per_chunk, emb,
         ))  # fmt: skip
     return tuple(out)
 
@@ -995,7 +1001,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if dp * cp > 1:
             if st.zero >= 1:
                 t_dp = rs_t(grad_bytes_dense, dp_span, cl)
-                t_ag = ag_t(dense_local * copies * wb, dp_span, cl)
+                t_ag = ag_t(
+                    (dense_local * wb + here.embedding_params / tp * (2.0 - wb)) * copies,
+                    dp_span, cl,
+                )  # fmt: skip
             else:
                 t_dp = ar_t(grad_bytes_dense, dp_span, cl)
         if edp > 1 and grad_bytes_expert:
@@ -1329,6 +1338,8 @@ def _states(
         expert_local = lay.expert_params / ep * copies
         w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload)
         w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload)
+        if fp8_params:  # the embedding, head and final norm keep 16-bit weights
+            w1 += lay.embedding_params / tp * copies * (2.0 - sb.weights)
         zt = 0.0
         if zero >= 3:
             per_layer = (dense_local + expert_local) / max(1, lay.n_layers)

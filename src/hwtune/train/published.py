@@ -528,9 +528,12 @@ def from_row(r: dict) -> PublishedRun:
     # fp8 weights as the run's configuration states them (Megatron-Core fp8_param_gather,
     # NeMo's fp8_params): the MLPerf rows of benchmarks/data/training_mlperf.jsonl
     said = f"{r.get('precision_detail') or ''} {other}"
-    fp8_params = precision == "fp8" and bool(
-        re.search(r"fp8_param(?:s|_gather)\W{0,3}=\W{0,3}true", said, re.IGNORECASE)
-    )
+    states = {m.lower() for m in re.findall(r"fp8_param(?:s|_gather)['\"]?\s*[=:]\s*['\"]?(true|false)",
+                                            said, re.IGNORECASE)}  # fmt: skip
+    if len(states) > 1:
+        run.skip_reason = "fp8_param_gather: the row states both true and false"
+        return run
+    fp8_params = precision == "fp8" and states == {"true"}
     if fp8_params:
         run.assumptions.append("fp8 weights (the run's fp8_param_gather / fp8_params)")
     if precision == "fp8" and not fp8_saved_inputs:

@@ -49,7 +49,7 @@ from hwtune.train.estimator import (
 )
 from hwtune.train.objectives import OBJECTIVES, objective_value
 from hwtune.train.pipeline_layout import is_layout, split_error, split_key
-from hwtune.train.strategy import SCHEDULES, Precision, Strategy
+from hwtune.train.strategy import SCHEDULES, Precision, Strategy, make_strategy
 
 RECOMPUTE_ORDER = ("none", "selective", "selective-op", "full")
 ZERO_ORDER = (1, 2, 3)
@@ -277,6 +277,9 @@ def plan(
     checked_split = split != "layers"  # the default even split fits every pp x vpp
     modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
     act_offload = int(base.get("offload_activation_layers", 0))  # type: ignore[call-overload]
+    if base.get("fp8_param_gather"):  # its one-line error before any layout is tried
+        make_strategy(precision=precision, zero=1, dp=2, micro_batch=1, global_batch=2,
+                      seq=seq, **base)  # fmt: skip
 
     def mods_for(rec: str) -> tuple[str, ...]:
         """The modules selective recomputation repeats (the others take the default)."""
@@ -299,9 +302,16 @@ def plan(
         for k in _knob_lattice(c.allow_offload)
         if c.allows("zero", k[0]) and c.allows("recompute", k[1])
         and c.allows("offload_optimizer", k[2]) and (c.recomputes is None or k[1] in c.recomputes)
-        # fp8 parameters live in Megatron's distributed optimizer (ZeRO 1 or 2)
-        and (not base.get("fp8_param_gather") or k[0] in (1, 2))
+        # fp8 parameters live in Megatron's distributed optimizer (ZeRO 1 or 2), on the GPU
+        and (not base.get("fp8_param_gather") or (k[0] in (1, 2) and not k[2]))
     ]  # fmt: skip
+    if not lattice:
+        raise NoLayoutError(
+            "constraints", {**c.fixed, **c.maxima} or "none",
+            "a ZeRO stage, recomputation and optimizer offload they allow together"
+            + (" (fp8_param_gather needs ZeRO 1 or 2 without offload)"
+               if base.get("fp8_param_gather") else ""),
+        )  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:
         raise NoLayoutError(

@@ -169,8 +169,9 @@ class Strategy(BaseModel):
     )
     fp8_param_gather: bool = Field(
         default=False,
-        description="with precision fp8 and Megatron's distributed optimizer (ZeRO 1 or 2, "
-        "adam): the model's weights are fp8 tensors, 1 byte per parameter, gathered in fp8 "
+        description="with precision fp8, ZeRO 1 (Megatron's distributed optimizer) or 2 "
+        "(Megatron-FSDP optim_grads) and adam: the linear layers' weights are fp8 tensors, 1 "
+        "byte per parameter (the embedding, output head and norms stay 16-bit), gathered in fp8 "
         "(Megatron-Core --fp8-param-gather: 'keep the compute param in fp8 (do not use any "
         "other intermediate dtype) and perform the param all-gather in fp8'); the fp32 main "
         "weights stay in the optimizer",
@@ -241,6 +242,18 @@ class Strategy(BaseModel):
     def _default_zero(self) -> Strategy:
         if self.zero == -1:
             object.__setattr__(self, "zero", 3 if self.pp == 1 else 1)
+        if self.fp8_param_gather and not (
+            self.precision == "fp8" and self.zero in (1, 2) and self.optimizer == "adam"
+            and not self.offload_optimizer and self.fp8_saved_inputs
+        ):  # fmt: skip
+            # checked here, not in validate_for, so that no entry point (the search's
+            # candidates included) builds such a strategy
+            raise HwtuneInputError(
+                "fp8_param_gather", True, "precision fp8 with ZeRO 1 or 2, adam, no optimizer "
+                "offload and Transformer Engine's fp8 layers (Megatron-Core's distributed "
+                "optimizer keeps the fp32 main weights of fp8 parameters; hwtune models no "
+                "other combination)",
+            )  # fmt: skip
         return self
 
     @property
@@ -374,13 +387,6 @@ class Strategy(BaseModel):
         # switches that would change nothing here are errors, not silently ignored
         if self.fp8_recipe != "delayed" and self.precision != "fp8":
             raise HwtuneInputError("fp8_recipe", self.fp8_recipe, "delayed unless precision is fp8")
-        if self.fp8_param_gather and not (
-            self.precision == "fp8" and self.zero in (1, 2) and self.optimizer == "adam"
-        ):
-            raise HwtuneInputError(
-                "fp8_param_gather", True, "precision fp8 with ZeRO 1 or 2 and adam (Megatron-Core's "
-                "distributed optimizer keeps the fp32 main weights of fp8 parameters)",
-            )  # fmt: skip
         if model.moe is None:
             for name, default in (
                 ("moe_imbalance", 1.0),
