@@ -235,9 +235,14 @@ def test_a_study_written_before_the_digest_is_recomputed_not_refused(first_run, 
     assert all(r["inputs_digest"] for r in read_rows(tmp_path / "study.csv"))
 
 
-def test_the_digest_follows_the_device_figures():
+def test_the_digest_follows_the_device_figures(monkeypatch):
     p = two_points()[0]
     base = study.inputs_digest(p)
     assert study.inputs_digest(p) == base  # deterministic
     other = StudyPoint(p.model, "a100-sxm4-80gb", p.topology, p.n_gpus, p.global_batch, p.seq)
     assert study.inputs_digest(other) != base
+    # the same point (same key) after a catalog update of its device's figures: recomputed
+    cl = study._cluster(p)
+    dev = cl.device.model_copy(update={"gemm_efficiency": cl.device.gemm_efficiency * 0.9})
+    monkeypatch.setattr(study, "_cluster", lambda q: cl.model_copy(update={"device": dev}))
+    assert study.inputs_digest(p) != base

@@ -203,10 +203,10 @@ def compile_cmd(
                 gpus_per_node=gpus_per_node,
                 nic_gbps=nic_gbps,
             )
-        if "precision" not in base:  # bf16, or fp16 where the GPU has no bf16 (V100)
-            from hwtune.train.estimator import default_precision
+        from hwtune.train.estimator import with_default_precision
 
-            spec = spec.model_copy(update={"precision": default_precision(cl.device)})
+        # bf16, or fp16 where the GPU has no bf16 (V100); the spec printed is the one compiled
+        spec = with_default_precision(spec, cl.device)
         plan = compile_plan(spec, spec_model, cl)
         res = simulate(plan)
         title = f"{spec_model.name} on {cl.n_gpus} x {cl.device.name}: {plan.schedule}"

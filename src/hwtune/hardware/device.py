@@ -147,9 +147,10 @@ class Device(FrozenModel):
             return "fp16"
         return "bf16"
 
-    def no_bf16_expectation(self) -> str:
-        """What to ask for instead of bf16 on a device without bf16 math (the refusal's text)."""
-        return (f"fp16 on {self.name}, which has no bfloat16 tensor cores (bf16 runs only "
+    def no_bf16_expectation(self, instead: str = "fp16") -> str:
+        """What to ask for instead of bf16 (``instead``) on a device without bf16 math (the
+        refusal's text)."""
+        return (f"{instead} on {self.name}, which has no bfloat16 tensor cores (bf16 runs only "
                 "emulated there, at no rate hwtune models; vLLM refuses it)")  # fmt: skip
 
     def supported_dtypes(self) -> list[str]:

@@ -125,10 +125,7 @@ def _check_recompute(
 def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     """The device plan of ``spec`` for ``model`` on ``cl`` (validated, priced, checked); a
     ``spec`` that does not set its precision trains in `default_precision` (fp16 on V100)."""
-    if "precision" not in spec.model_fields_set:
-        from hwtune.train.estimator import default_precision
-
-        spec = spec.model_copy(update={"precision": default_precision(cl.device)})
+    spec = estimator.with_default_precision(spec, cl.device)
     layers = validate(spec, model, cl.n_gpus)
     costs = stage_costs(spec, model, cl, layers)
     mesh, pp = spec.mesh, spec.mesh.pp

@@ -19,7 +19,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple, get_args
+from typing import NamedTuple, TypeVar, get_args
+
+from pydantic import BaseModel
 
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import (
@@ -202,6 +204,9 @@ def gemm_dtype(precision: str, device: Device) -> str:
     return precision
 
 
+_Precisioned = TypeVar("_Precisioned", bound=BaseModel)
+
+
 def default_precision(device: Device) -> str:
     """The training precision when none is given: the device's 16-bit format
     (`Device.sixteen_bit_dtype`: bf16, fp16 on V100), or fp32 on a device with neither 16-bit
@@ -209,6 +214,14 @@ def default_precision(device: Device) -> str:
     if device.peak_tflops.bf16 is None and device.peak_tflops.fp16 is None:
         return "fp32"
     return device.sixteen_bit_dtype
+
+
+def with_default_precision(obj: _Precisioned, device: Device) -> _Precisioned:
+    """``obj`` (a `Strategy` or a `hwtune.parallel.spec.ParallelSpec`) with `default_precision`
+    where it does not set its precision itself (their field default, bf16, is no choice)."""
+    if "precision" in obj.model_fields_set:
+        return obj
+    return obj.model_copy(update={"precision": default_precision(device)})
 
 
 def check_training_precision(precision: str, device: Device) -> None:
@@ -219,10 +232,8 @@ def check_training_precision(precision: str, device: Device) -> None:
         return
     if precision == "bf16" and "fp16" in runs:
         raise HwtuneInputError(
-            "precision", "bf16", f"one of {', '.join(runs)} on {device.name}, which has no "
-            "bfloat16 tensor cores (PyTorch runs bf16 there only emulated, at no rate hwtune "
-            "models)",
-        )  # fmt: skip
+            "precision", "bf16", device.no_bf16_expectation(f"one of {', '.join(runs)}")
+        )
     raise HwtuneInputError(
         "precision", precision, f"one of {', '.join(runs)} ({device.name} has no "
         f"{gemm_dtype(precision, device)} peak)",
@@ -443,6 +454,18 @@ class RankLayout:
     weights fp8; Megatron-Core's embedding and output layer are not TE layers)."""
 
 
+def weight_bytes(params: float, embedding: float, fp8_params: bool) -> float:
+    """Bytes of the 16-bit-trained weights ``params``, of which ``embedding`` are the embedding,
+    output head and final norm (`RankLayout.embedding_params`): with fp8 weights
+    (`Strategy.fp8_param_gather`) the others take `state_bytes_per_param`'s fp8 weight bytes
+    and these stay 16-bit; without, all are 16-bit. The one place the estimator's weight
+    gathers and the memory model's fp8 weights are priced."""
+    if not fp8_params:
+        return 2.0 * params
+    fp8 = state_bytes_per_param("fp8", "adam", False, fp8_params=True).weights
+    return fp8 * (params - embedding) + 2.0 * embedding
+
+
 def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
     out: dict[tuple[str, bool], int] = {}
     for i in layers:
@@ -537,8 +560,8 @@ def estimate(
                 raise HwtuneInputError("tp*pp*cp", denom, f"a divisor of the {cluster.n_gpus} GPUs")
             f["dp"] = cluster.n_gpus // denom
         strategy = make_strategy(**f)
-    elif "precision" not in strategy.model_fields_set:  # Strategy()'s bf16 is no choice
-        strategy = strategy.model_copy(update={"precision": default_precision(cluster.device)})
+    else:
+        strategy = with_default_precision(strategy, cluster.device)
     strategy.validate_for(spec, cluster.n_gpus)
     check_training_precision(strategy.precision, cluster.device)
     arch = cluster.device.architecture
@@ -986,7 +1009,6 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         gb = 4.0
     grad_bytes_dense = dense_local * copies * gb
     grad_bytes_expert = expert_local * copies * gb
-    wb = 1.0 if st.fp8_param_gather else 2.0  # bytes per gathered parameter
     t_dp = 0.0
     t_dp_exposed = 0.0
     t_ag = 0.0
@@ -1002,7 +1024,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             if st.zero >= 1:
                 t_dp = rs_t(grad_bytes_dense, dp_span, cl)
                 t_ag = ag_t(
-                    (dense_local * wb + here.embedding_params / tp * (2.0 - wb)) * copies,
+                    weight_bytes(dense_local * copies, here.embedding_params / tp * copies,
+                                 st.fp8_param_gather),
                     dp_span, cl,
                 )  # fmt: skip
             else:
@@ -1010,7 +1033,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if edp > 1 and grad_bytes_expert:
             if st.zero >= 1:
                 t_dp += rs_t(grad_bytes_expert, edp_span, cl)
-                t_ag += ag_t(expert_local * copies * wb, edp_span, cl)
+                t_ag += ag_t(weight_bytes(expert_local * copies, 0.0, st.fp8_param_gather),
+                             edp_span, cl)  # fmt: skip
             else:
                 t_dp += ar_t(grad_bytes_expert, edp_span, cl)
         # ZeRO-2 holds only its shard of the gradients (the memory model divides them by the
@@ -1338,8 +1362,8 @@ def _states(
         expert_local = lay.expert_params / ep * copies
         w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload)
         w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload)
-        if fp8_params:  # the embedding, head and final norm keep 16-bit weights
-            w1 += lay.embedding_params / tp * copies * (2.0 - sb.weights)
+        if fp8_params:  # ZeRO 1-2: unsharded weights, the embedding, head and norm 16-bit
+            w1 = weight_bytes(dense_local, lay.embedding_params / tp * copies, True)
         zt = 0.0
         if zero >= 3:
             per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
@@ -1466,7 +1490,7 @@ def memory_table(
                     grad_reduce_dtype,
                     "layer",
                     split,
-                    fp8_params and z in (1, 2),
+                    fp8_params,
                 )  # fmt: skip
             ]
         ac = acts.get(r)

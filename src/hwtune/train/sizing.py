@@ -24,6 +24,7 @@ from hwtune.hardware.device import Device
 from hwtune.model import params as P
 from hwtune.model.lowering import Shard, layer_classes, lower_head, lower_layer
 from hwtune.model.spec import ModelSpec, MoE
+from hwtune.train.estimator import default_precision
 
 
 @dataclass
@@ -33,12 +34,6 @@ class SizeIssue:
     efficiency: float  # quantization x alignment efficiency of the GEMM
     lost_s_per_step: float  # time lost per training step on this rank (all layers, fwd + bwd)
     advice: str
-
-
-def _default_precision(dev: Device) -> str:
-    from hwtune.train.estimator import default_precision
-
-    return default_precision(dev)
 
 
 def check_job(dev: Device, dtype: str, **sizes: int) -> None:
@@ -82,7 +77,7 @@ def check(
 ) -> list[SizeIssue]:  # fmt: skip
     """GEMMs below ``threshold`` quantization x alignment efficiency, worst loss first
     (``dtype`` None: `default_precision`, bf16 or fp16 on V100)."""
-    dtype = dtype or _default_precision(dev)
+    dtype = dtype or default_precision(dev)
     check_job(dev, dtype, tp=tp, micro_batch=micro_batch, seq=seq)
     if spec.n_heads % tp:
         raise HwtuneInputError("tp", tp, f"a divisor of the {spec.n_heads} attention heads")
@@ -150,7 +145,7 @@ def layer_time_per_token(
     ``dtype`` None: `hwtune.train.estimator.default_precision`)."""
     from hwtune.train.estimator import _layer_times
 
-    dtype = dtype or _default_precision(dev)
+    dtype = dtype or default_precision(dev)
 
     sh = Shard(tokens=tokens, seq=tokens)
     t = 0.0
@@ -209,7 +204,7 @@ def propose(
         raise HwtuneInputError("target", target, "a positive finite parameter count")
     if not 0 < tolerance < 0.5:
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
-    dtype = dtype or _default_precision(dev)  # bf16, fp16 on V100
+    dtype = dtype or default_precision(dev)  # bf16, fp16 on V100
     check_job(dev, dtype, tokens=tokens, top=top)
     hd = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128

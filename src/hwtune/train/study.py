@@ -214,7 +214,6 @@ def run_point(p: StudyPoint) -> dict:
 
     row: dict = {**asdict(p), "fits": False}
     try:
-        row["inputs_digest"] = inputs_digest(p)
         r = plan(
             get_model(p.model), _cluster(p), p.global_batch, p.seq, precision=p.precision, top_k=1
         )  # type: ignore[arg-type]
@@ -301,10 +300,11 @@ def run_study(
     csv_path = _output_dir(out)
     kept, damaged = _load_complete_rows(csv_path)
     digest = {p.key: inputs_digest(p) for p in points}
-    stale = [
-        r for r in kept if _key_of(r) in digest and r.get("inputs_digest") != digest[_key_of(r)]
-    ]
-    kept = [r for r in kept if not any(r is s for s in stale)]
+    fresh, stale = [], []
+    for r in kept:
+        key = _key_of(r)
+        (stale if key in digest and r.get("inputs_digest") != digest[key] else fresh).append(r)
+    kept = fresh
     done = {_key_of(r) for r in kept}
     todo = [p for p in points if p.key not in done]
     if notice is not None and (kept or damaged or stale):
@@ -322,7 +322,8 @@ def run_study(
     with csv_path.open("a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         total = len(todo)
-        for i, (_, row) in enumerate(run_all(run_point, todo, workers, ray_address)):
+        for i, (j, row) in enumerate(run_all(run_point, todo, workers, ray_address)):
+            row["inputs_digest"] = digest[todo[j].key]
             w.writerow(row)
             f.flush()
             if progress:
