@@ -235,6 +235,7 @@ def test_memory_figures():
         "a100-sxm4-40gb": 1.555,
         "a100-sxm4-80gb": 2.039,
         "h100-sxm-80gb": 3.35,
+        "h100-sxm-96gb": 2.4,  # torchtitan's benchmark page: "96GB HBM2e with 2.4 TB/sec"
         "h200-sxm-141gb": 4.8,
         "b200": 8.0,
         "mi300x": 5.3,

@@ -97,7 +97,7 @@ def test_layer_times_match_korthikanti_table4():
     """Korthikanti et al. 2022, Table 4: forward and backward time of one 22B-model layer on 8
     A100s with TP=8 (no/selective/full recomputation, with and without sequence parallelism):
     the op-level models (GEMMs, unfused attention, TP collectives) within 5% median, 12% max
-    (measured: 1.1% median, 10.3% max)."""
+    (measured: 1.3% median, 10.4% max)."""
     errs = [abs(e) for _, e in ERRORS["layer"]]
     assert len(errs) == 10
     assert statistics.median(errs) <= 0.05
@@ -105,9 +105,9 @@ def test_layer_times_match_korthikanti_table4():
 
 
 def test_all_rows_meet_the_throughput_targets():
-    """The issue's p90 target over every expressible row: <= 25% (measured 20.3% over 82 rows;
-    the misses above it are DeepSpeed ZeRO-3 of 2021 (six rows), dropless Qwen3-30B-A3B and
-    MosaicML's 7B on 512 GPUs, see VALIDATION.md)."""
+    """The issue's p90 target over every expressible row: <= 25% (measured 19.2% over 82 rows;
+    the misses above it are DeepSpeed ZeRO-3 of 2021 (six rows), dropless Qwen3-30B-A3B,
+    MosaicML's 7B on 512 GPUs and torchtitan's FSDP 4 x CP 2 row, see VALIDATION.md)."""
     assert _p90("throughput") <= 0.25
 
 
@@ -128,32 +128,32 @@ def test_eager_elementwise_cost_matches_torchtitans_compile_gain(table):
     """torchtitan measured the same run with and without torch.compile (6,667 vs 5,762 tokens/s
     on 8 GPUs; 6,514 vs 5,605 on 128). The only modelled difference is the eager kernels'
     bytes (``model.lowering.rmsnorm_bytes`` etc., counted from the op sequence, not fitted),
-    whose time rests on the HBM bandwidth of this non-standard 96 GB HBM2e part, which the
-    catalog marks UNCERTAIN: 3.35 TB/s taken (the HBM3 H100's), 2.4-2.8 TB/s likely for six
-    HBM2e stacks. The measured speed-up must lie within the predictions over that range (1.12
-    at 3.35 TB/s to 1.16 at 2.4 with GEMMs at sustained clocks), to within one point."""
-    gains = []
-    for bw in (None, 2.4):
-        p_eager, m_eager = _tps_at(f"torchtitan-{table}-fsdp", bw)
-        p_comp, m_comp = _tps_at(f"torchtitan-{table}-fsdp-compile", bw)
-        gains.append(p_comp / p_eager)
+    whose time rests on the HBM bandwidth of this 96 GB HBM2e part: 2.4 TB/s, as torchtitan's
+    benchmark page states it (the catalog's source). The predicted speed-up must match the
+    measured one to within one point (1.16 either way), and it must rest on the bandwidth:
+    at the HBM3 H100's 3.35 TB/s, which the catalog took before the source was read, it is
+    smaller (1.12)."""
+    p_eager, m_eager = _tps_at(f"torchtitan-{table}-fsdp")
+    p_comp, m_comp = _tps_at(f"torchtitan-{table}-fsdp-compile")
     measured = m_comp / m_eager
-    assert min(gains) - 0.01 <= measured <= max(gains) + 0.01
-    assert max(gains) - min(gains) < 0.06  # the band is narrow: the bytes carry the test
+    assert p_comp / p_eager == pytest.approx(measured, abs=0.01)
+    fast_eager, _ = _tps_at(f"torchtitan-{table}-fsdp", 3.35)
+    fast_comp, _ = _tps_at(f"torchtitan-{table}-fsdp-compile", 3.35)
+    assert fast_comp / fast_eager < p_comp / p_eager - 0.02  # the bytes carry the test
 
 
 def test_all_rows_memory_guard():
-    assert _p90("peak_memory") <= 0.21  # measured 18.6% (70B 2D and eager rows)
+    assert _p90("peak_memory") <= 0.21  # measured 18.9% (70B 2D and eager rows)
 
 
 def test_throughput_median_within_10_percent():
-    """The issue's target over every expressible row (measured 8.6%: Hopper GEMMs at their
+    """The issue's target over every expressible row (measured 7.4%: Hopper GEMMs at their
     sustained clock and the NVIDIA recipes' TP overlap; VALIDATION.md)."""
     assert _median("throughput") <= 0.10
 
 
 def test_peak_memory_median_within_10_percent():
-    """The issue's target (measured 8.4%: torchtitan's loss is F.cross_entropy on an fp32
+    """The issue's target (measured 8.5%: torchtitan's loss is F.cross_entropy on an fp32
     upcast, 12 B per logit at its backward peak, cost.memory.LOSS_KERNELS)."""
     assert _median("peak_memory") <= 0.10
 
