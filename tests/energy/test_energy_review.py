@@ -309,6 +309,23 @@ def test_nvml_energy_never_decreases_across_a_counter_restart(monkeypatch):
     assert dev.counter_resets == 1
 
 
+def test_a_counter_that_steps_back_a_little_is_a_glitch_not_a_restart(monkeypatch):
+    """71,263.5 J, then 71,263.4 J (a reading 0.1 J back, as AMD SMI's accumulator has been
+    reported to give), then 71,264.0 J: 1 J in all since the first reading. Taken as a restart
+    from zero the dip would add the whole since-boot total, 71 kJ."""
+    monkeypatch.setitem(
+        sys.modules, "pynvml", _fake_nvml([71_263_000, 71_263_500, 71_263_400, 71_264_000])
+    )
+    from hwtune.energy.meters.nvml import NvmlDevice
+
+    dev = NvmlDevice(0)
+    e0 = dev.energy_j()
+    assert dev.energy_j() - e0 == pytest.approx(0.5)
+    assert dev.energy_j() - e0 == pytest.approx(0.5)  # the dip adds nothing
+    assert dev.energy_j() - e0 == pytest.approx(1.0)  # and the next reading only what is new
+    assert (dev.counter_resets, dev.counter_glitches) == (0, 1)
+
+
 def test_amdsmi_energy_never_decreases_across_an_accumulator_restart(monkeypatch):
     m = types.ModuleType("amdsmi")
 

@@ -212,6 +212,7 @@ class OnlineTuner:
         self.hold_intervals, self.recommit_ratio = hold_intervals, recommit_ratio
         self.refinements = refinements
         self._refined = 0
+        self.refits_over_cap = 0  # run-phase re-choices that found no candidate under the cap
         self._estimator = convergence if isinstance(convergence, NoiseScaleEstimator) else None
         if isinstance(convergence, CriticalBatch):
             self._b_noise_fixed: float | None = convergence.b_noise
@@ -506,8 +507,22 @@ class OnlineTuner:
         pr.mem_busy = um if um is not None else (-1.0 if u is None else 0.0)
         self.points.append((pr, (iv.end_s - iv.start_s) / iv.steps, iv.avg_power_w))
         refined = self._refined
-        self._commit()
+        self._recommit()
         self._refined = refined
+
+    def _recommit(self) -> None:
+        """Choose again while running (a refinement, a changed noise scale). Unlike the first
+        commit and `set_cap`, which refuse a cap that no candidate fits, this runs inside the
+        user's training loop: when the refitted models put every candidate over the cap, the
+        previous choice stays and the clock drops to the lowest one; the feedback of `_control`
+        then climbs back as far as the measured power allows."""
+        try:
+            self._commit()
+        except HwtuneInputError as e:
+            if e.field != "power cap":
+                raise
+            self._f = self.table[0]
+            self.refits_over_cap += 1
 
     def _predict(self, f: float, k: float = 1.0) -> float:
         """Predicted power at clock ``f`` and the current batch, with the dynamic part scaled
@@ -561,7 +576,7 @@ class OnlineTuner:
             > self.recommit_ratio * min(self.b_noise, self._b_noise_at_commit)
         ):
             f_now = self._f
-            self._commit()
+            self._recommit()
             self._f = min(self._f, f_now) if measured > self.cap_w else self._f
 
     # -- intervals ------------------------------------------------------------------------------
@@ -632,6 +647,7 @@ class OnlineTuner:
             "intervals": len(self.history),
             "intervals_over_cap": len(over),
             "max_consecutive_over_cap": _max_run(iv.over_cap for iv in self.history),
+            "refits_over_cap": self.refits_over_cap,
             "choice": self.choice.best.to_dict() if self.choice else None,
             "b_noise": self.b_noise,
         }

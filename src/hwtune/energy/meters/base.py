@@ -137,6 +137,7 @@ class BaseDevice:
         self._counter_last: float | None = None  # raw reading of a vendor energy counter, J
         self._counter_total = 0.0
         self.counter_resets = 0
+        self.counter_glitches = 0  # readings a little below the previous one (ignored)
 
     # -- clock -------------------------------------------------------------------------
     def now_s(self) -> float:
@@ -156,18 +157,24 @@ class BaseDevice:
     def _monotone(self, raw_j: float) -> float:
         """The counter's reading, kept monotone across restarts of a cumulative counter from
         zero (NVML's total energy after a driver reload or GPU reset, AMD SMI's 64-bit
-        accumulator after a reset): a reading below the previous one adds the reading itself,
-        the energy since the restart, so `energy_j` never decreases (the protocol's promise).
-        Not a wrap handler: a counter that wraps at a fixed range (RAPL's) also needs the
-        energy between the last reading and the range, which `RaplDevice` adds itself."""
+        accumulator after a reset): a reading below half the previous one is a restart and adds
+        the reading itself, the energy since the restart, so `energy_j` never decreases (the
+        protocol's promise). A reading a little below the previous one is a glitch of the
+        counter, not a restart (AMD SMI's accumulator has been reported stepping back,
+        ROCm/amdsmi#115): it adds nothing and the previous reading stays the reference, so the
+        next one adds only what is new; taken as a restart it would add the whole since-boot
+        total. Not a wrap handler: a counter that wraps at a fixed range (RAPL's) also needs
+        the energy between the last reading and the range, which `RaplDevice` adds itself."""
         if self._counter_last is None:
             self._counter_total = raw_j
+        elif raw_j >= self._counter_last:
+            self._counter_total += raw_j - self._counter_last
+        elif raw_j < 0.5 * self._counter_last:
+            self._counter_total += raw_j
+            self.counter_resets += 1
         else:
-            step = raw_j - self._counter_last
-            if step < 0:
-                step = raw_j
-                self.counter_resets += 1
-            self._counter_total += step
+            self.counter_glitches += 1
+            return self._counter_total
         self._counter_last = raw_j
         return self._counter_total
 
