@@ -186,6 +186,25 @@ def test_grad_scaler_with_fp16_parameters():
         assert (po.float() - pr).norm() < 0.05 * (pr - p0).norm()
 
 
+def test_clipping_scaled_fp16_gradients_whose_norm_passes_fp16s_range():
+    """fp16 parameters are clipped by ``max_grad_norm`` on the still-scaled gradients (the
+    user cannot unscale fp16 gradients). Here every scaled element is 491.52 (0.03 x 2^14,
+    finite) but the norm of 200,000 of them, 2.2e5, is past fp16's 65,504: taken in fp16 it
+    is inf and the clip coefficient 0 (torch's clip_grad_norm_), which would wipe the step
+    while GradScaler, seeing no inf, keeps its scale. The unscaled norm is 13.4, clipped to
+    1: one SGD step at lr 1 from zero moves the parameters by exactly that norm."""
+    n = 200_000
+    p = torch.nn.Parameter(torch.zeros(n, dtype=torch.float16))
+    opt = SGD([p], lr=1.0, compile=False, max_grad_norm=1.0, numerics_check_every=0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**14)
+    scaler.scale((p * torch.full((n,), 0.03, dtype=torch.float16)).sum()).backward()
+    assert torch.isfinite(p.grad).all() and torch.linalg.vector_norm(p.grad).isinf()
+    scaler.step(opt)
+    scaler.update()
+    assert torch.linalg.vector_norm(p.detach().float()).item() == pytest.approx(1.0, rel=2e-3)
+    assert scaler.get_scale() == 2.0**14  # no inf was found, so the scale held
+
+
 def test_grad_scaler_skips_steps_with_inf():
     p = torch.nn.Parameter(torch.ones(64, dtype=torch.bfloat16))
     opt = AdamW([p], compile=False)

@@ -34,6 +34,15 @@ not to 0: an element whose v fell into the bottom bin but whose momentum did not
 dead units: g = 0 at this step) would otherwise get the update m / eps, which blows up training
 (measured: scikit-learn digits, ``benchmarks/optim_quality.py``). A group of zeros has scale 0 and
 decodes to zeros. Linear int8 coding (``companded=False``) is kept to show what companding buys.
+
+Non-finite inputs (a NaN or inf gradient reaches the states through the update) stay on their own
+element, as in ``torch.optim``, where only that element turns non-finite: group maxima, and so the
+chunk's power of two, are taken over finite values only, and a non-finite element gets a finite
+code (NaN: code 0; +-inf: the extreme code of its sign, for the second moment 255). Otherwise its
+group's fp16 scale would be NaN or inf and all ``group_size`` elements would decode as NaN from
+then on (Lion, whose sign(NaN) is 0, would silently freeze them), and ``frexp`` of a NaN or inf
+maximum would reset the gscale of the whole chunk. The parameter update, computed before the
+states are coded, still sees the non-finite value.
 """
 
 from __future__ import annotations
@@ -92,6 +101,9 @@ def _encode_scales(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(fp16 stored scales, fp32 powers of two, fp32 effective scales) from group maxima.
 
+    The maxima must be finite (the callers take them over finite values only, see the module
+    docstring): a NaN or inf maximum would make its group's scale and its chunk's gscale useless.
+
     The power of two is one per chunk of ``chunk_groups`` groups (0-d when ``amax`` fits in one
     chunk, as without ``chunk_groups``): the group maxima are zero-padded to whole chunks (maxima
     are >= 0, so the padding never wins) and reduced per row, which gives each chunk the value
@@ -132,13 +144,20 @@ def quantize_signed(
     """Code a flat fp32 tensor on int8 per group: (codes (groups*group_size,), fp16 scales, gscale).
 
     ``chunk_groups``: groups per chunk when ``x`` spans several chunks (one gscale each, shape
-    (chunks,)); None codes ``x`` as one chunk (a 0-d gscale)."""
+    (chunks,)); None codes ``x`` as one chunk (a 0-d gscale).
+
+    Non-finite elements (module docstring) are left out of their group's maximum and coded as 0
+    (NaN) or +-127 (+-inf), so that the rest of the group and of the chunk keep their scales. The
+    handling runs in place on temporaries (``nan_to_num_``), fused by `torch.compile`."""
     xg = _grouped(x, group_size)
-    scales16, gscale, scale = _encode_scales(xg.abs().amax(dim=1), chunk_groups)
-    u = xg * _safe_inverse(scale)[:, None]
+    amax = xg.abs().nan_to_num_(nan=0.0, posinf=0.0).amax(dim=1)  # over finite values
+    scales16, gscale, scale = _encode_scales(amax, chunk_groups)
+    # +-inf -> +-1 (the extreme code; the compander would turn inf into NaN), NaN -> 0; a NaN or
+    # inf in a group of otherwise zeros (scale 0: inf * 0 is NaN) gets code 0, which decodes to 0
+    u = (xg * _safe_inverse(scale)[:, None]).nan_to_num_(nan=0.0, posinf=1.0, neginf=-1.0)
     if companded:
         u = compand_signed(u)
-    codes = torch.round(u * SIGNED_LEVELS).clamp_(-SIGNED_LEVELS, SIGNED_LEVELS).to(torch.int8)
+    codes = (u * SIGNED_LEVELS).round_().clamp_(-SIGNED_LEVELS, SIGNED_LEVELS).to(torch.int8)
     return codes.view(-1), scales16, gscale
 
 
@@ -163,13 +182,20 @@ def quantize_second_moment(
     v: torch.Tensor, group_size: int, companded: bool = True, chunk_groups: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Code a flat non-negative fp32 tensor on uint8 per group, as sqrt(v) when companded
-    (``chunk_groups``: as `quantize_signed`)."""
+    (``chunk_groups``: as `quantize_signed`).
+
+    Non-finite elements (module docstring) are left out of their group's maximum and coded as 0
+    (NaN) or 255 (+inf)."""
     vg = _grouped(v, group_size)
     if companded:
         vg = vg.sqrt()
-    scales16, gscale, scale = _encode_scales(vg.amax(dim=1), chunk_groups)
+    # over finite values; not in place: uncompanded, vg is a view of the caller's v
+    amax = torch.nan_to_num(vg, nan=0.0, posinf=0.0).amax(dim=1)
+    scales16, gscale, scale = _encode_scales(amax, chunk_groups)
     u = vg * (_safe_inverse(scale)[:, None] * UNSIGNED_LEVELS)
-    codes = torch.round(u).clamp_(0, UNSIGNED_LEVELS).to(torch.uint8)
+    # NaN -> 0; +inf stays inf, clamped to the top code (inf * 0, in a group of zeros: NaN -> 0)
+    codes = u.nan_to_num_(nan=0.0, posinf=UNSIGNED_LEVELS).round_().clamp_(0, UNSIGNED_LEVELS)
+    codes = codes.to(torch.uint8)
     return codes.view(-1), scales16, gscale
 
 

@@ -180,6 +180,22 @@ def _padded(numel: int) -> int:
     return max(1, -(-numel // CHUNK)) * CHUNK
 
 
+def clip_grad_norm_fp32(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale ``grads`` in place so that their global L2 norm is at most ``max_norm``, as
+    `torch.nn.utils.clip_grad_norm_` does (coefficient max_norm / (norm + 1e-6), capped at 1),
+    but with every norm taken in fp32. torch takes each tensor's norm in its own dtype, so
+    loss-scaled fp16 gradients whose norm passes fp16's 65,504 give an infinite norm while
+    every element is finite, and the clip coefficient 0 wipes the step (and GradScaler, which
+    sees no inf, keeps the scale). Returns the total norm (fp32)."""
+    norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+    device = norms[0].device
+    total = torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef.to(g.device))
+    return total
+
+
 def _buckets(items: list[_Pending], span: int) -> list[list[_Pending]]:
     """Consecutive parameters grouped into buckets of at most ``span`` padded elements."""
     out: list[list[_Pending]] = []
@@ -857,9 +873,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                     "(scaler.step(optimizer)): fp16 gradients underflow without loss scaling",
                 )
         if self.max_grad_norm is not None and with_grad:
-            torch.nn.utils.clip_grad_norm_(
-                [p for p, _ in with_grad], self.max_grad_norm / inv_scale, foreach=True
-            )
+            clip_grad_norm_fp32([p.grad for p, _ in with_grad], self.max_grad_norm / inv_scale)
         together: dict[tuple[Any, ...], tuple[dict[str, Any], list[_Pending]]] = {}
         for p, group in with_grad:
             item = self._begin(p, group)
