@@ -61,9 +61,12 @@ _TP_OVERLAP_RECIPES: dict[tuple[str, str], bool] = {
 
 def _tp_overlap(run: PublishedRun, other: dict, tp: int, sp: bool) -> bool:
     """Whether the row's recipe overlaps TP communication (`_TP_OVERLAP_RECIPES`, or the row's
-    own ``async_tp``)."""
+    own ``async_tp``, or its ``ub_tp_comm_overlap`` where it states Transformer Engine's
+    userbuffers, which run only with TP > 1 and sequence parallelism)."""
     if other.get("async_tp"):
         return True
+    if other.get("ub_tp_comm_overlap") is not None:
+        return bool(other["ub_tp_comm_overlap"]) and tp > 1 and sp
     for (prefix, model), on in _TP_OVERLAP_RECIPES.items():
         if run.id.startswith(prefix) and re.search(rf"-{re.escape(model)}(-|$)", run.id):
             if on and tp > 1 and sp:
@@ -551,6 +554,16 @@ def from_row(r: dict) -> PublishedRun:
             "embedding and loss counted as pipeline layers (Megatron-Bridge recipe: "
             "account_for_embedding/loss_in_pipeline_split)"
         )
+    emb_stated = other.get("account_for_embedding_in_pipeline_split")
+    loss_stated = other.get("account_for_loss_in_pipeline_split")
+    if emb_stated is not None or loss_stated is not None:  # the row's own Megatron settings
+        if bool(emb_stated) != bool(loss_stated):
+            raise HwtuneInputError(
+                f"{run.id}.parallel.other.account_for_loss_in_pipeline_split", loss_stated,
+                f"the same as account_for_embedding_in_pipeline_split ({emb_stated}): hwtune "
+                "prices the embedding and the loss counted as layers together or not at all",
+            )  # fmt: skip
+        split = "layers+embedding+loss" if emb_stated else "layers"
     mtp = 0
     if "Bridge" in fw and "25.09" in fw and deepseek and dev.architecture == "hopper":
         # run_script.py of v0.1.0rc3/rc4 (25.09) builds the H100 run with layout="Et|(tt|)*30mL"
@@ -579,6 +592,12 @@ def from_row(r: dict) -> PublishedRun:
             "gradients kept and reduced in bf16 (Megatron-Bridge performance scripts: "
             "grad_reduce_in_fp32 = False)"
         )
+    fp32_grads = other.get("grad_reduce_in_fp32")  # the row's own Megatron DDP setting
+    if fp32_grads is not None:
+        if not isinstance(fp32_grads, bool):
+            raise HwtuneInputError(f"{run.id}.parallel.other.grad_reduce_in_fp32", fp32_grads,
+                                   "true or false")  # fmt: skip
+        reduce_dtype = "fp32" if fp32_grads else "bf16"
     optimizer = _optimizer(run)
     if optimizer == "adam-bf16":
         reduce_dtype = "bf16"
