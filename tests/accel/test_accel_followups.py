@@ -138,7 +138,7 @@ def _cli(args: list[str]):  # noqa: ANN202
 
 
 def _smallest_mib(line: str) -> float:
-    return float(line.split("smallest reachable activation memory is ")[1].split(" MiB")[0])
+    return float(line.split("the least any checkpoint plan reaches is ")[1].split(" MiB")[0])
 
 
 @pytest.mark.parametrize(
@@ -148,13 +148,14 @@ def test_unreachable_limit_exits_1_with_the_smallest_reachable(cmd: str, opt: st
     r = _cli([cmd, opt, "0.05", *CLI_IMAGE])
     assert r.exit_code == 1, r.output
     assert "Traceback" not in r.output and r.output.count("\n") == 1, r.output
-    assert "0.05 MiB" in r.output and "cannot be met" in r.output
+    assert f"{opt}: 0.05 MiB cannot be met" in r.output
     smallest = _smallest_mib(r.output)
     g = resnet18(image=64)
     largest_saved = max(g.tensors[t].nbytes for t in saved_roots(g))
     # never below one saved activation (kept or rebuilt), never above keeping them all
     assert largest_saved / 2**20 - 0.01 <= smallest <= _all_kept(g) / 2**20 + 0.01
-    # the figure is reachable, and nothing below it is
+    # the figure is reachable (rounded up), and nothing below it is
+    assert _cli([cmd, opt, str(smallest), *CLI_IMAGE]).exit_code == 0
     assert _cli([cmd, opt, f"{smallest + 0.01:.2f}", *CLI_IMAGE]).exit_code == 0
     assert _cli([cmd, opt, f"{smallest - 0.01:.2f}", *CLI_IMAGE]).exit_code == 1
 

@@ -171,8 +171,10 @@ def test_cli_limit_below_the_smallest_reachable_exits_1_with_one_line():
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 1, r.output
     assert r.output.count("\n") == 1 and "Traceback" not in r.output
-    assert "activation limit 0.00 MiB cannot be met" in r.output
-    assert "smallest reachable activation memory" in r.output
+    # the limit as given (was "activation limit 0.00 MiB"), and the least reachable, not 0.00
+    assert "--activation-limit-mib: 0.001 MiB cannot be met" in r.output
+    least = float(r.output.split("the least any checkpoint plan reaches is ")[1].split(" MiB")[0])
+    assert least > 0.001
     r = CliRunner().invoke(app, [*args, "--json"])
     assert r.exit_code == 1, r.output
     doc = json.loads(r.stdout)

@@ -54,7 +54,7 @@ def test_search_output_paths_checked_first(tmp_path: Path, opt: str, name: str, 
 
 def test_search_table_with_no_pareto_points_is_not_skipped_silently(tmp_path: Path, rejects):
     out = tmp_path / "t.csv"
-    rejects([*SEARCH, "--area-budget-mm2", "0.0001", "--table", str(out)], "table", "Pareto")
+    rejects([*SEARCH, "--power-budget-w", "1e-6", "--table", str(out)], "table", "Pareto")
 
 
 def test_non_utf8_accelerator_and_graph(tmp_path: Path, rejects):

@@ -85,6 +85,12 @@ def decode(x: np.ndarray | list[int], template: Accelerator) -> tuple[Accelerato
     return acc, x[7]
 
 
+def smallest_area_mm2(template: Accelerator) -> float:
+    """The least area of any architecture in the search space: every gene at its lower bound
+    (area grows with each gene but the dataflow and fusion depth, which do not change it)."""
+    return decode(XL, template)[0].area_mm2()
+
+
 @dataclass(frozen=True)
 class Budget:
     area_mm2: float | None = None
@@ -228,7 +234,8 @@ def search(
     budget: Budget | None = None,
     checkpointing: Checkpointing | None = None,
 ) -> SearchResult:
-    """NSGA-II over the genes above; ``evaluations`` = population x generations. With
+    """NSGA-II over the genes above; exactly ``evaluations`` genomes are evaluated (population
+    x generations; the last generation is cut short when it does not divide). With
     ``checkpointing`` every architecture's step is planned to its activation limit (module
     docstring) and a third constraint holds the planned activation peak to that limit."""
     import time
@@ -254,6 +261,12 @@ def search(
         raise HwtuneInputError("dropped", sorted(tg.dropped)[0], "a training graph lowered "
                                "with every activation kept (the search plans what to drop)")  # fmt: skip
     budget = budget or Budget()
+    least = smallest_area_mm2(template)
+    if budget.area_mm2 is not None and budget.area_mm2 < least:  # no genome can meet it
+        up = math.ceil(least * 1000) / 1000
+        raise HwtuneInputError("area-budget-mm2", budget.area_mm2, f"at least {up:g} mm2, the "
+                               "smallest area in the search space (one core of 4x4 PEs, 16 KiB "
+                               f"local buffer, no shared SRAM, with {template.name}'s area model)")  # fmt: skip
     seen: list[list[float]] = []
     plans: dict[tuple[int, ...], dict] = {}
     tally = {"infeasible": 0, "over_limit": 0, "met_limit": 0}
@@ -291,7 +304,16 @@ def search(
                         tally["over_limit"] += 1
                         smallest.append(info["activation_peak_bytes"])
 
-    algo = NSGA2(
+    class _Budgeted(NSGA2):
+        """NSGA-II that stops at ``evaluations`` exactly: a generation that would pass it is cut
+        to the evaluations left (pymoo's n_evals termination is checked per generation)."""
+
+        def _infill(self):  # noqa: ANN202
+            off = super()._infill()
+            left = evaluations - self.evaluator.n_eval
+            return off if off is None or len(off) <= left else off[:left]
+
+    algo = _Budgeted(
         pop_size=pop_size,
         sampling=IntegerRandomSampling(),
         crossover=SBX(prob=0.9, eta=15, vtype=float, repair=RoundingRepair()),

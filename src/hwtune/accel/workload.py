@@ -223,7 +223,10 @@ def conv2d(
     ow = (w + 2 * padding - kernel) // stride + 1
     if oh <= 0 or ow <= 0:
         raise HwtuneInputError(
-            f"layer {name}.kernel", kernel, f"a kernel that fits a {h}x{w} input"
+            f"layer {name}.kernel",
+            kernel,
+            f"a kernel that fits the {h}x{w} input padded by "
+            f"{padding} ({h + 2 * padding}x{w + 2 * padding})",
         )
     eb = g.tensors[x].elem_bytes
     n_w = out_channels * (c // groups) * kernel * kernel + (out_channels if bias else 0)

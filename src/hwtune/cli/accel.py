@@ -47,18 +47,22 @@ def _emit(doc: object) -> None:
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
 
 
-def _limit_unmet(plan: CheckpointPlan | None, as_json: bool) -> None:
+def _limit_unmet(
+    plan: CheckpointPlan | None, as_json: bool, opt: str, mib: float, method: str = "auto"
+) -> None:
     """A limit no plan meets is a result that does not meet the request: exit 1 (bad input is
-    2). Text: one line with the smallest reachable activation memory; JSON: the document (its
-    ``limit_met`` is false) is printed first."""
+    2). Text: one line with the limit as given (option ``opt``, ``mib`` MiB) and the smallest
+    reachable activation memory (rounded up: a limit of that figure is met); JSON: the document
+    (its ``limit_met`` is false) is printed first."""
     if plan is None or plan.feasible:
         return
     if not as_json:
         sys.stderr.write(
-            f"error: activation limit {_mib(plan.limit_bytes)} cannot be met: the smallest "
-            f"reachable activation memory is {_mib(plan.smallest_peak_bytes)} "
-            f"(recomputing {len(plan.dropped)} of {len(plan.dropped) + len(plan.kept)} "
-            f"saved activations; all kept: {_mib(plan.all_kept_bytes)})\n"
+            f"error: {opt}: {_given(mib)} MiB cannot be met; the least any "
+            f"{'' if method == 'auto' else method + ' '}checkpoint plan reaches is "
+            f"{_mib_up(plan.smallest_peak_bytes)} (recomputing {len(plan.dropped)} of "
+            f"{len(plan.dropped) + len(plan.kept)} saved activations; all kept: "
+            f"{_mib_up(plan.all_kept_bytes)})\n"
         )
     raise typer.Exit(1)
 
@@ -84,6 +88,20 @@ def _limit_bytes(mib: float, field: str) -> float:
 
 def _mib(b: float) -> str:
     return f"{b / 2**20:,.2f} MiB"
+
+
+def _mib_up(b: float) -> str:
+    """``b`` bytes in MiB rounded up (a limit of the figure shown is met), to 2 decimals or,
+    below 1 MiB, 3 significant digits (0.000123 MiB, not 0.00)."""
+    v = b / 2**20
+    d = 2 if v >= 1 or v <= 0 else max(2, 2 - math.floor(math.log10(v)))
+    return f"{math.ceil(v * 10**d) / 10**d:,.{d}f} MiB"
+
+
+def _given(v: float) -> str:
+    """An option's value as the user wrote it (0.001, 40), not rounded."""
+    s = repr(float(v))
+    return s[:-2] if s.endswith(".0") else s
 
 
 @app.command("list")
@@ -154,11 +172,12 @@ def evaluate_cmd(
     doc.update(workload=g.name, accelerator=acc.name, fusion_depth=fusion)
     if ev.plan is not None:
         doc["limit_met"] = ev.plan.feasible
+    unmet = ("--activation-limit-mib", activation_limit_mib or 0.0)
     if as_json:
         _emit(doc)
-        _limit_unmet(ev.plan, as_json)
+        _limit_unmet(ev.plan, as_json, *unmet)
         return
-    _limit_unmet(ev.plan, as_json)
+    _limit_unmet(ev.plan, as_json, *unmet)
     r = ev.result
     w = sys.stdout.write
     w(f"{g.name} on {acc.name} (fusion depth {fusion}, {optimizer})\n")
@@ -213,9 +232,9 @@ def checkpoint_cmd(
     doc["limit_met"] = ev.plan.feasible
     if as_json:
         _emit(doc)
-        _limit_unmet(ev.plan, as_json)
+        _limit_unmet(ev.plan, as_json, "--limit-mib", limit_mib, method)
         return
-    _limit_unmet(ev.plan, as_json)
+    _limit_unmet(ev.plan, as_json, "--limit-mib", limit_mib, method)
     p = ev.plan
     sys.stdout.write(
         f"{g.name}: {p.method}, meets {_mib(p.limit_bytes)}; "
@@ -235,14 +254,26 @@ def search_cmd(
     seq: Seq = None,
     image: Image = None,
     evaluations: Annotated[
-        int, typer.Option(help="total evaluations (population x generations)")
+        int,
+        typer.Option(
+            help="total evaluations, run exactly: population x generations, the last "
+            "generation cut short when --pop-size does not divide it"
+        ),
     ] = 5000,
     pop_size: Annotated[int, typer.Option(help="NSGA-II population")] = 100,
     workers: Annotated[int, typer.Option(help="local processes")] = 1,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     objective: Annotated[str, typer.Option(help="third objective: area | memory")] = "area",
-    area_budget_mm2: Annotated[float | None, typer.Option(help="area constraint")] = None,
-    power_budget_w: Annotated[float | None, typer.Option(help="average power constraint")] = None,
+    area_budget_mm2: Annotated[
+        float | None,
+        typer.Option(help="area constraint (exit 2 if below the search space's smallest area)"),
+    ] = None,
+    power_budget_w: Annotated[
+        float | None,
+        typer.Option(
+            help="average power constraint (exit 1 if no architecture found meets the budgets)"
+        ),
+    ] = None,
     activation_limit_mib: Annotated[
         float | None,
         typer.Option(
@@ -294,15 +325,31 @@ def search_cmd(
         else:
             small = res.smallest_activation_bytes or 0.0
             sys.stderr.write(
-                f"error: activation limit {_mib(ckpt.limit_bytes)} cannot be met: no plan fits "
-                f"it on any of the {res.over_limit} architectures planned ({res.evaluations} "
-                f"evaluations); the smallest reachable activation memory is {_mib(small)}\n"
+                f"error: --activation-limit-mib: {_given(activation_limit_mib or 0.0)} MiB cannot "
+                f"be met: no plan fits it on any of the {res.over_limit} architectures planned "
+                f"({res.evaluations} evaluations); the least any "
+                f"{'' if ckpt.method == 'auto' else ckpt.method + ' '}checkpoint plan reaches is "
+                f"{_mib_up(small)}\n"
             )
         raise typer.Exit(1)
     for name, path in (("plot", plot), ("table", table)):
         if path is not None and not rows:  # nothing to write: say so rather than skip the file
             _fail(HwtuneInputError(name, str(path), "Pareto points to write (no candidate of "
                                    f"the {res.evaluations} evaluations met the budgets)"))  # fmt: skip
+    if not rows:  # the budgets admit none of the architectures evaluated: a request not met
+        if as_json:
+            _emit({"workload": g.name, "evaluations": res.evaluations, "seconds": res.seconds,
+                   "pareto": rows})  # fmt: skip
+        else:
+            budgets = [f"--{k} {_given(v)}" for k, v in (("area-budget-mm2", area_budget_mm2),
+                       ("power-budget-w", power_budget_w)) if v is not None]  # fmt: skip
+            sys.stderr.write(
+                f"error: none of the {res.evaluations} architectures evaluated meets "
+                + (" and ".join(budgets) if budgets else "the search's constraints")
+                + f" ({res.infeasible} infeasible: over a budget, or a layer fits no core); "
+                "loosen the budget or raise --evaluations\n"
+            )
+        raise typer.Exit(1)
     if plot is not None and len(res.F):
         from hwtune.report.accel_plots import pareto_plot
 
