@@ -152,7 +152,9 @@ def test_size_names_the_option(rejects, args, field, words):
 @pytest.mark.parametrize(
     ("args", "field", "words"),
     [
-        (["--models", ""], "--models", ("at least one",)),  # was "study grid: 'an empty axis'"
+        # was "study grid: 'an empty axis'"; an empty value is refused before any command
+        (["--models", ""], "--models", ("a non-empty value",)),
+        (["--models", ","], "--models", ("at least one",)),
         (["--models", "nope"], "--models", ("'nope'",)),
         (["--gpus", "nope"], "--gpus", ("'nope'",)),
         # was "cluster.n_gpus: got 8; expected a multiple of gpus_per_node=3"

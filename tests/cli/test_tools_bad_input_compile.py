@@ -23,7 +23,7 @@ def test_energy_step_cluster_check_is_short_too(rejects):
 
 @pytest.mark.parametrize("cap", ["10", "inf"])
 def test_power_cap_below_static_power_or_infinite(cap: str, rejects):
-    rejects(["energy", "step", "--power-cap", cap], "power_cap_w", cap)
+    rejects(["energy", "step", "--power-cap", cap], "--power-cap", cap)
 
 
 def test_power_cap_below_static_power_in_a_cluster_file(tmp_path: Path, rejects):

@@ -42,7 +42,8 @@ def test_replay_energy_column_wins_and_window_math(tmp_path):
         ("time_s,power_w\n0,1\n", "two samples"),
         ("time_s,power_w\n0,1\n0,2\n", "increasing"),
         ("time_s,power_w\n0,1\n1,x\n", "numbers"),
-        ("time_s,power_w\n0,1\n1,-2\n", ">= 0"),
+        ("time_s,power_w\n0,1\n1,-2\n", r"in \[0, 100,000\] W"),
+        ("time_s,power_w\n0,1\n1,1e308\n", r"in \[0, 100,000\] W"),
     ],
 )
 def test_replay_bad_traces(tmp_path, text, match):

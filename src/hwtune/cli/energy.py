@@ -168,6 +168,7 @@ def optimize_cmd(
                 raise HwtuneInputError(name, v, "a non-negative finite time in ms")
         prof = get_profile(profile)
         cands = positive_ints(batches, "batches")
+        too_big: dict[int, str] = {}  # batches left out for memory (estimated models only)
         if points is not None:
             sp, raw = _load_points(points)
             step = fit_step_model(sp, prof.f_max_hz)
@@ -187,6 +188,10 @@ def optimize_cmd(
                 prof, spec, 256 if seq is None else seq, (host[0] / 1e3, host[1] / 1e3)
             )
             power = prof.default_power_model()
+            cands, too_big = _fitting_batches(spec, prof, 256 if seq is None else seq, cands)
+            if batch in too_big:
+                raise HwtuneInputError("batch", batch, "a batch whose training step fits the "
+                                       f"{prof.name}'s memory ({too_big[batch]})")  # fmt: skip
         res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
                           cap, user_batch=batch, objective=objective, eta=0.5 if eta is None else eta,  # type: ignore[arg-type]
                           max_power_w=prof.module_power_w[1])  # fmt: skip
@@ -197,10 +202,11 @@ def optimize_cmd(
                 res, plot, f"{prof.name}, cap {cap:g} W, B_noise {b_noise:g}, S_min {s_min:g}"
             )
     except HwtuneInputError as e:
-        _fail(e)
+        _fail(flag_error(e, {"seq": "--seq", "model": "--model"}))
         return
     if as_json:
         doc = res.to_dict()
+        doc.update(left_out_for_memory=sorted(too_big))
         doc.update(profile=prof.name, step_model=step.to_dict(), power_model=power.to_dict(),
                    b_noise=b_noise, s_min=s_min, source="fitted" if points else "profile + estimator (simulated)")  # fmt: skip
         _emit(doc)
@@ -224,6 +230,38 @@ def optimize_cmd(
         out.write(f"  frequency-only: batch {batch} fits the cap at no clock\n")
     out.write(f"  Pareto frontier: {len(res.frontier)} points")
     out.write(f"; plot {plot}\n" if plot else "\n")
+    if too_big:
+        out.write(f"  left out, their training step does not fit in memory: batch "
+                  f"{', '.join(f'{b} ({need})' for b, need in sorted(too_big.items()))}\n")  # fmt: skip
+
+
+def _fitting_batches(
+    spec: object, prof: object, seq: int, batches: list[int]
+) -> tuple[list[int], dict[int, str]]:
+    """The candidate batches whose training step (one device, the estimator's memory model)
+    fits the profile's GPU memory, and the others with what they need; an error naming the
+    model when none fits."""
+    from hwtune.hardware.cluster import make_cluster
+    from hwtune.train.estimator import estimate
+
+    dev = prof.to_device()  # type: ignore[attr-defined]
+    fit, too_big = [], {}
+    for b in batches:
+        est = estimate(spec, make_cluster(dev, 1), micro_batch=b, seq=seq, zero=0)  # type: ignore[arg-type]
+        if est.fits:
+            fit.append(b)
+        else:
+            too_big[b] = (
+                f"{est.memory.total / 2**30:,.1f} of {est.memory_capacity_bytes / 2**30:,.0f} GiB"
+            )
+    if not fit:
+        name = getattr(spec, "name", spec)
+        b = min(too_big)
+        raise HwtuneInputError(
+            "model", name, f"a model whose training step fits the {prof.name}'s memory "  # type: ignore[attr-defined]
+            f"(batch {b} needs {too_big[b]})",
+        )  # fmt: skip
+    return fit, too_big
 
 
 @app.command("tune")
@@ -360,12 +398,19 @@ def step_cmd(
     except HwtuneInputError as e:
         own = ("model", "gpu", "tp", "pp", "micro_batch", "global_batch", "seq")
         flags = {k: ESTIMATE_FLAGS[k] for k in own}
-        flags |= {"cluster.n_gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node"}
+        flags |= {"cluster.n_gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node",
+                  "cluster.power_cap_w": "--power-cap"}  # fmt: skip
         _fail(flag_error(e, flags))
         return
     if as_json:
-        _emit({"model": model, "gpu": cl.device.name, **se.to_dict()})
+        _emit({"model": model, "gpu": cl.device.name, "fits": est.fits, **se.to_dict()})
         return
+    if not est.fits:
+        sys.stdout.write(
+            f"OUT OF MEMORY: needs {est.memory.total / 2**30:,.1f} GiB per GPU, "
+            f"{est.memory_capacity_bytes / 2**30:,.0f} GiB there; the energy below is for a step "
+            "that cannot run (try hwtune plan)\n"
+        )
     sys.stdout.write(
         f"{model} on {gpus} x {cl.device.name}: {se.energy_j / 1e3:.1f} kJ per step "
         f"({se.step_time_s:.2f} s, {se.avg_power_w_per_gpu:.0f} W per GPU), "

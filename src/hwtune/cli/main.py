@@ -57,6 +57,10 @@ class _OneLineErrors(TyperGroup):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        empty = _empty_value(list(sys.argv[1:] if args is None else args))
+        if empty is not None:
+            sys.stderr.write(f"error: {empty}\n")
+            sys.exit(2)
         try:
             rv = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except _CLICK_ERROR as e:
@@ -80,6 +84,22 @@ class _OneLineErrors(TyperGroup):
             sys.exit(1)
         # not standalone: an Exit's code comes back as the value; commands return None
         sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+def _empty_value(argv: list[str]) -> HwtuneInputError | None:
+    """An empty value on the command line (``--gpu ""``, ``--precision=``): no hwtune option
+    takes one, and left to the commands some fell back to their defaults (``--gpu ""`` ran on
+    the default GPU) instead of being refused."""
+    for i, a in enumerate(argv):
+        if a == "--":
+            return None
+        if a.startswith("--") and "=" in a and not a.split("=", 1)[1]:
+            return HwtuneInputError(a.split("=", 1)[0], "", "a non-empty value")
+        if a == "" or a.isspace():
+            before = argv[i - 1] if i else ""
+            name = before if before.startswith("-") else "argument"
+            return HwtuneInputError(name, a, "a non-empty value")
+    return None
 
 
 app = typer.Typer(

@@ -87,9 +87,12 @@ def parse_pairs(items: list[str] | None, what: str) -> dict[str, object]:
         if k == "mb":
             k = "micro_batch"
         try:
-            out_d[k] = int(v)
+            value: object = int(v)
         except ValueError:
-            out_d[k] = v.strip()
+            value = v.strip()
+        if k in out_d and out_d[k] != value:  # the last would silently win
+            raise HwtuneInputError(what, it, f"one value per name ({k}={out_d[k]} given too)")
+        out_d[k] = value
     return out_d
 
 

@@ -228,7 +228,12 @@ def load_cluster_file(path: str | Path) -> Cluster:
         raise HwtuneInputError(
             f"{p.name}.device", None, "a catalog device name or a device YAML path"
         )
-    data["device"] = get_device(str(data["device"]))
+    try:
+        data["device"] = get_device(str(data["device"]))
+    except HwtuneInputError as e:  # name the file's field, not the --gpu option
+        if e.field != "gpu":
+            raise
+        raise HwtuneInputError(f"{p.name}.device", e.value, e.expected) from None
     if "n_gpus" not in data:
         raise HwtuneInputError(f"{p.name}.n_gpus", None, "the number of GPUs (a positive integer)")
     try:

@@ -105,7 +105,10 @@ class ModelSpec(FrozenModel):
 
     name: str = "custom"
     family: str = "llama"
-    n_layers: int = Field(gt=0)
+    # at most 10,000 layers: the estimator and the pipeline search build per-layer tables, and
+    # the deepest published language models have under 200 (a typo such as 1e12 would otherwise
+    # run out of memory instead of being refused)
+    n_layers: int = Field(gt=0, le=10_000)
     d_model: int = Field(gt=0)
     n_heads: int = Field(gt=0)
     n_kv_heads: int | None = Field(default=None, gt=0, description="None = n_heads (MHA)")
@@ -197,7 +200,11 @@ class ModelSpec(FrozenModel):
         if self.layer_types and "chunked" in self.layer_types and self.attention_chunk_size is None:
             raise ValueError("layer_types has 'chunked' layers but attention_chunk_size is not set")
         if self.moe is not None and self.moe.first_k_dense_layers > self.n_layers:
-            raise ValueError("moe.first_k_dense_layers exceeds n_layers")
+            raise HwtuneInputError(
+                "moe.first_k_dense_layers (first_k_dense_replace)", self.moe.first_k_dense_layers,
+                f"at most n_layers = {self.n_layers} (the leading dense layers are some of the "
+                "model's layers)",
+            )  # fmt: skip
         g = self.weight_group_size
         if g is not None and (isinstance(g, bool) or (g != -1 and g < 1)):
             raise HwtuneInputError("weight_group_size", g, "a positive number of weights per "

@@ -665,6 +665,8 @@ def _megatron_fields(raw: dict[str, object]) -> dict[str, object]:
             given, "alone", f"{missing} beside it (hwtune models the embedding and loss split "
             "as a pair)",
         )  # fmt: skip
+    if raw.get("_bf16") and raw.get("_fp16"):  # Megatron-LM asserts the same at start-up
+        raise HwtuneInputError("--fp16", True, "not beside --bf16 (Megatron-LM takes one)")
     if "_fp8" in raw:
         if raw["_fp8"] not in ("hybrid", "e4m3"):
             raise HwtuneInputError("--fp8-format", raw["_fp8"], "hybrid or e4m3")

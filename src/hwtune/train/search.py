@@ -198,7 +198,11 @@ def _check_constraints(c: Constraints) -> None:
             "offload_optimizer": (True, False),
         }.get(name)
         if allowed is not None and v not in allowed:
-            raise HwtuneInputError(f"--fix {name}", v, f"one of {', '.join(map(str, allowed))}")
+            why = (" (the search leaves ZeRO 0 out: ZeRO 1 moves the same bytes and holds less; "
+                   "`hwtune estimate --zero 0` prices it)" if name == "zero" else "")  # fmt: skip
+            raise HwtuneInputError(
+                f"--fix {name}", v, f"one of {', '.join(map(str, allowed))}{why}"
+            )
         if allowed is None:
             _positive_int(f"--fix {name}", v)
     for name, v in c.maxima.items():
@@ -206,6 +210,9 @@ def _check_constraints(c: Constraints) -> None:
             names = [k for k in KNOB_FIELDS if k not in ("schedule", "recompute")]
             raise HwtuneInputError("--max", name, f"one of {', '.join(names)}")
         _positive_int(f"--max {name}", v)
+        fixed = c.fixed.get(name)
+        if isinstance(fixed, int) and fixed > v:
+            raise HwtuneInputError(f"--max {name}", v, f"at least --fix {name}={fixed}")
 
 
 def n_raw_for(tp: int, c: Constraints, lattice: list) -> int:

@@ -231,18 +231,21 @@ def propose(
                 upd["ffn_hidden"] = _round(base.ffn_hidden / base.d_model * h, 256)
             else:
                 upd["ffn_hidden"] = f
-            per1 = P.total_params(ModelSpec(**{**upd, "n_layers": 1}))
-            per2 = P.total_params(ModelSpec(**{**upd, "n_layers": 2}))
+            # the base's leading dense layers (DeepSeek's first_k_dense_replace) stay; the
+            # layer count grows by the repeated (MoE) layer beyond them
+            k = moe.first_k_dense_layers if moe else 0
+            per1 = P.total_params(ModelSpec(**{**upd, "n_layers": k + 1}))
+            per2 = P.total_params(ModelSpec(**{**upd, "n_layers": k + 2}))
             layer = per2 - per1
-            L = round((target - (per1 - layer)) / layer)
-            if L < 2:
+            n_lay = k + 1 + round((target - per1) / layer)
+            if n_lay < max(2, k + 1):
                 continue
-            s = ModelSpec(**{**upd, "n_layers": L})
+            s = ModelSpec(**{**upd, "n_layers": n_lay})
             n = P.total_params(s)
             if abs(n / target - 1) > tolerance:
                 continue
             tps = 1.0 / layer_time_per_token(s, dev, tokens, dtype)
-            note = f"h={h} heads={heads} L={L} ffn={f}"
+            note = f"h={h} heads={heads} L={n_lay} ffn={f}"
             if note not in seen:  # width ratios that round to the same width propose one shape
                 seen.add(note)
                 cands.append(Proposal(s, n, tps, note))

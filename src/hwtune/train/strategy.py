@@ -311,6 +311,18 @@ class Strategy(BaseModel):
         kv = model.kv_heads
         if model.mla is None and kv % self.tp and self.tp % kv:
             raise HwtuneInputError("tp", self.tp, f"a divisor or multiple of the {kv} KV heads")
+        if self.moe_imbalance > 1.0:
+            if model.moe is None:
+                raise HwtuneInputError("moe_imbalance", self.moe_imbalance, "1 for a dense model")
+            most = model.moe.n_routed_experts / model.moe.top_k
+            if self.moe_imbalance > most:
+                # a token reaches an expert at most once, so the busiest of E experts takes at
+                # most every token: E / top_k times the mean load
+                raise HwtuneInputError(
+                    "moe_imbalance", self.moe_imbalance, f"at most experts / top-k = "
+                    f"{model.moe.n_routed_experts} / {model.moe.top_k} = {most:g} (the busiest "
+                    "expert taking every token)",
+                )  # fmt: skip
         if self.ep > 1:
             if model.moe is None:
                 raise HwtuneInputError("ep", self.ep, "1 for a dense model")
@@ -371,7 +383,9 @@ class Strategy(BaseModel):
                 raise HwtuneInputError(
                     "global_batch",
                     gb,
-                    f"at least 2 x pp (= {2 * self.pp}) micro-batches for DualPipe",
+                    f"at least 2 x pp (= {2 * self.pp}) micro-batches per step for DualPipe "
+                    f"(it gives {self.grad_accum}: global batch / (micro-batch x dp = "
+                    f"{self.micro_batch} x {self.dp}))",
                 )
         if self.offload_optimizer and self.zero == 0:
             # DeepSpeed's offload_optimizer needs ZeRO stage 1-3 (its ZeRO-Offload runs on the

@@ -18,6 +18,10 @@ from pathlib import Path
 from hwtune.energy.meters.base import BaseDevice, Capabilities, MeterError, Utilization
 
 REQUIRED = ("time_s", "power_w")
+MAX_POWER_W = 100_000.0
+"""The most one metered device may draw in a trace: a whole 8-GPU server is ~10 kW, so this
+leaves an order of magnitude and refuses only readings no meter gives (a 1e308 W reading made
+the energy infinite and the average power NaN)."""
 
 
 class ReplayDevice(BaseDevice):
@@ -157,8 +161,11 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
             raise MeterError(f"{where} line {n}", row[bad], f"a finite number in {bad}")
         if rows and row["time_s"] <= rows[-1]["time_s"]:
             raise MeterError(f"{where} line {n}", row["time_s"], "strictly increasing time_s")
-        if row["power_w"] < 0:
-            raise MeterError(f"{where} line {n}", row["power_w"], "power_w >= 0")
+        if not 0 <= row["power_w"] <= MAX_POWER_W:
+            raise MeterError(
+                f"{where} line {n}", row["power_w"],
+                f"power_w in [0, {MAX_POWER_W:,.0f}] W (what one device can draw)",
+            )  # fmt: skip
         if rows and "energy_j" in row and row["energy_j"] < rows[-1]["energy_j"]:
             raise MeterError(
                 f"{where} line {n}", row["energy_j"], "a cumulative energy_j that never decreases"
