@@ -192,7 +192,7 @@ def test_measure_writes_the_runs_calibrate_reads(mock_server, tmp_path):
 )
 def test_measure_bad_input_is_one_line(mock_server, args, field):
     srv = mock_server(base=0.0, per_token=0.0, itl=0.0)
-    r = measure("--url", srv.url, "--num-requests", "1", *args)
+    r = measure("--url", srv.url, "--concurrency", "1", "--num-requests", "1", *args)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and field in lines[0]

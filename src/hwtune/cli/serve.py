@@ -96,7 +96,10 @@ Dataset = Annotated[
 ]
 NumReq = Annotated[int | None, typer.Option(help="requests (default 10 x concurrency, or 1000)")]
 Rate = Annotated[float | None, typer.Option(help="open loop: requests/s (Poisson)")]
-Burst = Annotated[float, typer.Option(help="coefficient of variation of gaps (gamma; 1 = Poisson)")]
+Burst = Annotated[
+    float,
+    typer.Option(help="coefficient of variation of gaps, 0.001-10 (gamma; 1 = Poisson)"),
+]
 Trace = Annotated[
     Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
 ]
@@ -135,10 +138,11 @@ MaxModelLen = Annotated[
 Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
 Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
 WoKernel = Annotated[
-    str,
+    str | None,
     typer.Option(
-        help="weight-only GEMM kernel family: wgmma (native) | marlin (mma.sync) | "
-        "triton-mxfp4 (triton_kernels' MXFP4 MoE)"
+        help="weight-only GEMM kernel family: wgmma (Hopper's native) | marlin (mma.sync) | "
+        "triton-mxfp4 (triton_kernels' MXFP4 MoE) (default: the GPU's native tensor-core path, "
+        "wgmma on Hopper)"
     ),
 ]
 EagerPrefill = Annotated[
@@ -171,15 +175,16 @@ HostTimeline = Annotated[
 SpecTokens = Annotated[
     int,
     typer.Option(
-        help="speculative decoding: draft tokens per step (MTP num_nextn_predict_layers, EAGLE "
-        "num_speculative_tokens; 0: off)"
+        help="speculative decoding: draft tokens per step, 0-16 (MTP num_nextn_predict_layers, "
+        "EAGLE num_speculative_tokens; 0: off)"
     ),
 ]
 SpecAcceptance = Annotated[
     float,
     typer.Option(
         help="speculative decoding: probability a draft token is accepted given the ones "
-        "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent)"
+        "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent; required "
+        "with --spec-tokens)"
     ),
 ]
 ServeLaunchOpt = Annotated[
@@ -236,6 +241,17 @@ def _behaviour(
         else bool(preset.get("overlap_schedule", False)),
         e,
     )
+
+
+def _check_speculative(spec_tokens: int, spec_acceptance: float) -> None:
+    """Refuse draft tokens without an acceptance rate: ``--spec-acceptance`` defaults to 0, at
+    which every draft is rejected and speculative decoding only costs (the reverse, an
+    acceptance without drafts, `ReplicaConfig` refuses; their ranges too)."""
+    if spec_tokens > 0 and spec_acceptance == 0:
+        raise HwtuneInputError("spec-acceptance", spec_acceptance, "a probability in (0, 1] "
+                               f"beside --spec-tokens {spec_tokens}: the rate your engine accepts "
+                               "drafts at (DeepSeek-V3 MTP: 0.85-0.90 on natural text; at 0 "
+                               "every draft is rejected)")  # fmt: skip
 
 
 def _launch_engine(launch: str | None, engine: str | None) -> str | None:
@@ -438,6 +454,7 @@ def _workload(
     """The workload the options describe; options that contradict one another or would be
     ignored (``--rate`` with ``--concurrency``, lengths with ``--trace``, ...) are errors."""
     from hwtune.serve.request import (
+        check_burstiness,
         closed_loop,
         fixed_lengths,
         load_trace,
@@ -450,10 +467,7 @@ def _workload(
         raise HwtuneInputError("dataset", dataset, "sharegpt or fixed")
     if not 0 < range_ratio <= 1:
         raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
-    if not (burstiness > 0 and math.isfinite(burstiness)):
-        raise HwtuneInputError(
-            "burstiness", burstiness, "a positive finite coefficient of variation"
-        )
+    check_burstiness(burstiness, "burstiness")
     if trace is not None:  # the trace gives arrivals and lengths: anything else would be ignored
         given = {"rate": rate, "concurrency": concurrency, "input-len": input_len,
                  "output-len": output_len, "num-requests": num_requests, "dataset": dataset,
@@ -518,7 +532,7 @@ def _replica(
     gpu_memory_utilization: float,
     prefix_caching: bool,
     profile: Path | None,
-    weight_only_kernel: str = "wgmma",
+    weight_only_kernel: str | None = None,
 ):  # noqa: ANN202
     from hwtune.cost.quantized_gemm import WEIGHT_ONLY_FORMATS, WEIGHT_ONLY_KERNELS, supports
     from hwtune.hardware.catalog import get_device
@@ -535,6 +549,14 @@ def _replica(
         raise HwtuneInputError("--dp-attention", dp_attention,
                                "1 for a dense model (serve more --replicas)")  # fmt: skip
     wdt = weight_format(spec, precision, dev)[0]
+    if weight_only_kernel == "wgmma" and dev.architecture != "hopper":
+        raise HwtuneInputError("weight-only-kernel", weight_only_kernel,
+                               f"marlin or triton-mxfp4, or none, on {dev.name} "
+                               f"({dev.architecture}), which has no wgmma (Hopper's warpgroup "
+                               "MMA; leave the option out for the GPU's native path)")  # fmt: skip
+    # None: the GPU's native tensor-core path, which ReplicaConfig calls wgmma (the kernel
+    # choice is priced on Hopper only: `hwtune.cost.quantized_gemm.kernel_share`)
+    weight_only_kernel = weight_only_kernel or "wgmma"
     known = weight_only_kernel in WEIGHT_ONLY_KERNELS  # an unknown name: ReplicaConfig says so
     if (
         known
@@ -543,8 +565,9 @@ def _replica(
         and supports(dev, wdt)
     ):
         raise HwtuneInputError("weight-only-kernel", weight_only_kernel,
-                               f"wgmma with {wdt} weights, which {dev.name} computes natively "
-                               "(the kernel choice is for weight-only formats)")  # fmt: skip
+                               f"{'wgmma or ' if dev.architecture == 'hopper' else ''}none "
+                               f"with {wdt} weights, which {dev.name} computes natively (the "
+                               "kernel choice is for weight-only formats)")  # fmt: skip
     return ReplicaConfig(
         spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
         weight_dtype=wdt, kv_dtype=kv_format(spec, kv_precision, dev)[0],
@@ -597,7 +620,7 @@ def serve(
         int | None, typer.Option(help="prefill replicas (disagg; default 1)")
     ] = None,
     profile: Profile = None,
-    weight_only_kernel: WoKernel = "wgmma",
+    weight_only_kernel: WoKernel = None,
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     host_timeline: HostTimeline = False,
@@ -660,6 +683,7 @@ def serve(
             output_path(requests_out, "requests-out", SUFFIXES)
         corr = load_correction(correction) if correction is not None else None
         engine = _launch_engine(launch, engine)
+        _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -704,7 +728,15 @@ def serve(
 
         if router is not None and router not in ROUTERS:
             raise HwtuneInputError("router", router, "one of " + ", ".join(ROUTERS))
-        pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
+        try:
+            pre = replace(cfg, tp=tp if prefill_tp is None else prefill_tp) if disagg else None
+        except HwtuneInputError as e:  # the prefill replica's tp is --prefill-tp's, not --tp's
+            if prefill_tp is None:
+                raise
+            if e.field == "tp":
+                raise HwtuneInputError("prefill-tp", e.value, e.expected) from None
+            raise HwtuneInputError("prefill-tp", prefill_tp, "a prefill tp with which the prefill "
+                                   f"replica is valid ({e.field} {e.value!r}: {e.expected})") from None  # fmt: skip
         n_pre = 1 if prefill_replicas is None else prefill_replicas
         if router is not None and replicas == 1 and (pre is None or n_pre == 1):
             raise HwtuneInputError("router", router, "--replicas (or --prefill-replicas) 2 or "
@@ -825,7 +857,7 @@ def plan_cmd(
     ] = None,
     top: Annotated[int, typer.Option(help="layouts to show")] = 5,
     profile: Profile = None,
-    weight_only_kernel: WoKernel = "wgmma",
+    weight_only_kernel: WoKernel = None,
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     spec_tokens: SpecTokens = 0,
@@ -861,6 +893,7 @@ def plan_cmd(
 
         if launch is not None and launch not in DISAGG_LAUNCH_ENGINES:
             disagg = False  # what it launches: aggregated layouts only
+        _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -972,7 +1005,7 @@ def calibrate_cmd(
     max_num_seqs: MaxSeqs = 256,
     max_num_batched_tokens: TokenBudget = 8192,
     profile: Profile = None,
-    weight_only_kernel: WoKernel = "wgmma",
+    weight_only_kernel: WoKernel = None,
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     host_timeline: HostTimeline = False,
@@ -985,6 +1018,7 @@ def calibrate_cmd(
 ) -> None:
     """Fit a tier-3 correction (TTFT, TPOT) to your own measured runs of one engine and model."""
     from hwtune.cli.parsing import output_path
+    from hwtune.cli.plan import progress_bar
     from hwtune.serve.correction import fit_correction, save_correction
     from hwtune.serve.measured_runs import load_runs, simulate_run
 
@@ -992,6 +1026,7 @@ def calibrate_cmd(
         if out is not None:  # a path that cannot be written fails now, not after the fit
             output_path(out, "out")
         measured = load_runs(runs)
+        _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -1005,7 +1040,8 @@ def calibrate_cmd(
         sims = []
         for r in measured:  # a run the deployment cannot serve names its line in the file
             try:
-                sims.append(simulate_run(base, r, seed))
+                with progress_bar(f"{runs.name} line {r.line}: requests", not as_json) as cb:
+                    sims.append(simulate_run(base, r, seed, progress=cb))
             except HwtuneInputError as e:
                 raise HwtuneInputError(f"{runs.name}: line {r.line}: {e.field}", e.value,
                                        e.expected) from None  # fmt: skip
@@ -1110,6 +1146,10 @@ def measure_cmd(
             raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
         if num_requests is not None and num_requests < 1:
             raise HwtuneInputError("num_requests", num_requests, "a positive integer")
+        if num_requests is not None and num_requests < max(cs):  # calibrate refuses such a run
+            raise HwtuneInputError("num-requests", num_requests, f"at least the largest "
+                                   f"--concurrency ({max(cs)}): the measured phase starts all "
+                                   "its clients at once, each with a request")  # fmt: skip
         if warmup is not None and warmup < 0:
             raise HwtuneInputError("warmup", warmup, "a non-negative integer")
         if append and out is None:
@@ -1240,7 +1280,7 @@ def emulate_cmd(
     max_num_batched_tokens: TokenBudget = 8192,
     max_model_len: MaxModelLen = None,
     profile: Profile = None,
-    weight_only_kernel: WoKernel = "wgmma",
+    weight_only_kernel: WoKernel = None,
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     frontend_tokens_per_s: FrontEnd = None,
@@ -1266,6 +1306,9 @@ def emulate_cmd(
     try:
         if not 0 <= port <= 65535:
             raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
+        if not host.strip():  # "" would listen on every interface (0.0.0.0), not on none
+            raise HwtuneInputError("host", host, "an address to listen on (0.0.0.0 for every "
+                                   "interface, said explicitly)")  # fmt: skip
         if served_model is not None and not served_model.strip():
             raise HwtuneInputError("served-model", served_model, "a model name (leave the "
                                    "option out for --model's)")  # fmt: skip

@@ -8,6 +8,12 @@ from rich.table import Table
 from hwtune.serve.accuracy import LIKELY_COVERAGE, accuracy_line, likely_line
 
 
+def _rate(x: float) -> str:
+    """A throughput with at least three significant digits: 12,345 / 12.3 / 0.00123 (a small
+    nonzero rate never shows as 0)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def _ms(s: float) -> str:
     return "-" if s != s else (f"{s:.2f} s" if s >= 10 else f"{s * 1e3:.1f} ms")
 
@@ -26,8 +32,8 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
     con.print(t)
     tp = doc["throughput_tokens_per_s"]
     con.print(
-        f"throughput: {doc['requests_per_s']:.2f} req/s, {tp['output']:,.0f} output tok/s, "
-        f"{tp['total']:,.0f} total tok/s on {doc['gpus']} GPU(s)"
+        f"throughput: {_rate(doc['requests_per_s'])} req/s, {_rate(tp['output'])} output tok/s, "
+        f"{_rate(tp['total'])} total tok/s on {doc['gpus']} GPU(s)"
     )
     kv = doc["kv_utilization"]
     con.print(

@@ -140,19 +140,34 @@ def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineM
         bad = ~np.isfinite(v) | (v <= 0)
         if bad.any():
             raise HwtuneInputError(f"{name} latency", float(v[bad][0]), "a positive number")
-    x, y = s / m, 1.0 / m
-    scale_only = AffineMap(scale=float(x.sum() / (x * x).sum()), offset_s=0.0)
-    if s.size == 1:
-        return scale_only
-    a = np.array([[x @ x, x @ y], [x @ y, y @ y]])
-    b = np.array([x.sum(), y.sum()])
-    try:
-        scale, offset = np.linalg.solve(a, b)
-    except np.linalg.LinAlgError:  # all runs at one measured value and ratio: scale only
-        return scale_only
-    if offset < 0 or scale <= 0:
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        x, y = s / m, 1.0 / m
+        scale_only = _determined(float(x.sum() / (x * x).sum()), 0.0, s, m)
+        if s.size == 1:
+            return scale_only
+        a = np.array([[x @ x, x @ y], [x @ y, y @ y]])
+        b = np.array([x.sum(), y.sum()])
+        if not np.isfinite(a).all():  # the products overflowed: only the scale can be fitted
+            return scale_only
+        try:
+            scale, offset = np.linalg.solve(a, b)
+        except np.linalg.LinAlgError:  # all runs at one measured value and ratio: scale only
+            return scale_only
+    if offset < 0 or scale <= 0 or not (np.isfinite(scale) and np.isfinite(offset)):
         return scale_only
     return AffineMap(scale=float(scale), offset_s=float(offset))
+
+
+def _determined(scale: float, offset: float, s: np.ndarray, m: np.ndarray) -> AffineMap:
+    """The map ``scale * x + offset``, refused when the runs do not determine it: a scale of 0
+    or not finite (simulated and measured latencies that many orders of magnitude apart)."""
+    if not (np.isfinite(scale) and scale > 0 and np.isfinite(offset)):
+        raise HwtuneInputError("runs", f"simulated {float(s.min()):.3g}-{float(s.max()):.3g} s, "
+                               f"measured {float(m.min()):.3g}-{float(m.max()):.3g} s",
+                               "runs that determine a correction (the fitted scale is "
+                               f"{scale:g}: measured and simulated latencies too many orders "
+                               "of magnitude apart)")  # fmt: skip
+    return AffineMap(scale=scale, offset_s=offset)
 
 
 def loo_error(simulated: Sequence[float], measured: Sequence[float]) -> float | None:

@@ -10,7 +10,9 @@ serve --max-concurrency C``, aiperf ``--concurrency C``, ...) of one engine, mod
 Required: ``concurrency``, ``input_len``, ``output_len`` and the measured mean ``ttft_ms`` and
 ``tpot_ms``. Optional: ``tp``, ``pp``, ``ep``, ``dp_attention`` (default 1), ``range_ratio``
 (default 1: fixed lengths; 0.8 for InferenceX-style sampling in [0.8 L, L]) and
-``num_requests`` (default 10 x concurrency). `simulate_runs` replays each run with the same
+``num_requests`` (default 10 x concurrency; at least ``concurrency``: the measured phase starts
+all its clients at once, `hwtune.serve.endpoint_bench`). Measured means are latencies of a
+real server: from `LATENCY_RANGE_MS` (1 us to 1 hour). `simulate_run` replays each run with the same
 closed loop on a `ReplicaConfig`; `hwtune.serve.correction` fits the tier-3 correction to the
 pairs.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +58,13 @@ class MeasuredRun:
     """The runs file's line it was read from (0: not read from a file)."""
 
 
+LATENCY_RANGE_MS = (1e-3, 3.6e6)
+"""Measured mean TTFT and TPOT a run may have, in ms: from 1 us (below one kernel launch, so no
+token is served faster) to 1 hour (a benchmark's request timeout is minutes). Outside it a value
+is a unit slip or a corrupt cell, and one such run decides the fitted correction (its relative
+residual dwarfs the others')."""
+
+
 def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
     try:
         v = kind(text)
@@ -62,6 +72,18 @@ def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
         v = math.nan
     if not (isinstance(v, int) or math.isfinite(v)) or v <= 0:
         raise HwtuneInputError(f"{path}: line {line}: {col}", text, f"a positive {kind.__name__}")
+    return v
+
+
+def _latency(path: str, line: int, col: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    lo, hi = LATENCY_RANGE_MS
+    if not lo <= v <= hi:  # NaN, inf, 0 and negatives too
+        raise HwtuneInputError(f"{path}: line {line}: {col}", text, f"a measured latency from "
+                               f"{lo:g} ms (1 us) to {hi:g} ms (1 hour)")  # fmt: skip
     return v
 
 
@@ -100,8 +122,8 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
             "concurrency": _num(p.name, line, "concurrency", row["concurrency"], int),
             "input_len": _num(p.name, line, "input_len", row["input_len"], int),
             "output_len": _num(p.name, line, "output_len", row["output_len"], int),
-            "ttft_s": _num(p.name, line, "ttft_ms", row["ttft_ms"], float) / 1e3,
-            "tpot_s": _num(p.name, line, "tpot_ms", row["tpot_ms"], float) / 1e3,
+            "ttft_s": _latency(p.name, line, "ttft_ms", row["ttft_ms"]) / 1e3,
+            "tpot_s": _latency(p.name, line, "tpot_ms", row["tpot_ms"]) / 1e3,
         }
         for col in OPTIONAL_INT:
             if row.get(col):
@@ -119,6 +141,11 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
                                    "or more in every request (with range_ratio, at the low end "
                                    "int(output_len * range_ratio) too): TPOT is the time between "
                                    "output tokens")  # fmt: skip
+        c, n = int(str(kw["concurrency"])), kw.get("num_requests")
+        if n is not None and int(str(n)) < c:  # some clients would never have sent a request
+            raise HwtuneInputError(f"{p.name}: line {line}: num_requests", row["num_requests"],
+                                   f"at least concurrency ({c}): the measured phase starts all "
+                                   "its clients at once, each with a request")  # fmt: skip
         run = MeasuredRun(**kw, line=line)  # type: ignore[arg-type]
         key = tuple(str(getattr(run, f)) for f in CONFIG)
         if key in seen:  # its twin would stay in every leave-one-out fit and hide its error
@@ -133,8 +160,14 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
     return runs
 
 
-def simulate_run(base: ReplicaConfig, run: MeasuredRun, seed: int = 0) -> tuple[float, float]:
-    """(mean TTFT, mean TPOT) seconds of ``run`` simulated on ``base`` with the run's layout."""
+def simulate_run(
+    base: ReplicaConfig,
+    run: MeasuredRun,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[float, float]:
+    """(mean TTFT, mean TPOT) seconds of ``run`` simulated on ``base`` with the run's layout;
+    ``progress(done, total)`` as `hwtune.serve.simulator.simulate` calls it."""
     from hwtune.serve.metrics import per_request
     from hwtune.serve.request import closed_loop, fixed_lengths, range_ratio_lengths
     from hwtune.serve.simulator import simulate
@@ -145,7 +178,7 @@ def simulate_run(base: ReplicaConfig, run: MeasuredRun, seed: int = 0) -> tuple[
         p, o = range_ratio_lengths(n, run.input_len, run.output_len, run.range_ratio, seed)
     else:
         p, o = fixed_lengths(n, run.input_len, run.output_len)
-    res = simulate(Deployment(cfg), closed_loop(run.concurrency, p, o))
+    res = simulate(Deployment(cfg), closed_loop(run.concurrency, p, o), progress=progress)
     pr = per_request(res)
     tpot = pr["tpot"][pr["tpot"] == pr["tpot"]]
     return float(pr["ttft"].mean()), float(tpot.mean()) if tpot.size else math.nan

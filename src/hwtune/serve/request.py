@@ -6,6 +6,7 @@ Every random choice takes a seed (numpy ``default_rng``), so a workload is repro
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import zlib
@@ -172,6 +173,47 @@ def _check_pos(name: str, v: float) -> None:
         raise HwtuneInputError(name, v, "a positive finite number")
 
 
+MAX_ARRIVAL_SPAN_S = 1e9
+"""The longest span of arrivals, first to last, a workload may have: 1e9 s, about 32 years. The
+simulated clock is seconds since the first arrival in float64, which resolves 2^-23 s (0.12 us)
+at 1e9 s, far below a step's milliseconds; far later a step's time is lost to rounding
+(1e300 + 0.01 == 1e300), and a request would finish the instant it arrived (TTFT 0)."""
+
+BURSTINESS_RANGE = (1e-3, 10.0)
+"""The coefficients of variation of open-loop gaps accepted (gamma shape 1/cv^2 from 1e6 down to
+0.01, ``vllm bench serve --burstiness`` 0.01 and up). Below, the gaps are 1/rate within 0.1%;
+above, the shape is so small that most gaps are below 1e-30 s and some underflow to exactly 0
+(at cv 30, 43% of them), and past ~1e154 1/cv^2 itself underflows to 0."""
+
+MAX_RATE = 1e9
+"""The highest open-loop rate accepted, requests/s: a mean gap of 1 ns, below any step time (a
+faster stream arrives as one burst)."""
+
+
+def check_burstiness(cv: float, field: str = "cv") -> None:
+    """Refuse a coefficient of variation of gaps outside `BURSTINESS_RANGE` (or not finite)."""
+    lo, hi = BURSTINESS_RANGE
+    if not lo <= cv <= hi:  # NaN fails too
+        raise HwtuneInputError(field, cv, f"a coefficient of variation in [{lo:g}, {hi:g}] (1 = "
+                               "Poisson; above 10 the gamma gaps underflow to 0 s)")  # fmt: skip
+
+
+def check_rate(rate: float, n: int, field: str = "rate") -> None:
+    """Refuse a rate that is not positive and finite, above `MAX_RATE`, or so low that ``n``
+    arrivals would span more than `MAX_ARRIVAL_SPAN_S` on average."""
+    _check_pos(field, rate)
+    if rate > MAX_RATE:
+        raise HwtuneInputError(field, rate, f"at most {MAX_RATE:g} requests/s (a 1 ns gap; a "
+                               "faster stream arrives as one burst)")  # fmt: skip
+    floor = max(n - 1, 1) / MAX_ARRIVAL_SPAN_S
+    if rate < floor:
+        span = "the arrivals span" if n > 1 else "a mean gap is"
+        raise HwtuneInputError(field, rate, f"at least {floor:.3g} requests/s for {n} "
+                               f"request{'s' if n != 1 else ''}: slower, {span} more than "
+                               f"{MAX_ARRIVAL_SPAN_S:g} s (~32 years), past which the simulated "
+                               "clock cannot resolve step times")  # fmt: skip
+
+
 def closed_loop(
     concurrency: int, prompts: np.ndarray, outputs: np.ndarray, prefix_len: int = 0,
     prefix_groups: int = 0, seed: int = 0,
@@ -193,14 +235,18 @@ def open_loop(
 ) -> Workload:  # fmt: skip
     """Arrivals at ``rate`` requests/s: Poisson (exponential gaps) for ``cv`` = 1, else gamma
     gaps with shape 1/cv^2 and the same mean (``vllm bench serve --burstiness``)."""
-    _check_pos("rate", rate)
-    _check_pos("cv", cv)
-    rng = np.random.default_rng(seed)
     n = len(prompts)
+    check_rate(rate, n)
+    check_burstiness(cv)
+    rng = np.random.default_rng(seed)
     shape = 1.0 / (cv * cv)
     gaps = rng.gamma(shape, 1.0 / (rate * shape), size=n)
     gaps[0] = 0.0
     arr = np.cumsum(gaps)
+    if n and arr[-1] > MAX_ARRIVAL_SPAN_S:  # bursty gaps drawn far above their mean
+        raise HwtuneInputError("rate", rate, f"a rate whose {n} arrivals span at most "
+                               f"{MAX_ARRIVAL_SPAN_S:g} s (~32 years; these, drawn with cv "
+                               f"{cv:g}, span {arr[-1]:.3g} s)")  # fmt: skip
     groups, plens = _prefixes(n, prompts, prefix_len, prefix_groups, seed + 1)
     return Workload(tuple(int(x) for x in prompts), tuple(int(x) for x in outputs), "open", 0,
                     tuple(float(a) for a in arr), groups, plens)  # fmt: skip
@@ -247,13 +293,17 @@ def _pick(row: dict, keys: tuple[str, ...], where: str = "trace") -> object:
     return row[got[0]] if got else None
 
 
-def _parse_time(v: object) -> float:
-    """Seconds from a number or an ISO timestamp (the Azure LLM inference trace's TIMESTAMP)."""
+def _parse_time(v: object) -> tuple[float, str]:
+    """Seconds from a number or an ISO timestamp (the Azure LLM inference trace's TIMESTAMP),
+    with the format it was written in: "seconds", "an ISO time with a UTC offset" or "an ISO
+    time without a UTC offset" (read as this machine's local time). A boolean is neither."""
+    if isinstance(v, bool):  # JSON true would be 1 s
+        raise TypeError("a boolean is not a time")
     if isinstance(v, int | float):
-        return float(v)
+        return float(v), "seconds"
     s = str(v).strip()
     try:
-        return float(s)
+        return float(s), "seconds"
     except ValueError:
         pass
     from datetime import datetime
@@ -261,10 +311,12 @@ def _parse_time(v: object) -> float:
     s = s.replace("Z", "+00:00")
     if "." in s:  # Azure traces carry 7 fractional digits; Python parses up to 6
         head, frac = s.split(".", 1)
-        digits = "".join(ch for ch in frac if ch.isdigit())
+        digits = "".join(itertools.takewhile(str.isdigit, frac))  # not the offset's digits
         rest = frac[len(digits) :]
         s = f"{head}.{digits[:6]}{rest}"
-    return datetime.fromisoformat(s).timestamp()
+    dt = datetime.fromisoformat(s)
+    kind = "an ISO time " + ("with" if dt.tzinfo is not None else "without") + " a UTC offset"
+    return dt.timestamp(), kind
 
 
 def _group_id(g: object, where: str) -> int:
@@ -350,6 +402,7 @@ def load_trace(path: str | Path) -> Workload:
     if not rows:
         raise HwtuneInputError("trace", str(path), "at least one request row")
     recs = []
+    fmt: tuple[str, int] | None = None  # the first arrival's format and line
     for ln, row in rows:
         where = f"{p.name} line {ln}"
         a, pr, out = (_pick(row, _ARRIVAL_KEYS, where), _pick(row, _PROMPT_KEYS, where),
@@ -359,13 +412,19 @@ def load_trace(path: str | Path) -> Workload:
                                    f"(columns such as {_ARRIVAL_KEYS[0]}, {_PROMPT_KEYS[0]}, "
                                    f"{_OUTPUT_KEYS[0]})")  # fmt: skip
         try:
-            t = _parse_time(a)
+            t, kind = _parse_time(a)
         except (ValueError, TypeError, OverflowError) as e:
             raise HwtuneInputError(
                 f"{where}: arrival", a, f"seconds or an ISO time ({e})"
             ) from None
         if not math.isfinite(t):
             raise HwtuneInputError(f"{where}: arrival", a, "a finite time")
+        if fmt is None:
+            fmt = (kind, ln)
+        elif kind != fmt[0]:  # seconds beside timestamps are on no common clock
+            raise HwtuneInputError(f"{where}: arrival", a, f"{fmt[0]} as on line {fmt[1]} (one "
+                                   f"arrival format per file; this line changes it to "
+                                   f"{kind})")  # fmt: skip
         ip = _count(pr, where, "prompt tokens")
         io = _count(out, where, "output tokens")
         for what, n, v in (("prompt tokens", ip, pr), ("output tokens", io, out)):
@@ -384,9 +443,15 @@ def load_trace(path: str | Path) -> Workload:
         if not 0 <= plen < ip:
             raise HwtuneInputError(f"{where}: prefix_len", pl, f"0 to {ip - 1} (below the prompt's "
                                    f"{ip} tokens: its last token is always computed)")  # fmt: skip
-        recs.append((t, ip, io, gid, plen))
+        recs.append((t, ip, io, gid, plen, ln, a))
     recs.sort(key=lambda r: r[0])
     t0 = recs[0][0]
+    if recs[-1][0] - t0 > MAX_ARRIVAL_SPAN_S:  # the simulated clock would round its steps away
+        last, first = recs[-1], recs[0]
+        raise HwtuneInputError(f"{p.name} line {last[5]}: arrival", last[6],
+                               f"at most {MAX_ARRIVAL_SPAN_S:g} s (~32 years) after the first "
+                               f"arrival ({first[6]!r}, line {first[5]}): later, the simulated "
+                               "clock cannot resolve step times")  # fmt: skip
     return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,
                     tuple(r[0] - t0 for r in recs), tuple(r[3] for r in recs),
                     tuple(r[4] for r in recs))  # fmt: skip
