@@ -151,7 +151,9 @@ def section(
 def section_405b(
     rows: list[dict], skipped: list[tuple[str, str]], runs: dict, no_fit: list[tuple]
 ) -> list[str]:
-    """The 405B part of the section; every figure computed here from ``rows``."""
+    """The 405B part of the section: the table, errors and scaling figures computed here from
+    ``rows`` and a re-estimate; the description of the runs (layouts, block lengths, the check
+    script's agreement) is written from the data files and the check script's output."""
     st = error_stats([r["rel_err"] for r in rows])
     lines = [
         "",

@@ -193,8 +193,8 @@ def test_a_refit_that_finds_no_candidate_under_the_cap_does_not_stop_training():
     """A cap the lowest-power candidate fits by 0.2% (after the margin): once running, the chip
     draws 2% more dynamic power, the refinement refits on that measurement and finds nothing
     under the cap. That is the tuner's problem, not the training loop's: `step_end` must not
-    raise (only the first commit and `set_cap` refuse a cap), the clock drops to the lowest
-    one, and the run stays under the cap, which the hotter chip's true power still allows at
+    raise (only the first commit and `set_cap` refuse a cap), the choice stays (here the lowest
+    clock), and the run stays under the cap, which the hotter chip's true power still allows at
     the committed batch (profiling this close to the cap does cross it: its probes are cut)."""
     sim = SimulatedDevice(STEP, POWER, TABLE, seed=0)
     lowest = min(sim.true_power_w(b, TABLE[0]) for b in BATCHES)
@@ -216,3 +216,29 @@ def test_a_refit_that_finds_no_candidate_under_the_cap_does_not_stop_training():
     sim.dynamic_scale = 1.02
     assert sim.true_power_w(tuner.batch_size, TABLE[0]) < cap  # the hotter chip still fits
     assert not any(iv.over_cap for iv in tuner.history if iv.phase == "run")
+
+
+def test_a_noise_scale_recommit_that_finds_nothing_asks_once_and_keeps_the_clock(monkeypatch):
+    """The noise-scale path of the same situation: B_noise grows, the re-choice finds no
+    candidate under the cap (forced here). The tuner keeps its choice and clock (the feedback
+    keeps the cap) and takes the new noise scale as seen, so it does not retry, and count,
+    every control interval."""
+    sim = SimulatedDevice(STEP, POWER, TABLE, seed=4)
+    est = NoiseScaleEstimator(b_small=4, b_big=64, ema=0.0)
+    tuner = OnlineTuner(sim, 25.0, BATCHES, base_batch=64, convergence=est, control_interval_s=2.0)
+    tuner.observe_gradients(1.0 + 8.0 / 4, 1.0 + 8.0 / 64)  # B_simple = 8
+    run_steps(tuner, sim, 120)
+    assert tuner.phase == "run"
+    choice, clock = tuner.choice, tuner.frequency_hz
+
+    def nothing_fits() -> None:
+        raise HwtuneInputError("power cap", 25.0, "at least 30 W (forced by the test)")
+
+    monkeypatch.setattr(tuner, "_commit", nothing_fits)
+    tuner.observe_gradients(1.0 + 512.0 / 4, 1.0 + 512.0 / 64)  # B_simple = 512
+    run_steps(tuner, sim, 200)
+    assert tuner.refits_over_cap == 1
+    assert tuner.choice is choice
+    runs = [iv for iv in tuner.history if iv.phase == "run"]
+    assert len(runs) > 5 and not any(iv.over_cap for iv in runs)
+    assert tuner.frequency_hz >= clock  # not pinned to the lowest clock

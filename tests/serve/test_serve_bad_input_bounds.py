@@ -8,6 +8,7 @@ prefill pool's tp, and wgmma on a GPU without it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 
 import numpy as np
@@ -27,11 +28,18 @@ FEW = ["--input-len", "64", "--output-len", "4"]
 
 
 # --- 1, 2: open-loop arithmetic and the simulated clock ----------------------------------------
-@pytest.mark.parametrize("cv", ["1e300", "11", "1e-300", "1e-4"])
+@pytest.mark.parametrize("cv", ["1e300", "11", "1e-300"])
 def test_burstiness_is_bounded(cv, rejects):
-    """1e300 made the gamma shape 1/cv^2 underflow to 0 and divided by it (a traceback)."""
+    """1e300 made the gamma shape 1/cv^2 underflow to 0 and divided by it (a traceback); above
+    10 the draws miss the rate; below 1e-150 1/cv^2 overflows."""
     rejects(["serve", "--num-requests", "20", "--rate", "5", "--burstiness", cv], "burstiness",
-            "coefficient of variation in [0.001, 10]")  # fmt: skip
+            "coefficient of variation in [1e-150, 10]")  # fmt: skip
+
+
+def test_near_constant_gaps_are_still_accepted():
+    p, o = fixed_lengths(20, 16, 4)
+    wl = open_loop(5.0, p, o, cv=1e-4)
+    assert np.allclose(np.diff(wl.arrivals), 0.2, rtol=1e-3)
 
 
 @pytest.mark.parametrize("cv", [1e300, 1e-300, 100.0])
@@ -41,7 +49,7 @@ def test_open_loop_refuses_the_cv_too(cv):
         open_loop(5.0, p, o, cv=cv)
 
 
-@pytest.mark.parametrize(("rate", "n"), [("1e-300", "20"), ("1e-9", "20"), ("1e-300", "1")])
+@pytest.mark.parametrize(("rate", "n"), [("1e-300", "20"), ("1e-9", "20")])
 def test_a_rate_whose_arrivals_outrun_the_clock_is_refused(rate, n, rejects):
     """At 1e-300 requests/s the arrivals were ~1e300 s apart: a step's time rounded away and
     every TTFT came out 0.0 ms."""
@@ -83,14 +91,14 @@ def test_trace_at_the_span_keeps_its_step_times(tmp_path, cfg8b):
 @pytest.mark.parametrize(
     ("row", "col", "value"),
     [("8,128,64,1e300,7", "ttft_ms", "1e300"), ("8,128,64,0.0001,7", "ttft_ms", "0.0001"),
-     ("8,128,64,15000000,7", "ttft_ms", "15000000"), ("8,128,64,20,inf", "tpot_ms", "inf"),
+     ("8,128,64,30000000,7", "ttft_ms", "30000000"), ("8,128,64,20,inf", "tpot_ms", "inf"),
      ("8,128,64,20,1e-9", "tpot_ms", "1e-9")],
 )  # fmt: skip
 def test_non_physical_measured_latencies_are_refused(tmp_path, rejects, row, col, value):
     f = tmp_path / "absurd.csv"
     f.write_text(f"{RUNS}\n1,128,64,15,6.5\n{row}\n")
     rejects(["serve", "calibrate", "--runs", str(f)], f"absurd.csv: line 3: {col}", value,
-            "1 hour")  # fmt: skip
+            "6 hours, the benchmark clients' request timeout")  # fmt: skip
 
 
 @pytest.mark.parametrize(("sim", "meas"), [([1e200, 1.0], [1e-200, 1.0]), ([1e200], [1e-100])])
@@ -199,7 +207,13 @@ def test_emulate_refuses_an_empty_host(monkeypatch, host):
 # --- 6: speculative decoding --------------------------------------------------------------------
 @pytest.mark.parametrize("cmd", [[], ["plan", "--processes", "1", "--max-gpus", "1"]])
 def test_draft_tokens_need_an_acceptance_rate(cmd, rejects):
-    rejects(["serve", *cmd, "--spec-tokens", "3"], "spec-acceptance", "0.0", "--spec-tokens 3")
+    rejects(["serve", *cmd, "--spec-tokens", "3"], "spec-acceptance", "None", "--spec-tokens 3")
+
+
+def test_an_explicit_acceptance_of_zero_is_a_what_if():
+    r = CliRunner().invoke(app, ["serve", "--spec-tokens", "2", "--spec-acceptance", "0",
+                                 "--num-requests", "2", *FEW, "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
 
 
 def test_calibrate_needs_it_too(tmp_path, rejects):
@@ -223,21 +237,19 @@ def test_prefill_tp_is_named(rejects):
     assert not line.startswith("error: tp")
 
 
-def test_wgmma_is_refused_off_hopper(rejects):
-    rejects(["serve", "--gpu", "a100-sxm-80gb", "--precision", "fp8", "--weight-only-kernel",
-             "wgmma"], "weight-only-kernel", "a100", "ampere", "no wgmma")  # fmt: skip
-
-
 def test_the_default_kernel_is_the_gpus_native_path():
-    """Left out, the kernel is the GPU's native path: an A100 with fp8 (weight-only) weights
-    runs, priced as before (the kernel choice is priced on Hopper only)."""
+    """Left out, the kernel is the GPU's native path, which `wgmma` names on every GPU (the
+    kernel choice is priced on Hopper only): an A100 with fp8 (weight-only) weights gives the
+    same latencies either way, and as the Marlin kernel, which it also runs."""
     args = ["serve", "--gpu", "a100-sxm-80gb", "--precision", "fp8", "--num-requests", "4", *FEW,
             "--json"]  # fmt: skip
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 0, r.output
-    hopper = CliRunner().invoke(app, [*args[:2], "h100-sxm-80gb", *args[3:],
-                                      "--weight-only-kernel", "wgmma"])  # fmt: skip
-    assert hopper.exit_code == 0, hopper.output
+    docs = []
+    for extra in ([], ["--weight-only-kernel", "wgmma"], ["--weight-only-kernel", "marlin"]):
+        r = CliRunner().invoke(app, [*args, *extra])
+        assert r.exit_code == 0, r.output
+        docs.append(json.loads(r.output))
+    for d in docs[1:]:
+        assert d["ttft_s"] == docs[0]["ttft_s"] and d["tpot_s"] == docs[0]["tpot_s"]
 
 
 def test_valid_open_loops_draw_as_before():

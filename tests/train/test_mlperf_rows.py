@@ -162,3 +162,14 @@ def test_a_row_that_counts_the_embedding_but_not_the_loss_is_refused(tmp_path):
 
     with pytest.raises(HwtuneInputError, match="account_for_loss_in_pipeline_split.*together"):
         load_published(bad)
+
+
+def test_a_pipeline_split_flag_written_as_text_is_refused(tmp_path):
+    row = json.loads(DATA_405B.read_text().splitlines()[-1])
+    row["parallel"]["other"]["account_for_embedding_in_pipeline_split"] = "false"
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text(json.dumps(row) + "\n")
+    from hwtune.errors import HwtuneInputError
+
+    with pytest.raises(HwtuneInputError, match="account_for_embedding_in_pipeline_split.*true or"):
+        load_published(bad)

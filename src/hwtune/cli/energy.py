@@ -406,11 +406,9 @@ def step_cmd(
         _emit({"model": model, "gpu": cl.device.name, "fits": est.fits, **se.to_dict()})
         return
     if not est.fits:
-        sys.stdout.write(
-            f"OUT OF MEMORY: needs {est.memory.total / 2**30:,.1f} GiB per GPU, "
-            f"{est.memory_capacity_bytes / 2**30:,.0f} GiB there; the energy below is for a step "
-            "that cannot run (try hwtune plan)\n"
-        )
+        from hwtune.report.estimate_view import out_of_memory
+
+        sys.stdout.write("OUT OF MEMORY: " + out_of_memory(est, "figures") + "\n")
     sys.stdout.write(
         f"{model} on {gpus} x {cl.device.name}: {se.energy_j / 1e3:.1f} kJ per step "
         f"({se.step_time_s:.2f} s, {se.avg_power_w_per_gpu:.0f} W per GPU), "

@@ -19,6 +19,7 @@ import typer
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range, record_scope
+from hwtune.serve.measured_runs import check_requests_per_client
 
 if TYPE_CHECKING:
     from hwtune.serve.config import Deployment, ReplicaConfig
@@ -180,7 +181,7 @@ SpecTokens = Annotated[
     ),
 ]
 SpecAcceptance = Annotated[
-    float,
+    float | None,
     typer.Option(
         help="speculative decoding: probability a draft token is accepted given the ones "
         "before it (DeepSeek-V3 MTP: 0.85-0.90 on natural text; data-dependent; required "
@@ -243,15 +244,15 @@ def _behaviour(
     )
 
 
-def _check_speculative(spec_tokens: int, spec_acceptance: float) -> None:
-    """Refuse draft tokens without an acceptance rate: ``--spec-acceptance`` defaults to 0, at
-    which every draft is rejected and speculative decoding only costs (the reverse, an
-    acceptance without drafts, `ReplicaConfig` refuses; their ranges too)."""
-    if spec_tokens > 0 and spec_acceptance == 0:
-        raise HwtuneInputError("spec-acceptance", spec_acceptance, "a probability in (0, 1] "
-                               f"beside --spec-tokens {spec_tokens}: the rate your engine accepts "
-                               "drafts at (DeepSeek-V3 MTP: 0.85-0.90 on natural text; at 0 "
-                               "every draft is rejected)")  # fmt: skip
+def _check_speculative(spec_tokens: int, spec_acceptance: float | None) -> float:
+    """The acceptance rate to simulate: draft tokens need one given (left out, it would be 0,
+    at which every draft is rejected and speculative decoding only costs; an explicit 0 is a
+    what-if and stays). An acceptance without drafts `ReplicaConfig` refuses, and the ranges."""
+    if spec_tokens > 0 and spec_acceptance is None:
+        raise HwtuneInputError("spec-acceptance", None, "a probability in [0, 1] beside "
+                               f"--spec-tokens {spec_tokens}: the rate your engine accepts drafts "
+                               "at (DeepSeek-V3 MTP: 0.85-0.90 on natural text)")  # fmt: skip
+    return 0.0 if spec_acceptance is None else spec_acceptance
 
 
 def _launch_engine(launch: str | None, engine: str | None) -> str | None:
@@ -549,13 +550,9 @@ def _replica(
         raise HwtuneInputError("--dp-attention", dp_attention,
                                "1 for a dense model (serve more --replicas)")  # fmt: skip
     wdt = weight_format(spec, precision, dev)[0]
-    if weight_only_kernel == "wgmma" and dev.architecture != "hopper":
-        raise HwtuneInputError("weight-only-kernel", weight_only_kernel,
-                               f"marlin or triton-mxfp4, or none, on {dev.name} "
-                               f"({dev.architecture}), which has no wgmma (Hopper's warpgroup "
-                               "MMA; leave the option out for the GPU's native path)")  # fmt: skip
-    # None: the GPU's native tensor-core path, which ReplicaConfig calls wgmma (the kernel
-    # choice is priced on Hopper only: `hwtune.cost.quantized_gemm.kernel_share`)
+    # None: the GPU's native tensor-core path, which ReplicaConfig calls wgmma (Hopper's; on
+    # another GPU the name stands for its own native path: the kernel choice is priced on Hopper
+    # only, `hwtune.cost.quantized_gemm.kernel_share`)
     weight_only_kernel = weight_only_kernel or "wgmma"
     known = weight_only_kernel in WEIGHT_ONLY_KERNELS  # an unknown name: ReplicaConfig says so
     if (
@@ -565,9 +562,9 @@ def _replica(
         and supports(dev, wdt)
     ):
         raise HwtuneInputError("weight-only-kernel", weight_only_kernel,
-                               f"{'wgmma or ' if dev.architecture == 'hopper' else ''}none "
-                               f"with {wdt} weights, which {dev.name} computes natively (the "
-                               "kernel choice is for weight-only formats)")  # fmt: skip
+                               f"wgmma or the option left out with {wdt} weights, which "
+                               f"{dev.name} computes natively (the kernel choice is for "
+                               "weight-only formats)")  # fmt: skip
     return ReplicaConfig(
         spec, dev, tp=tp, pp=pp, ep=ep, dp_attention=dp_attention,
         weight_dtype=wdt, kv_dtype=kv_format(spec, kv_precision, dev)[0],
@@ -646,7 +643,7 @@ def serve(
         ),
     ] = 0.0,
     spec_tokens: SpecTokens = 0,
-    spec_acceptance: SpecAcceptance = 0.0,
+    spec_acceptance: SpecAcceptance = None,
     frontend_tokens_per_s: FrontEnd = None,
     correction: Correction = None,
     seed: Seed = 0,
@@ -683,7 +680,7 @@ def serve(
             output_path(requests_out, "requests-out", SUFFIXES)
         corr = load_correction(correction) if correction is not None else None
         engine = _launch_engine(launch, engine)
-        _check_speculative(spec_tokens, spec_acceptance)
+        spec_acceptance = _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -861,7 +858,7 @@ def plan_cmd(
     eager_prefill: EagerPrefill = None,
     overlap_schedule: OverlapSchedule = None,
     spec_tokens: SpecTokens = 0,
-    spec_acceptance: SpecAcceptance = 0.0,
+    spec_acceptance: SpecAcceptance = None,
     frontend_tokens_per_s: FrontEnd = None,
     correction: PlanCorrection = None,
     margin: Annotated[
@@ -893,7 +890,7 @@ def plan_cmd(
 
         if launch is not None and launch not in DISAGG_LAUNCH_ENGINES:
             disagg = False  # what it launches: aggregated layouts only
-        _check_speculative(spec_tokens, spec_acceptance)
+        spec_acceptance = _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -1010,7 +1007,7 @@ def calibrate_cmd(
     overlap_schedule: OverlapSchedule = None,
     host_timeline: HostTimeline = False,
     spec_tokens: SpecTokens = 0,
-    spec_acceptance: SpecAcceptance = 0.0,
+    spec_acceptance: SpecAcceptance = None,
     frontend_tokens_per_s: FrontEnd = None,
     out: Annotated[Path | None, typer.Option(help="write the correction (YAML)")] = None,
     seed: Seed = 0,
@@ -1026,7 +1023,7 @@ def calibrate_cmd(
         if out is not None:  # a path that cannot be written fails now, not after the fit
             output_path(out, "out")
         measured = load_runs(runs)
-        _check_speculative(spec_tokens, spec_acceptance)
+        spec_acceptance = _check_speculative(spec_tokens, spec_acceptance)
         scheduler, eager_prefill, overlap_schedule, eng = _behaviour(
             engine, scheduler, eager_prefill, overlap_schedule
         )
@@ -1146,10 +1143,9 @@ def measure_cmd(
             raise HwtuneInputError("range-ratio", range_ratio, "a fraction in (0, 1]")
         if num_requests is not None and num_requests < 1:
             raise HwtuneInputError("num_requests", num_requests, "a positive integer")
-        if num_requests is not None and num_requests < max(cs):  # calibrate refuses such a run
-            raise HwtuneInputError("num-requests", num_requests, f"at least the largest "
-                                   f"--concurrency ({max(cs)}): the measured phase starts all "
-                                   "its clients at once, each with a request")  # fmt: skip
+        if num_requests is not None:  # calibrate refuses such a run
+            check_requests_per_client(num_requests, max(cs), "num-requests",
+                                      "the largest --concurrency")  # fmt: skip
         if warmup is not None and warmup < 0:
             raise HwtuneInputError("warmup", warmup, "a non-negative integer")
         if append and out is None:
@@ -1306,7 +1302,9 @@ def emulate_cmd(
     try:
         if not 0 <= port <= 65535:
             raise HwtuneInputError("port", port, "a TCP port in 0-65535 (0: any free port)")
-        if not host.strip():  # "" would listen on every interface (0.0.0.0), not on none
+        # "" would listen on every interface (0.0.0.0), not on none; `hwtune` refuses every
+        # empty value before this, but `python -m hwtune.cli.serve` runs this app alone
+        if not host.strip():
             raise HwtuneInputError("host", host, "an address to listen on (0.0.0.0 for every "
                                    "interface, said explicitly)")  # fmt: skip
         if served_model is not None and not served_model.strip():

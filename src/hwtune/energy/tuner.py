@@ -514,14 +514,15 @@ class OnlineTuner:
         """Choose again while running (a refinement, a changed noise scale). Unlike the first
         commit and `set_cap`, which refuse a cap that no candidate fits, this runs inside the
         user's training loop: when the refitted models put every candidate over the cap, the
-        previous choice stays and the clock drops to the lowest one; the feedback of `_control`
-        then climbs back as far as the measured power allows."""
+        previous choice and clock stay (the noise scale is taken as seen, so the same change
+        does not ask again every interval), and the measured-power feedback of `_control`
+        keeps the cap: it steps the clock down when an interval crosses it."""
         try:
             self._commit()
         except HwtuneInputError as e:
             if e.field != "power cap":
                 raise
-            self._f = self.table[0]
+            self._b_noise_at_commit = self.b_noise
             self.refits_over_cap += 1
 
     def _predict(self, f: float, k: float = 1.0) -> float:

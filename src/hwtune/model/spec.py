@@ -98,6 +98,10 @@ class LinearAttention(BaseModel):
     conv_kernel: int = Field(default=4, ge=0)
 
 
+MAX_LAYERS = 10_000
+"""The most layers a model may have (see `ModelSpec.n_layers`)."""
+
+
 class ModelSpec(FrozenModel):
     """A decoder-only transformer. Defaults are those of the Llama family."""
 
@@ -108,7 +112,7 @@ class ModelSpec(FrozenModel):
     # at most 10,000 layers: the estimator and the pipeline search build per-layer tables, and
     # the deepest published language models have under 200 (a typo such as 1e12 would otherwise
     # run out of memory instead of being refused)
-    n_layers: int = Field(gt=0, le=10_000)
+    n_layers: int = Field(gt=0, le=MAX_LAYERS)
     d_model: int = Field(gt=0)
     n_heads: int = Field(gt=0)
     n_kv_heads: int | None = Field(default=None, gt=0, description="None = n_heads (MHA)")

@@ -25,17 +25,23 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e6:.1f} µs"
 
 
+def out_of_memory(est: Estimate, what: str) -> str:
+    """What an estimate that does not fit says after OUT OF MEMORY, before its ``what``
+    (times, energy figures)."""
+    return (
+        f"needs {est.memory.total / GIB:,.1f} GiB per GPU, "
+        f"{est.memory_capacity_bytes / GIB:,.0f} GiB there; the {what} below are for a step "
+        "that cannot run (try hwtune plan)"
+    )
+
+
 def render_estimate(est: Estimate, title: str, console: Console | None = None) -> None:
     """Print the human-readable view of one estimate."""
     con = console or Console()
     st = est.strategy
     con.print(f"[bold]{title}[/bold]")
     if not est.fits:
-        con.print(
-            f"[bold red]OUT OF MEMORY[/bold red]: needs {est.memory.total / GIB:,.1f} GiB per GPU, "
-            f"{est.memory_capacity_bytes / GIB:,.0f} GiB there; the times below are for a step "
-            "that cannot run (try hwtune plan)"
-        )
+        con.print("[bold red]OUT OF MEMORY[/bold red]: " + out_of_memory(est, "times"))
     con.print(
         f"strategy: dp={st.dp} tp={st.tp} pp={st.pp} cp={st.cp} ep={st.ep}"
         f"{' +sp' if st.sequence_parallel else ''} zero={st.zero} mb={st.micro_batch} "

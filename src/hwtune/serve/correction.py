@@ -129,7 +129,9 @@ def fit_affine(simulated: Sequence[float], measured: Sequence[float]) -> AffineM
     One run fixes the scale alone (offset 0). Two or more solve the 2x2 normal equations; when
     their offset comes out negative the constraint binds and the scale is refitted with offset 0
     (so too when the runs would need a scale <= 0, measured latency falling as the simulated
-    one rises: no affine correction describes them, and the scale-only fit is returned).
+    one rises: no affine correction describes them, and the scale-only fit is returned). A
+    scale that comes out 0, infinite or NaN (values spanning hundreds of orders of magnitude)
+    is refused: such runs do not determine a correction.
     """
     s = np.asarray(simulated, dtype=float)
     m = np.asarray(measured, dtype=float)

@@ -12,7 +12,7 @@ Required: ``concurrency``, ``input_len``, ``output_len`` and the measured mean `
 (default 1: fixed lengths; 0.8 for InferenceX-style sampling in [0.8 L, L]) and
 ``num_requests`` (default 10 x concurrency; at least ``concurrency``: the measured phase starts
 all its clients at once, `hwtune.serve.endpoint_bench`). Measured means are latencies of a
-real server: from `LATENCY_RANGE_MS` (1 us to 1 hour). `simulate_run` replays each run with the same
+real server, within `LATENCY_RANGE_MS`. `simulate_run` replays each run with the same
 closed loop on a `ReplicaConfig`; `hwtune.serve.correction` fits the tier-3 correction to the
 pairs.
 """
@@ -58,11 +58,24 @@ class MeasuredRun:
     """The runs file's line it was read from (0: not read from a file)."""
 
 
-LATENCY_RANGE_MS = (1e-3, 3.6e6)
+LATENCY_RANGE_MS = (1e-3, 2.16e7)
 """Measured mean TTFT and TPOT a run may have, in ms: from 1 us (below one kernel launch, so no
-token is served faster) to 1 hour (a benchmark's request timeout is minutes). Outside it a value
-is a unit slip or a corrupt cell, and one such run decides the fitted correction (its relative
-residual dwarfs the others')."""
+token is served faster) to 6 hours, the whole-request timeout of vLLM's and SGLang's benchmark
+clients (``AIOHTTP_TIMEOUT = aiohttp.ClientTimeout(total=6 * 60 * 60)``): no measured request
+outlives it. Outside it a value is a unit slip or a corrupt cell, and one such run decides the
+fitted correction (its relative residual dwarfs the others')."""
+
+
+def check_requests_per_client(
+    n: int, clients: int, field: str, clients_name: str, shown: object = None
+) -> None:
+    """Refuse a run of fewer requests than clients: the measured phase starts all its clients
+    at once, each with a request, so some clients would never have sent one (``shown``: the
+    value as the user wrote it, a file's cell)."""
+    if n < clients:
+        shown = n if shown is None else shown
+        raise HwtuneInputError(field, shown, f"at least {clients_name} ({clients}): the measured "
+                               "phase starts all its clients at once, each with a request")  # fmt: skip
 
 
 def _num(path: str, line: int, col: str, text: str, kind: type) -> float:
@@ -83,7 +96,8 @@ def _latency(path: str, line: int, col: str, text: str) -> float:
     lo, hi = LATENCY_RANGE_MS
     if not lo <= v <= hi:  # NaN, inf, 0 and negatives too
         raise HwtuneInputError(f"{path}: line {line}: {col}", text, f"a measured latency from "
-                               f"{lo:g} ms (1 us) to {hi:g} ms (1 hour)")  # fmt: skip
+                               f"{lo:g} ms to {hi:g} ms ({hi / 3.6e6:g} hours, the benchmark "
+                               "clients' request timeout)")  # fmt: skip
     return v
 
 
@@ -141,11 +155,11 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
                                    "or more in every request (with range_ratio, at the low end "
                                    "int(output_len * range_ratio) too): TPOT is the time between "
                                    "output tokens")  # fmt: skip
-        c, n = int(str(kw["concurrency"])), kw.get("num_requests")
-        if n is not None and int(str(n)) < c:  # some clients would never have sent a request
-            raise HwtuneInputError(f"{p.name}: line {line}: num_requests", row["num_requests"],
-                                   f"at least concurrency ({c}): the measured phase starts all "
-                                   "its clients at once, each with a request")  # fmt: skip
+        n = kw.get("num_requests")
+        if n is not None:
+            check_requests_per_client(int(str(n)), int(str(kw["concurrency"])),
+                                      f"{p.name}: line {line}: num_requests", "concurrency",
+                                      row["num_requests"])  # fmt: skip
         run = MeasuredRun(**kw, line=line)  # type: ignore[arg-type]
         key = tuple(str(getattr(run, f)) for f in CONFIG)
         if key in seen:  # its twin would stay in every leave-one-out fit and hide its error

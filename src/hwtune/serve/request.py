@@ -179,11 +179,13 @@ simulated clock is seconds since the first arrival in float64, which resolves 2^
 at 1e9 s, far below a step's milliseconds; far later a step's time is lost to rounding
 (1e300 + 0.01 == 1e300), and a request would finish the instant it arrived (TTFT 0)."""
 
-BURSTINESS_RANGE = (1e-3, 10.0)
-"""The coefficients of variation of open-loop gaps accepted (gamma shape 1/cv^2 from 1e6 down to
-0.01, ``vllm bench serve --burstiness`` 0.01 and up). Below, the gaps are 1/rate within 0.1%;
-above, the shape is so small that most gaps are below 1e-30 s and some underflow to exactly 0
-(at cv 30, 43% of them), and past ~1e154 1/cv^2 itself underflows to 0."""
+BURSTINESS_RANGE = (1e-150, 10.0)
+"""The coefficients of variation of open-loop gaps accepted (gamma shape 1/cv^2). Below the low
+end 1/cv^2 overflows (near-constant gaps are fine down to it). Above the high end the draws no
+longer realize the rate: the shape is so small that most gaps underflow to exactly 0 s and the
+mean gap of a run is set by a few huge ones (at cv 30, 40% of 20 gaps drawn at 5 requests/s are
+0 s and their mean is 0.0003 s against 0.2; at cv 1,000 all are 0 s), and past ~1e154 1/cv^2
+itself underflows to 0 (a division by zero)."""
 
 MAX_RATE = 1e9
 """The highest open-loop rate accepted, requests/s: a mean gap of 1 ns, below any step time (a
@@ -195,7 +197,8 @@ def check_burstiness(cv: float, field: str = "cv") -> None:
     lo, hi = BURSTINESS_RANGE
     if not lo <= cv <= hi:  # NaN fails too
         raise HwtuneInputError(field, cv, f"a coefficient of variation in [{lo:g}, {hi:g}] (1 = "
-                               "Poisson; above 10 the gamma gaps underflow to 0 s)")  # fmt: skip
+                               f"Poisson; above {hi:g} most gamma gaps underflow to 0 s and the "
+                               "draws miss the rate)")  # fmt: skip
 
 
 def check_rate(rate: float, n: int, field: str = "rate") -> None:
@@ -203,15 +206,15 @@ def check_rate(rate: float, n: int, field: str = "rate") -> None:
     arrivals would span more than `MAX_ARRIVAL_SPAN_S` on average."""
     _check_pos(field, rate)
     if rate > MAX_RATE:
-        raise HwtuneInputError(field, rate, f"at most {MAX_RATE:g} requests/s (a 1 ns gap; a "
+        raise HwtuneInputError(field, rate, f"at most {MAX_RATE:g} requests/s (a {1e9 / MAX_RATE:g} ns gap; a "
                                "faster stream arrives as one burst)")  # fmt: skip
-    floor = max(n - 1, 1) / MAX_ARRIVAL_SPAN_S
+    floor = (n - 1) / MAX_ARRIVAL_SPAN_S  # one request spans nothing: no floor
     if rate < floor:
-        span = "the arrivals span" if n > 1 else "a mean gap is"
         raise HwtuneInputError(field, rate, f"at least {floor:.3g} requests/s for {n} "
-                               f"request{'s' if n != 1 else ''}: slower, {span} more than "
-                               f"{MAX_ARRIVAL_SPAN_S:g} s (~32 years), past which the simulated "
-                               "clock cannot resolve step times")  # fmt: skip
+                               f"requests: slower, the arrivals span more than "
+                               f"{MAX_ARRIVAL_SPAN_S:g} s ({MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} "
+                               "years), past which the simulated clock cannot resolve step "
+                               "times")  # fmt: skip
 
 
 def closed_loop(
@@ -245,7 +248,7 @@ def open_loop(
     arr = np.cumsum(gaps)
     if n and arr[-1] > MAX_ARRIVAL_SPAN_S:  # bursty gaps drawn far above their mean
         raise HwtuneInputError("rate", rate, f"a rate whose {n} arrivals span at most "
-                               f"{MAX_ARRIVAL_SPAN_S:g} s (~32 years; these, drawn with cv "
+                               f"{MAX_ARRIVAL_SPAN_S:g} s (~{MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} years; these, drawn with cv "
                                f"{cv:g}, span {arr[-1]:.3g} s)")  # fmt: skip
     groups, plens = _prefixes(n, prompts, prefix_len, prefix_groups, seed + 1)
     return Workload(tuple(int(x) for x in prompts), tuple(int(x) for x in outputs), "open", 0,
@@ -449,7 +452,7 @@ def load_trace(path: str | Path) -> Workload:
     if recs[-1][0] - t0 > MAX_ARRIVAL_SPAN_S:  # the simulated clock would round its steps away
         last, first = recs[-1], recs[0]
         raise HwtuneInputError(f"{p.name} line {last[5]}: arrival", last[6],
-                               f"at most {MAX_ARRIVAL_SPAN_S:g} s (~32 years) after the first "
+                               f"at most {MAX_ARRIVAL_SPAN_S:g} s (~{MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} years) after the first "
                                f"arrival ({first[6]!r}, line {first[5]}): later, the simulated "
                                "clock cannot resolve step times")  # fmt: skip
     return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,

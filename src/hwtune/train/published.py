@@ -557,7 +557,13 @@ def from_row(r: dict) -> PublishedRun:
     emb_stated = other.get("account_for_embedding_in_pipeline_split")
     loss_stated = other.get("account_for_loss_in_pipeline_split")
     if emb_stated is not None or loss_stated is not None:  # the row's own Megatron settings
-        if bool(emb_stated) != bool(loss_stated):
+        for key, v in (("embedding", emb_stated), ("loss", loss_stated)):
+            if not isinstance(v, bool):  # the text "false" would count as true
+                raise HwtuneInputError(
+                    f"{run.id}.parallel.other.account_for_{key}_in_pipeline_split", v,
+                    "true or false, beside its pair",
+                )  # fmt: skip
+        if emb_stated != loss_stated:
             raise HwtuneInputError(
                 f"{run.id}.parallel.other.account_for_loss_in_pipeline_split", loss_stated,
                 f"the same as account_for_embedding_in_pipeline_split ({emb_stated}): hwtune "

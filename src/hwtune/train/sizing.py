@@ -23,7 +23,7 @@ from hwtune.errors import HwtuneInputError
 from hwtune.hardware.device import Device
 from hwtune.model import params as P
 from hwtune.model.lowering import Shard, layer_classes, lower_head, lower_layer
-from hwtune.model.spec import ModelSpec, MoE
+from hwtune.model.spec import MAX_LAYERS, ModelSpec, MoE
 from hwtune.train.estimator import default_precision
 
 
@@ -238,7 +238,7 @@ def propose(
             per2 = P.total_params(ModelSpec(**{**upd, "n_layers": k + 2}))
             layer = per2 - per1
             n_lay = k + 1 + round((target - per1) / layer)
-            if n_lay < max(2, k + 1):
+            if n_lay < max(2, k + 1) or n_lay > MAX_LAYERS:
                 continue
             s = ModelSpec(**{**upd, "n_layers": n_lay})
             n = P.total_params(s)
@@ -251,7 +251,10 @@ def propose(
                 cands.append(Proposal(s, n, tps, note))
     if not cands:
         raise HwtuneInputError(
-            "target", target, f"a parameter count reachable within {tolerance:.0%}"
+            "target",
+            target,
+            f"a parameter count reachable within {tolerance:.0%} with at most "
+            f"{MAX_LAYERS:,} layers around the base model's width",
         )
     # equal-quality proxy: rank by predicted throughput at equal parameter count
     cands.sort(key=lambda p: -p.tokens_per_s * p.params / target)
