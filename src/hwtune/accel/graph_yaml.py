@@ -192,6 +192,7 @@ def _layer(g: Graph, ly: dict, name: str, op: str, ins: list[str], where: str) -
             _broadcasts(g, ins, where)
         out = _shape(ly["shape"], f"{where}.shape") if "shape" in ly else s
         if op in _POOLS:
+            rank(ins[0], 3, what=" (N, C, spatial...)")
             _pool_shape(g, ins[0], out, where, op)
         elif out != s:
             raise HwtuneInputError(f"{where}.shape", list(out), f"{ins[0]}'s shape {_dims(s)} "
@@ -212,10 +213,7 @@ def _pool_shape(g: Graph, x: str, out: tuple[int, ...], where: str, op: str) -> 
     """A pooling output keeps the input's rank, batch and channels; each spatial size is one a
     window of at least one element gives over the input padded by at most half a window (PyTorch:
     floor((H + 2p - k) / s) + 1 with k >= 1, s >= 1, p <= k/2: at most H + 1)."""
-    s = g.tensors[x].shape
-    if len(s) < 3:
-        raise HwtuneInputError(f"{where}.input", x, f"a tensor of rank 3 or more (N, C, "
-                               f"spatial...) for {op}; {x} has rank {len(s)} (shape {_dims(s)})")  # fmt: skip
+    s = g.tensors[x].shape  # of rank 3 or more (checked by the caller)
     if (
         len(out) != len(s)
         or out[:2] != s[:2]

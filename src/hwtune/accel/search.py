@@ -265,8 +265,8 @@ def search(
     if budget.area_mm2 is not None and budget.area_mm2 < least:  # no genome can meet it
         up = math.ceil(least * 1000) / 1000
         raise HwtuneInputError("area-budget-mm2", budget.area_mm2, f"at least {up:g} mm2, the "
-                               "smallest area in the search space (one core of 4x4 PEs, 16 KiB "
-                               f"local buffer, no shared SRAM, with {template.name}'s area model)")  # fmt: skip
+                               "smallest area in the search space (every gene at its lower "
+                               f"bound, with {template.name}'s area model)")  # fmt: skip
     seen: list[list[float]] = []
     plans: dict[tuple[int, ...], dict] = {}
     tally = {"infeasible": 0, "over_limit": 0, "met_limit": 0}

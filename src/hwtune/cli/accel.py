@@ -58,9 +58,8 @@ def _limit_unmet(
         return
     if not as_json:
         sys.stderr.write(
-            f"error: {opt}: {_given(mib)} MiB cannot be met; the least any "
-            f"{'' if method == 'auto' else method + ' '}checkpoint plan reaches is "
-            f"{_mib_up(plan.smallest_peak_bytes)} (recomputing {len(plan.dropped)} of "
+            f"error: {opt}: {_given(mib)} MiB cannot be met; "
+            f"{_least_reached(method, plan.smallest_peak_bytes)} (recomputing {len(plan.dropped)} of "
             f"{len(plan.dropped) + len(plan.kept)} saved activations; all kept: "
             f"{_mib_up(plan.all_kept_bytes)})\n"
         )
@@ -96,6 +95,13 @@ def _mib_up(b: float) -> str:
     v = b / 2**20
     d = 2 if v >= 1 or v <= 0 else max(2, 2 - math.floor(math.log10(v)))
     return f"{math.ceil(v * 10**d) / 10**d:,.{d}f} MiB"
+
+
+def _least_reached(method: str, peak_bytes: float) -> str:
+    """What an unmet activation limit reports: the least activation memory a checkpoint plan
+    (of ``method``; any, for auto) reaches."""
+    which = "" if method == "auto" else method + " "
+    return f"the least any {which}checkpoint plan reaches is {_mib_up(peak_bytes)}"
 
 
 def _given(v: float) -> str:
@@ -327,9 +333,7 @@ def search_cmd(
             sys.stderr.write(
                 f"error: --activation-limit-mib: {_given(activation_limit_mib or 0.0)} MiB cannot "
                 f"be met: no plan fits it on any of the {res.over_limit} architectures planned "
-                f"({res.evaluations} evaluations); the least any "
-                f"{'' if ckpt.method == 'auto' else ckpt.method + ' '}checkpoint plan reaches is "
-                f"{_mib_up(small)}\n"
+                f"({res.evaluations} evaluations); {_least_reached(ckpt.method, small)}\n"
             )
         raise typer.Exit(1)
     for name, path in (("plot", plot), ("table", table)):

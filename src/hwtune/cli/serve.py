@@ -20,6 +20,7 @@ from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range, record_scope
 from hwtune.serve.measured_runs import check_requests_per_client
+from hwtune.serve.speculative import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from hwtune.serve.config import Deployment, ReplicaConfig
@@ -176,7 +177,8 @@ HostTimeline = Annotated[
 SpecTokens = Annotated[
     int,
     typer.Option(
-        help="speculative decoding: draft tokens per step, 0-16 (MTP num_nextn_predict_layers, "
+        help=f"speculative decoding: draft tokens per step, 0-{MAX_DRAFT_TOKENS} (MTP "
+        "num_nextn_predict_layers, "
         "EAGLE num_speculative_tokens; 0: off)"
     ),
 ]
