@@ -1,6 +1,6 @@
 """`hwtune energy`: one JSON document with --json; bad input exits 2 with one line naming the
-field and no traceback. Run as `python -m hwtune.cli.energy` until the sub-app is registered
-in `hwtune.cli.main` (then `hwtune energy ...` is the same app)."""
+field and no traceback. Run as `python -m hwtune.cli.energy`, which is `hwtune energy` (the
+module runs the root app)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hwtune.errors import HwtuneInputError
 from hwtune.model.hf_config import load_hf_config
 
 CONFIGS = Path(str(resources.files("hwtune.model").joinpath("configs")))
@@ -54,12 +55,15 @@ def test_linear_scaling_multiplies_the_stated_length(rows, factor):
     assert load_hf_config(cfg).max_context == int(rows // 2 * factor)
 
 
-@pytest.mark.parametrize("factor", [0, -2.0, "four", True, [2]])
-def test_an_unusable_rope_factor_leaves_the_context_unchecked(factor):
-    # the config still loads (a training plan never needed the context); serving checks nothing
+@pytest.mark.parametrize("factor", [0, -2.0, "four", True, [2], float("inf")])
+def test_an_unusable_rope_factor_is_refused_naming_it(factor):
+    # vLLM multiplies the stated length by it (_get_and_verify_max_len): 0 would admit nothing
     cfg = _cfg("meta-llama--Meta-Llama-3.1-8B")
     cfg["rope_scaling"] = {"type": "dynamic", "factor": factor}
-    assert load_hf_config(cfg).max_context is None
+    with pytest.raises(
+        HwtuneInputError, match=r"'rope_scaling': 'factor': got .*a positive number"
+    ):
+        load_hf_config(cfg)
 
 
 @pytest.mark.parametrize(("factor", "context"), [(None, 4096), ("2", 8192), (2, 8192)])
@@ -76,9 +80,16 @@ def test_rope_parameters_float_originals_and_bad_keys():
     cfg["rope_parameters"] = {"rope_type": "yarn", "factor": 4.0,
                               "original_max_position_embeddings": 32768.0}  # fmt: skip
     assert load_hf_config(cfg).max_context == 131072
+    for key, bad in (("seq_length", 0), ("max_position_embeddings", -1), ("n_positions", 2.5)):
+        cfg = _cfg("Qwen--Qwen3-8B")
+        cfg[key] = bad  # vLLM takes the smallest length key as it is: 0 would admit nothing
+        with pytest.raises(HwtuneInputError, match=rf"'{key}': got {bad}; expected an integer"):
+            load_hf_config(cfg)
     cfg = _cfg("Qwen--Qwen3-8B")
-    cfg["seq_length"] = 0  # not a length: passed over, max_position_embeddings still bounds it
-    assert load_hf_config(cfg).max_context == 40960
+    cfg["rope_parameters"] = {"rope_type": "yarn", "factor": 4.0,
+                              "original_max_position_embeddings": 0}  # fmt: skip
+    with pytest.raises(HwtuneInputError, match="'original_max_position_embeddings': got 0"):
+        load_hf_config(cfg)
 
 
 def test_gemma3_scaling_is_already_in_its_stated_length():

@@ -463,5 +463,7 @@ def pipeline_cmd(
     )
 
 
-if __name__ == "__main__":
-    app()
+if __name__ == "__main__":  # the root app, for its one-line errors
+    from hwtune.cli.main import main
+
+    main("energy")

@@ -385,8 +385,14 @@ def _one_line_summaries(t: typer.Typer) -> None:
 _one_line_summaries(app)
 
 
-def main() -> None:
-    app()
+def main(group: str | None = None) -> None:
+    """Run the root app; ``group`` runs one sub-app through it (``python -m hwtune.cli.serve``
+    is ``hwtune serve``), so that a sub-app run as a module gets the root's one-line errors and
+    its refusal of empty values."""
+    if group is None:
+        app()
+    else:
+        app([group, *sys.argv[1:]], prog_name="hwtune")
 
 
 if __name__ == "__main__":

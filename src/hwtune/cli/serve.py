@@ -1355,5 +1355,7 @@ def emulate_cmd(
                      f"{emu.simulation_s:.1f} s\n")  # fmt: skip
 
 
-if __name__ == "__main__":
-    serve_app()
+if __name__ == "__main__":  # the root app, for its one-line errors
+    from hwtune.cli.main import main
+
+    main("serve")

@@ -436,31 +436,30 @@ def _context_length(r: _Reader, family: str) -> int | None:
     163840; Llama-3.1: llama3, 131072; Qwen3-8B: 40960 (its model card enables yarn 4x by
     editing ``rope_scaling`` into config.json, which this then reads as 131072).
 
-    None when no usable length key is present (vLLM then assumes 2048 with a warning) or the
-    scaling factor is not a positive number: nothing is checked then, and the config still
-    loads (training plans do not need it). A length key that is not a positive whole number
-    is passed over, as the other keys still bound the context."""
+    None when no length key is present (vLLM then assumes 2048 with a warning): nothing is
+    checked then, and the config still loads (training plans do not need it). A length key
+    that is not a positive whole number (``max_position_embeddings: 0``) or a scaling factor
+    that is not a positive number is refused, naming it: vLLM would take it as the context and
+    refuse every request, or fail on it."""
 
-    def whole(v: Any) -> int | None:
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        return int(v) if ok and v == int(v) and v >= 1 else None
-
-    found = [n for k in _CONTEXT_KEYS if (n := whole(r.raw(k))) is not None]
+    found = [n for k in _CONTEXT_KEYS if (n := r.opt_integer(k)) is not None]
     if not found:
         return None
     n: float = min(found)
-    rope = r.raw("rope_scaling", "rope_parameters")
+    rope_key = "rope_scaling" if r.has("rope_scaling") else "rope_parameters"
+    rope = r.raw(rope_key)
     if isinstance(rope, Mapping) and not family.startswith("gemma3"):
         kind = str(rope.get("rope_type") or rope.get("type") or "default").lower()
         if kind not in _CONTEXT_STATED_ROPE:
-            factor = rope.get("factor")
-            try:
-                factor = 1.0 if factor is None else float(factor)
+            scaling = _Reader(rope, f"{r.label}: '{rope_key}'")
+            given = scaling.raw("factor")
+            try:  # a number, or a number written as text ("2")
+                factor = 1.0 if given is None or isinstance(given, bool) else float(given)
             except (TypeError, ValueError):
-                return None
-            if isinstance(rope.get("factor"), bool) or not (math.isfinite(factor) and factor > 0):
-                return None
-            original = whole(rope.get("original_max_position_embeddings"))
+                factor = math.nan
+            if isinstance(given, bool) or not (math.isfinite(factor) and factor > 0):
+                raise HwtuneInputError(scaling._key(("factor",)), given, "a positive number")
+            original = scaling.opt_integer("original_max_position_embeddings")
             if kind == "yarn" and original is not None:
                 n = original
             n *= factor

@@ -186,13 +186,23 @@ def clip_grad_norm_fp32(grads: Sequence[torch.Tensor], max_norm: float) -> torch
     but with every norm taken in fp32. torch takes each tensor's norm in its own dtype, so
     loss-scaled fp16 gradients whose norm passes fp16's 65,504 give an infinite norm while
     every element is finite, and the clip coefficient 0 wipes the step (and GradScaler, which
-    sees no inf, keeps the scale). Returns the total norm (fp32)."""
-    norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
-    device = norms[0].device
-    total = torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]))
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    sees no inf, keeps the scale). Returns the total norm (fp32; 0 for no gradients).
+
+    One fused kernel per device and dtype (``torch._foreach_norm`` with an fp32 accumulator,
+    ``torch._foreach_mul_``), as torch's own clipping groups them, not one per tensor."""
+    if not grads:
+        return torch.zeros((), dtype=torch.float32)
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:
-        g.mul_(coef.to(g.device))
+        groups.setdefault((g.device, g.dtype), []).append(g)
+    first = grads[0].device
+    norms = [
+        n.to(first) for gs in groups.values() for n in torch._foreach_norm(gs, 2, torch.float32)
+    ]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for (device, _), gs in groups.items():
+        torch._foreach_mul_(gs, coef.to(device))
     return total
 
 

@@ -1,0 +1,5 @@
+"""``python -m hwtune``: the ``hwtune`` command."""
+
+from hwtune.cli.main import main
+
+main()
