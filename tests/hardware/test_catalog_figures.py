@@ -188,6 +188,23 @@ def test_mi355x_and_mi250x_peaks():
     assert get_device("mi250x").gemm_efficiency == pytest.approx(147.0 / 191.5, abs=0.005)
 
 
+def test_cdna4_fp8_gemm_rates_are_the_measured_ones():
+    # AMD's CDNA4 FP8 GEMM blog (2026-03-10, ROCm 7.1.0): hipBLASLt e4m3 8192^3 3130.21 TFLOP/s
+    # on an MI355X; HipKittens' files (ROCm 7.0 preview): MI350X hipBLASLt FP8 8192^3 2660.15,
+    # bf16 (PyTorch / AITER) 1255.8 / 1292.5 TFLOP/s
+    assert get_device("mi355x").gemm_efficiency_fp8 == pytest.approx(3130.21 / 5033.2, abs=0.005)
+    assert get_device("mi350x").gemm_efficiency_fp8 == pytest.approx(2660.15 / 4613.7, abs=0.005)
+    assert 1255.8 / 2306.9 <= get_device("mi350x").gemm_efficiency <= 1292.5 / 2306.9
+    # CDNA3 stays where Azure's MI300X run put it: FP8 below bf16, unlike CDNA4
+    assert get_device("mi300x").gemm_efficiency_fp8 < get_device("mi300x").gemm_efficiency
+
+
+def test_b300_sustains_the_b200s_clock_share():
+    # assumed equal (flashinfer PR #2899's B200 series); both power-limited under dense GEMMs
+    assert get_device("b300").sustained_gemm_fraction == get_device("b200").sustained_gemm_fraction
+    assert "ASSUMED" in get_device("b300").sources["sustained_gemm_fraction"]
+
+
 def test_blackwell_peaks():
     # DGX B200: 72 PFLOPS FP8 (sparse) for 8 GPUs -> 9 sparse -> 4.5 dense per GPU; bf16 half of fp8
     assert peak("b200", "fp8") == pytest.approx(72_000 / 8 / 2)
