@@ -466,6 +466,22 @@ def weight_bytes(params: float, embedding: float, fp8_params: bool) -> float:
     return fp8 * (params - embedding) + 2.0 * embedding
 
 
+def edge_bucket_params(spec: ModelSpec, first: RankLayout, tp: int, fp8_params: bool) -> float:
+    """Parameters per rank of the gradient bucket group reduced last after the backward and
+    gathered first before the forward, under Megatron-Core's DDP with overlapped reduction and
+    gathering. Buckets are filled in reverse parameter order (``param_and_grad_buffer.py``,
+    ``for param in params[::-1]``), so the last holds the input embedding, whose gradient is
+    the backward's last; the forward's first pre-hook dispatches that group's all-gather and
+    waits for it ("first AG bucket in first model chunk if ddp_config.align_param_gather is
+    False", ``finish_param_sync``). With fp8 weights every 16-bit parameter of the rank (the
+    embedding, output head and final norm, ``first.embedding_params``) joins that group
+    (``partition_buckets`` case 3: "merge all non-fp8 buckets into the last fp8 bucket
+    group"). Megatron-LM at 25.09-alpha.rc1, the revision of NVIDIA's MLPerf Training v5.1
+    Llama 3.1 submissions. The first pipeline stage holds it; its backward ends the step."""
+    params = first.embedding_params if fp8_params else spec.vocab * spec.d_model
+    return min(params, first.dense_params) / tp
+
+
 def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
     out: dict[tuple[str, bool], int] = {}
     for i in layers:
@@ -1019,6 +1035,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     rs_t = functools.partial(coll.reduce_scatter_time, nic_share=share)
     ag_t = functools.partial(coll.all_gather_time, nic_share=share)
     ar_t = functools.partial(coll.all_reduce_time, nic_share=share)
+    edge = edge_bucket_params(spec, layouts[0], tp, st.fp8_param_gather)
     if st.zero < 3:
         if dp * cp > 1:
             if st.zero >= 1:
@@ -1042,13 +1059,21 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # frees them (Rajbhandari et al. SC'20 §5.2; DeepSpeed stage 2 reduces every micro-step);
         # ZeRO-0/1 accumulate the full gradients locally and reduce once per step
         rounds = m if st.zero == 2 else 1  # gradient reductions per step
-        # an overlapped reduction hides behind the last micro-batch's backward but for the last
-        # layer's share, which waits for that layer's gradients
-        window = min(b + rec, t_dp * (1 - 1 / n_here)) if st.overlap_grad_reduce else 0.0
+        # an overlapped reduction hides behind the last micro-batch's backward but for its
+        # tail, which waits for the backward's last gradients: the last layer's share, or the
+        # bucket group of the first stage's embedding (`edge_bucket_params`) when larger
+        reduce = rs_t if st.zero >= 1 else ar_t
+        tail = max(t_dp / n_here, reduce(edge * gb, dp_span, cl)) if dp * cp > 1 else 0.0
+        window = min(b + rec, max(0.0, t_dp - tail)) if st.overlap_grad_reduce else 0.0
         t_dp_exposed = rounds * overlapped(t_dp, window)
         t_dp *= rounds
-        if t_ag:
-            t_dp_exposed += overlapped(t_ag, f) if st.overlap_param_gather else t_ag
+        if t_ag and st.overlap_param_gather:
+            # the first bucket group's gather is dispatched by the forward's first pre-hook,
+            # which waits for it; each later one is prefetched behind the layers before it
+            head = min(t_ag, ag_t(weight_bytes(edge, edge, st.fp8_param_gather), dp_span, cl))
+            t_dp_exposed += head + overlapped(t_ag - head, f)
+        elif t_ag:
+            t_dp_exposed += t_ag
     else:
         # FSDP / ZeRO-3: gather 16-bit weights before forward and backward, reduce-scatter
         # gradients, every micro-batch; prefetching overlaps them with the layers' compute.
@@ -1074,12 +1099,17 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # and backward, bucketed reduce-scatters behind the backward; what is not overlapped
         # runs between the layers. The first gather and the last reduce-scatter of a pass wait.
         # DeepSpeed's 2021 per-parameter gathers synchronize the device first: none hides.
+        # The first unit gathered and the last reduced hold the embedding (torchtitan shards
+        # tok_embeddings as its own unit; a wrap policy leaves it in the root unit), as
+        # Megatron-Core's edge bucket does (`edge_bucket_params`).
         pg = st.overlap_param_gather and st.zero3_gather != "parameter"
         gr = st.overlap_grad_reduce
+        head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
         hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
-        tail = hidden_b / nl  # the last layer's share waits, exposed; the rest overlaps
+        edge_rs = rs_t(edge * gb, dp_span, cl) if gr and dp * cp > 1 else 0.0
+        tail = max(hidden_b / nl, edge_rs)  # the last unit's share waits; the rest overlaps
         per_mb = (
-            (overlapped(ag, f) if pg else ag)
+            (head + overlapped(ag - head, f) if pg else ag)
             + max(0.0, hidden_b - (b + rec))
             + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
             + (0.0 if pg else ag)

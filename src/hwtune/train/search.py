@@ -11,6 +11,8 @@ search never estimates a candidate it can rule out:
    (same traffic with a distributed optimizer, less memory; Rajbhandari et al. SC'20, §5).
    For each layout the memory knobs (ZeRO stage, recomputation, offload) are searched as a
    lattice: a setting is kept only if it fits and no cheaper setting in every knob also fits.
+   ZeRO 3 stands apart from ZeRO 1-2 where their gradients differ in dtype (fp32 main grads
+   against FSDP's bf16 by default): it moves fewer bytes then, and can be faster.
 3. **Bound before memory**: a layout, micro-batch and schedule whose busiest pipeline rank
    without recomputation, with the schedule's bubble (`estimator.step_time_floor`), is already
    no faster than the k-th best found so far is dropped whole, before its memory is costed.
@@ -42,6 +44,7 @@ from hwtune.train.estimator import (
     _resolve_model,
     check_training_precision,
     default_precision,
+    grads_in_fp32,
     memory_table,
     shard_of,
     step_time_floor,
@@ -241,8 +244,15 @@ BOUND = "bound: the busiest rank alone no faster than the top-k"
 """The pruning reason of both bounds (module docstring, 3 and 5)."""
 
 
-def _dominated(a: tuple[int, str, bool], b: tuple[int, str, bool]) -> bool:
-    """Whether knob setting ``b`` is no cheaper than ``a`` in every knob (so ``a`` dominates)."""
+def _dominated(
+    a: tuple[int, str, bool], b: tuple[int, str, bool], zero3_apart: bool = False
+) -> bool:
+    """Whether knob setting ``b`` is no cheaper than ``a`` in every knob (so ``a`` dominates).
+    With ``zero3_apart`` ZeRO 3 is not dominated by ZeRO 1-2: they reduce gradients in
+    different dtypes (`estimator.grads_in_fp32`: fp32 main grads against FSDP's parameter
+    dtype), so ZeRO 3 can move fewer bytes where the step waits on them."""
+    if zero3_apart and (a[0] == 3) != (b[0] == 3):
+        return False
     return a[0] <= b[0] and a[2] <= b[2] and _RANK[a[1]] <= _RANK[b[1]] and a != b
 
 
@@ -329,6 +339,10 @@ def plan(
     sense = OBJECTIVES[objective]
     # step time orders throughput, cost and time-to-train alike (fixed GPUs and tokens per step)
     bounded = objective in ("throughput", "cost", "time-to-train")
+    # ZeRO 3 against ZeRO 1-2 (`_dominated`): apart when their gradient dtypes differ
+    zero3_apart = grads_in_fp32(base.get("grad_reduce_dtype"), 1) != grads_in_fp32(
+        base.get("grad_reduce_dtype"), 3
+    )
     firsts: dict[tuple[int, int, int, int], Strategy] = {}
 
     def strategy(
@@ -416,7 +430,7 @@ def plan(
                     continue
                 any_fit = True
                 for knobs in lattice:
-                    if any(_dominated(f, knobs) for f in fitting):
+                    if any(_dominated(f, knobs, zero3_apart) for f in fitting):
                         pruned["dominated (a cheaper memory setting fits)"] += 1
                         continue
                     if mems[knobs] > cap:
