@@ -477,7 +477,10 @@ def edge_bucket_params(spec: ModelSpec, first: RankLayout, tp: int, fp8_params: 
     embedding, output head and final norm, ``first.embedding_params``) joins that group
     (``partition_buckets`` case 3: "merge all non-fp8 buckets into the last fp8 bucket
     group"). Megatron-LM at 25.09-alpha.rc1, the revision of NVIDIA's MLPerf Training v5.1
-    Llama 3.1 submissions. The first pipeline stage holds it; its backward ends the step."""
+    Llama 3.1 submissions. The first pipeline stage holds it; its backward ends the step. A
+    lower bound: the other parameters that share the group (the rest of the embedding's
+    bucket, the last fp8 bucket; 768,000,000-element buckets in NVIDIA's MLPerf 8B configs)
+    are left out, as a bucket's fill depends on the configured size."""
     params = first.embedding_params if fp8_params else spec.vocab * spec.d_model
     return min(params, first.dense_params) / tp
 
