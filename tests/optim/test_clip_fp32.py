@@ -57,3 +57,6 @@ def test_fp16_gradients_past_fp16s_range_keep_a_finite_norm():
 
 def test_no_gradients_is_a_zero_norm_not_an_error():
     assert float(clip_grad_norm_fp32([], 1.0)) == 0.0
+    assert float(clip_grad_norm_fp32([torch.zeros(0)], 1.0)) == 0.0
+    grads = [torch.zeros(0), torch.full((4,), 3.0), torch.zeros(0, dtype=torch.bfloat16)]
+    assert float(clip_grad_norm_fp32(grads, 100.0)) == pytest.approx(6.0)

@@ -48,10 +48,9 @@ def test_scale_rows_restate_the_logs(runs):
 
 
 def test_scale_rows_error_holds_the_level_reached():
-    # 47.7% median when the rows were added (2026-12-07); every row predicted too fast
+    # 47.7% median when the rows were added (2026-12-07); past 50% a change must say why
     wide = load_published(DATA / "training_mlperf_8b_scale.jsonl")
-    errs = [_per_gpu(r, True) / _per_gpu(r, False) - 1 for r in wide]
-    assert all(e > 0 for e in errs)
+    errs = [abs(_per_gpu(r, True) / _per_gpu(r, False) - 1) for r in wide]
     assert statistics.median(errs) <= 0.50
 
 

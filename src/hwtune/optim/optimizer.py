@@ -194,11 +194,16 @@ def clip_grad_norm_fp32(grads: Sequence[torch.Tensor], max_norm: float) -> torch
         return torch.zeros((), dtype=torch.float32)
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for g in grads:
-        groups.setdefault((g.device, g.dtype), []).append(g)
+        if g.numel():  # empty tensors among others corrupt _foreach_norm on CUDA (torch #140066)
+            groups.setdefault((g.device, g.dtype), []).append(g)
     first = grads[0].device
     norms = [
-        n.to(first) for gs in groups.values() for n in torch._foreach_norm(gs, 2, torch.float32)
+        n.to(first)
+        for gs in groups.values()
+        for n in torch._foreach_norm(gs, 2, dtype=torch.float32)
     ]
+    if not norms:
+        return torch.zeros((), dtype=torch.float32, device=first)
     total = torch.linalg.vector_norm(torch.stack(norms))
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for (device, _), gs in groups.items():

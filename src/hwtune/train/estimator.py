@@ -481,8 +481,8 @@ def edge_bucket_params(spec: ModelSpec, first: RankLayout, tp: int, fp8_params: 
     lower bound: the other parameters that share the group (the rest of the embedding's
     bucket, the last fp8 bucket; 768,000,000-element buckets in NVIDIA's MLPerf 8B configs)
     are left out, as a bucket's fill depends on the configured size."""
-    params = first.embedding_params if fp8_params else spec.vocab * spec.d_model
-    return min(params, first.dense_params) / tp
+    params = first.embedding_params if fp8_params else P.input_embedding_params(spec)
+    return params / tp
 
 
 def _counts(spec: ModelSpec, layers: Iterable[int]) -> LayerCounts:
@@ -1066,7 +1066,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # tail, which waits for the backward's last gradients: the last layer's share, or the
         # bucket group of the first stage's embedding (`edge_bucket_params`) when larger
         reduce = rs_t if st.zero >= 1 else ar_t
-        tail = max(t_dp / n_here, reduce(edge * gb, dp_span, cl)) if dp * cp > 1 else 0.0
+        edge_t = reduce(edge * gb, dp_span, cl) if dp * cp > 1 else 0.0
+        tail = min(t_dp, max(t_dp / n_here, edge_t))
         window = min(b + rec, max(0.0, t_dp - tail)) if st.overlap_grad_reduce else 0.0
         t_dp_exposed = rounds * overlapped(t_dp, window)
         t_dp *= rounds
@@ -1110,10 +1111,12 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
         hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
         edge_rs = rs_t(edge * gb, dp_span, cl) if gr and dp * cp > 1 else 0.0
-        tail = max(hidden_b / nl, edge_rs)  # the last unit's share waits; the rest overlaps
+        # the last unit's share waits; the rest overlaps the backward, and what the backward
+        # cannot hold runs after it
+        tail = min(hidden_b, max(hidden_b / nl, edge_rs))
         per_mb = (
             (head + overlapped(ag - head, f) if pg else ag)
-            + max(0.0, hidden_b - (b + rec))
+            + max(0.0, hidden_b - tail - (b + rec))
             + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
             + (0.0 if pg else ag)
             + (0.0 if gr else rs)
