@@ -178,6 +178,7 @@ MAX_ARRIVAL_SPAN_S = 1e9
 simulated clock is seconds since the first arrival in float64, which resolves 2^-23 s (0.12 us)
 at 1e9 s, far below a step's milliseconds; far later a step's time is lost to rounding
 (1e300 + 0.01 == 1e300), and a request would finish the instant it arrived (TTFT 0)."""
+_SPAN_YEARS = f"~{MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} years"  # 3.156e7 s in a Julian year
 
 BURSTINESS_RANGE = (1e-150, 10.0)
 """The coefficients of variation of open-loop gaps accepted (gamma shape 1/cv^2). Below the low
@@ -212,9 +213,8 @@ def check_rate(rate: float, n: int, field: str = "rate") -> None:
     if rate < floor:
         raise HwtuneInputError(field, rate, f"at least {floor:.3g} requests/s for {n} "
                                f"requests: slower, the arrivals span more than "
-                               f"{MAX_ARRIVAL_SPAN_S:g} s ({MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} "
-                               "years), past which the simulated clock cannot resolve step "
-                               "times")  # fmt: skip
+                               f"{MAX_ARRIVAL_SPAN_S:g} s ({_SPAN_YEARS}), past which the "
+                               "simulated clock cannot resolve step times")  # fmt: skip
 
 
 def closed_loop(
@@ -248,7 +248,7 @@ def open_loop(
     arr = np.cumsum(gaps)
     if n and arr[-1] > MAX_ARRIVAL_SPAN_S:  # bursty gaps drawn far above their mean
         raise HwtuneInputError("rate", rate, f"a rate whose {n} arrivals span at most "
-                               f"{MAX_ARRIVAL_SPAN_S:g} s (~{MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} years; these, drawn with cv "
+                               f"{MAX_ARRIVAL_SPAN_S:g} s ({_SPAN_YEARS}; these, drawn with cv "
                                f"{cv:g}, span {arr[-1]:.3g} s)")  # fmt: skip
     groups, plens = _prefixes(n, prompts, prefix_len, prefix_groups, seed + 1)
     return Workload(tuple(int(x) for x in prompts), tuple(int(x) for x in outputs), "open", 0,
@@ -452,7 +452,7 @@ def load_trace(path: str | Path) -> Workload:
     if recs[-1][0] - t0 > MAX_ARRIVAL_SPAN_S:  # the simulated clock would round its steps away
         last, first = recs[-1], recs[0]
         raise HwtuneInputError(f"{p.name} line {last[5]}: arrival", last[6],
-                               f"at most {MAX_ARRIVAL_SPAN_S:g} s (~{MAX_ARRIVAL_SPAN_S / 3.156e7:.0f} years) after the first "
+                               f"at most {MAX_ARRIVAL_SPAN_S:g} s ({_SPAN_YEARS}) after the first "
                                f"arrival ({first[6]!r}, line {first[5]}): later, the simulated "
                                "clock cannot resolve step times")  # fmt: skip
     return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,
