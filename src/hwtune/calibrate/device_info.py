@@ -256,18 +256,29 @@ def with_catalog_links(fields: dict) -> dict:
 
 
 CUDA_ARCHITECTURES: dict[tuple[int, int], str] = {
-    (7, 0): "volta", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (8, 9): "ada",
-    (9, 0): "hopper", (10, 0): "blackwell", (10, 3): "blackwell-ultra", (12, 0): "blackwell",
+    (6, 0): "pascal", (6, 1): "pascal", (7, 0): "volta", (7, 2): "volta", (7, 5): "turing",
+    (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (8, 9): "ada", (9, 0): "hopper",
+    (10, 0): "blackwell", (10, 3): "blackwell-ultra", (11, 0): "blackwell", (12, 0): "blackwell",
+    (12, 1): "blackwell",
 }  # fmt: skip
 """CUDA compute capability -> the catalog's architecture names (NVIDIA CUDA C++ Programming
-Guide, "Compute Capabilities" table)."""
+Guide, "Compute Capabilities" table; 11.0 is Jetson Thor, 12.1 DGX Spark's GB10)."""
+
+ROCM_ARCHITECTURES: dict[str, str] = {
+    "gfx908": "cdna", "gfx90a": "cdna2", "gfx940": "cdna3", "gfx941": "cdna3", "gfx942": "cdna3",
+    "gfx950": "cdna4",
+}  # fmt: skip
+"""ROCm's gfx target -> the catalog's architecture names (LLVM AMDGPU backend, "Processors"
+table: gfx908 MI100, gfx90a MI210/MI250/MI250X, gfx940-942 MI300, gfx950 MI350/MI355)."""
 
 
 def _gpu_architecture(kind: str, props: object) -> str:
-    """The catalog's architecture name of a GPU: ROCm's gfx name, or NVIDIA's family from the
-    compute capability (``sm_XY`` where the table has none)."""
+    """The catalog's architecture name of a GPU, from ROCm's gfx target or NVIDIA's compute
+    capability; the gfx target itself (without its feature flags) or ``sm_XY`` where the tables
+    have none."""
     if kind == "rocm":
-        return str(getattr(props, "gcnArchName", "") or "rocm")
+        gfx = str(getattr(props, "gcnArchName", "") or "rocm").split(":")[0]
+        return ROCM_ARCHITECTURES.get(gfx, gfx)
     cc = (int(getattr(props, "major", 0)), int(getattr(props, "minor", 0)))
     return CUDA_ARCHITECTURES.get(cc, f"sm_{cc[0]}{cc[1]}")
 

@@ -17,6 +17,13 @@ from hwtune.hardware.profile import PROFILE_VERSION, DeviceProfile, load_profile
 
 Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
 DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
+ARCHITECTURES: tuple[str, ...] = (
+    "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-ultra",
+    "cdna", "cdna2", "cdna3", "cdna4",
+)  # fmt: skip
+"""The architecture names the cost models and engine checks compare against (each code path
+that runs on some architectures only names them so); `Device.architecture` may hold another
+(a ROCm gfx target, ``sm_XY``, a CPU), which those paths treat as unknown."""
 
 
 class PeakTflops(BaseModel):
@@ -100,6 +107,14 @@ class Device(FrozenModel):
         default=None, description="measured curves from `hwtune bench` (tier 2); None = spec sheet"
     )
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("architecture")
+    @classmethod
+    def _known_architecture_as_named(cls, v: str) -> str:
+        # "Hopper" would match no architecture test and silently price the device as unknown
+        if v not in ARCHITECTURES and v.strip().lower() in ARCHITECTURES:
+            raise ValueError(f"{v.strip().lower()!r} (architecture names are lowercase)")
+        return v
 
     @field_validator("peak_tflops")
     @classmethod

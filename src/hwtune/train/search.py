@@ -218,7 +218,7 @@ def _check_constraints(c: Constraints) -> None:
             raise HwtuneInputError(f"--max {name}", v, f"at least --fix {name}={fixed}")
 
 
-def n_raw_for(tp: int, c: Constraints, lattice: list) -> int:
+def n_raw_for(tp: int, c: Constraints) -> int:
     """Raw candidates per (layout, micro-batch, schedule): ZeRO 0-3 x recomputation x offload
     x sequence parallel on/off (with TP)."""
     return 4 * len(RECOMPUTE_ORDER) * (2 if c.allow_offload else 1) * (2 if tp > 1 else 1)
@@ -377,7 +377,7 @@ def plan(
             m = per_rank // mb
             any_fit = False
             for sched, v in _schedules(spec, pp, m, c):
-                n_raw = n_raw_for(tp, c, lattice)
+                n_raw = n_raw_for(tp, c)
                 candidates += n_raw
                 if (
                     checked_split
@@ -472,7 +472,7 @@ def plan(
                 rest = mbs[mi + 1 :]
                 skipped = sum(
                     len(list(_schedules(spec, pp, per_rank // b, c))) for b in rest
-                ) * n_raw_for(tp, c, lattice)
+                ) * n_raw_for(tp, c)
                 candidates += skipped
                 pruned["does not fit in memory (larger micro-batch)"] += skipped
                 break
