@@ -926,12 +926,17 @@ def plan_cmd(
             if disagg:  # its maps were fitted to aggregated runs, not to disaggregated layouts
                 raise HwtuneInputError("disagg", True, "--no-disagg beside --correction "
                                        "(`serve calibrate` fits aggregated runs)")  # fmt: skip
-        # an open loop of 400 requests (at 4 requests/s without --rate) unless told otherwise
+        # an open loop of PLAN_OPEN_LOOP_S of arrivals, at least 400 requests (at 4 requests/s
+        # without --rate), unless told otherwise
+        from hwtune.serve.plan import PLAN_OPEN_LOOP_S
+
         open_ = concurrency is None and trace is None
-        default_open = open_ and rate is None
-        n = 400 if num_requests is None and open_ else num_requests
-        wl = _workload(concurrency, input_len, output_len, dataset, n, 4.0 if default_open else
-                       rate, burstiness, trace, seed, 0, 0, range_ratio)  # fmt: skip
+        rate_ = 4.0 if open_ and rate is None else rate
+        n = num_requests
+        if num_requests is None and open_:
+            n = max(400, math.ceil(PLAN_OPEN_LOOP_S * rate_))
+        wl = _workload(concurrency, input_len, output_len, dataset, n, rate_, burstiness, trace,
+                       seed, 0, 0, range_ratio)  # fmt: skip
         sat = ReplicaSaturation()
         with progress_bar("layouts", not as_json) as cb:
             res = plan(base, wl, SLO(ttft_p90, tpot_p90, e2e_p90), max_gpus, objective, disagg,

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hwtune.serve.accuracy import LIKELY_COVERAGE, accuracy_line, likely_line
+from hwtune.serve.backlog import Backlog
 
 
 def _rate(x: float) -> str:
@@ -51,6 +52,9 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         f"simulated {doc['simulated_s']:.1f} s in {doc['wall_s']:.2f} s wall "
         f"({doc['steps']:,} steps)"
     )
+    said = Backlog(**doc["backlog"]).note() if doc.get("backlog") else None
+    if said:
+        con.print(f"note: {said}")
     cal = doc.get("calibrated")
     if cal:
         t = Table(title=f"tier 3: corrected by {cal['correction']['runs']} measured run(s) "

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from hwtune.serve.backlog import Backlog, backlog
 from hwtune.serve.kv_usage import time_weighted_mean
 from hwtune.serve.simulator import SimResult
 
@@ -55,10 +56,19 @@ def per_request(res: SimResult) -> dict[str, np.ndarray]:
         "tpot": np.array([r.tpot for r in rs]),
         "e2e": np.array([r.e2e for r in rs]),
         "queue": np.array([r.first_scheduled - r.arrival for r in rs]),
+        "first_scheduled": np.array([r.first_scheduled for r in rs]),
+        "finish": np.array([r.finish for r in rs]),
         "prompt": np.array([r.prompt for r in rs]),
         "output": np.array([r.output for r in rs]),
         "arrival": np.array([r.arrival for r in rs]),
     }
+
+
+def backlog_of(res: SimResult, pr: dict[str, np.ndarray] | None = None) -> Backlog:
+    """Whether the run's deployment kept up with its arrivals (`hwtune.serve.backlog`);
+    ``pr`` is `per_request`'s arrays when the caller has them."""
+    pr = per_request(res) if pr is None else pr
+    return backlog(pr["arrival"], pr["first_scheduled"], pr["finish"], res.closed_loop)
 
 
 WINDOWS = 20
@@ -116,6 +126,7 @@ def summarize(res: SimResult) -> dict:
         "prefix_hit_rate": hit,
         "over_time": over_time(res),
         "preemptions": res.preemptions,
+        "backlog": backlog_of(res, pr).to_dict(),
         "kv_cache_blocks": res.memory.kv_blocks * dep.replica.dp_attention,
         "kv_cache_tokens": res.memory.kv_tokens * dep.replica.dp_attention,
         "weights_per_gpu_bytes": res.memory.weights,

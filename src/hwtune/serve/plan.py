@@ -60,6 +60,9 @@ class PlanResult:
     (`hwtune.serve.simulator.SimResult.replicas_used`)."""
     prefill_replicas_used: int = 0
     """The same for a disaggregated layout's prefill pool (0 when aggregated)."""
+    falls_behind: bool = False
+    """The layout fell behind the workload's arrivals (`hwtune.serve.backlog`): its latencies
+    grow with the run's length, so it does not meet the SLOs whatever its percentiles."""
 
     def describe(self) -> str:
         d = self.deployment
@@ -79,6 +82,7 @@ class PlanResult:
             "max_num_seqs": d.replica.max_num_seqs, "ttft_p90_s": self.ttft_p90_s,
             "tpot_p90_s": self.tpot_p90_s, "e2e_p90_s": self.e2e_p90_s,
             "throughput_tokens_per_s": self.throughput_tokens_per_s, "meets_slo": self.meets,
+            "falls_behind": self.falls_behind,
         }  # fmt: skip
         if d.prefill is not None:
             out.update(prefill_replicas=d.prefill_replicas, prefill_tp=d.prefill.tp,
@@ -95,6 +99,11 @@ def _fits(cfg: ReplicaConfig) -> bool:
         return False
     return True
 
+
+PLAN_OPEN_LOOP_S = 120.0
+"""Seconds of arrivals a plan simulates for an open loop without ``--num-requests`` (at least
+400 requests): long enough for a layout near its capacity to build the queue it would hold, so
+that its percentiles are not those of the first minute (`hwtune.serve.backlog`)."""
 
 PLAN_MAX_NUM_SEQS: tuple[int, ...] = (64, 256)
 """The sequence limits a plan tries for each aggregated (and decode) replica."""
@@ -323,7 +332,7 @@ def _evaluate(
     args: tuple[Deployment, Workload, SLO, ServeCorrection | None, bool],
 ) -> PlanResult:
     from hwtune.serve.correction import corrected_stats
-    from hwtune.serve.metrics import per_request, summarize
+    from hwtune.serve.metrics import backlog_of, per_request, summarize
     from hwtune.serve.simulator import simulate
 
     dep, wl, slo, corr, margin = args
@@ -343,18 +352,21 @@ def _evaluate(
     if info is not None:
         info |= {"simulated_ttft_p90_s": s["ttft_s"]["p90"],
                  "simulated_tpot_p90_s": s["tpot_s"]["p90"]}  # fmt: skip
+    pr = per_request(res)
     if corr is not None:  # tier 3 or the margin: SLOs checked on the corrected latencies
-        pr = per_request(res)
         s |= corrected_stats(corr, pr["ttft"], pr["tpot"], pr["output"])
     t, p, e = s["ttft_s"]["p90"], s["tpot_s"]["p90"], s["e2e_s"]["p90"]
+    behind = backlog_of(res, pr).falls_behind
     ok = (
-        (slo.ttft_p90_s is None or t <= slo.ttft_p90_s)
+        not behind
+        and (slo.ttft_p90_s is None or t <= slo.ttft_p90_s)
         and (slo.tpot_p90_s is None or (p != p) or p <= slo.tpot_p90_s)
         and (slo.e2e_p90_s is None or e <= slo.e2e_p90_s)
     )
     return PlanResult(dep, dep.gpus, cost, t, p, e, s["throughput_tokens_per_s"]["total"], ok,
                       margin=info, replicas_used=res.replicas_used,
-                      prefill_replicas_used=res.prefill_replicas_used)  # fmt: skip
+                      prefill_replicas_used=res.prefill_replicas_used,
+                      falls_behind=behind)  # fmt: skip
 
 
 def plan(
@@ -477,6 +489,7 @@ def plan(
         bt = min(valid, key=lambda r: r.ttft_p90_s)
         bp = min(valid, key=lambda r: r.tpot_p90_s if r.tpot_p90_s == r.tpot_p90_s else math.inf)
         be = min(valid, key=lambda r: r.e2e_p90_s)
+        behind = sum(r.falls_behind for r in valid)
         raise HwtuneInputError(
             "slo",
             {k: v for k, v in vars(slo).items() if v is not None},
@@ -485,6 +498,8 @@ def plan(
             + f"; best achievable p90 TTFT "
             f"{bt.ttft_p90_s:.3f} s ({bt.describe()}), best p90 TPOT {bp.tpot_p90_s * 1e3:.1f} ms "
             f"({bp.describe()}), best p90 E2E {be.e2e_p90_s:.3f} s ({be.describe()})"
+            + (f"; {behind} of the {len(valid)} layouts fell behind the arrivals (their "
+               "latencies grow with the run)" if behind else "")
             + (f" ({sat.skipped} layouts with more replicas than a smaller one's simulation "
                "used were not simulated: they run alike)" if sat.skipped else "")
             + (f"; the search stopped at {stopped} GPUs after {len(results)} layouts "

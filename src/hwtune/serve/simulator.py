@@ -118,6 +118,9 @@ class SimResult:
     in order), so a deployment with one replica more than this routes every request alike."""
     prefill_replicas_used: int = 0
     """The same for a disaggregated deployment's prefill pool (0 when aggregated)."""
+    closed_loop: bool = False
+    """The workload was a closed loop (`hwtune.serve.request.Workload.mode`), which cannot
+    outrun the deployment (`hwtune.serve.backlog`)."""
 
     @property
     def prefix_query_tokens(self) -> int:
@@ -735,4 +738,5 @@ def simulate(
         models={"prefill": pmodel, "decode": model} if disagg else {"both": model},
         replicas_used=used[1] if disagg else used[0],
         prefill_replicas_used=used[0] if disagg else 0,
+        closed_loop=workload.mode == "closed",
     )
