@@ -332,6 +332,8 @@ def test_set_cap_with_a_failing_meter_applies_the_cap_and_keeps_training():
     sim = _OsErrorSim(STEP, POWER, TABLE)
     tuner = _tuner(sim)
     run_steps(tuner, sim, 300)
+    while not tuner._iv_steps:  # an interval with steps in it, for set_cap to close
+        run_steps(tuner, sim, 1)
     sim.fail_reads = 2  # closing the interval and opening the next both fail
     tuner.set_cap(15.0)
     assert tuner.cap_w == 15.0 and tuner.meter_errors == 2
