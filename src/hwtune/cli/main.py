@@ -311,6 +311,16 @@ def estimate(
         if pipeline_split != "layers" and est.strategy.pp == 1:  # typed, it would change nothing
             raise HwtuneInputError("--pipeline-split", pipeline_split,
                                    "layers (the default) without pipeline parallelism (--pp > 1)")  # fmt: skip
+        st_ = est.strategy
+        if overlap_tp and st_.tp == 1:  # typed, it would change nothing
+            raise HwtuneInputError("--overlap-tp", True, "tensor parallelism (--tp > 1) for it "
+                                   "to overlap")  # fmt: skip
+        if not overlap_p2p and not (st_.pp > 1 and st_.schedule == "interleaved"):
+            raise HwtuneInputError("--no-overlap-p2p", True, "the interleaved schedule with "
+                                   "--pp > 1, the only one whose transfers it unhides")  # fmt: skip
+        if not flash and attention_kernel != "best":
+            raise HwtuneInputError("--attention-kernel", attention_kernel, "best (the default) "
+                                   "beside --no-flash, which materializes the scores")  # fmt: skip
         launch_doc = launch_document(launch, est, spec, cl)
     except HwtuneInputError as e:
         # the GPU count is --gpus's (typed, or its default 8) unless --dp made it

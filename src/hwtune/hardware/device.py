@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.frozen import FrozenModel
@@ -101,7 +101,7 @@ class Device(FrozenModel):
     memory_bw_efficiency: float = Field(default=0.85, gt=0, le=1)
     attention_fwd_efficiency: float = Field(default=0.55, gt=0, le=1)
     attention_bwd_efficiency: float = Field(default=0.40, gt=0, le=1)
-    gemm_tile: tuple[int, int] = (128, 128)
+    gemm_tile: tuple[PositiveInt, PositiveInt] = (128, 128)
     price_per_hour_usd: float | None = Field(default=None, ge=0)
     profile: DeviceProfile | None = Field(
         default=None, description="measured curves from `hwtune bench` (tier 2); None = spec sheet"

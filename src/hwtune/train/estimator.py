@@ -583,13 +583,17 @@ def estimate(
         strategy = with_default_precision(strategy, cluster.device)
     strategy.validate_for(spec, cluster.n_gpus)
     check_training_precision(strategy.precision, cluster.device)
-    arch = cluster.device.architecture
-    if strategy.flash_attention and strategy.attention_kernel == "fa2" and arch in PRE_FA2_ARCHS:
-        raise HwtuneInputError(
-            "attention_kernel", "fa2", f"best on a {arch} GPU (FlashAttention-2 runs on Ampere "
-            "and newer: Dao 2023, the flash-attn README)",
-        )  # fmt: skip
+    check_attention_kernel(strategy.flash_attention, strategy.attention_kernel, cluster.device)
     return _estimate(spec, cluster, strategy)
+
+
+def check_attention_kernel(flash: bool, kernel: str, dev: Device) -> None:
+    """Refuse FlashAttention-2 on a GPU it does not run on (`PRE_FA2_ARCHS`)."""
+    if flash and kernel == "fa2" and dev.architecture in PRE_FA2_ARCHS:
+        raise HwtuneInputError(
+            "attention_kernel", "fa2", f"best on a {dev.architecture} GPU (FlashAttention-2 "
+            "runs on Ampere and newer: Dao 2023, the flash-attn README)",
+        )  # fmt: skip
 
 
 def _resolve_model(model: ModelSpec | str) -> ModelSpec:
@@ -1176,7 +1180,16 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         * (tp * cp)
         * (dp * m)
     )
-    hw_flops = model_flops + rec_flops
+    # multi-token prediction runs beside the model (not model FLOPs: the model is the same
+    # without it): each module a block shaped as the last layer, its d x 2d projection and
+    # its own output head, forward and backward (3x the forward) on every token of the step
+    mtp_flops = 0.0
+    if st.mtp_layers:
+        last = (spec.layer_type(spec.n_layers - 1), spec.is_moe_layer(spec.n_layers - 1))
+        block = 3.0 * classes[last].flops_fwd * (tp * cp) * (dp * m)
+        d = spec.d_model
+        mtp_flops = st.mtp_layers * (block + 6.0 * tokens_step * (2 * d * d + d * spec.vocab))
+    hw_flops = model_flops + rec_flops + mtp_flops
     n = cl.n_gpus
     peak = cl.device.peak_flops(gdt)  # MFU against the nominal datasheet peak
     mfu = model_flops / (step * n * peak)

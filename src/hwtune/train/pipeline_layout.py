@@ -42,6 +42,10 @@ _REPEAT = re.compile(r"(.)\*(\d+)")
 
 _MTP_SUFFIX = "+mtp"
 
+MAX_LAYOUT_SYMBOLS = 100_000
+"""The most symbols a layout may unroll to: ten times the 10,000 layers a model file may hold
+(`hwtune.model.spec`), so a typo'd repeat count is refused instead of filling memory."""
+
 
 def _named(split: str) -> tuple[str, int]:
     """A named split and the MTP layers its key carries (`split_key`)."""
@@ -77,9 +81,19 @@ def parse_layout(text: str) -> tuple[str, ...]:
     """The chunks of a layout in model order, each a string of its symbols (``(..)*n`` groups
     unrolled first, then ``x*n``, as Megatron-Core does); a one-line error on a symbol outside
     ``E t m L``."""
-    s = text.replace(",", "")
-    s = _GROUP.sub(lambda g: g.group(1) * int(g.group(2)), s)
-    s = _REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), s)
+
+    def unroll(g: re.Match[str]) -> str:
+        if len(g.group(1)) * int(g.group(2)) > MAX_LAYOUT_SYMBOLS:
+            raise HwtuneInputError("pipeline_split", text, f"a layout of at most "
+                                   f"{MAX_LAYOUT_SYMBOLS:,} symbols unrolled ({g.group(0)!r} "
+                                   "repeats past it)")  # fmt: skip
+        return g.group(1) * int(g.group(2))
+
+    s = _GROUP.sub(unroll, text.replace(",", ""))
+    s = _REPEAT.sub(unroll, s)
+    if len(s) > MAX_LAYOUT_SYMBOLS:
+        raise HwtuneInputError("pipeline_split", text, f"a layout of at most "
+                               f"{MAX_LAYOUT_SYMBOLS:,} symbols unrolled")  # fmt: skip
     chunks = tuple(s.split("|"))
     bad = sorted(set("".join(chunks)) - set(LAYOUT_SYMBOLS))
     if bad or not text.strip():

@@ -42,6 +42,7 @@ from hwtune.train.estimator import (
     Estimate,
     _estimate,
     _resolve_model,
+    check_attention_kernel,
     check_training_precision,
     default_precision,
     grads_in_fp32,
@@ -216,6 +217,10 @@ def _check_constraints(c: Constraints) -> None:
         fixed = c.fixed.get(name)
         if isinstance(fixed, int) and fixed > v:
             raise HwtuneInputError(f"--max {name}", v, f"at least --fix {name}={fixed}")
+    if c.schedules and "1f1b" not in c.schedules and 1 in (c.fixed.get("pp"), c.maxima.get("pp")):
+        # one stage runs as 1F1B's single stage: another schedule would be silently replaced
+        raise HwtuneInputError("--schedule", ",".join(c.schedules), "1f1b (one stage's "
+                               "schedule) or none beside --fix pp=1 or --max pp=1")  # fmt: skip
 
 
 def n_raw_for(tp: int, c: Constraints) -> int:
@@ -294,6 +299,9 @@ def plan(
     checked_split = split != "layers"  # the default even split fits every pp x vpp
     modules = tuple(base.pop("recompute_modules", ("core_attn",)))  # type: ignore[call-overload]
     act_offload = int(base.get("offload_activation_layers", 0))  # type: ignore[call-overload]
+    check_attention_kernel(bool(base.get("flash_attention", True)),
+                           str(base.get("attention_kernel", "best")), cl.device)  # fmt: skip
+    zero3_only = base.get("zero3_gather", "layer") != "layer"  # typed: it prices ZeRO 3 alone
     if base.get("fp8_param_gather"):  # its one-line error before any layout is tried
         make_strategy(precision=precision, zero=1, dp=2, micro_batch=1, global_batch=2,
                       seq=seq, **base)  # fmt: skip
@@ -321,13 +329,15 @@ def plan(
         and c.allows("offload_optimizer", k[2]) and (c.recomputes is None or k[1] in c.recomputes)
         # fp8 parameters live in Megatron's distributed optimizer (ZeRO 1 or 2), on the GPU
         and (not base.get("fp8_param_gather") or (k[0] in (1, 2) and not k[2]))
+        and (not zero3_only or k[0] == 3)
     ]  # fmt: skip
     if not lattice:
         raise NoLayoutError(
             "constraints", {**c.fixed, **c.maxima} or "none",
             "a ZeRO stage, recomputation and optimizer offload they allow together"
             + (" (fp8_param_gather needs ZeRO 1 or 2 without offload)"
-               if base.get("fp8_param_gather") else ""),
+               if base.get("fp8_param_gather") else "")
+            + (" (zero3_gather prices ZeRO 3 only)" if zero3_only else ""),
         )  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:

@@ -339,6 +339,9 @@ class Strategy(BaseModel):
             raise HwtuneInputError("cp", self.cp, "a degree that leaves an even chunk per rank")
         if self.sequence_parallel and self.tp == 1:
             raise HwtuneInputError("sequence_parallel", True, "tp > 1 (it shards the TP region)")
+        if self.mtp_layers > model.n_layers:  # each is a whole layer beside the model's
+            raise HwtuneInputError("mtp_layers", self.mtp_layers, f"at most the model's "
+                                   f"{model.n_layers} layers (DeepSeek-V3 trains 1)")  # fmt: skip
         gb = self.global_batch_seqs
         if gb % (self.micro_batch * self.dp):
             raise HwtuneInputError(
