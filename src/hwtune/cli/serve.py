@@ -476,7 +476,8 @@ def _workload(
                  "output-len": output_len, "num-requests": num_requests, "dataset": dataset,
                  "prefix-len": prefix_len or None, "prefix-groups": prefix_groups or None,
                  "range-ratio": None if range_ratio == 1 else range_ratio,
-                 "burstiness": None if burstiness == 1 else burstiness}  # fmt: skip
+                 "burstiness": None if burstiness == 1 else burstiness,
+                 "seed": seed or None}  # fmt: skip
         for name, v in given.items():
             if v is not None:
                 raise HwtuneInputError(name, v, "no such option with --trace (the trace gives "

@@ -12,6 +12,7 @@ of whole GPU counts, fewest first, until a batch holds a layout that meets the S
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -158,6 +159,32 @@ def _replicas(
                     if _fits(cfg) and (keep is None or keep(cfg)):
                         reps.append(cfg)
     return reps
+
+
+def _shortfall(base: ReplicaConfig, max_gpus: int) -> str:
+    """By how much the plan's largest replica on ``max_gpus`` misses, and the fewest GPUs a
+    replica the plan tries holds the model on (up to 64 x ``max_gpus``), for its refusal."""
+    from hwtune.serve.memory import replica_memory
+
+    words = ""
+    tps = _tensor_parallel_sizes(base.model, max_gpus)
+    if tps:
+        tp = max(tps)
+        pp = 2 if 2 * tp <= max_gpus else 1
+        try:
+            replica_memory(replace(base, tp=tp, pp=pp, ep=1, dp_attention=1,
+                                   max_num_seqs=min(PLAN_MAX_NUM_SEQS)))  # fmt: skip
+        except HwtuneInputError as e:
+            short = re.search(r"short by [\d.]+ GiB per GPU", str(e))
+            if short:
+                words = f" (tp={tp} pp={pp}: {short.group(0)})"
+    g = max_gpus
+    while g < 64 * max_gpus:
+        g *= 2
+        reps = _replicas(base, g, None)
+        if reps:
+            return words + f"; the fewest that hold it: {min(r.gpus for r in reps)}"
+    return words
 
 
 class ReplicaSaturation:
@@ -443,7 +470,9 @@ def plan(
         raise HwtuneInputError(
             "max_gpus",
             max_gpus,
-            f"enough GPUs to hold {base.model.name} in {base.weight_dtype}" + checkpoint_hint(base),
+            f"enough GPUs to hold {base.model.name} in {base.weight_dtype}"
+            + _shortfall(base, max_gpus)
+            + checkpoint_hint(base),
         )
     results: list[PlanResult] = []
     stopped = 0  # the GPU counts searched when max_layouts stopped the search (0: it did not)

@@ -59,6 +59,18 @@ class Request:
     only at its next scheduling pass: `hwtune.serve.scheduler.Replica`)."""
     token_times: list[float] | None = None
     """When the client sees each output token (``simulate(..., record_tokens=True)`` only)."""
+    where: str = ""
+    """Where the request came from when a file gave it (``trace.csv line 7``), for errors."""
+
+    def tail(self) -> str:
+        """An error's closing words naming the request by its index (a trace line is named in
+        the error's field, `named`)."""
+        return "" if self.where else f" (request {self.rid})"
+
+    def named(self, option: str) -> str:
+        """An error's field for a length check: the option that set it (``option``), or the
+        trace line that did."""
+        return f"{self.where}: prompt + output tokens" if self.where else option
 
     def __post_init__(self) -> None:
         self.target = self.prompt
@@ -98,6 +110,8 @@ class Workload:
     arrivals: tuple[float, ...] = ()
     prefix_groups: tuple[int, ...] = ()
     prefix_lens: tuple[int, ...] = ()
+    lines: tuple[str, ...] = ()
+    """Each request's trace line (``trace.csv line 7``; empty when no file gave them)."""
 
     def __post_init__(self) -> None:
         if len(self.outputs) != len(self.prompts):
@@ -115,8 +129,9 @@ class Workload:
         arr = self.arrivals or (0.0,) * n
         groups = self.prefix_groups or (-1,) * n
         plens = self.prefix_lens or (0,) * n
+        lines = self.lines or ("",) * n
         return [Request(i, float(arr[i]), int(self.prompts[i]), int(self.outputs[i]),
-                        int(groups[i]), int(plens[i])) for i in range(n)]  # fmt: skip
+                        int(groups[i]), int(plens[i]), where=lines[i]) for i in range(n)]  # fmt: skip
 
 
 # --- lengths -----------------------------------------------------------------------------------
@@ -360,6 +375,18 @@ def _count(v: object, where: str, col: str) -> int:
     return int(x)
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object that names a key twice (`json.loads` keeps the last silently)."""
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise _RepeatedKey(dup)
+    return dict(pairs)
+
+
 def load_trace(path: str | Path) -> Workload:
     """A trace file: CSV (header row) or JSONL, one request per row with an arrival time
     (seconds, or ISO timestamps as in the Azure LLM inference traces: ``TIMESTAMP``,
@@ -378,11 +405,13 @@ def load_trace(path: str | Path) -> Workload:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, object_pairs_hook=_pairs)
             except json.JSONDecodeError as e:
                 raise HwtuneInputError(
                     f"{p.name} line {ln}", line[:60], f"a JSON object ({e.msg})"
                 ) from None
+            except _RepeatedKey as e:  # which value was meant is not guessed (as for CSV)
+                raise HwtuneInputError(f"{p.name} line {ln}", str(e), "each key once") from None
             if not isinstance(obj, dict):
                 raise HwtuneInputError(f"{p.name} line {ln}", line[:60], "a JSON object")
             rows.append((ln, obj))
@@ -457,4 +486,4 @@ def load_trace(path: str | Path) -> Workload:
                                "clock cannot resolve step times")  # fmt: skip
     return Workload(tuple(r[1] for r in recs), tuple(r[2] for r in recs), "trace", 0,
                     tuple(r[0] - t0 for r in recs), tuple(r[3] for r in recs),
-                    tuple(r[4] for r in recs))  # fmt: skip
+                    tuple(r[4] for r in recs), tuple(f"{p.name} line {r[5]}" for r in recs))  # fmt: skip

@@ -168,14 +168,14 @@ def _check_context(reqs: list[Request], cfg: ReplicaConfig) -> None:
     for r in reqs:
         if table and r.prompt + r.output > table:
             raise HwtuneInputError(
-                "input-len + output-len", r.prompt + r.output,
+                r.named("input-len + output-len"), r.prompt + r.output,
                 f"at most {table} tokens, the rows of {cfg.model.name}'s learned position "
-                f"table (request {r.rid})",
+                f"table{r.tail()}",
             )  # fmt: skip
         if context and r.prompt + r.output > context:
             raise HwtuneInputError(
-                "input-len + output-len", r.prompt + r.output,
-                f"at most {context} tokens, {why} (request {r.rid})",
+                r.named("input-len + output-len"), r.prompt + r.output,
+                f"at most {context} tokens, {why}{r.tail()}",
             )  # fmt: skip
 
 
@@ -194,9 +194,9 @@ def _check_lengths(
         need = r.prompt if prompt_only else r.prompt + r.output + drafts
         if need > cap:
             raise HwtuneInputError(
-                field, need,
+                r.named(field), need,
                 f"at most {cap} tokens, the {what} KV cache of {mem.kv_blocks} blocks of "
-                f"{cfg.block_size} tokens (request {r.rid})",
+                f"{cfg.block_size} tokens{r.tail()}",
             )  # fmt: skip
 
 
@@ -218,9 +218,9 @@ def _check_whole_prompts(reqs: list[Request], cfg: ReplicaConfig, what: str) -> 
     for r in reqs:
         if r.prompt > budget:
             raise HwtuneInputError(
-                "input-len", r.prompt,
+                r.named("input-len"), r.prompt,
                 f"at most {budget} tokens, the {what}'s max-num-batched-tokens: scheduler "
-                f"{cfg.scheduler} prefills a prompt whole in one step (request {r.rid}); raise "
+                f"{cfg.scheduler} prefills a prompt whole in one step{r.tail()}; raise "
                 "the budget or use a chunking scheduler (vllm, sarathi, sglang)",
             )  # fmt: skip
 
