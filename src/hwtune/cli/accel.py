@@ -69,7 +69,12 @@ def _limit_unmet(
 def _workload(workload: str, batch: int | None, seq: int | None, image: int | None):  # noqa: ANN202
     """The workload graph; a size option the workload does not take would be ignored: an error."""
     from hwtune.accel.graph_yaml import load_workload
+    from hwtune.accel.models import WORKLOADS
 
+    kind = {".onnx": "ONNX", ".yaml": "YAML graph", ".yml": "YAML graph"}.get(Path(workload).suffix)
+    if workload not in WORKLOADS and kind and not Path(workload).is_file():
+        # before anything else about the file (the onnx package, its contents)
+        raise HwtuneInputError("--workload", workload, f"an existing {kind} file")
     takes = {"resnet18": ("batch", "image"), "gpt2": ("batch", "seq")}.get(workload, ())
     for name, v in (("batch", batch), ("seq", seq), ("image", image)):
         if v is not None and name not in takes:

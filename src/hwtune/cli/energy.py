@@ -293,8 +293,13 @@ def tune_cmd(
         prof = get_profile(profile)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
-        tuner = OnlineTuner(sim, cap, positive_ints(batches, "batches"), base_batch=batch,
-                            convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval)  # fmt: skip
+        try:
+            tuner = OnlineTuner(sim, cap, positive_ints(batches, "batches"), base_batch=batch,
+                                convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval)  # fmt: skip
+        except HwtuneInputError as e:  # the tuner's candidates are the user's --batches
+            if e.field != "batch sizes":
+                raise
+            raise HwtuneInputError("--batches", batches, e.expected) from None
         for _ in range(steps):
             plan = tuner.step_begin()
             sim.run_step(plan.batch_size)
@@ -309,10 +314,20 @@ def tune_cmd(
         doc["intervals"] = [iv.to_dict() for iv in tuner.history]
         _emit(doc)
         return
+    over = (
+        f"{doc['intervals_over_cap']} of {doc['intervals']} intervals over the cap (longest run "
+        f"{doc['max_consecutive_over_cap']})"
+    )
+    if tuner.choice is None:  # the run ended mid-profiling: the batch and clock are a probe's
+        sys.stdout.write(
+            f"{prof.name} (simulated), cap {cap:g} W: still profiling after {steps} step{'' if steps == 1 else 's'} "
+            f"({doc['profile_points']} points measured): no choice yet; run more --steps; "
+            f"{over}\n"
+        )
+        return
     sys.stdout.write(
         f"{prof.name} (simulated), cap {cap:g} W: batch {doc['batch']} at {_mhz(tuner.frequency_hz)} "
-        f"after {doc['profile_steps']} profiling steps; {doc['intervals_over_cap']} of "
-        f"{doc['intervals']} intervals over the cap (longest run {doc['max_consecutive_over_cap']})\n"
+        f"after {doc['profile_steps']} profiling steps; {over}\n"
     )
 
 

@@ -29,7 +29,8 @@ simulated device). Works with any object implementing `hwtune.energy.meters.Powe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 from hwtune.cost.power import dynamic_power_fraction
@@ -148,39 +149,70 @@ class OnlineTuner:
         eta: float = 0.5,
         max_power_w: float | None = None,
     ) -> None:
-        if not (cap_w > 0 and math.isfinite(cap_w)):
+        if not (_real(cap_w) and cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
+        if not (_real(base_lr) and base_lr > 0 and math.isfinite(base_lr)):
+            raise HwtuneInputError("base_lr", base_lr, "a positive finite learning rate")
+        if isinstance(batch_sizes, str | bytes) or not isinstance(batch_sizes, Iterable):
+            raise HwtuneInputError("batch sizes", batch_sizes, "a sequence of positive integers")
+        batch_sizes = list(batch_sizes)  # once: an iterator would be spent by the check
         if not batch_sizes or not all(_positive_int(b) for b in batch_sizes):
-            raise HwtuneInputError("batch sizes", list(batch_sizes), "positive integers")
+            raise HwtuneInputError("batch sizes", batch_sizes, "positive integers")
+        if profile_batches is not None:
+            if isinstance(profile_batches, str | bytes) or not isinstance(
+                profile_batches, Iterable
+            ):
+                raise HwtuneInputError(
+                    "profile batches", profile_batches, "a sequence of positive integers"
+                )
+            profile_batches = list(profile_batches)
+            if not all(_positive_int(b) for b in profile_batches):
+                raise HwtuneInputError("profile batches", profile_batches, "positive integers")
+        # profiling measures one point per profile batch (each at one clock first): the step and
+        # power models need two points, so one distinct batch never gets past profiling
+        profiled = profile_batches or batch_sizes
+        if len({int(b) for b in profiled}) < 2:
+            raise HwtuneInputError(
+                "profile batches" if profile_batches else "batch sizes",
+                profiled,
+                "at least two distinct batch sizes (profiling measures one point per batch "
+                "size, and the step and power models are fitted to at least two points)",
+            )
         if not _positive_int(base_batch):
             raise HwtuneInputError("base batch", base_batch, "a positive integer")
         if objective not in ("time", "energy", "mix"):
             raise HwtuneInputError("objective", objective, "time, energy or mix")
         if lr_rule not in ("linear", "sqrt", "none"):
             raise HwtuneInputError("lr rule", lr_rule, "linear, sqrt or none")
-        if b_noise is not None and not (b_noise > 0 and math.isfinite(b_noise)):
+        if b_noise is not None and not (_real(b_noise) and b_noise > 0 and math.isfinite(b_noise)):
             raise HwtuneInputError("b_noise", b_noise, "a positive noise scale (samples)")
         for name, v in (("margin", margin), ("headroom", headroom)):
-            if not 0 <= v < 1:
+            if not (_real(v) and 0 <= v < 1):
                 raise HwtuneInputError(name, v, "a fraction of the cap in [0, 1)")
         for name, n in (
             ("hold intervals", hold_intervals), ("refinements", refinements),
             ("max meter errors", max_meter_errors),
         ):  # fmt: skip
-            if not (isinstance(n, int) and n >= 0):
+            if not (_int(n) and n >= 0):
                 raise HwtuneInputError(name, n, "a non-negative integer")
-        if not 0 <= eta <= 1:
+        if not (_real(eta) and 0 <= eta <= 1):
             raise HwtuneInputError("eta", eta, "an energy weight in [0, 1]")
-        if max_power_w is not None and not (max_power_w > 0 and math.isfinite(max_power_w)):
+        if max_power_w is not None and not (
+            _real(max_power_w) and max_power_w > 0 and math.isfinite(max_power_w)
+        ):
             raise HwtuneInputError("max power", max_power_w, "a positive finite power in W")
-        if not (recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
+        if not (_real(recommit_ratio) and recommit_ratio >= 1 and math.isfinite(recommit_ratio)):
             raise HwtuneInputError("recommit ratio", recommit_ratio, "a finite ratio >= 1")
-        if not (control_interval_s > 0 and math.isfinite(control_interval_s)):
+        if not (
+            _real(control_interval_s)
+            and control_interval_s > 0
+            and math.isfinite(control_interval_s)
+        ):
             raise HwtuneInputError(
                 "control interval", control_interval_s, "a positive finite time in s"
             )
         if not (
-            isinstance(profile_steps, int) and isinstance(warmup_steps, int)
+            _int(profile_steps) and _int(warmup_steps)
             and profile_steps >= 1 and warmup_steps >= 0
         ):  # fmt: skip
             raise HwtuneInputError(
@@ -190,7 +222,7 @@ class OnlineTuner:
         self.device = device
         self.cap_w = float(cap_w)
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
-        self.base_batch, self.base_lr, self.lr_rule = int(base_batch), base_lr, lr_rule
+        self.base_batch, self.base_lr, self.lr_rule = int(base_batch), float(base_lr), lr_rule
         self.objective = objective
         # Zeus's eta and MAXPOWER for the mix objective (`cooptimizer.cost`); MAXPOWER defaults
         # to the device's maximum power limit when it reports one, as in Zeus
@@ -247,12 +279,20 @@ class OnlineTuner:
         self._iv_open = False
         self._begin_interval()
         self._iv_open = True
+        self._in_step = False  # between a step_begin() and its step_end()
 
     # -- public API -------------------------------------------------------------------------
     def step_begin(self) -> StepPlan:
         """The plan of the next step. A clock change that fails is tried again at the next
         step; the step runs at an unknown clock, so its interval and probe are dropped as for a
-        failed reading, and more than ``max_meter_errors`` failures in a row re-raise."""
+        failed reading, and more than ``max_meter_errors`` failures in a row re-raise. Each
+        call must be followed by one `step_end` (else the steps would be miscounted)."""
+        if self._in_step:
+            raise HwtuneInputError(
+                "step_begin()",
+                "a second call without step_end()",
+                "step_begin() and step_end() in turn, once each per training step",
+            )
         if self._applied_f != self._f:
             try:
                 self.device.set_frequency_hz(self._f)
@@ -270,12 +310,21 @@ class OnlineTuner:
                 except METER_FAILURES as e:  # t0 stays None: the probe is run again at its end
                     self._meter_failed(e)
         lr = scale_learning_rate(self.base_lr, self.base_batch, self._batch, self.lr_rule)
+        self._in_step = True
         return StepPlan(self._batch, lr, self._f, self.phase)
 
     def step_end(self) -> None:
         """Account the step just run. A failed meter reading (`METER_FAILURES`) loses the open
         interval and the probe in flight (it is run again) and keeps the clock; more than
-        ``max_meter_errors`` failures in a row re-raise the last one."""
+        ``max_meter_errors`` failures in a row re-raise the last one. Only after a
+        `step_begin` (a step the tuner did not plan is not a profile or control step)."""
+        if not self._in_step:
+            raise HwtuneInputError(
+                "step_end()",
+                "a call without a preceding step_begin()",
+                "step_begin() before each step_end(), once each per training step",
+            )
+        self._in_step = False
         try:
             if not self._iv_open:  # the last reading failed: open a new interval from here
                 self._begin_interval()
@@ -320,7 +369,7 @@ class OnlineTuner:
 
     def set_cap(self, cap_w: float) -> None:
         """A new cap, effective now (re-chooses when the models are fitted)."""
-        if not (cap_w > 0 and math.isfinite(cap_w)):
+        if not (_real(cap_w) and cap_w > 0 and math.isfinite(cap_w)):
             raise HwtuneInputError("power cap", cap_w, "a positive finite power in W")
         if self._iv_open and self._iv_steps:
             try:
@@ -687,6 +736,16 @@ class OnlineTuner:
             "choice": self.choice.best.to_dict() if self.choice else None,
             "b_noise": self.b_noise,
         }
+
+
+def _real(v: object) -> bool:
+    """A real number (int, float, numpy's scalars), not a bool (True would pass as 1)."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _int(v: object) -> bool:
+    """An int, not a bool."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _max_limit(caps: Capabilities | None) -> float | None:

@@ -93,10 +93,16 @@ class AdamW(CompactOptimizer):
         )
         _flag(_group_field(gi, "maximize"), values["maximize"])
         _flag(_group_field(gi, "amsgrad"), values["amsgrad"])
-        if gi is not None and values["amsgrad"] and len(self.moments) < 3:
+        if gi is not None:
+            self.check_state_layout(values, gi)
+
+    def check_state_layout(self, group: dict[str, Any], gi: int) -> None:
+        """An AdamW built with amsgrad=False keeps no v_max: a group's amsgrad must stay False
+        (torch.optim.AdamW would keep and use a v_max, or fail, where it is turned on later)."""
+        if group["amsgrad"] and len(self.moments) < 3:
             raise HwtuneInputError(
                 _group_field(gi, "amsgrad"),
-                values["amsgrad"],
+                group["amsgrad"],
                 "False in every group of an AdamW built with amsgrad=False (no max of the second "
                 "moment is kept; build it with amsgrad=True instead)",
             )

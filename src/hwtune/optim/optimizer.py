@@ -586,6 +586,20 @@ class CompactOptimizer(torch.optim.Optimizer):
         and store each accepted number in ``values`` as a Python float (betas a tuple of two)."""
         raise NotImplementedError
 
+    def check_state_layout(self, group: dict[str, Any], gi: int) -> None:
+        """Refuse a value of parameter group ``gi`` that asks for a state this optimizer does not
+        keep (its states are chosen once, at construction: SGD's momentum buffer, AdamW's
+        v_max). `add_param_group` and `load_state_dict` check it through
+        `check_hyperparameters`; `step` checks every group again before the first update,
+        since an LR scheduler or the caller may set a group's values in between (torch's
+        optimizer would then keep the state and update differently). Default: nothing to
+        check."""
+
+    def _check_state_layouts(self) -> None:
+        """`check_state_layout` on every group (before any parameter of a step changes)."""
+        for gi, group in enumerate(self.param_groups):
+            self.check_state_layout(group, gi)
+
     # --- the update ------------------------------------------------------------------------------
     @staticmethod
     def rule(
@@ -862,6 +876,7 @@ class CompactOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_state_layouts()  # groups changed since construction (LR schedulers)
         inv_scale, found_inf = self._grad_scale()
         if self._release is not None:
             if getattr(self, "grad_scale", None) is not None:

@@ -77,6 +77,8 @@ class GradientRelease:
                     "one backward per optimizer.step() with gradient_release=True (gradient "
                     "accumulation across micro-batches is not possible: each backward updates)",
                 )
+            if not self.updated:  # the iteration's first update: every group checked first
+                self.optimizer._check_state_layouts()
             with torch.no_grad():
                 self.optimizer._update(p, self.optimizer.param_groups[gi])
             p.grad = None

@@ -70,7 +70,7 @@ class SGD(CompactOptimizer):
         """lr >= 0, momentum and dampening in [0, 1), weight_decay >= 0 (finite real numbers);
         nesterov, decoupled_weight_decay and maximize booleans, nesterov only with momentum > 0 and no
         dampening (as ``torch.optim.SGD``); in a group, momentum > 0 only where the optimizer was
-        built with momentum > 0 (else no buffer is kept)."""
+        built with momentum > 0 (else no buffer is kept: `check_state_layout`)."""
         values["lr"] = _nonnegative(_group_field(gi, "lr"), values["lr"])
         values["momentum"] = _unit(_group_field(gi, "momentum"), values["momentum"])
         values["dampening"] = _unit(_group_field(gi, "dampening"), values["dampening"])
@@ -87,12 +87,20 @@ class SGD(CompactOptimizer):
                 "False unless momentum > 0 and dampening == 0 (got momentum "
                 f"{values['momentum']}, dampening {values['dampening']})",
             )
-        if gi is not None and values["momentum"] > 0 and not self.moments:
+        if gi is not None:
+            self.check_state_layout(values, gi)
+
+    def check_state_layout(self, group: dict[str, Any], gi: int) -> None:
+        """An SGD built with momentum=0 keeps no momentum buffer: a group's momentum must stay 0
+        (torch.optim.SGD would start a buffer for any momentum != 0, e.g. one set by OneCycleLR
+        or CyclicLR with cycle_momentum=True)."""
+        if group["momentum"] != 0 and not self.moments:
             raise HwtuneInputError(
                 _group_field(gi, "momentum"),
-                values["momentum"],
-                "0 in every group of an SGD built with momentum=0 (no momentum buffer is kept; "
-                "build it with the group's momentum as the default instead)",
+                group["momentum"],
+                "0 in every group of an SGD built with momentum=0 (it keeps no momentum buffer: "
+                "pass cycle_momentum=False to an LR scheduler such as OneCycleLR or CyclicLR, or "
+                "build the SGD with momentum > 0)",
             )
 
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
