@@ -228,7 +228,8 @@ def section_scale(
         "for data parallelism (`conf/nccl/custom_communicator_cta.yaml`). NVIDIA's 512-GPU runs",
         "change layout against their 72-GPU ones (TP 2, CP 4: 1,024 tokens per GPU per step) and",
         "use 64 of each rack's 72 GPUs (`--segment 16` trays), which the estimate's NVL72 domain",
-        "does not follow; Cisco's 128-GPU run moves to TP 2 at the same global batch and its logs",
+        "does not follow, though a domain of 64 prices the step the same (47.07 and 48.00 ms,",
+        "checked 2026-12-07); Cisco's 128-GPU run moves to TP 2 at the same global batch and its logs",
         "put ~35 ms per step outside the step timer. Not fitted; `hwtune scale` at these sizes",
         "should be read as an upper bound on the per-GPU rate.",
     ]
