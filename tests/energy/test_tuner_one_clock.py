@@ -39,8 +39,17 @@ def test_no_probe_runs_past_the_cap_for_a_control_interval(cap: float) -> None:
     assert all(iv.avg_power_w < 1.5 * cap for iv in over)
 
 
-def test_a_one_clock_fit_keeps_the_choice_at_or_below_that_clock() -> None:
-    tuner = _run(13.0)  # every probe at the lowest clock: nothing measured above it
+def test_a_one_clock_fit_keeps_the_first_choice_at_or_below_that_clock() -> None:
+    prof = get_profile("jetson-agx-orin-64gb")
+    sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
+                          prof.frequencies_hz, seed=0, time_noise=0.02)  # fmt: skip
+    tuner = OnlineTuner(sim, 13.0, BATCHES, base_batch=64, convergence=CriticalBatch(32.0, 1.0),
+                        control_interval_s=2.0)  # fmt: skip
+    while tuner.phase == "profile":  # up to the first commit
+        sim.run_step(tuner.step_begin().batch_size)
+        tuner.step_end()
     clocks = {p.f_hz for p, _, _ in tuner.points}
-    assert tuner.choice is not None
-    assert len(clocks) > 1 or tuner.choice.best.frequency_hz <= min(clocks)
+    # at 13 W every probe stayed at the lowest clock (the case under test) ...
+    assert clocks == {min(prof.frequencies_hz)}
+    # ... so nothing measured says a higher clock fits: the choice is that clock
+    assert tuner.choice is not None and tuner.choice.best.frequency_hz == min(clocks)

@@ -32,3 +32,12 @@ def test_plan_says_by_how_much_a_model_misses_its_budget(rejects) -> None:
     rejects(["serve", "plan", "--model", "llama3.1-405b", "--gpu", "h100", "--max-gpus", "8",
              "--rate", "1", "--ttft-p90", "1"], "max_gpus", "short by", "GiB per GPU",
             "the fewest that hold it: 16")  # fmt: skip
+
+
+def test_a_trace_prompt_past_a_whole_prompt_budget_is_named_as_prompt_tokens(rejects, tmp_path):
+    # orca prefills a prompt whole: the check is on the prompt alone, not prompt + output
+    f = tmp_path / "w.csv"
+    f.write_text("arrival_time,prompt_tokens,output_tokens\n0,600,5\n1,100,10\n")
+    line = rejects(["serve", "--trace", str(f), "--scheduler", "orca",
+                    "--max-num-batched-tokens", "512"], "w.csv line 2: prompt tokens", "600")  # fmt: skip
+    assert "output" not in line.split(":")[1]

@@ -515,7 +515,7 @@ class OnlineTuner:
             return None
         pm = self.power_model
         budget = self.cap_w * (1 - self.margin)
-        clocks = {p.f_hz for p, _, _ in self.points}
+        clocks = self._measured_clocks()
         f0 = min(clocks) if len(clocks) == 1 else None
         best = None
         for f in self.table:
@@ -537,7 +537,7 @@ class OnlineTuner:
         if not self._fit() or self.step_model is None or self.power_model is None:
             raise HwtuneInputError("profiling", len(self.points), "at least two measured points")
         conv = CriticalBatch(b_noise=self.b_noise, s_min=1.0)
-        clocks = {p.f_hz for p, _, _ in self.points}
+        clocks = self._measured_clocks()
         # points at one clock say nothing of the power above it (`_predicted_max_clock`): the
         # choice stays at or below it, and the run phase steps up one clock at a time
         table = [f for f in self.table if f <= min(clocks)] if len(clocks) == 1 else self.table
@@ -568,11 +568,15 @@ class OnlineTuner:
             return self.max_power_w
         return self._device_max_power_w
 
+    def _measured_clocks(self) -> set[float]:
+        """The clocks of the fitted points."""
+        return {p.f_hz for p, _, _ in self.points}
+
     def _second_clock(self, iv: Interval) -> bool:
         """The fitted points hold one clock and ``iv`` ran at another (the control stepped to
         it): a measurement that makes the power's parts identifiable (`_predicted_max_clock`),
         taken like a refinement whatever their count."""
-        clocks = {p.f_hz for p, _, _ in self.points}
+        clocks = self._measured_clocks()
         return len(clocks) == 1 and iv.frequency_hz not in clocks
 
     def _refine(self, iv: Interval, util: object) -> None:

@@ -174,6 +174,12 @@ def input_embedding_params(spec: ModelSpec) -> int:
     return n
 
 
+def mtp_projection_params(spec: ModelSpec) -> int:
+    """A multi-token-prediction module's projection M_k of [h; e] to the model width, d x 2d
+    (DeepSeek-V3 report §2.2, eq. 21)."""
+    return 2 * spec.d_model * spec.d_model
+
+
 def mtp_module_params(spec: ModelSpec) -> int:
     """One multi-token-prediction module's own parameters (DeepSeek-V3 report §2.2, eq. 21-22):
     RMSNorms of the hidden state and of the next token's embedding (d each), the projection
@@ -181,7 +187,7 @@ def mtp_module_params(spec: ModelSpec) -> int:
     and its output norm; the embedding and the output head are the main model's (shared), so
     not counted here."""
     return (
-        2 * spec.d_model * spec.d_model
+        mtp_projection_params(spec)
         + 3 * _norm(spec, spec.d_model)
         + layer_params(spec, spec.n_layers - 1)
     )

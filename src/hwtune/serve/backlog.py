@@ -16,11 +16,10 @@ arrivals, ``NOISE_SIGMAS x sqrt(A)`` for ``A`` arrivals (a Poisson count's stand
 its mean's square root), so a shortfall of the service rate is told apart from chance once it
 exceeds about ``2 / sqrt(A)`` of the arrival rate: ~9% over 500 arrivals, ~4% over 3,000. A
 smaller shortfall is not seen (`Backlog.falls_behind`), though its latencies still grow with the
-run. The window's first half
-must outlast the 90th-percentile time in service (first scheduled to finished: the E2E latency
-without the queueing delay, which an overload lengthens), or the rise is the deployment filling
-up, not falling behind: a shorter run is not judged (`Backlog.judged` False) and says about how
-many requests would be.
+run. The window's first half must outlast the 90th-percentile time in service (first scheduled
+to finished: the E2E latency without the queueing delay, which an overload lengthens), or the
+rise is the deployment filling up, not falling behind: a shorter run is not judged
+(`Backlog.judged` False) and says about how many requests would be.
 """
 
 from __future__ import annotations

@@ -139,6 +139,15 @@ def _limit_refusal(
     )
 
 
+class ModelDoesNotFit(HwtuneInputError):
+    """`replica_memory`'s refusal of a replica whose weights, activations and workspace leave
+    no KV cache; ``short_gib`` is by how much, per GPU."""
+
+    def __init__(self, short_gib: float, field: str, value: object, expected: str) -> None:
+        self.short_gib = short_gib
+        super().__init__(field, value, expected)
+
+
 def checkpoint_hint(cfg: ReplicaConfig) -> str:
     """A pointer to the checkpoint's own weight format when it is narrower than the one asked
     for (`ModelSpec.checkpoint_precision`), else nothing."""
@@ -178,7 +187,8 @@ def replica_memory(cfg: ReplicaConfig) -> ReplicaMemory:
         limit = _limit_refusal(cfg, w, need, short)
         if limit is not None:
             raise limit
-        raise HwtuneInputError(
+        raise ModelDoesNotFit(
+            short,
             "model",
             cfg.model.name,
             f"a model that fits: {w / GIB:.1f} GiB of weights + {a / GIB:.1f} GiB of activations "

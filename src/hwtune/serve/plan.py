@@ -12,7 +12,6 @@ of whole GPU counts, fewest first, until a batch holds a layout that meets the S
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -20,7 +19,7 @@ from hwtune.errors import HwtuneInputError
 from hwtune.model.spec import ModelSpec
 from hwtune.serve.config import Deployment, ReplicaConfig
 from hwtune.serve.correction import ServeCorrection
-from hwtune.serve.memory import checkpoint_hint, replica_memory
+from hwtune.serve.memory import ModelDoesNotFit, checkpoint_hint, replica_memory
 from hwtune.serve.request import Workload
 from hwtune.serve.simulator import check_request_limits
 from hwtune.workers import check_workers, job_runner
@@ -164,8 +163,6 @@ def _replicas(
 def _shortfall(base: ReplicaConfig, max_gpus: int) -> str:
     """By how much the plan's largest replica on ``max_gpus`` misses, and the fewest GPUs a
     replica the plan tries holds the model on (up to 64 x ``max_gpus``), for its refusal."""
-    from hwtune.serve.memory import replica_memory
-
     words = ""
     tps = _tensor_parallel_sizes(base.model, max_gpus)
     if tps:
@@ -174,10 +171,10 @@ def _shortfall(base: ReplicaConfig, max_gpus: int) -> str:
         try:
             replica_memory(replace(base, tp=tp, pp=pp, ep=1, dp_attention=1,
                                    max_num_seqs=min(PLAN_MAX_NUM_SEQS)))  # fmt: skip
-        except HwtuneInputError as e:
-            short = re.search(r"short by [\d.]+ GiB per GPU", str(e))
-            if short:
-                words = f" (tp={tp} pp={pp}: {short.group(0)})"
+        except ModelDoesNotFit as e:
+            words = f" (tp={tp} pp={pp}: short by {e.short_gib:.1f} GiB per GPU)"
+        except HwtuneInputError:
+            pass  # another refusal (a batch limit): the fewest GPUs below still say it
     g = max_gpus
     while g < 64 * max_gpus:
         g *= 2

@@ -68,9 +68,12 @@ class Request:
         return "" if self.where else f" (request {self.rid})"
 
     def named(self, option: str) -> str:
-        """An error's field for a length check: the option that set it (``option``), or the
-        trace line that did."""
-        return f"{self.where}: prompt + output tokens" if self.where else option
+        """An error's field for a length check: the options that set it (``option``, e.g.
+        ``input-len + output-len``), or the trace line that did, in the trace's words."""
+        if not self.where:
+            return option
+        words = option.replace("input-len", "prompt tokens").replace("output-len", "output tokens")
+        return f"{self.where}: {words}"
 
     def __post_init__(self) -> None:
         self.target = self.prompt

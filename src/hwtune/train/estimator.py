@@ -1187,8 +1187,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     if st.mtp_layers:
         last = (spec.layer_type(spec.n_layers - 1), spec.is_moe_layer(spec.n_layers - 1))
         block = 3.0 * classes[last].flops_fwd * (tp * cp) * (dp * m)
-        d = spec.d_model
-        mtp_flops = st.mtp_layers * (block + 6.0 * tokens_step * (2 * d * d + d * spec.vocab))
+        own = P.mtp_projection_params(spec) + spec.d_model * spec.vocab  # the head: shared
+        mtp_flops = st.mtp_layers * (block + 6.0 * tokens_step * own)
     hw_flops = model_flops + rec_flops + mtp_flops
     n = cl.n_gpus
     peak = cl.device.peak_flops(gdt)  # MFU against the nominal datasheet peak

@@ -29,6 +29,7 @@ import functools
 import re
 
 from hwtune.errors import HwtuneInputError
+from hwtune.model.spec import MAX_LAYERS
 
 SPLITS: tuple[str, ...] = ("layers", "layers+embedding+loss")
 """The named splits; any other value is read as a layout."""
@@ -42,9 +43,10 @@ _REPEAT = re.compile(r"(.)\*(\d+)")
 
 _MTP_SUFFIX = "+mtp"
 
-MAX_LAYOUT_SYMBOLS = 100_000
-"""The most symbols a layout may unroll to: ten times the 10,000 layers a model file may hold
-(`hwtune.model.spec`), so a typo'd repeat count is refused instead of filling memory."""
+MAX_LAYOUT_SYMBOLS = 10 * MAX_LAYERS
+"""The most symbols a layout may unroll to: ten times the layers a model file may hold
+(`hwtune.model.spec.MAX_LAYERS`), so a typo'd repeat count is refused instead of filling
+memory."""
 
 
 def _named(split: str) -> tuple[str, int]:
