@@ -154,7 +154,7 @@ def test_size_names_the_option(rejects, args, field, words):
     [
         # was "study grid: 'an empty axis'"; an empty value is refused before any command
         (["--models", ""], "--models", ("a non-empty value",)),
-        (["--models", ","], "--models", ("at least one",)),
+        (["--models", ","], "--models", ("without empty items",)),
         (["--models", "nope"], "--models", ("'nope'",)),
         (["--gpus", "nope"], "--gpus", ("'nope'",)),
         # was "cluster.n_gpus: got 8; expected a multiple of gpus_per_node=3"

@@ -148,7 +148,7 @@ def test_cli_refuses_bad_values(flag, value):
                         "--input-len", "64", "--output-len", "4", flag, value],
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2
-    assert flag.lstrip("-").replace("-", "_") in r.stderr and "Traceback" not in r.stderr
+    assert flag in r.stderr and "Traceback" not in r.stderr
 
 
 def test_inferencex_llama70b_script_waits_only_for_1k1k_below_tp8():

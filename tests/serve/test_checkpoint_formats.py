@@ -203,7 +203,7 @@ def test_kimi_int4_prices_only_its_routed_experts_in_4_bits():
 
 # --- int4 is not a KV-cache format, nor a training precision ----------------------------------
 def test_kv_precision_int4_is_refused(rejects):
-    line = rejects(["serve", "--kv-precision", "int4", *_SHORT], "kv_precision", "int4",
+    line = rejects(["serve", "--kv-precision", "int4", *_SHORT], "--kv-precision", "int4",
                    "bf16, fp16, fp8, fp4", "weight-only")  # fmt: skip
     assert "Traceback" not in line
 

@@ -263,5 +263,5 @@ def test_serve_plan_uses_the_same_default():
 
 
 def test_serve_plan_explicit_bf16_refuses_with_a_hint(rejects):
-    rejects([*_PLAN, "--model", str(CONFIGS / f"{_V3}.json"), "--precision", "bf16"], "max_gpus",
+    rejects([*_PLAN, "--model", str(CONFIGS / f"{_V3}.json"), "--precision", "bf16"], "--max-gpus",
             "bf16", "the checkpoint ships fp8 weights: --precision fp8")  # fmt: skip

@@ -188,7 +188,7 @@ def test_a_correction_is_refused_for_another_deployment(tmp_path):
     ):
         r = cli.invoke(serve_app, [*base, *args])
         assert r.exit_code == 2, r.output
-        assert r.output.count("\n") == 1 and r.output.startswith("error: correction: ")
+        assert r.output.count("\n") == 1 and r.output.startswith("error: --correction: ")
         assert f"fitted to {named} " in r.output and "Traceback" not in r.output
     assert cli.invoke(serve_app, [*base, "--tp", "2"]).exit_code == 0
     r = cli.invoke(serve_app, ["plan", "--model", "llama3.1-8b", "--gpu", "h200-sxm-141gb",

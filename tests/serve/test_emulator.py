@@ -217,7 +217,7 @@ def emulate(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "args, field",
     [
-        (("--time-scale", "0"), "time_scale"),
+        (("--time-scale", "0"), "--time-scale"),
         (("--router", "nearest"), "router"),
         (("--gpu", "nope"), "gpu"),
     ],  # fmt: skip

@@ -187,7 +187,7 @@ def test_measure_writes_the_runs_calibrate_reads(mock_server, tmp_path):
         (("--served-model", "nope"), "served-model"),
         (("--extra-body", "[1]"), "extra-body"),
         (("--timeout", "inf"), "timeout"),
-        (("--num-requests", "0"), "num_requests"),
+        (("--num-requests", "0"), "--num-requests"),
     ],
 )
 def test_measure_bad_input_is_one_line(mock_server, args, field):
@@ -266,4 +266,4 @@ def test_an_unreadable_first_answer_is_one_line_from_the_cli():
 def test_measure_unwritable_out_fails_before_measuring(mock_server, tmp_path):
     srv = mock_server(base=0.0, per_token=0.0, itl=0.0)
     r = measure("--url", srv.url, "--out", str(tmp_path / "no" / "such" / "dir.csv"))
-    assert r.returncode == 2 and r.stderr.startswith("error: out") and not srv.bodies
+    assert r.returncode == 2 and r.stderr.startswith("error: --out") and not srv.bodies

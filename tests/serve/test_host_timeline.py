@@ -135,7 +135,7 @@ def test_cli_flag_delays_first_tokens_before_eager_steps():
     bad = CliRunner().invoke(app, ["serve", "--model", "llama3.1-8b", "--gpu", "h100-sxm",
                                    "--num-requests", "4", "--host-timeline"])  # fmt: skip
     assert bad.exit_code == 2
-    assert "host_timeline" in bad.output and "Traceback" not in bad.output
+    assert "--host-timeline" in bad.output and "Traceback" not in bad.output
 
 
 def test_a_request_taken_only_because_nothing_else_could_run_is_launched_on_arrival(eager):

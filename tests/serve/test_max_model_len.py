@@ -105,10 +105,10 @@ def test_vllm_refuses_a_limit_the_cache_cannot_hold() -> None:
 
 def test_cli(rejects) -> None:  # noqa: ANN001
     base = ["serve", "--concurrency", "1", "--num-requests", "2"]
-    rejects([*base, "--max-model-len", "0"], "max_model_len", "0", "positive integer")
+    rejects([*base, "--max-model-len", "0"], "--max-model-len", "0", "positive integer")
     rejects([*base, "--max-model-len", "1024", "--input-len", "1000", "--output-len", "25"],
             "input-len + output-len", "1025", "at most 1024", "--max-model-len")  # fmt: skip
-    rejects(["serve", "plan", "--max-model-len", "200000"], "max_model_len", "200000", "131072")
+    rejects(["serve", "plan", "--max-model-len", "200000"], "--max-model-len", "200000", "131072")
     import json
 
     from typer.testing import CliRunner

@@ -181,7 +181,7 @@ def test_cli_counts_the_layouts_left_out(rejects) -> None:  # noqa: ANN001
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["skipped_alike"] == 0 and doc["max_layouts"] == 10_000
-    rejects(common + ["--max-layouts", "0"], "max_layouts", "0", "a positive integer")
+    rejects(common + ["--max-layouts", "0"], "--max-layouts", "0", "a positive integer")
 
 
 def test_max_layouts_stops_between_batches_and_says_where() -> None:

@@ -30,7 +30,7 @@ def test_seed_is_refused_beside_a_trace(rejects, tmp_path) -> None:
 def test_plan_says_by_how_much_a_model_misses_its_budget(rejects) -> None:
     # Llama-3.1-405B in bf16 is ~811 GB of weights: more than 8 x 80 GB, less than 16 x 80 GB
     rejects(["serve", "plan", "--model", "llama3.1-405b", "--gpu", "h100", "--max-gpus", "8",
-             "--rate", "1", "--ttft-p90", "1"], "max_gpus", "short by", "GiB per GPU",
+             "--rate", "1", "--ttft-p90", "1"], "--max-gpus", "short by", "GiB per GPU",
             "the fewest that hold it: 16")  # fmt: skip
 
 

@@ -224,7 +224,7 @@ def test_calibrate_needs_it_too(tmp_path, rejects):
 
 def test_draft_tokens_are_bounded(rejects):
     rejects(["serve", "--spec-tokens", str(MAX_DRAFT_TOKENS + 1), "--spec-acceptance", "0.5"],
-            "spec_tokens", str(MAX_DRAFT_TOKENS + 1), f"at most {MAX_DRAFT_TOKENS}")  # fmt: skip
+            "--spec-tokens", str(MAX_DRAFT_TOKENS + 1), f"at most {MAX_DRAFT_TOKENS}")  # fmt: skip
     r = CliRunner().invoke(app, ["serve", "--spec-tokens", str(MAX_DRAFT_TOKENS),
                                  "--spec-acceptance", "0.5", "--num-requests", "2", *FEW,
                                  "--json"])  # fmt: skip

@@ -41,7 +41,7 @@ def test_cli_prefix_longer_than_a_sampled_prompt():
     of them less one token; now it says how short the shortest prompt is."""
     r = CliRunner().invoke(app, ["serve", "--concurrency", "2", "--num-requests", "20",
                                  "--prefix-len", "512", "--prefix-groups", "2"])  # fmt: skip
-    assert r.exit_code == 2 and "prefix_len" in r.output and "shortest prompt" in r.output
+    assert r.exit_code == 2 and "--prefix-len" in r.output and "shortest prompt" in r.output
     assert "Traceback" not in r.output and r.output.count("\n") == 1
     r = CliRunner().invoke(app, ["serve", "--concurrency", "2", "--num-requests", "4",
                                  "--input-len", "600", "--output-len", "4", "--prefix-len", "512",

@@ -30,5 +30,5 @@ def test_cli_block_size():
     r = CliRunner().invoke(app, [*args, "--block-size", "1024", "--json"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, [*args, "--block-size", "100000000"])
-    assert r.exit_code == 2 and "block_size" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and "--block-size" in r.output and "Traceback" not in r.output
     assert r.output.count("\n") == 1

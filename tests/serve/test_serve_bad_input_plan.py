@@ -17,7 +17,7 @@ PLAN = ["serve", "plan", "--max-gpus", "1", "--concurrency", "2", "--input-len",
     [
         (["--output-len", "8", "--top", "0"], "top"),
         (["--output-len", "8", "--top", "-2"], "top"),
-        (["--output-len", "1", "--tpot-p90", "0.05"], "tpot_p90"),  # TPOT undefined: always met
+        (["--output-len", "1", "--tpot-p90", "0.05"], "--tpot-p90"),  # TPOT undefined: always met
     ],
 )
 def test_plan_rejects(args, field):

@@ -57,14 +57,14 @@ def test_same_seed_prints_the_same():
         (("--rate", "-1"), "rate"),
         (("--range-ratio", "1.5", "--input-len", "100"), "range-ratio"),
         (("--range-ratio", "0.8"), "range-ratio"),  # nothing to sample around
-        (("--weight-only-kernel", "machete2"), "weight_only_kernel"),
-        (("--adp-balance-timeout-iters", "-3"), "adp_balance_timeout_iters"),
-        (("--frontend-tokens-per-s", "0"), "frontend_tokens_per_s"),
+        (("--weight-only-kernel", "machete2"), "--weight-only-kernel"),
+        (("--adp-balance-timeout-iters", "-3"), "--adp-balance-timeout-iters"),
+        (("--frontend-tokens-per-s", "0"), "--frontend-tokens-per-s"),
         (("--output-len", "0", "--input-len", "100"), "output-len"),  # not the default 256
         (("--input-len", "0"), "input-len"),
-        (("--prefix-len", "-5", "--prefix-groups", "2"), "prefix_len"),
-        (("--prefix-len", "512"), "prefix_groups"),  # would be ignored without groups
-        (("--frontend-tokens-per-s", "inf"), "frontend_tokens_per_s"),
+        (("--prefix-len", "-5", "--prefix-groups", "2"), "--prefix-len"),
+        (("--prefix-len", "512"), "--prefix-groups"),  # would be ignored without groups
+        (("--frontend-tokens-per-s", "inf"), "--frontend-tokens-per-s"),
         (("--rate", "inf"), "rate"),
         (("--dp-attention", "2"), "dense model"),
         (("--weight-only-kernel", "marlin"), "weight-only-kernel"),  # bf16 weights: native

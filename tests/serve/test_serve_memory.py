@@ -96,4 +96,4 @@ def test_serve_plan_names_the_limit_not_the_gpus(rejects):
     # llama3.1-8b fits one RTX 4090 at the default budget; a 65536-token step's activations do not
     rejects(["serve", "plan", "--model", "llama3.1-8b", "--gpu", "rtx-4090", "--max-gpus", "1",
              "--max-num-batched-tokens", "65536", "--rate", "1", "--num-requests", "10"],
-            "max_num_batched_tokens", "65536")  # fmt: skip
+            "--max-num-batched-tokens", "65536")  # fmt: skip

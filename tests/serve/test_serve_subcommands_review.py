@@ -92,7 +92,7 @@ def test_correction_infinite_value(
 
 
 def test_emulate_infinite_time_scale(rejects) -> None:
-    rejects(["serve", "emulate", "--port", "0", "--time-scale", "inf"], "time_scale", "inf")
+    rejects(["serve", "emulate", "--port", "0", "--time-scale", "inf"], "--time-scale", "inf")
 
 
 @pytest.mark.parametrize("host", ["999.1.1.1", "192.0.2.77"])
@@ -139,7 +139,7 @@ SMALL = ["--concurrency", "1", "--num-requests", "2", "--input-len", "8", "--out
         (["--range-ratio", "nan"], "range-ratio", ["nan", "(0, 1]"]),
         (["--concurrency", "2,2"], "concurrency", ["2,2", "repeated"]),
         (["--input-len", "8,16,8"], "input-len", ["8,16,8", "repeated"]),
-        (["--num-requests", "0"], "num_requests", ["0", "positive"]),
+        (["--num-requests", "0"], "--num-requests", ["0", "positive"]),
         (["--warmup", "-1"], "warmup", ["-1"]),
         (["--append"], "append", ["--out"]),
         (["--seed", "-2"], "seed", ["-2"]),

@@ -162,7 +162,7 @@ def test_cli_reports_speculative_decoding() -> None:
 def test_cli_bad_acceptance_is_a_one_line_error() -> None:
     r = CliRunner().invoke(app, ["serve", "--spec-tokens", "2", "--spec-acceptance", "2"])
     assert r.exit_code == 2
-    assert "spec_acceptance" in r.output and "Traceback" not in r.output
+    assert "--spec-acceptance" in r.output and "Traceback" not in r.output
 
 
 def test_serve_plan_simulates_with_speculative_decoding() -> None:

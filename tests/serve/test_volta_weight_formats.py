@@ -49,7 +49,7 @@ def test_volta_serves_16_bits_as_fp16(rejects):
     doc = json.loads(r.stdout)
     assert (doc["precision"], doc["kv_precision"]) == ("fp16", "fp16")
     for opt in ("--precision", "--kv-precision"):
-        rejects([*_RUN, "--gpu", "v100", opt, "bf16"], opt.lstrip("-").replace("-", "_"),
+        rejects([*_RUN, "--gpu", "v100", opt, "bf16"], opt,
                 "fp16 on v100", "bfloat16")  # fmt: skip
     cfg = ReplicaConfig(get_model("llama3.1-8b"), get_device("v100"))
     assert (cfg.weight_dtype, cfg.kv_dtype) == ("fp16", "fp16")

@@ -92,7 +92,7 @@ def test_plan_refuses_when_no_layout_holds_the_prompt_whole(rejects):
                     "16", "--concurrency", "2", "--num-requests", "4", "--max-gpus", "1",
                     "--no-disagg"], "input-len", "9000", "8192")  # fmt: skip
     # the same refusal from every layout is the input's own, said once
-    assert line.startswith("error: input-len: got 9000; expected at most 8192"), line
+    assert line.startswith("error: --input-len: got 9000; expected at most 8192"), line
 
 
 def test_plan_takes_the_budget_and_launches_it():

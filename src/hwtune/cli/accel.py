@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hwtune.cli.parsing import output_path, plot_suffixes
+from hwtune.cli.parsing import fail, output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 if TYPE_CHECKING:
@@ -36,11 +36,6 @@ Arch = Annotated[str, typer.Option("--arch", "-a", help="catalog accelerator or 
 Batch = Annotated[int | None, typer.Option(help="samples per step (built-in workloads; default 1)")]
 Seq = Annotated[int | None, typer.Option(help="tokens per sample (gpt2; default 1024)")]
 Image = Annotated[int | None, typer.Option(help="image size in pixels (resnet18; default 224)")]
-
-
-def _fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
 
 
 def _emit(doc: object) -> None:
@@ -175,8 +170,7 @@ def evaluate_cmd(
             g, acc, fusion_depth=fusion, optimizer=optimizer, activation_limit_bytes=limit
         )
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     doc = ev.to_dict()
     if ops:
         doc["ops"] = [o.__dict__ for o in ev.result.ops]
@@ -236,8 +230,7 @@ def checkpoint_cmd(
         limit = _limit_bytes(limit_mib, "limit-mib")
         ev = evaluate(g, acc, activation_limit_bytes=limit, checkpoint_method=method)
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     assert ev.plan is not None
     doc = ev.to_dict()
     doc["limit_met"] = ev.plan.feasible
@@ -324,8 +317,7 @@ def search_cmd(
         res = search(lower_training(g), t, evaluations, pop_size, workers, seed, objective,
                      Budget(area_budget_mm2, power_budget_w), ckpt)  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     rows = res.rows(t)
     if ckpt is not None and res.over_limit and not res.met_limit:
         # no architecture meets the limit: a result that does not meet the request (exit 1)
@@ -343,7 +335,7 @@ def search_cmd(
         raise typer.Exit(1)
     for name, path in (("plot", plot), ("table", table)):
         if path is not None and not rows:  # nothing to write: say so rather than skip the file
-            _fail(HwtuneInputError(name, str(path), "Pareto points to write (no candidate of "
+            fail(HwtuneInputError(name, str(path), "Pareto points to write (no candidate of "
                                    f"the {res.evaluations} evaluations met the budgets)"))  # fmt: skip
     if not rows:  # the budgets admit none of the architectures evaluated: a request not met
         if as_json:
@@ -432,8 +424,7 @@ def graph_cmd(
     try:
         g = _workload(workload, batch, seq, image)
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     layers = [
         {"name": x.name, "kind": x.kind, "macs": x.macs,
          "weight_bytes": g.tensors[x.weight].nbytes if x.weight else 0,

@@ -10,22 +10,8 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import output_path
+from hwtune.cli.parsing import fail, listed, output_path
 from hwtune.errors import HwtuneInputError
-
-
-def _fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
-
-
-def _split(text: str | None, field: str) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    out = tuple(x.strip() for x in text.split(","))
-    if not all(out):  # an empty item ("fp32,,bf16") is an error, not dropped
-        raise HwtuneInputError(field, text, "a comma-separated list without empty items")
-    return out
 
 
 def bench_cmd(
@@ -85,8 +71,7 @@ def bench_cmd(
     try:
         import torch  # noqa: F401
     except ImportError:
-        _fail(HwtuneInputError("torch", None, "torch installed (hwtune bench measures through it)"))
-        return
+        fail(HwtuneInputError("torch", None, "torch installed (hwtune bench measures through it)"))
     from rich.console import Console
 
     from hwtune.calibrate.bench import (
@@ -103,11 +88,13 @@ def bench_cmd(
         check_writable(output)
         cfg = BenchConfig(
             mode="quick" if quick else "thorough",
-            dtypes=_split(dtypes, "dtypes"),
+            dtypes=None if dtypes is None else tuple(listed(dtypes, "dtypes", "dtypes")),
             ranks=ranks,
             threads=threads,
             device=device,
-            sections=_split(sections, "sections") or SECTIONS,
+            sections=SECTIONS
+            if sections is None
+            else tuple(listed(sections, "sections", "sections")),
             collectives_from=str(collectives_from) if collectives_from else None,
             budget_s=budget,
             clock=clock,
@@ -119,8 +106,7 @@ def bench_cmd(
             )
         write_profile(res.document, output)
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     if as_json:
         doc = res.summary()
         doc["output"] = str(output)

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import output_path, plot_suffixes
+from hwtune.cli.parsing import fail, output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 GPU_DEFAULT = "h100-sxm-80gb"
@@ -25,11 +25,6 @@ _FLAG_OF = {
 """The strategy's fields (their paths in a strategy file) that a flag of `compile` sets."""
 _ALIAS = {**{a: f"mesh.{a}" for a in _MESH_AXES}, "vpp": "schedule.vpp"}
 """The estimator's `Strategy` names of those fields (its checks name them so)."""
-
-
-def _fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
 
 
 def _in_file(data: dict, path: str) -> bool:
@@ -221,8 +216,7 @@ def compile_cmd(
             run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
     except HwtuneInputError as e:
         # named by the flag the user typed, else by the strategy file's field
-        _fail(_named(e, typed, gpus is not None, strategy, base, cluster))
-        return
+        fail(_named(e, typed, gpus is not None, strategy, base, cluster))
     # the peak of each rank against the device's memory (what `estimate` calls OUT OF MEMORY)
     cap = cl.device.memory_bytes
     summary = plan.summary()  # once: each call walks every op per rank

@@ -15,6 +15,7 @@ import typer
 
 from hwtune.cli.parsing import (
     ESTIMATE_FLAGS,
+    fail,
     flag_error,
     output_path,
     plot_suffixes,
@@ -31,11 +32,6 @@ app = typer.Typer(
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON document")]
-
-
-def _fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
 
 
 def _emit(doc: object) -> None:
@@ -202,8 +198,7 @@ def optimize_cmd(
                 res, plot, f"{prof.name}, cap {cap:g} W, B_noise {b_noise:g}, S_min {s_min:g}"
             )
     except HwtuneInputError as e:
-        _fail(flag_error(e, {"seq": "--seq", "model": "--model"}))
-        return
+        fail(flag_error(e, {"seq": "--seq", "model": "--model"}))
     if as_json:
         doc = res.to_dict()
         doc.update(left_out_for_memory=sorted(too_big))
@@ -305,8 +300,7 @@ def tune_cmd(
             sim.run_step(plan.batch_size)
             tuner.step_end()
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     doc = tuner.summary()
     doc["simulated_time_s"] = sim.now_s()
     doc["energy_j"] = sim.energy_j()
@@ -372,8 +366,7 @@ def measure_cmd(
         m = mon.end("window")
         caps = dev.capabilities()
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     if as_json:
         _emit({"device": dev.name, **m.to_dict(), "capabilities": caps.to_dict()})
         return
@@ -415,8 +408,7 @@ def step_cmd(
         flags = {k: ESTIMATE_FLAGS[k] for k in own}
         flags |= {"cluster.n_gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node",
                   "cluster.power_cap_w": "--power-cap"}  # fmt: skip
-        _fail(flag_error(e, flags))
-        return
+        fail(flag_error(e, flags))
     if as_json:
         _emit({"model": model, "gpu": cl.device.name, "fits": est.fits, **se.to_dict()})
         return
@@ -466,8 +458,7 @@ def pipeline_cmd(
         plan = plan_stage_frequencies(stages, microbatches, prof.frequencies_hz,
                                       prof.default_power_model(), tolerance)  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     if as_json:
         _emit(plan.to_dict())
         return

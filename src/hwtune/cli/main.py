@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from hwtune.cli.megatron import job_gpus, megatron_flags, read_megatron_args
-from hwtune.cli.parsing import CLUSTER_FLAGS, ESTIMATE_FLAGS, cluster_only, flag_error
+from hwtune.cli.parsing import CLUSTER_FLAGS, ESTIMATE_FLAGS, cluster_only, fail, flag_error
 from hwtune.cli.software import (
     AttentionKernel,
     Eager,
@@ -110,12 +110,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-def _fail(e: Exception) -> None:
-    # plain write: a rich console would wrap long messages over several lines
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
 
 
 @app.callback()
@@ -334,8 +328,7 @@ def estimate(
         if megatron_args is not None:  # the strategy's fields came from the Megatron-LM flags
             flags = {k: v for k, v in flags.items() if k.startswith("cluster.")}
             flags |= megatron_flags()
-        _fail(flag_error(e, flags))
-        return
+        fail(flag_error(e, flags))
     if as_json:
         doc = est.to_dict()
         doc["model"] = spec.name

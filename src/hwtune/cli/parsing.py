@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import NoReturn
+
+import typer
 
 from hwtune.errors import HwtuneInputError
 
@@ -28,6 +33,17 @@ def positive_ints(text: str, field: str) -> list[int]:
         out = []
     if not out or any(x <= 0 for x in out):
         raise HwtuneInputError(field, text, "positive integers separated by commas, e.g. 8,16,32")
+    return out
+
+
+def listed(text: str, field: str, what: str = "names", sep: str = ",") -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``; an empty item (``"a,,b"``, ``"a,"``) is a typo, not an item
+    to skip, and names ``field`` in the error."""
+    out = [x.strip() for x in text.split(sep)]
+    if not all(out):
+        word = "comma" if sep == "," else f"'{sep}'"
+        raise HwtuneInputError(field, text, f"one or more {what}, {word}-separated, without "
+                               "empty items")  # fmt: skip
     return out
 
 
@@ -82,6 +98,31 @@ def flag_error(e: HwtuneInputError, flags: Mapping[str, str]) -> HwtuneInputErro
     if flag is None and expected == e.expected:
         return e
     return HwtuneInputError(flag or e.field, e.value, expected)
+
+
+def fail(e: Exception) -> NoReturn:
+    """Print ``e`` as one line on stderr and exit with code 2: the one way every command ends on
+    bad input. A field that is the Python spelling of one of the running command's options
+    (``max_num_seqs``, ``prefix-groups``; checks below the CLI name the API's fields) is shown
+    as that option (``--max-num-seqs``), so that the user reads the flag they typed (the
+    expected text is left as the check wrote it). Written plainly: a rich console would wrap a
+    long message over several lines."""
+    if isinstance(e, HwtuneInputError):
+        e = _as_option(e)
+    sys.stderr.write(f"error: {e}\n")
+    raise typer.Exit(2)
+
+
+def _as_option(e: HwtuneInputError) -> HwtuneInputError:
+    # the running command's context, from typer's click (recent typers carry their own copy)
+    click = typer.Context.__mro__[1].__module__.rpartition(".")[0]
+    ctx = importlib.import_module(click + ".globals").get_current_context(silent=True)
+    if ctx is None or e.field.startswith("-"):
+        return e
+    opt = "--" + e.field.replace("_", "-")
+    if any(opt in p.opts for p in ctx.command.params):
+        return HwtuneInputError(opt, e.value, e.expected)
+    return e
 
 
 def cluster_only(**options: object) -> None:

@@ -19,7 +19,9 @@ from hwtune.cli.parsing import (
     ESTIMATE_FLAGS,
     SOFTWARE_FLAGS,
     cluster_only,
+    fail,
     flag_error,
+    listed,
     output_path,
     plot_suffixes,
     positive_ints,
@@ -51,11 +53,6 @@ from hwtune.errors import HwtuneInputError
 GIB = 2**30
 out = Console()
 err_console = Console(stderr=True)
-
-
-def fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
 
 
 @contextlib.contextmanager
@@ -104,9 +101,7 @@ def make_clusters(
 
     if cluster is not None:
         return [load_cluster_file(cluster)]
-    names = [g.strip() for g in gpu.split(",")]
-    if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a GPU to skip
-        raise HwtuneInputError("--gpu", gpu, "one or more catalog GPU names, comma-separated")
+    names = listed(gpu, "--gpu", "catalog GPU names")
     clusters = [
         make_cluster(
             n, gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
@@ -356,7 +351,6 @@ def plan_cmd(
         if global_batch_tokens is None:
             flags["global_batch"] = "--global-batch"
         fail(flag_error(e, flags))
-        return
     _render_plan(spec.name, cl, gb, seq, r, as_json, objective, price_per_gpu_hour, tokens,
                  launch_doc)  # fmt: skip
 
@@ -628,9 +622,7 @@ def scale_cmd(
     # the count of an accelerator sweep is one of --gpus, that of a model or batch sweep --fixed-gpus
     count_flag = "--gpus" if "," not in model and global_batches is None else "--fixed-gpus"
     try:
-        names = [x.strip() for x in model.split(",")]
-        if not all(names):  # "a,,b" or "a,": an empty item is a typo, not a model to skip
-            raise HwtuneInputError("--model", model, "one or more catalog names, comma-separated")
+        names = listed(model, "--model", "catalog names")
 
         def mk(n: int):  # noqa: ANN202
             return make_cluster(gpu, n, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
@@ -725,7 +717,6 @@ def scale_cmd(
                                   "seqs_per_gpu": "--seqs-per-gpu", "policy": "--policy",
                                   "knees": "--knees"}  # fmt: skip
         fail(flag_error(e, flags))
-        return
     device = mk(res.points[0].n_gpus).device.name  # the catalog name, not an alias
     doc = {
         "model": spec.name,
@@ -739,12 +730,13 @@ def scale_cmd(
                 "n_gpus": p.n_gpus,
                 "global_batch": p.global_batch,
                 "fits": p.best is not None,
-                "tokens_per_s": p.throughput,
-                "tokens_per_s_per_gpu": p.throughput / p.n_gpus,
-                "scaling_efficiency": p.efficiency,
+                # a count where nothing fits has no throughput or shares: null, not zeros
+                "tokens_per_s": p.throughput if p.best else None,
+                "tokens_per_s_per_gpu": p.throughput / p.n_gpus if p.best else None,
+                "scaling_efficiency": p.efficiency if p.best else None,
                 "mfu": p.best.mfu if p.best else None,
-                "exposed_comm_share": p.exposed_comm,
-                "exposed_share": p.shares,
+                "exposed_comm_share": p.exposed_comm if p.best else None,
+                "exposed_share": p.shares if p.best else None,
                 "strategy": p.label,
                 "regime": p.regime,
                 "shortfall_bytes": p.shortfall_bytes,

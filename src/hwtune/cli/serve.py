@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hwtune.cli.parsing import fail
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range, record_scope
@@ -41,11 +42,6 @@ serve_app = typer.Typer(
 )
 
 
-def _fail(e: Exception) -> None:
-    sys.stderr.write(f"error: {e}\n")
-    raise typer.Exit(2)
-
-
 def _json_safe(x: object) -> object:
     """``x`` with every non-finite number (NaN: a statistic of no request, such as the TPOT of
     one-token outputs; inf) as null, so that strict JSON parsers read it."""
@@ -69,7 +65,7 @@ def _write(write: Callable[[], object], field: str, path: Path) -> None:
     try:
         write()
     except OSError as e:
-        _fail(HwtuneInputError(field, str(path), f"a writable file ({e.strerror or e})"))
+        fail(HwtuneInputError(field, str(path), f"a writable file ({e.strerror or e})"))
 
 
 Model = Annotated[str, typer.Option("--model", "-m", help="catalog name or a config.json path")]
@@ -100,7 +96,10 @@ NumReq = Annotated[int | None, typer.Option(help="requests (default 10 x concurr
 Rate = Annotated[float | None, typer.Option(help="open loop: requests/s (Poisson)")]
 Burst = Annotated[
     float,
-    typer.Option(help="coefficient of variation of gaps, 0.001-10 (gamma; 1 = Poisson)"),
+    typer.Option(
+        help="coefficient of variation of gaps, above 0 and up to 10 (gamma; 1 = "
+        "Poisson; near 0 = even gaps)"
+    ),
 ]
 Trace = Annotated[
     Path | None, typer.Option(help="trace CSV/JSONL (arrival, prompt, output tokens)")
@@ -749,8 +748,7 @@ def serve(
             res = simulate(dep, wl, record_steps=trace_out is not None,
                            record_tokens=requests_out is not None, progress=cb)  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     doc = summarize(res)
     doc.update(model=cfg.model.name, gpu=cfg.device.name, tp=tp, pp=pp, ep=ep,
                dp_attention=dp_attention, precision=cfg.weight_dtype,
@@ -946,15 +944,13 @@ def plan_cmd(
                        disagg_router=disagg_router, saturation=sat,
                        max_layouts=max_layouts)  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     best = [r.to_dict() for r in res[:top] if r.meets]
     try:
         first = next((r for r in res if r.meets), None)  # the layout shown first
         launch_doc = _launch_doc(launch, first.deployment, model) if first else {}
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     records = [serve_accuracy(d, engine=name) for d in (False, True)]  # agg, disagg
     scope = record_scope(_tier(base, profile), base.device.architecture)
     for acc in records:
@@ -1055,8 +1051,7 @@ def calibrate_cmd(
                               source=f"{runs.name}: {base.model.name} on {base.device.name}",
                               fitted_to=_fitted_to(base, eng, profile))  # fmt: skip
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     if out is not None:
         _write(lambda: save_correction(corr, out), "out", out)
     rows = [{"concurrency": r.concurrency, "input_len": r.input_len, "output_len": r.output_len,
@@ -1231,8 +1226,7 @@ def measure_cmd(
                         row = eb.csv_row(res, tp, pp, ep, dp_attention)
                         csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS)).writerow(row)
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     rows = [r for r in results if not r.failures]
     bad = [r for r in results if r.failures]
     if as_json:
@@ -1347,8 +1341,7 @@ def emulate_cmd(
                                        f"({e.strerror})") from None  # fmt: skip
             raise HwtuneInputError("port", port, f"a free port on {host} ({e.strerror})") from None
     except HwtuneInputError as e:
-        _fail(e)
-        return
+        fail(e)
     # hand the interpreter to the request threads often, so that a request is stamped when it
     # arrives and not when a simulation running in another thread lets go (5 ms by default)
     sys.setswitchinterval(EMULATOR_SWITCH_INTERVAL_S)

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from hwtune.cli.parsing import flag_error, positive_ints
-from hwtune.cli.plan import fail, out, progress_bar
+from hwtune.cli.parsing import fail, flag_error, listed, positive_ints
+from hwtune.cli.plan import out, progress_bar
 from hwtune.errors import HwtuneInputError
 
 
@@ -191,9 +191,9 @@ def study_cmd(
     try:
         ns = positive_ints(scales, "--scales")
         pts = grid(
-            [m.strip() for m in models.split(",") if m.strip()],
-            [g.strip() for g in gpus.split(",") if g.strip()],
-            [t.strip() for t in topologies.split(";") if t.strip()],
+            listed(models, "--models", "catalog names"),
+            listed(gpus, "--gpus", "catalog GPU names"),
+            listed(topologies, "--topologies", "topologies", sep=";"),
             ns, global_batch, seq, precision,
         )  # fmt: skip
         with progress_bar("study", not as_json) as cb:
@@ -207,7 +207,6 @@ def study_cmd(
                             "global_batch": "--global-batch", "precision": "--precision",
                             "workers": "--workers", "output": "--output",
                             "gpus_per_node": "GPUs per node"}))  # fmt: skip
-        return
     with path.open() as f:
         rows = list(csv.DictReader(f))
     if as_json:

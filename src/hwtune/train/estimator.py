@@ -190,7 +190,9 @@ class Estimate:
             "peak_flops_used": self.peak_flops_used,
             "flops_convention": "model FLOPs = 6*N_active*tokens + attention (PaLM App. B, non-causal); "
             "MFU against the dense peak of the training precision",
-            "strategy": self.strategy.model_dump(),
+            # the batch the estimate ran, also where the default (dp x micro-batch) gave it
+            "strategy": self.strategy.model_dump()
+            | {"global_batch": self.strategy.global_batch_seqs},
             "notes": list(self.notes),
             "accuracy": self.accuracy,
         }
@@ -961,6 +963,13 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 f"the profile's GEMM and attention rates are short bursts; under continuous "
                 f"GEMMs this GPU holds about {sus:.2f} of them (not applied in tier 2)"
             )
+    if pp > 1 and st.global_batch is None:  # the default batch: one micro-batch per rank
+        notes.append(
+            f"global batch left at dp x micro-batch = {st.global_batch_seqs}: {m} micro-batch "
+            f"through {pp} pipeline stages, so the bubble takes most of the step; a global "
+            f"batch of several micro-batches per stage ({4 * pp * dp * mb}: 4 x pp x dp x "
+            "micro-batch) fills the pipeline"
+        )
     share = attention_kernel_share(dev, st.attention_kernel)
     # a measured profile times the kernel it ran, whichever the strategy names
     measured = all(attention_measured(dev, gdt, b) for b in (False, True))

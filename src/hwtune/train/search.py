@@ -129,7 +129,8 @@ def layouts(
             if pp > spec.n_layers or not c.allows("pp", pp):
                 continue
             for cp in _pow2_upto(min(16, n // (tp * pp))):
-                if (n // (tp * pp)) % cp or seq % (2 * cp) or not c.allows("cp", cp):
+                # CP splits each sequence into 2 x cp chunks (load balance); cp 1 splits none
+                if (n // (tp * pp)) % cp or (cp > 1 and seq % (2 * cp)) or not c.allows("cp", cp):
                     continue
                 dp = n // (tp * pp * cp)
                 if gb % dp or not c.allows("dp", dp):
@@ -140,6 +141,15 @@ def layouts(
                 for ep in eps:
                     if c.allows("ep", ep):
                         yield tp, pp, cp, dp, ep
+
+
+def _layout_rule(spec: ModelSpec, cl: Cluster, seq: int, gb: int) -> str:
+    """What `layouts` asks of the GPU count, in words, for the error when none divides it."""
+    cps = [cp for cp in _pow2_upto(16) if cp == 1 or seq % (2 * cp) == 0]
+    return (f"a count made as tp x pp x cp x dp: tp a power of 2 dividing the {spec.n_heads} "
+            f"heads within the {cl.domain}-GPU scale-up domain, pp at most the "
+            f"{spec.n_layers} layers, cp one of {', '.join(map(str, cps))} (seq {seq}), dp "
+            f"dividing the batch {gb}")  # fmt: skip
 
 
 def _schedules(spec: ModelSpec, pp: int, m: int, c: Constraints) -> Iterator[tuple[str, int]]:
@@ -341,10 +351,12 @@ def plan(
         )  # fmt: skip
     lay = list(layouts(spec, cl, seq, global_batch, c))
     if not lay:
-        raise NoLayoutError(
-            "constraints", {**c.fixed, **c.maxima} or "none",
-            f"a layout of {cl.n_gpus} GPUs that divides the heads, layers, sequence and batch {global_batch}",
-        )  # fmt: skip
+        limits = {**c.fixed, **c.maxima}
+        if limits:
+            raise NoLayoutError("constraints", limits, f"a layout of {cl.n_gpus} GPUs that "
+                                "divides the heads, layers, sequence and batch "
+                                f"{global_batch} within them")  # fmt: skip
+        raise NoLayoutError("cluster.n_gpus", cl.n_gpus, _layout_rule(spec, cl, seq, global_batch))
     cap = cl.device.memory_bytes
     sense = OBJECTIVES[objective]
     # step time orders throughput, cost and time-to-train alike (fixed GPUs and tokens per step)

@@ -197,7 +197,8 @@ def propose(
     """Shapes near ``target`` parameters (within ``tolerance``), fastest first, and the naive one.
 
     Searched: hidden size (multiples of 256 within 15% of the naive width, so the depth-to-width
-    ratio stays the base's), head dim 128 (or the base's), layers, FFN or expert
+    ratio stays the base's), head dim the base's (128 under MLA) where it divides that width, else
+    128 or 64, layers, FFN or expert
     width (multiples of 256) around the base's FFN/hidden ratio, the base's number of KV heads, the
     vocabulary padded to a multiple of 128. MoE keeps the base's expert count and top-k."""
     if not (math.isfinite(target) and target > 0):
@@ -206,7 +207,7 @@ def propose(
         raise HwtuneInputError("tolerance", tolerance, "a fraction in (0, 0.5)")
     dtype = dtype or default_precision(dev)  # bf16, fp16 on V100
     check_job(dev, dtype, tokens=tokens, top=top)
-    hd = base.hd if base.mla is None else 128
+    hd_base = base.hd if base.mla is None else 128
     vocab = -(-base.vocab // 128) * 128
     kv_fixed = base.kv_heads if base.kv_heads < base.n_heads else None  # GQA: keep the KV heads
     moe = base.moe
@@ -217,9 +218,12 @@ def propose(
     nv = naive_shape(base, target)
     lo, hi = int(nv.d_model * 0.85), int(nv.d_model * 1.15)
     for h in range((lo // 256 + 1) * 256, hi + 1, 256):
-        heads = h // hd
-        if heads * hd != h or (kv_fixed and heads % kv_fixed):
+        # the base's head dim where it divides the width, else the power of two that does (a
+        # base of head dim 96, GPT-3's, has no width among the multiples of 256 it splits)
+        hd = next((d for d in (hd_base, 128, 64) if h % d == 0 and not (kv_fixed and (h // d) % kv_fixed)), 0)  # fmt: skip
+        if not hd:
             continue
+        heads = h // hd
         for fr in (ffn_ratio * x for x in (0.9, 1.0, 1.1)):
             f = _round(h * fr, 256)
             upd = dict(base_kw, d_model=h, n_heads=heads, n_kv_heads=kv_fixed or heads, head_dim=hd,

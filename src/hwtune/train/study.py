@@ -151,15 +151,20 @@ def check_points(points: Sequence[StudyPoint]) -> None:
     """Name a bad model, GPU, topology, scale or precision before any point runs (a point that
     cannot run is bad input, not a "no fit" row): every model loads, every cluster builds and
     every device has a peak for the precision."""
+    from hwtune.hardware.catalog import get_device
     from hwtune.model.catalog import get_model
     from hwtune.train.estimator import check_training_precision
 
-    seen_models: set[str] = set()
+    seen_models: dict[str, object] = {}
+    seen_gpus: dict[str, object] = {}
     seen_clusters: set[tuple] = set()
     for p in points:
         if p.model not in seen_models:
-            seen_models.add(p.model)
-            get_model(p.model)
+            seen_models[p.model] = get_model(p.model)
+            _once("models", p.model, seen_models)
+        if p.gpu not in seen_gpus:
+            seen_gpus[p.gpu] = get_device(p.gpu)
+            _once("gpus", p.gpu, seen_gpus)
         if (p.gpu, p.topology, p.n_gpus, p.precision) not in seen_clusters:
             seen_clusters.add((p.gpu, p.topology, p.n_gpus, p.precision))
             try:
@@ -173,6 +178,15 @@ def check_points(points: Sequence[StudyPoint]) -> None:
                     f"{e.expected} (the nodes of {p.gpu}, topology {p.topology})",
                 ) from None
             check_training_precision(p.precision, cl.device)  # type: ignore[attr-defined]
+
+
+def _once(axis: str, name: str, seen: dict[str, object]) -> None:
+    """Refuse ``name`` when an earlier name of the axis loaded the same model or GPU (an alias,
+    ``h100`` and ``h100-sxm-80gb``): its points would run and be written twice."""
+    twin = next((k for k, v in seen.items() if k != name and v == seen[name]), None)
+    if twin is not None:
+        raise HwtuneInputError(axis, name, f"each {'GPU' if axis == 'gpus' else 'model'} once "
+                               f"({name} is {twin}, listed before it)")  # fmt: skip
 
 
 def _output_dir(out: Path) -> Path:
