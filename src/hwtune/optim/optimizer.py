@@ -236,6 +236,7 @@ class _Pending:
     state: dict[str, torch.Tensor]
     step: int
     before: torch.Tensor | None  # master weights before the update, when they are checked
+    hp: tuple[float, ...]  # the scalars `rule` reads for this step (`_step_hyperparameters`)
 
 
 def _is_real(value: Any) -> bool:
@@ -613,6 +614,28 @@ class CompactOptimizer(torch.optim.Optimizer):
         """The scalars `rule` reads for a parameter at ``step`` (1-based) in ``group``."""
         raise NotImplementedError
 
+    def _step_hyperparameters(
+        self, group: dict[str, Any], state: dict[str, torch.Tensor], step: int
+    ) -> tuple[float, ...]:
+        """The scalars `rule` reads for one parameter's step, called once per parameter and
+        step, after its step count advanced: `hyperparameters` by default. A subclass whose
+        scalars also depend on the parameter's own history overrides it (`SGD`: whether its
+        momentum buffer has started, which it records here)."""
+        return self.hyperparameters(group, step)
+
+    def _active_moments(self, group: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        """The states a step of ``group`` reads and writes: all of `moments` by default. A
+        subclass may leave a state out for a step (`SGD` with a group momentum of 0, where
+        ``torch.optim.SGD`` neither reads nor writes the buffer): it is then not decoded, not
+        passed to `rule` and not coded again, so its stored tensors stay as they were, bit for
+        bit, on every path (per chunk, spans, buckets, compiled)."""
+        return self.moments
+
+    def _fill_added_state(self, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """Fill in, in place, the per-parameter entries a subclass added after its states were
+        first saved, with the value an older state meant (`load_state_dict`, and at each step
+        for optimizers unpickled from older versions). Default: nothing was added."""
+
     def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, torch.Tensor]:
         lp = local(p)
         n, gs = lp.numel(), group["group_size"]
@@ -659,8 +682,11 @@ class CompactOptimizer(torch.optim.Optimizer):
         state = self.state[p]
         if not state:
             state.update(self._init_state(p, group))
+        else:
+            self._fill_added_state(state, group)
         state["step"] += 1
         step = int(state["step"].item())
+        hp = self._step_hyperparameters(group, state, step)
         lp, lg = local(p), local(grad)
         corr = state.get("master_correction")
         check = (
@@ -669,7 +695,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             and (step == 1 or step % self.numerics_check_every == 0)
         )
         before = mw.join(lp, corr).clone() if check else None
-        return _Pending(p, lp, lg, corr, state, step, before)
+        return _Pending(p, lp, lg, corr, state, step, before, hp)
 
     def _end(self, item: _Pending) -> None:
         """After the update: note the parameter if most of its elements kept their value."""
@@ -692,7 +718,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             item.lg.contiguous().view(-1),
             item.state,
             group,
-            self.hyperparameters(group, item.step),
+            item.hp,
             _grad_factor(group, inv_grad_scale),
         )
         if not contiguous:
@@ -758,7 +784,8 @@ class CompactOptimizer(torch.optim.Optimizer):
         inv_grad_scale: float,
     ) -> None:
         gs, n = group["group_size"], p.numel()
-        kinds = tuple(kind for _, kind in self.moments)
+        moments = self._active_moments(group)
+        kinds = tuple(kind for _, kind in moments)
         span = self._span(p.device)
         for start in range(0, n, span):  # spans start at chunk boundaries: span % CHUNK == 0
             end = min(n, start + span)
@@ -770,9 +797,9 @@ class CompactOptimizer(torch.optim.Optimizer):
                     p[start:end],
                     None if corr is None else corr[start:end],
                     g[start:end],
-                    [state[name][g0 * gs : g1 * gs] for name, _ in self.moments],
-                    [state[name + "_scale"][g0:g1] for name, _ in self.moments],
-                    [state[name + "_gscale"][c0:c1] for name, _ in self.moments],
+                    [state[name][g0 * gs : g1 * gs] for name, _ in moments],
+                    [state[name + "_scale"][g0:g1] for name, _ in moments],
+                    [state[name + "_gscale"][c0:c1] for name, _ in moments],
                     kinds,
                     hp,
                     inv_grad_scale,
@@ -792,7 +819,8 @@ class CompactOptimizer(torch.optim.Optimizer):
     def _update_bucket(
         self, items: list[_Pending], group: dict[str, Any], inv_grad_scale: float
     ) -> None:
-        """One `update_span` call for several parameters of one group, dtype and step: each is
+        """One `update_span` call for several parameters of one group and dtype whose steps
+        read the same scalars (`_Pending.hp`; for AdamW the same step count): each is
         copied, zero-padded to whole chunks, into one flat buffer per tensor (parameter,
         correction, gradient, codes, scales, gscales), updated there and copied back. Every
         chunk belongs to one parameter and the padding stays zero (``valid``), so the result is
@@ -820,8 +848,9 @@ class CompactOptimizer(torch.optim.Optimizer):
         corr = corr_slots = None
         if first.corr is not None:
             corr, corr_slots = gather([it.corr.view(-1) for it in items], 1)
+        moments = self._active_moments(group)
         states = []  # (buffer, slots, per-parameter state tensors) for codes, scales, gscales
-        for name, _ in self.moments:
+        for name, _ in moments:
             for key, unit in ((name, 1), (name + "_scale", gs), (name + "_gscale", CHUNK)):
                 targets = [it.state[key] for it in items]
                 states.append((*gather(targets, unit), targets))
@@ -835,8 +864,8 @@ class CompactOptimizer(torch.optim.Optimizer):
                 codes,
                 scales,
                 gscales,
-                tuple(kind for _, kind in self.moments),
-                self.hyperparameters(group, first.step),
+                tuple(kind for _, kind in moments),
+                first.hp,
                 _grad_factor(group, inv_grad_scale),
                 gs,
                 group["companded"],
@@ -912,7 +941,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 self._end(item)
                 continue
             corr_dtype = None if item.corr is None else item.corr.dtype
-            key = (id(group), item.step, item.lp.dtype, item.lg.dtype, corr_dtype, item.lp.device)
+            key = (id(group), item.hp, item.lp.dtype, item.lg.dtype, corr_dtype, item.lp.device)
             together.setdefault(key, (group, []))[1].append(item)
         for group, items in together.values():
             for bucket in _buckets(items, self._span(items[0].lp.device)):
@@ -963,8 +992,11 @@ class CompactOptimizer(torch.optim.Optimizer):
         for i, p in zip(ids, params, strict=True):
             if i not in saved:
                 continue
-            expected = self._init_state(p, self._group_of(p))
-            extra = sorted(set(saved[i]) - set(expected))
+            group = self._group_of(p)
+            entry = dict(saved[i])  # the caller's stays as given
+            self._fill_added_state(entry, group)
+            expected = self._init_state(p, group)
+            extra = sorted(set(entry) - set(expected))
             if extra:
                 raise HwtuneInputError(
                     f"state[{self.param_name(p)!r}]",
@@ -974,7 +1006,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 )
             loaded = {}
             for key, ref in expected.items():
-                value = saved[i].get(key)
+                value = entry.get(key)
                 if not isinstance(value, torch.Tensor):
                     raise HwtuneInputError(
                         f"state[{self.param_name(p)!r}][{key!r}]",

@@ -1,15 +1,27 @@
 """SGD with momentum (heavy ball or Nesterov) on an 8-bit companded buffer and a split master.
 
-Update rule as ``torch.optim.SGD`` (Sutskever et al. 2013, "On the importance of initialization
-and momentum in deep learning", eq. 1-4; the first step sets the buffer to the gradient):
+Update rule as ``torch.optim.SGD``: the algorithm in its documentation (Sutskever et al. 2013,
+"On the importance of initialization and momentum in deep learning", eq. 1-4), with the buffer's
+start as its implementation has it (torch/optim/sgd.py, ``_single_tensor_sgd``: the buffer is
+None until the first step with momentum != 0, which sets it to a copy of the gradient):
 
     g <- -g                                (only with maximize, as torch.optim.SGD)
     g <- g + wd theta                      (L2, torch's default; or decoupled: theta <- theta(1 - lr wd))
-    b <- mu b + (1 - dampening) g          (b <- g at the first step)
-    theta <- theta - lr (g + mu b if nesterov else b)
+    if mu != 0:
+        b <- g                             (the buffer's first step: no dampening)
+        b <- mu b + (1 - dampening) g      (its later steps)
+        g <- g + mu b if nesterov else b
+    theta <- theta - lr g
+
+A step with mu = 0 (a group's momentum set to 0 for a while by a scheduler or by hand) neither
+reads nor writes b, so a later step with mu != 0 goes on from the value b had; and the buffer's
+first step is the parameter's first step with mu != 0, not its step 1. The 0-dim state entry
+``momentum_started`` (1 once the buffer holds a value, torch's ``momentum_buffer is not None``)
+records it.
 
 Bytes per parameter (FlashOptim, Table 1): 2 (bf16) + 1 (int8 correction) + 2 (bf16 gradient)
-+ 1 (8-bit momentum) = 6, + 2/32 for the fp16 group scales; 5 without momentum.
++ 1 (8-bit momentum) = 6, + 2/32 for the fp16 group scales; 5 without momentum (and, per
+parameter tensor, the 4-byte step count and, with momentum, the 4-byte ``momentum_started``).
 """
 
 from __future__ import annotations
@@ -37,6 +49,12 @@ class SGD(CompactOptimizer):
     per group). Other options: see `CompactOptimizer`."""
 
     _ADDED_GROUP_KEYS = {"maximize": False}
+    #: lr, momentum and the buffer's two weights change between steps (schedulers cycling
+    #: momentum, the buffer's first step, a group's momentum set to 0 and back): the compiled
+    #: update takes them as tensors and compiles nothing new for new values
+    step_varying = (0, 1, 2, 3)
+    #: the per-parameter entry that says whether the momentum buffer has started
+    _STARTED = "momentum_started"
 
     def __init__(
         self,
@@ -103,17 +121,71 @@ class SGD(CompactOptimizer):
                 "build the SGD with momentum > 0)",
             )
 
+    def _init_state(self, p: torch.Tensor, group: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The base state, and with a momentum buffer the 0-dim flag `_STARTED` (0: the buffer
+        holds no value yet, torch's ``None``), on the CPU as ``step`` is."""
+        state = super()._init_state(p, group)
+        if self.moments:
+            state[self._STARTED] = torch.tensor(0.0)
+        return state
+
+    def _fill_added_state(self, state: dict[str, Any], group: dict[str, Any]) -> None:
+        """A state saved before `_STARTED` existed gets it: started if the parameter has taken
+        a step (``step`` > 0) and ``group``, as saved, has momentum > 0. Those versions wrote
+        the buffer at every step and started it from the gradient at step 1, so with momentum
+        in use this assumes it was in use since step 1 (a schedule that kept it at 0 for the
+        first steps was not followed as torch's by them anyway). With the group's momentum at
+        0 the buffer held the last gradient, which torch's would not hold: it counts as not
+        started, and the next step with momentum != 0 sets it to the gradient."""
+        step = state.get("step")
+        if not self.moments or self._STARTED in state or not isinstance(step, torch.Tensor):
+            return  # nothing added, or a state the loader refuses for its missing keys
+        started = float(step) > 0 and group["momentum"] != 0
+        state[self._STARTED] = torch.tensor(float(started))
+
+    def _active_moments(self, group: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        """No buffer in a step with momentum 0: ``torch.optim.SGD`` neither reads nor writes
+        it, so its codes and scales stay as stored (see `CompactOptimizer._active_moments`)."""
+        return self.moments if group["momentum"] != 0 else ()
+
+    def _step_hyperparameters(
+        self, group: dict[str, Any], state: dict[str, torch.Tensor], step: int
+    ) -> tuple[float, ...]:
+        """The scalars of this parameter's step: its buffer's first step is the first with
+        momentum != 0 (torch's buffer is None until then), whatever ``step`` is; that step
+        marks the buffer started."""
+        if not self.moments or group["momentum"] == 0:
+            return self._scalars(group, first=False)
+        started = state[self._STARTED]
+        first = not started.item()  # a CPU tensor: no device sync
+        started.fill_(1.0)
+        return self._scalars(group, first=first)
+
     def hyperparameters(self, group: dict[str, Any], step: int) -> tuple[float, ...]:
-        """(lr, momentum, weight on g in the buffer, L2 decay, decoupled decay, nesterov)."""
+        """The scalars at ``step`` of a parameter whose buffer, if the group has momentum, was
+        started at step 1 (momentum != 0 since then); `step` reads the parameter's own record
+        instead (`_step_hyperparameters`)."""
+        return self._scalars(group, first=step == 1)
+
+    def _scalars(self, group: dict[str, Any], first: bool) -> tuple[float, ...]:
+        """(lr, momentum, weight on the old buffer, weight on g, L2 decay, decoupled decay,
+        nesterov). The buffer's first step (``first``) weighs the old buffer 0 and g 1 (torch
+        clones g, undampened); with momentum 0 the buffer is not passed to `rule` at all
+        (`_active_moments`), and its two weights are 0, unused."""
         mu = group["momentum"]
-        first = step == 1
         decoupled = group["decoupled_weight_decay"]
         wd = group["weight_decay"]
+        if mu == 0:
+            keep, c_g = 0.0, 0.0
+        elif first:
+            keep, c_g = 0.0, 1.0
+        else:
+            keep, c_g = mu, 1.0 - group["dampening"]
         return (
             float(group["lr"]),
             mu,
-            # torch.optim.SGD ignores dampening where momentum is 0 (no buffer)
-            1.0 if first or mu == 0 else 1.0 - group["dampening"],
+            keep,
+            c_g,
             0.0 if decoupled else wd,
             wd if decoupled else 0.0,
             1.0 if group["nesterov"] else 0.0,
@@ -123,12 +195,16 @@ class SGD(CompactOptimizer):
     def rule(
         theta: torch.Tensor, g: torch.Tensor, moments: list[torch.Tensor], hp: Sequence[float]
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """SGD on fp32 values (see the module docstring)."""
-        lr, mu, c_g, l2, decoupled, nesterov = hp
+        """SGD on fp32 values (see the module docstring). ``moments`` is empty in a step with
+        momentum 0. At the buffer's first step ``keep`` is 0: the stored buffer (zeros, or a
+        finite value an older version left there: its codes decode finite) contributes exactly
+        0, so b = 1 * g, torch's copy. ``mu``, ``keep`` and ``c_g`` may be 0-d tensors
+        (`step_varying`), so they take part in arithmetic only."""
+        lr, mu, keep, c_g, l2, decoupled, nesterov = hp
         if l2:
             g = g + l2 * theta
         if moments:
-            buf = moments[0] * mu + c_g * g
+            buf = moments[0] * keep + c_g * g
             g = g + mu * buf if nesterov else buf
             moments = [buf]
         if decoupled:
