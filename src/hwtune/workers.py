@@ -136,8 +136,12 @@ def _as_finished(
 ) -> Iterator[tuple[int, R]]:
     """Every job submitted to ``pool``, yielded as ``(index, result)`` as each finishes."""
     futs = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-    for fut in as_completed(futs):
-        yield futs[fut], fut.result()
+    try:
+        for fut in as_completed(futs):
+            yield futs[fut], fut.result()
+    finally:  # a caller that stops early (closes the generator): the jobs not begun are dropped
+        for fut in futs:
+            fut.cancel()
 
 
 def ray_endpoint(address: str) -> tuple[str, int] | None:
@@ -230,6 +234,10 @@ def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> Iterator[t
     remote = ray.remote(fn)
     index = {remote.remote(job): i for i, job in enumerate(jobs)}
     pending = list(index)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        yield index[ready[0]], ray.get(ready[0])
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield index[ready[0]], ray.get(ready[0])
+    finally:  # a caller that stops early: the tasks not finished are cancelled
+        for ref in pending:
+            ray.cancel(ref)

@@ -80,12 +80,12 @@ def _wl():  # noqa: ANN202
 
 def test_stops_at_the_fewest_gpus_that_meet_and_misses_none_below() -> None:
     base, wl = _base(), _wl()
-    every = plan(base, wl, SLO(), max_gpus=4, disagg=False, processes=1, batch=10**6)
+    every = plan(base, wl, SLO(), max_gpus=4, disagg=False, processes=1, every_layout=True)
     one_gpu = min(r.ttft_p90_s for r in every if r.gpus == 1)
     assert any(r.gpus > 1 and r.ttft_p90_s < one_gpu for r in every)
     # an SLO no 1-GPU layout meets but a larger one does
     slo = SLO(ttft_p90_s=one_gpu * 0.98)
-    full = plan(base, wl, slo, max_gpus=4, disagg=False, processes=1, batch=10**6)
+    full = plan(base, wl, slo, max_gpus=4, disagg=False, processes=1, every_layout=True)
     best = full[0].gpus
     assert full[0].meets and best > 1
     for size in (1, 3):

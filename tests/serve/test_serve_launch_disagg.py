@@ -344,7 +344,7 @@ def test_every_planned_disaggregated_layout_launches(engine: str, model: str, gp
 def test_cli_serve_plan_searches_disaggregated_layouts() -> None:
     plan = ["serve", "plan", "--ttft-p90", "2", "--tpot-p90", "0.05", "--rate", "4",
             "--num-requests", "60", "--max-gpus", "3", "--processes", "1", "--top", "50",
-            "--json", "--disagg"]  # fmt: skip
+            "--json", "--disagg", "--every-layout"]  # fmt: skip
     for engine in ("sglang", "trtllm", "vllm"):
         res = CliRunner().invoke(app, [*plan, "--launch", engine])
         assert res.exit_code == 0, res.output

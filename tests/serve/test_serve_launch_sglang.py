@@ -244,7 +244,7 @@ def test_cli_serve_plan_launch_is_the_first_layout() -> None:
 
 PLAN = ["serve", "plan", "--ttft-p90", "2", "--tpot-p90", "0.05", "--rate", "4",
         "--num-requests", "60", "--max-gpus", "2", "--processes", "1", "--top", "50",
-        "--json"]  # fmt: skip
+        "--every-layout", "--json"]  # fmt: skip
 
 
 def test_cli_serve_plan_searches_what_sglang_runs() -> None:

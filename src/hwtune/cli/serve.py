@@ -823,6 +823,14 @@ def plan_cmd(
             "it stopped)"
         ),
     ] = PLAN_MAX_LAYOUTS,
+    every_layout: Annotated[
+        bool,
+        typer.Option(
+            "--every-layout",
+            help="simulate and rank every layout up to --max-gpus (default: stop at the fewest "
+            "GPUs that meet the SLOs)",
+        ),
+    ] = False,
     ttft_p90: Annotated[float | None, typer.Option(help="SLO: p90 TTFT, seconds")] = None,
     tpot_p90: Annotated[float | None, typer.Option(help="SLO: p90 TPOT, seconds")] = None,
     e2e_p90: Annotated[float | None, typer.Option(help="SLO: p90 E2E, seconds")] = None,
@@ -942,7 +950,7 @@ def plan_cmd(
                        processes, correction=corr, margin=margin == "likely", ray_address=ray,
                        progress=cb, keep=keep, keep_layout=keep_layout,
                        disagg_router=disagg_router, saturation=sat,
-                       max_layouts=max_layouts)  # fmt: skip
+                       max_layouts=max_layouts, every_layout=every_layout)  # fmt: skip
     except HwtuneInputError as e:
         fail(e)
     best = [r.to_dict() for r in res[:top] if r.meets]
@@ -967,6 +975,7 @@ def plan_cmd(
                "candidates": len(res), "searched_gpus": max(r.gpus for r in res),
                "skipped_alike": sat.skipped,
                "max_gpus": max_gpus, "max_layouts": max_layouts,
+               "every_layout": every_layout,
                "max_model_len": base.context_limit,
                "best": best, "margin": margin,
                "correction": corr.model_dump() if corr is not None else None,
@@ -985,7 +994,8 @@ def plan_cmd(
         title += (f" ({sat.skipped} more with more replicas than a smaller one's simulation "
                   "used: they run alike)")  # fmt: skip
     if searched < max_gpus:
-        title += f" (the search stops at the fewest that meet the SLOs; --max-gpus {max_gpus})"
+        title += (f" (the search stops at the fewest that meet the SLOs; --max-gpus {max_gpus}, "
+                  "--every-layout to rank every layout)")  # fmt: skip
     if corr is not None:
         title += f" (latencies corrected by {corr.runs} measured runs, tier 3)"
     if margin == "likely":

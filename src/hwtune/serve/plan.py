@@ -393,6 +393,41 @@ def _evaluate(
                       falls_behind=behind)  # fmt: skip
 
 
+def _run_batch(
+    run: Callable,
+    jobs: list[tuple],
+    before: int,
+    progress: Callable[[int, int], None] | None,
+    stop: bool = True,
+) -> list[PlanResult]:
+    """The results of a batch's layouts (``jobs``, fewest GPUs first); with ``stop``, only up to
+    the fewest GPUs on which one meets the SLOs (all of them where none does). The workers take the jobs in
+    order; once a layout meets the SLOs on ``g`` GPUs and every layout on at most ``g`` has
+    been simulated, the ones on more GPUs are cancelled (a worker busy with one finishes it,
+    and its result is dropped, so the answer does not depend on the workers' timing): a batch
+    of one to eight GPUs whose answer is two simulated every layout before."""
+    got: dict[int, PlanResult] = {}
+    fewest = math.inf  # GPUs of the smallest layout found to meet the SLOs
+    need = len(jobs)  # jobs to wait for: those on at most `fewest` GPUs
+    have = 0  # of them, those done
+    it = run(_evaluate, jobs)
+    try:
+        for i, r in it:
+            told = (have, need)
+            got[i] = r
+            if stop and r.meets and r.gpus < fewest:
+                fewest = r.gpus
+                need = sum(1 for d, *_ in jobs if d.gpus <= fewest)
+            have = sum(1 for j in got if jobs[j][0].gpus <= fewest)
+            if progress and (have, need) != told:  # a dropped result moves nothing
+                progress(before + have, before + need)
+            if have == need:
+                break
+    finally:
+        it.close()  # cancels the jobs not begun
+    return [got[i] for i in sorted(got) if jobs[i][0].gpus <= fewest]
+
+
 def plan(
     base: ReplicaConfig,
     workload: Workload,
@@ -411,6 +446,7 @@ def plan(
     disagg_router: str = "least-tokens",
     saturation: ReplicaSaturation | None = None,
     max_layouts: int | None = None,
+    every_layout: bool = False,
 ) -> list[PlanResult]:
     """Simulate the candidates (in parallel) and return them best first: those that meet the
     SLO by GPUs (or cost), then the rest by how far they miss. Raises `HwtuneInputError` with the
@@ -432,7 +468,10 @@ def plan(
     but for those that would simulate alike to a smaller one (`ReplicaSaturation`: more
     replicas than a simulation used; pass one to learn how many were left out). With
     ``max_layouts``, no further batch begins once that many layouts have been simulated: the
-    answer then covers the GPU counts searched, which the refusal names."""
+    answer then covers the GPU counts searched, which the refusal names. Within a batch the
+    layouts on more GPUs than the first answer are cancelled (`_run_batch`). ``every_layout``
+    simulates every layout up to ``max_gpus`` (less those `ReplicaSaturation` finds alike)
+    and ranks them all: the alternatives on more GPUs, at their throughput."""
     if objective not in ("gpus", "cost"):
         raise HwtuneInputError("objective", objective, "gpus or cost")
     if margin and correction is not None:
@@ -475,22 +514,20 @@ def plan(
     stopped = 0  # the GPU counts searched when max_layouts stopped the search (0: it did not)
     with job_runner(processes, ray_address, "spawn") as run:  # one pool for every batch
         while todo:
+            skipped_by = {todo[0].gpus: sat.skipped}  # sat.skipped once each tier was built
             while len(todo) < batch:  # whole GPU counts, fewest first
                 more = next(tiers, None)
                 if more is None:
                     break
                 todo += more
+                skipped_by[more[0].gpus] = sat.skipped
             jobs = [(d, workload, slo, correction, margin) for d in todo]
-            got: list[PlanResult] = [None] * len(jobs)  # type: ignore[list-item]
-            before = len(results)
-            for done, (i, r) in enumerate(run(_evaluate, jobs), 1):
-                got[i] = r
-                if progress:
-                    progress(before + done, before + len(jobs))
+            got = _run_batch(run, jobs, len(results), progress, stop=not every_layout)
             results += got
             for r in got:
                 sat.note(r)
-            if any(r.meets for r in got):  # every smaller layout has been simulated
+            if not every_layout and any(r.meets for r in got):  # every smaller one was run
+                sat.skipped = skipped_by[max(r.gpus for r in got)]  # none past the answer
                 break
             skipped = sat.skipped
             todo = next(tiers, None)
