@@ -77,6 +77,8 @@ def test_engine_overhead_is_a_serve_profile(ref, synthetic):
     _t1, t2 = synthetic
     eng = ref.engine_overhead(t2, batch=4)
     assert eng.fused_elementwise is False and "transformers" in eng.source
+    # the device measured on is recorded, so that `serve --profile` refuses it on another GPU
+    assert eng.device == t2.name
     assert 0 < eng.host_overhead_per_iteration_s < ref.decode(8, 512).median_s
     spec = model_spec(TINY)
     base = IterationModel(ReplicaConfig(model=spec, device=t2), dtype="fp32")

@@ -138,6 +138,35 @@ def default_dtypes(kind: str, skips: list[Skip] | None = None) -> tuple[str, ...
     return ("fp32",)
 
 
+BUSY_LOAD_PER_CPU = 0.5
+"""The 1-minute load average per usable CPU above which a CPU run timed by the wall clock is said
+to share its CPUs: with other work runnable, a multi-threaded op waits for its slowest thread's
+next time slice (calls of 12-34 ms for ops of 0.5 ms were seen on 2 loaded cores), and those
+waits become the measurement."""
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average, None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def _busy_cpu_note(backend: object, load: float | None) -> str:
+    """A warning for a CPU run timed by the wall clock while other work loads the CPUs (the
+    load average before this process started measuring, per usable CPU, above
+    `BUSY_LOAD_PER_CPU`), or '' (a GPU, the CPU clock, a quiet or unknown load)."""
+    if load is None or getattr(backend, "is_gpu", False) or backend.clock != "wall":  # type: ignore[attr-defined]
+        return ""
+    n = cpu_count()
+    if load <= BUSY_LOAD_PER_CPU * n:
+        return ""
+    return (f"warning: load average {load:.1f} on {n} usable CPUs: other work shares them, and "
+            "wall-clock timings of multi-threaded ops catch its time slices; measure on a quiet "
+            "machine, or with --threads 1 (timed by this process's CPU clock)")  # fmt: skip
+
+
 def run_bench(
     cfg: BenchConfig,
     progress: Callable[[str], None] | None = None,
@@ -148,18 +177,24 @@ def run_bench(
     The budget covers the whole run from ``started`` (a `time.perf_counter` reading; default:
     now; the CLI passes its own start, so importing torch counts): the backend's detection,
     every section (the collectives' process start-up included) and building the profile. Each
-    section gets a share of what is left when it starts; the smallest shape of each curve runs
-    even past it (no empty curve)."""
+    section gets a share of what is left when it starts; the smallest shape of each GEMM,
+    elementwise and attention curve runs even past it (no empty curve), and collectives the
+    budget leaves no time for are skipped. A CPU timed by the wall clock while other work loads
+    it is warned about (`_busy_cpu_note`), and the load average is recorded."""
     cfg.validate()
     say = progress or (lambda _: None)
     t_start = time.perf_counter() if started is None else started
     skips: list[Skip] = []
+    load_before = _load_average()
     try:
         backend = detect_backend(cfg.device, cfg.threads, cfg.clock)
     except RuntimeError as e:
         raise HwtuneInputError("device", cfg.device, str(e)) from None
     except ValueError as e:
         raise HwtuneInputError("clock", cfg.clock, str(e)) from None
+    busy = _busy_cpu_note(backend, load_before)
+    if busy:
+        say(busy)
     # read before the minutes of measuring: a bad file fails at once
     collectives = _read_collectives(cfg.collectives_from, skips) if cfg.collectives_from else None
     total = Budget(cfg.budget_s or MODES[cfg.mode], start=t_start)
@@ -201,6 +236,11 @@ def run_bench(
         elif section == "collectives":
             if collectives is not None:
                 doc["collectives"] = collectives
+            elif not backend.is_gpu and cfg.ranks is None and cpu_count() < ranks:
+                # the default 2 gloo ranks on one usable CPU would time-slice, as --ranks 2
+                # is refused for (the scheduler measured, not the link)
+                skips.append(Skip("collectives", f"{ranks} gloo ranks", f"{cpu_count()} usable "
+                                  "CPU: the ranks would time-slice (run on 2 CPUs or more)"))  # fmt: skip
             else:
                 doc["collectives"] = bench_collectives(
                     backend, ranks, cfg.mode, b, skips, say, timings=coll_timings
@@ -209,6 +249,11 @@ def run_bench(
     software = software_versions(backend)
     software["mode"] = cfg.mode
     software["clock"] = backend.clock
+    if load_before is not None:  # other work on the CPU: how loaded it was, before and after
+        software["load_average_1min_before"] = round(load_before, 2)
+        software["load_average_1min_after"] = round(_load_average() or 0.0, 2)
+    if busy:
+        software["load_warning"] = busy
     for k, v in timings.items():
         software[f"seconds_{k}"] = v
     if "startup" in coll_timings:  # of the collectives' seconds, the ranks' start-up

@@ -379,6 +379,8 @@ class ServingReference:
             one, many = one - k1, many - kb
             note = f"measured minus the tiny model's kernels on {device.name} ({k1 * 1e3:.3f} ms)"
         return CalibrationProfile(
+            # the device measured on: `serve --profile` refuses the overheads on another one
+            device=None if device is None else device.name,
             host_overhead_per_iteration_s=max(0.0, one),
             host_overhead_per_sequence_s=max(0.0, (many - one) / (batch - 1)),
             fused_elementwise=False,

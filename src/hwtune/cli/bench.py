@@ -50,8 +50,9 @@ def bench_cmd(
         typer.Option(
             help="wall-clock budget in seconds for the whole command, from its start to the "
             "profile written: importing torch, detecting the device, every section (the "
-            "collectives' process start-up included); the smallest shape of each curve runs "
-            "even past it (default: 110 quick, 1800 thorough)"
+            "collectives' process start-up included); the smallest shape of each GEMM, "
+            "elementwise and attention curve runs even past it, collectives it leaves no time "
+            "for are skipped (default: 110 quick, 1800 thorough)"
         ),
     ] = None,
     clock: Annotated[
@@ -107,6 +108,9 @@ def bench_cmd(
         write_profile(res.document, output)
     except HwtuneInputError as e:
         fail(e)
+    busy = res.document["software"].get("load_warning")
+    if busy:  # after the run too: the spinner's line is gone by now
+        sys.stderr.write(busy + "\n")
     if as_json:
         doc = res.summary()
         doc["output"] = str(output)

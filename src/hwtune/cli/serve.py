@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hwtune.cli.parsing import fail
+from hwtune.cli.parsing import fail, output_path
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.accuracy import accuracy_for as serve_accuracy
 from hwtune.serve.accuracy import clients_per_replica, likely_range, record_scope
@@ -137,7 +137,14 @@ MaxModelLen = Annotated[
     typer.Option(help="longest request, prompt + output tokens (default: the model's context)"),
 ]
 Replicas = Annotated[int, typer.Option(help="replicas behind the router")]
-Profile = Annotated[Path | None, typer.Option(help="tier-2 calibration profile (YAML/JSON)")]
+Profile = Annotated[
+    Path | None,
+    typer.Option(
+        help="serve profile (YAML/JSON): measured efficiencies and engine host overheads, as "
+        "`python -m hwtune.calibrate.serving_reference --engine` writes (a `hwtune bench` "
+        "profile goes to --gpu)"
+    ),
+]
 WoKernel = Annotated[
     str | None,
     typer.Option(
@@ -665,7 +672,7 @@ def serve(
         return
     from dataclasses import replace
 
-    from hwtune.cli.parsing import output_path, plot_suffixes
+    from hwtune.cli.parsing import plot_suffixes
     from hwtune.cli.plan import progress_bar
     from hwtune.report.serve_requests import SUFFIXES, write_requests
     from hwtune.serve.config import Deployment
@@ -1028,7 +1035,6 @@ def calibrate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Fit a tier-3 correction (TTFT, TPOT) to your own measured runs of one engine and model."""
-    from hwtune.cli.parsing import output_path
     from hwtune.cli.plan import progress_bar
     from hwtune.serve.correction import fit_correction, save_correction
     from hwtune.serve.measured_runs import load_runs, simulate_run
@@ -1121,7 +1127,13 @@ def measure_cmd(
     ep: Annotated[int, typer.Option(help="the server's expert parallelism (recorded)")] = 1,
     dp_attention: Annotated[int, typer.Option(help="the server's attention DP (recorded)")] = 1,
     endpoint: Annotated[str, typer.Option(help="completions path")] = "/v1/completions",
-    timeout: Annotated[float, typer.Option(help="seconds per request")] = 600.0,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help="seconds the client waits for each read of a response (a stream that keeps "
+            "sending tokens is not cut off)"
+        ),
+    ] = 600.0,
     extra_body: Annotated[
         str | None,
         typer.Option(
@@ -1214,12 +1226,9 @@ def measure_cmd(
                         raise HwtuneInputError("out", str(out), f"a runs CSV without C={c} "
                                                f"in={i} out={o} on this layout to append it to "
                                                f"(line {have[key]} has it)")  # fmt: skip
-            try:
-                with out.open("a" if exists else "w", newline="") as f:
-                    if not exists:
-                        csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS)).writeheader()
-            except OSError as e:
-                raise HwtuneInputError("out", str(out), f"a writable file ({e.strerror})") from None
+            else:  # written (header first) when the first run lands: a run that fails, or a
+                # server that does not answer, leaves a file that was there as it was
+                output_path(out, "out")
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -1232,9 +1241,12 @@ def measure_cmd(
                                          lambda t=task: bar.advance(t))  # fmt: skip
                 results.append(res)
                 if out is not None and not res.failures:  # each run as it ends
-                    with out.open("a", newline="") as f:
-                        row = eb.csv_row(res, tp, pp, ep, dp_attention)
-                        csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS)).writerow(row)
+                    with out.open("a" if exists else "w", newline="") as f:
+                        writer = csv.DictWriter(f, fieldnames=list(eb.CSV_COLUMNS))
+                        if not exists:
+                            writer.writeheader()
+                            exists = True
+                        writer.writerow(eb.csv_row(res, tp, pp, ep, dp_attention))
     except HwtuneInputError as e:
         fail(e)
     rows = [r for r in results if not r.failures]

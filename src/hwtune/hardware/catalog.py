@@ -47,6 +47,7 @@ def get_device(name_or_path: str | Device) -> Device:
     key = _norm(name_or_path)
     if key in _index():
         return devices()[_index()[key]]
-    if name_or_path.endswith((".yaml", ".yml")) or Path(name_or_path).is_file():
+    # a device file or a `hwtune bench` profile (.json too): a missing one says so
+    if name_or_path.endswith((".yaml", ".yml", ".json")) or Path(name_or_path).is_file():
         return load_device_file(name_or_path)
     raise unknown_name("gpu", name_or_path, devices().keys())

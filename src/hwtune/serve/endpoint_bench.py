@@ -77,7 +77,8 @@ class Endpoint:
                 "url", self.url, "an http:// or https:// URL of an OpenAI-compatible server"
             )
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise HwtuneInputError("timeout", self.timeout_s, "a positive number of seconds")
+            raise HwtuneInputError("timeout", self.timeout_s, "a positive finite number of "
+                                   "seconds (a wait for each read of a response)")  # fmt: skip
         if not self.path.startswith("/"):
             raise HwtuneInputError("endpoint", self.path, "a path starting with /")
 
@@ -430,9 +431,11 @@ def run_closed_loop(
     try:
         first = send_request(ep, conn, jobs[0]) if w else None
     except ServerError as e:
-        raise HwtuneInputError(
-            "served-model/endpoint", f"{ep.model or '(none)'} at {ep.url}{ep.path}",
-            f"a model and endpoint the server accepts; it answered {e}",
+        raise HwtuneInputError(  # the model, the endpoint or the lengths: the server's words say
+            "request", f"{ep.model or '(no model)'} at {ep.url}{ep.path}, a prompt of "
+            f"{int(p[0])} tokens and {int(o[0])} out",
+            f"one the server accepts (--served-model, --endpoint, --input-len, --output-len); "
+            f"it answered {e}",
         ) from None  # fmt: skip
     except (OSError, http.client.HTTPException) as e:
         raise HwtuneInputError("url", ep.url, f"a server that answers ({e!r})") from None

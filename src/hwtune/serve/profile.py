@@ -28,17 +28,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from hwtune.hardware.cluster import Cluster
 from hwtune.hardware.device import Device
+from hwtune.hardware.profile import POINT_CONFIG
 from hwtune.structured_file import read_model
 
 
 class CalibrationProfile(BaseModel):
     """Measured figures of one device (see the module docstring for the file format)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict and finite, as a bench profile's points (a hand-edited `.inf` overhead simulated
+    # every request at inf s, a quoted '0.7' was read as 0.7)
+    model_config = POINT_CONFIG
 
     device: str | None = None
     gemm_efficiency: float | None = Field(default=None, gt=0, le=1)
