@@ -9,7 +9,7 @@ from hwtune.optim.adamw import AdamW
 from hwtune.optim.checkpoint import export_fp32_state_dict, load_fp32_state_dict
 from hwtune.optim.footprint import Footprint, measure_footprint
 from hwtune.optim.lion import Lion
-from hwtune.optim.numerics import UpdateTooSmallWarning
+from hwtune.optim.numerics import DecayTooSmallWarning, UpdateTooSmallWarning
 from hwtune.optim.optimizer import CompactOptimizer
 from hwtune.optim.sgd import SGD
 
@@ -17,6 +17,7 @@ __all__ = [
     "SGD",
     "AdamW",
     "CompactOptimizer",
+    "DecayTooSmallWarning",
     "Footprint",
     "Lion",
     "UpdateTooSmallWarning",

@@ -34,6 +34,7 @@ from hwtune.optim.optimizer import (
     _group_field,
     _nonnegative,
     _positive,
+    decoupled_decay_step,
 )
 
 
@@ -121,6 +122,11 @@ class AdamW(CompactOptimizer):
             math.sqrt(1.0 - beta2**step),
             1.0 if group["amsgrad"] else 0.0,
         )
+
+    def weight_decay_step(self, group: dict[str, Any]) -> tuple[float, str]:
+        """AdamW's decay is decoupled (theta (1 - lr wd), applied whatever the gradient): r = lr wd
+        (`CompactOptimizer.weight_decay_step`)."""
+        return decoupled_decay_step(group)
 
     @staticmethod
     def rule(

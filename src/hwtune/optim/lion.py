@@ -26,6 +26,7 @@ from hwtune.optim.optimizer import (
     _flag,
     _group_field,
     _nonnegative,
+    decoupled_decay_step,
 )
 
 
@@ -65,6 +66,11 @@ class Lion(CompactOptimizer):
         """(lr, beta1, beta2, weight decay)."""
         beta1, beta2 = group["betas"]
         return (float(group["lr"]), beta1, beta2, group["weight_decay"])
+
+    def weight_decay_step(self, group: dict[str, Any]) -> tuple[float, str]:
+        """Lion's decay is decoupled (theta (1 - lr wd), applied whatever the gradient): r = lr wd
+        (`CompactOptimizer.weight_decay_step`)."""
+        return decoupled_decay_step(group)
 
     @staticmethod
     def rule(

@@ -43,6 +43,8 @@ and GPU.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 #: bits of master precision -> correction dtype (16 means no correction: the parameter is the master)
@@ -65,6 +67,30 @@ def correction_dtype(param_dtype: torch.dtype, master_weight_bits: int) -> torch
     if param_dtype == torch.float32:
         return None
     return CORRECTION_DTYPES[master_weight_bits]
+
+
+def significant_bits(param_dtype: torch.dtype, corr_dtype: torch.dtype | None) -> int:
+    """Significant bits ``p`` of the master held by a ``param_dtype`` parameter and a
+    ``corr_dtype`` correction (None: the parameter alone), implicit leading bit included:
+
+        p = min(p_param + bits(corr), 24)
+
+    Each correction counts in units of ``2^-bits(corr)`` of the parameter's ULP (bf16: the
+    ``M24`` / ``M`` splits above; fp16: ``k``), so it extends the parameter's significand by its
+    own width; the update runs in fp32, which keeps 24. Hence bf16 (p_param 8): 8 alone, 16 with
+    int8, 24 with int16 (exact fp32); fp16 (11): 11, 19, and 24 (27 capped by the fp32
+    arithmetic); fp32 (24, no correction): 24. The bf16 + int8 value agrees with
+    `REL_ERROR_24` = 2^-p. For fp16 this holds in its normal range (|x| >= 2^-14): below,
+    ULP(x') stops shrinking, and the master keeps fewer significant bits."""
+    own = 1 - int(math.log2(torch.finfo(param_dtype).eps))  # eps = 2^-(p - 1), a power of two
+    extra = 0 if corr_dtype is None else torch.iinfo(corr_dtype).bits
+    return min(own + extra, 1 - int(math.log2(torch.finfo(torch.float32).eps)))
+
+
+def master_significant_bits(param_dtype: torch.dtype, master_weight_bits: int) -> int:
+    """`significant_bits` of the master an optimizer keeps for a ``param_dtype`` parameter with
+    ``master_weight_bits`` (16, 24 or 32; fp32 parameters keep no correction: 24)."""
+    return significant_bits(param_dtype, correction_dtype(param_dtype, master_weight_bits))
 
 
 def split_bf16(master: torch.Tensor, corr_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,6 +39,7 @@ from hwtune.optim.optimizer import (
     _group_field,
     _nonnegative,
     _unit,
+    decoupled_decay_step,
 )
 
 
@@ -189,6 +190,25 @@ class SGD(CompactOptimizer):
             0.0 if decoupled else wd,
             wd if decoupled else 0.0,
             1.0 if group["nesterov"] else 0.0,
+        )
+
+    def weight_decay_step(self, group: dict[str, Any]) -> tuple[float, str]:
+        """The relative step weight decay alone makes on a weight whose gradient is zero
+        (`CompactOptimizer.weight_decay_step`): lr wd when decoupled (SGDW) or without momentum
+        (L2: theta - lr wd theta); with momentum mu and dampening d, L2 decay goes through the
+        buffer and reaches lr wd max(1, (1 - d) / (1 - mu)) on a weight that does not move (the
+        buffer's first step is undampened, its fixed point (1 - d) wd theta / (1 - mu); Nesterov,
+        with d = 0, tends to the same). Where the gradient is non-zero, L2 decay is part of the
+        update `UpdateTooSmallWarning`'s check compares."""
+        if group["decoupled_weight_decay"]:
+            return decoupled_decay_step(group)
+        lr, wd, mu = float(group["lr"]), float(group["weight_decay"]), group["momentum"]
+        keep = (1.0 - group["dampening"]) / (1.0 - mu) if mu else 1.0
+        if keep <= 1.0:
+            return lr * wd, f"lr {lr:g} x weight_decay {wd:g} (L2)"
+        return lr * wd * keep, (
+            f"lr {lr:g} x weight_decay {wd:g} x (1 - dampening {group['dampening']:g}) / "
+            f"(1 - momentum {mu:g}) (L2, through the momentum buffer)"
         )
 
     @staticmethod
