@@ -130,7 +130,7 @@ def compile_cmd(
     base: dict | None = None
     try:
         if trace is not None:  # a path that cannot be written fails now, not after the work
-            output_path(trace, "--trace")
+            output_path(trace, "--trace", ("json",))
         if gantt is not None:
             output_path(gantt, "--gantt", plot_suffixes())
         if zero is not None and zero < 0:  # -1 is the spec's "default" sentinel, not a stage

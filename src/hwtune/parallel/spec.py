@@ -234,7 +234,10 @@ def spec_fields(data: dict | None = None, **fields: object) -> dict:
     """The mapping `make_spec` validates: ``data`` with the keywords that are not None over
     it, degrees under ``mesh`` and ``vpp`` under ``schedule`` (the YAML form's shorthands
     ``dp: 2``, ``schedule: 1f1b`` and ``vpp: 2`` spelled out); nothing checked but the shape
-    of ``mesh``."""
+    of ``mesh``; a shorthand in ``data`` that says otherwise than its spelled-out field
+    (``dp: 2`` beside ``mesh: {dp: 4}``) is refused, as is a schedule that gives both a
+    ``name`` and an explicit ``actions`` list (the list is what runs)."""
+    _refuse_contradictions(data or {})
     d = dict(data or {})
     d.update({k: v for k, v in fields.items() if v is not None})
     mesh = d.pop("mesh", {}) or {}
@@ -256,6 +259,29 @@ def spec_fields(data: dict | None = None, **fields: object) -> dict:
             )
         d["schedule"] = {**sched, "vpp": d.pop("vpp")}
     return d
+
+
+def _refuse_contradictions(data: dict) -> None:
+    """One strategy file saying two things: a top-level degree or ``vpp`` beside a different
+    ``mesh``/``schedule`` value, or a schedule ``name`` beside its explicit ``actions``."""
+    mesh = data.get("mesh")
+    if isinstance(mesh, dict):
+        for k in ("dp", "tp", "pp", "cp", "ep"):
+            if k in data and k in mesh and data[k] != mesh[k]:
+                raise HwtuneInputError(
+                    k, data[k], f"one {k} (the file also says mesh.{k}: {mesh[k]})"
+                )
+    sched = data.get("schedule")
+    if isinstance(sched, dict):
+        if "vpp" in data and "vpp" in sched and data["vpp"] != sched["vpp"]:
+            raise HwtuneInputError(
+                "vpp", data["vpp"], f"one vpp (the file also says schedule.vpp: {sched['vpp']})"
+            )
+        if "actions" in sched and "name" in sched:
+            raise HwtuneInputError(
+                "schedule.name", sched["name"],
+                "no name beside an explicit actions list (the list is the schedule that runs)",
+            )  # fmt: skip
 
 
 def read_spec_file(path: str | Path) -> dict:

@@ -76,15 +76,22 @@ def write_gantt(res: SimResult, path: str | Path, title: str = "") -> Path:
     ranks = sorted({s.op.rank for s in res.spans})
     scale, unit = (1e3, "ms") if res.step_time_s < 10 else (1.0, "s")
     fig, ax = plt.subplots(figsize=(14, 0.7 * len(ranks) + 1.6))
+    # one bar collection per rank, stream and kind (one per op made a 32k-op plan take minutes)
+    bars: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
     for s in res.spans:
         o = s.op
-        if o.stream == "p2p":
-            continue
-        y = -o.rank
-        h, y0 = (0.7, y - 0.35) if o.stream == "compute" else (0.18, y - 0.58)
-        w = (s.end - s.start) * scale
-        ax.broken_barh([(s.start * scale, w)], (y0, h), facecolors=COLORS.get(o.kind, "#aaaaaa"),
-                       edgecolor="white", linewidth=0.3)  # fmt: skip
+        if o.stream != "p2p":
+            bars.setdefault((o.rank, o.stream, o.kind), []).append(
+                (s.start * scale, (s.end - s.start) * scale)
+            )
+    for (rank, stream, kind), xs in bars.items():
+        y = -rank
+        h, y0 = (0.7, y - 0.35) if stream == "compute" else (0.18, y - 0.58)
+        ax.broken_barh(xs, (y0, h), facecolors=COLORS.get(kind, "#aaaaaa"), edgecolor="white",
+                       linewidth=0.3)  # fmt: skip
+    for s in res.spans:  # the micro-batch in each box wide enough to read it
+        o = s.op
+        y, w = -o.rank, (s.end - s.start) * scale
         if o.stream == "compute" and o.mb >= 0 and w > res.step_time_s * scale / 120:
             ax.text(
                 s.start * scale + w / 2,
@@ -98,7 +105,8 @@ def write_gantt(res: SimResult, path: str | Path, title: str = "") -> Path:
     ax.set_yticks([-r for r in ranks], [f"rank {r}" for r in ranks])
     ax.set_xlabel(f"time ({unit})")
     ax.set_xlim(0, res.step_time_s * scale)
-    kinds = [k for k in COLORS if any(s.op.kind == k and s.op.stream != "p2p" for s in res.spans)]
+    drawn = {kind for _, _, kind in bars}
+    kinds = [k for k in COLORS if k in drawn]
     ax.legend(handles=[Patch(color=COLORS[k], label=k) for k in kinds], ncol=len(kinds),
               loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(ranks) < 4 else -0.12), fontsize=7)  # fmt: skip
     ax.set_title(title or f"step {res.step_time_s * scale:.1f} {unit}")

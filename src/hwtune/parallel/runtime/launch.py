@@ -193,7 +193,9 @@ def run_config(
     orders = None
     if mesh.pp > 1:
         if spec.explicit:
-            orders = {r: [str(a) for a in v] for r, v in orders_for(spec, ()).items()}
+            compiled = orders_for(spec, ())
+            _check_loss_order(compiled, chunks - 1)
+            orders = {r: [str(a) for a in v] for r, v in compiled.items()}
         else:
             gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
             orders = {r: [str(a) for a in v] for r, v in gen.items()}
@@ -214,6 +216,22 @@ def run_config(
                      stage_layers=stage_layers, orders=orders, recompute=recompute,
                      placement=placement, bidirectional=bidirectional, steps=steps,
                      seed=seed, device=device)  # fmt: skip
+
+
+def _check_loss_order(orders, last: int) -> None:  # noqa: ANN001
+    """torch's schedule runtime keeps the last stage's losses in the order its forwards ran and
+    finds micro-batch i's at position i (``_maybe_get_loss``): an explicit order whose last
+    stage runs its forwards out of micro-batch order is refused here, one line, before any
+    process starts (it would crash the run, or pair a backward with another micro-batch's
+    loss)."""
+    for r, v in orders.items():
+        fwd = [p.mb for a in v for p in a.parts if p.stage == last and p.kind == "F"]
+        if fwd and fwd != sorted(fwd):
+            raise HwtuneInputError(
+                f"schedule.actions.{r}", " ".join(str(a) for a in v),
+                f"the forwards of stage {last} (it computes the loss) in micro-batch order "
+                f"({', '.join(f'{last}F{m}' for m in sorted(fwd))}) for a run",
+            )  # fmt: skip
 
 
 def _check_fold(spec, plans) -> None:  # noqa: ANN001

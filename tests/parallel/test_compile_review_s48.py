@@ -1,0 +1,91 @@
+"""A user's review of ``hwtune compile`` (session 48): the Gantt draws every span once, grouped
+per rank, stream and kind (one bar call per op took minutes on a 32k-op plan); ``--trace`` is a
+Chrome/Perfetto JSON, so another suffix is refused before the work; a strategy file that says two
+things (``dp: 2`` beside ``mesh: {dp: 4}``, ``vpp`` beside another ``schedule.vpp``, a schedule
+``name`` beside explicit ``actions``) is refused, naming the field."""
+
+from __future__ import annotations
+
+import matplotlib.axes
+import pytest
+from typer.testing import CliRunner
+
+from hwtune.errors import HwtuneInputError
+from hwtune.parallel import compile_and_simulate
+from hwtune.parallel.spec import make_spec
+from hwtune.report.parallel_trace import write_gantt
+
+
+def _invoke(args: list[str]):
+    from hwtune.cli.main import app
+
+    return CliRunner().invoke(app, ["compile", *args])
+
+
+def test_gantt_draws_every_non_p2p_span_once(tmp_path, monkeypatch):
+    _, res = compile_and_simulate(
+        "llama3.1-8b", make_spec(pp=4, dp=2, global_batch=16, seq=2048, schedule="zb-h1")
+    )
+    drawn: list[tuple[float, float]] = []
+    real = matplotlib.axes.Axes.broken_barh
+
+    def spy(self, xranges, yrange, **kw):
+        drawn.extend(xranges)
+        return real(self, xranges, yrange, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "broken_barh", spy)
+    png = write_gantt(res, tmp_path / "g.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    want = [s for s in res.spans if s.op.stream != "p2p"]
+    assert len(drawn) == len(want)
+    scale = 1e3 if res.step_time_s < 10 else 1.0
+    assert sum(w for _, w in drawn) == pytest.approx(
+        sum((s.end - s.start) * scale for s in want), rel=1e-9
+    )
+    assert sorted(x for x, _ in drawn) == pytest.approx(sorted(s.start * scale for s in want))
+
+
+def test_trace_other_than_json_is_refused_before_the_work(tmp_path):
+    r = _invoke(["--pp", "2", "--global-batch", "4", "--trace", str(tmp_path / "t.png")])
+    assert r.exit_code == 2, r.output
+    assert "--trace" in r.output and ".json" in r.output
+    assert not (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "says"),
+    [
+        ("dp: 2\nmesh: {dp: 4, pp: 2}\nglobal_batch: 8\n", "mesh.dp", "mesh.dp: 4"),
+        (
+            "mesh: {pp: 2}\nvpp: 2\nschedule: {name: interleaved, vpp: 3}\nglobal_batch: 8\n",
+            "schedule.vpp",
+            "schedule.vpp: 3",
+        ),
+        (
+            "mesh: {pp: 2}\nglobal_batch: 2\nschedule: {name: gpipe, actions: "
+            "{0: [0F0, 0F1, 0B0, 0B1], 1: [1F0, 1B0, 1F1, 1B1]}}\n",
+            "schedule.name",
+            "actions",
+        ),
+    ],
+)
+def test_a_file_that_says_two_things_is_refused(tmp_path, text, field, says):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    r = _invoke(["--strategy", str(f)])
+    assert r.exit_code == 2, r.output
+    assert f"s.yaml.{field}" in r.output and says in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_the_same_value_twice_is_accepted():
+    spec = make_spec({"dp": 2, "mesh": {"dp": 2, "pp": 2}, "global_batch": 8})
+    assert spec.mesh.dp == 2 and spec.mesh.pp == 2
+
+
+def test_a_flag_over_a_file_shorthand_is_not_a_contradiction_in_the_file():
+    # spec_fields checks the file only: a keyword given beside it is the caller's override
+    spec = make_spec({"mesh": {"dp": 2}, "global_batch": 8}, dp=4)
+    assert spec.mesh.dp == 4
+    with pytest.raises(HwtuneInputError):
+        make_spec({"dp": 4, "mesh": {"dp": 2}, "global_batch": 8})
