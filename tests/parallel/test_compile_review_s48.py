@@ -2,16 +2,23 @@
 per rank, stream and kind (one bar call per op took minutes on a 32k-op plan); ``--trace`` is a
 Chrome/Perfetto JSON, so another suffix is refused before the work; a strategy file that says two
 things (``dp: 2`` beside ``mesh: {dp: 4}``, ``vpp`` beside another ``schedule.vpp``, a schedule
-``name`` beside explicit ``actions``) is refused, naming the field."""
+``name`` beside explicit ``actions``) is refused, naming the field; a pipeline send is priced on
+the network only across the boundary whose two ranks sit in two scale-up domains."""
 
 from __future__ import annotations
 
 import matplotlib.axes
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from hwtune.cost import collectives as coll
 from hwtune.errors import HwtuneInputError
+from hwtune.hardware.cluster import make_cluster
+from hwtune.model.catalog import get_model
 from hwtune.parallel import compile_and_simulate
+from hwtune.parallel.compiler import compile_plan
 from hwtune.parallel.spec import make_spec
 from hwtune.report.parallel_trace import write_gantt
 
@@ -89,3 +96,32 @@ def test_a_flag_over_a_file_shorthand_is_not_a_contradiction_in_the_file():
     assert spec.mesh.dp == 4
     with pytest.raises(HwtuneInputError):
         make_spec({"dp": 4, "mesh": {"dp": 2}, "global_batch": 8})
+
+
+# ---- pipeline sends priced per boundary: on the network only where two ranks' GPUs part ---------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 16), st.integers(0, 64), st.integers(0, 64), st.integers(1, 20))
+def test_crosses_domain_is_any_pair_in_two_domains(d, a, b, size):
+    cl = make_cluster("h100-sxm-80gb", 128 * d, gpus_per_node=d, scaleup_domain=d)
+    brute = any((a + j) // d != (b + j) // d for j in range(size))
+    assert cl.crosses_domain(a, b, size) == brute
+
+
+def test_only_the_boundary_between_nodes_is_priced_on_the_network():
+    # tp 2 x pp 8 on 8-GPU nodes: pipeline ranks 0-3 in node 0, 4-7 in node 1; only 3 <-> 4
+    # crosses (the estimator's old rule, tp·cp·dp >= domain, priced none of them on the network)
+    spec = make_spec(tp=2, pp=8, global_batch=16, seq=4096)
+    cl = make_cluster("h100-sxm-80gb", 16, nic_gbps=100)
+    plan = compile_plan(spec, get_model("llama3.1-8b"), cl)
+    sends = [o for o in plan.ops if o.stream == "p2p"]
+    assert sends
+    for o in sends:
+        crosses = {o.rank, o.peer} == {3, 4}
+        want = coll.send_recv_time(o.nbytes, crosses, cl)
+        assert o.seconds == pytest.approx(want), (o.label, o.rank, o.peer)
+    net = [o for o in sends if {o.rank, o.peer} == {3, 4}]
+    assert net and min(o.seconds for o in net) > 5 * max(
+        o.seconds for o in sends if {o.rank, o.peer} != {3, 4}
+    )

@@ -141,6 +141,18 @@ class Cluster(FrozenModel):
             bw /= self.oversubscription
         return Link(bw / max(share, 1.0), self.inter_latency_s)
 
+    def crosses_domain(self, first_a: int, first_b: int, size: int) -> bool:
+        """Whether two blocks of ``size`` consecutive ranks starting at ``first_a`` and
+        ``first_b`` (e.g. two pipeline ranks of tp x cp x dp GPUs each) talk across a scale-up
+        domain: rank ``first_a + j`` pairs with ``first_b + j``, and one pair in different
+        domains puts the exchange on the network."""
+        lo, hi = sorted((first_a, first_b))
+        if size < 1 or lo == hi:
+            return False
+        # pair j crosses iff a domain edge lies in (lo + j, hi + j]; over j in [0, size) these
+        # intervals join into (lo, hi + size - 1]
+        return (hi + size - 1) // self.domain != lo // self.domain
+
     def span(self, size: int, stride: int) -> GroupSpan:
         """Placement of a group of ``size`` ranks whose members are ``stride`` ranks apart."""
         if size <= 1:

@@ -139,7 +139,9 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     zero = spec.zero_stage
     ov = spec.overlap
-    pp_cross = mesh.tp * mesh.cp * mesh.dp >= cl.domain
+    per_rank = (
+        mesh.tp * mesh.cp * mesh.dp
+    )  # GPUs of one pipeline rank, consecutive (Megatron order)
 
     ops: list[Op] = []
 
@@ -280,12 +282,18 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                 )
 
     # ---- dependencies, sends
+    crosses: dict[tuple[int, int], bool] = {}  # per pair of pipeline ranks
+
     def link(src: Op, dst: Op, src_stage: int, dst_stage: int, kind: str) -> None:
         if srank[src_stage] == srank[dst_stage]:
             dst.deps.append((src.id, 1.0))
             return
         nb = costs[chunk_of[src_stage if kind == "SEND_F" else dst_stage]].p2p_bytes
-        snd = add(rank=srank[src_stage], kind=kind, stream="p2p", seconds=coll.send_recv_time(nb, pp_cross, cl),
+        a, b = srank[src_stage], srank[dst_stage]
+        if (a, b) not in crosses:
+            crosses[(a, b)] = cl.crosses_domain(a * per_rank, b * per_rank, per_rank)
+        cross = crosses[(a, b)]
+        snd = add(rank=srank[src_stage], kind=kind, stream="p2p", seconds=coll.send_recv_time(nb, cross, cl),
                   label=f"{src_stage}{kind}{src.mb if src.kind != 'FB' else ''}", stage=src_stage,
                   peer=srank[dst_stage], nbytes=nb, deps=[(src.id, 1.0)])  # fmt: skip
         snd.label = f"{src_stage}{kind}{dst.mb if kind == 'SEND_F' else src.mb}"
