@@ -240,7 +240,7 @@ def test_mlp_of_an_moe_model_is_refused(tmp_path, rejects):
             ["dualpipev"],
         ),
         (["--dp", "4", "--global-batch", "6"], "--global-batch", ["6"]),
-        (["--dp", "2", "--gpus", "3"], "mesh", ["3"]),
+        (["--dp", "2", "--gpus", "3"], "--gpus", ["3", "dp*tp*pp*cp = 2"]),
         (["--cp", "3", "--seq", "4096"], "seq", ["4096"]),
         (["--tp", "3"], "tp", ["3"]),
         (["--pp", "64"], "pp", ["64"]),

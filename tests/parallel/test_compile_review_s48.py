@@ -125,3 +125,62 @@ def test_only_the_boundary_between_nodes_is_priced_on_the_network():
     assert net and min(o.seconds for o in net) > 5 * max(
         o.seconds for o in sends if {o.rank, o.peer} != {3, 4}
     )
+
+
+# ---- errors name the flags (or the file's fields) the user gave, not the checks' internals ------
+@pytest.mark.parametrize(
+    ("args", "files", "head"),
+    [
+        (["--pp", "3", "--global-batch", "4", "--gpus", "4"], {}, "error: --gpus: got 4; "),
+        (
+            ["--pp", "16", "--vpp", "4", "--schedule", "interleaved", "--global-batch", "16"],
+            {},
+            "error: --pp x --vpp: got 64; ",
+        ),
+        (
+            ["--strategy", "{d}/v.yaml"],
+            {"v.yaml": "mesh: {pp: 16}\nschedule: {name: interleaved, vpp: 4}\nglobal_batch: 16\n"},
+            "error: v.yaml.mesh.pp x schedule.vpp: got 64; ",
+        ),
+        (
+            ["--pp", "2", "--gpus-per-node", "0", "--global-batch", "4"],
+            {},
+            "error: --gpus-per-node",
+        ),
+        (["--pp", "2", "--nic-gbps", "-1", "--global-batch", "4"], {}, "error: --nic-gbps: got -1"),
+        (
+            ["--cluster", "{d}/cl.yaml", "--pp", "2", "--global-batch", "4"],
+            {"cl.yaml": "device: h100-sxm-80gb\nn_gpus: 16\n"},
+            "error: cl.yaml n_gpus: got 16; ",
+        ),
+    ],
+)
+def test_mismatches_name_what_the_user_typed(tmp_path, args, files, head):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    r = _invoke([a.format(d=tmp_path) for a in args])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(head), r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_an_annotation_that_sets_nothing_is_refused(tmp_path):
+    f = tmp_path / "a.yaml"
+    f.write_text('mesh: {pp: 2}\nglobal_batch: 4\nmodules:\n  - {match: "layers[0:4]"}\n')
+    r = _invoke(["--strategy", str(f)])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(
+        "error: a.yaml.modules.0.match: got 'layers[0:4]'; expected a setting"
+    )
+
+
+def test_the_strategy_line_says_what_the_annotations_recompute(tmp_path):
+    f = tmp_path / "a.yaml"
+    f.write_text(
+        'mesh: {pp: 2}\nglobal_batch: 4\nmodules:\n  - {match: "layers[0:4]", recompute: full}\n'
+    )
+    r = _invoke(["--strategy", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "recompute=none (full on 4 of 32 layers)" in r.output
+    plain = _invoke(["--pp", "2", "--global-batch", "4"])
+    assert "recompute=none bf16" in plain.output

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from hwtune.cli.parsing import fail, output_path, plot_suffixes
+from hwtune.cli.parsing import CLUSTER_FLAGS, fail, output_path, plot_suffixes
 from hwtune.errors import HwtuneInputError
 
 GPU_DEFAULT = "h100-sxm-80gb"
@@ -48,7 +48,16 @@ def _named(e: HwtuneInputError, typed: set[str], gpus_typed: bool, strategy: Pat
         node = f"{cluster.name} gpus_per_node" if cluster is not None else "--gpus-per-node"
         expected = e.expected.replace("gpus_per_node", node)
         return HwtuneInputError("--gpus" if gpus_typed else "dp*tp*pp*cp", e.value, expected)
+    if cluster is None and e.field in ("cluster.gpus_per_node", "cluster.nic_gbps_per_gpu"):
+        return HwtuneInputError(CLUSTER_FLAGS[e.field], e.value, e.expected)
+    if e.field == "n_gpus":  # the cluster's count against the mesh's product
+        where = "--gpus" if gpus_typed or cluster is None else f"{cluster.name} n_gpus"
+        return HwtuneInputError(where, e.value, e.expected)
     path = e.field.removeprefix("strategy.")
+    if path == "pp*vpp":  # the stage count: from the flags typed, else the file's two fields
+        if strategy is not None and not typed & {"--pp", "--vpp"}:
+            return HwtuneInputError(f"{strategy.name}.mesh.pp x schedule.vpp", e.value, e.expected)
+        return HwtuneInputError("--pp x --vpp", e.value, e.expected)
     path = _ALIAS.get(path, path)
     flag = _FLAG_OF.get(path)
     if flag is not None and flag in typed:
@@ -60,6 +69,19 @@ def _named(e: HwtuneInputError, typed: set[str], gpus_typed: bool, strategy: Pat
     if flag is not None:
         return HwtuneInputError(flag, e.value, e.expected)
     return e
+
+
+def _annotated_recompute(spec, model) -> str:  # noqa: ANN001
+    """What the modules' annotations set apart from the strategy's recompute, for its line
+    (`` (full on 4 of 32 layers)``); empty where they set nothing else."""
+    from collections import Counter
+
+    from hwtune.parallel.spec import validate
+
+    layers = validate(spec, model)
+    other = Counter(lp.recompute for lp in layers if lp.recompute != spec.recompute)
+    parts = [f"{k} on {n} of {len(layers)} layers" for k, n in sorted(other.items())]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def compile_cmd(
@@ -238,7 +260,7 @@ def compile_cmd(
     m = spec.mesh  # the strategy as run: ZeRO's default resolved, the batch filled in
     print(f"  strategy: dp={m.dp} tp={m.tp} pp={m.pp} cp={m.cp} ep={m.ep} zero={spec.zero_stage} "
           f"mb={spec.micro_batch} gb={spec.global_batch_seqs} seq={spec.seq} "
-          f"recompute={spec.recompute} {spec.precision}")  # fmt: skip
+          f"recompute={spec.recompute}{_annotated_recompute(spec, spec_model)} {spec.precision}")  # fmt: skip
     mbs = "micro-batch" if plan.n_micro == 1 else "micro-batches"
     print(
         f"  stages {len(plan.stage_rank)} over pp={plan.pp}, {plan.n_micro} {mbs}, {len(plan.ops)} ops"

@@ -81,6 +81,14 @@ class ModuleAnnotation(BaseModel):
     )
     recompute: Recompute | None = None
 
+    @model_validator(mode="after")
+    def _sets_something(self) -> ModuleAnnotation:
+        if all(getattr(self, k) is None for k in ("tp", "stage", "ep", "placement", "recompute")):
+            raise HwtuneInputError(  # named under `modules.<i>.` by `from_validation_error`
+                "match", self.match, "a setting beside it: tp, stage, ep, placement or recompute"
+            )
+        return self
+
 
 class Overlap(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -550,9 +558,7 @@ def validate(
     """Check the spec against the model and the cluster; one-line errors; the resolved layers."""
     mesh = spec.mesh
     if n_gpus is not None and mesh.world != n_gpus:
-        raise HwtuneInputError(
-            "mesh", f"dp*tp*pp*cp = {mesh.world}", f"the cluster's {n_gpus} GPUs"
-        )
+        raise HwtuneInputError("n_gpus", n_gpus, f"the strategy's GPUs, dp*tp*pp*cp = {mesh.world}")
     if mesh.cp > 1 and spec.seq % (2 * mesh.cp):
         # load-balanced causal layout (Megatron-LM, TransformerEngine): 2*cp equal chunks,
         # chunks i and 2*cp-1-i on cp rank i (also for explicit schedules)
