@@ -21,6 +21,9 @@
   request finishes; nothing joins in between. It has no token budget: the batch's prompts
   run whole in one step whatever ``max_num_batched_tokens`` says (a static batch is bounded by
   requests, not tokens), where the whole-prompt iteration policies refuse a prompt over it.
+  The replica's memory (`memory.activation_bytes_per_gpu`) reserves one budget's activations, so
+  a static step longer than the budget is not charged the activations beyond it (stated in the
+  README: the baseline's KV capacity is optimistic for many long prompts).
 
 With ``ReplicaConfig.adp_balance_timeout_iters`` (TensorRT-LLM attention-DP balancing,
 ``PyExecutor._balance_adp_requests``): while at least one decoding request per attention-DP rank
