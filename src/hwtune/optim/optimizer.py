@@ -23,6 +23,8 @@ import inspect
 import itertools
 import math as pymath
 import numbers
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -340,6 +342,25 @@ def decoupled_decay_step(group: dict[str, Any]) -> tuple[float, str]:
     weight shrinks by r = lr wd per step, whatever its gradient."""
     lr, wd = float(group["lr"]), float(group["weight_decay"])
     return lr * wd, f"lr {lr:g} x weight_decay {wd:g}"
+
+
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` (counted from the caller of this function) of the first frame outside
+    hwtune.optim and torch: the user's ``optimizer.step()`` line, however many wrappers torch
+    put around it (an LR scheduler adds one; ``warnings.warn``'s ``skip_file_prefixes`` is
+    Python 3.12+)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        _INTERNAL_DIRS
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _decay_message(
@@ -1028,7 +1049,7 @@ class CompactOptimizer(torch.optim.Optimizer):
             f"value at step {step}; raise the learning rate or keep more master bits "
             "(master_weight_bits=32)",
             UpdateTooSmallWarning,
-            stacklevel=5,  # the caller of optimizer.step() (through torch's two wrappers)
+            stacklevel=_user_stacklevel(),  # the line that called optimizer.step()
         )
 
     def _warn_decay(self) -> None:
@@ -1058,7 +1079,7 @@ class CompactOptimizer(torch.optim.Optimizer):
                 warnings.warn(
                     _decay_message(gi, group, how, rate, p, *bits[p]),
                     DecayTooSmallWarning,
-                    stacklevel=5,  # the caller of optimizer.step() (through torch's two wrappers)
+                    stacklevel=_user_stacklevel(),  # the line that called optimizer.step()
                 )
 
     # --- checkpoints -----------------------------------------------------------------------------
