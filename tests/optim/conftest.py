@@ -18,3 +18,24 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def graphs(monkeypatch) -> list:
+    """The graphs `compiled_update_span` compiles while the test runs: its own settings with a
+    pass-through backend that counts them (no C++ compile; the eager ops run)."""
+    import functools
+
+    from hwtune.optim import optimizer as opt_mod
+
+    seen: list = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
+    torch._dynamo.reset()
+    yield seen
+    torch._dynamo.reset()

@@ -7,14 +7,11 @@ to start it (from zero, dampened) only at step 1."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from torch import nn
 
 from hwtune.optim import SGD
-from hwtune.optim import optimizer as opt_mod
 from hwtune.optim.optimizer import CHUNK
 
 #: a vector, a ragged matrix (not a whole number of groups), and more than one chunk
@@ -158,23 +155,6 @@ def test_paths_agree_through_a_start_and_a_pause():
             assert torch.equal(value, ob.state[b][key]), key
         assert _off(c, e, p0) < 0.01
         assert _off(e, r, p0) <= TOL
-
-
-@pytest.fixture
-def graphs(monkeypatch) -> list:
-    """The graphs `compiled_update_span` compiles while the test runs, through a pass-through
-    backend that counts them (no C++ compile; the eager ops run)."""
-    seen: list = []
-
-    def backend(gm, example_inputs):
-        seen.append(gm)
-        return gm.forward
-
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
-    torch._dynamo.reset()
-    yield seen
-    torch._dynamo.reset()
 
 
 def test_new_momentum_values_compile_nothing_new(graphs):

@@ -4,8 +4,6 @@ default): the state format, and so checkpoints, do not depend on the span."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -204,23 +202,6 @@ def test_buckets_take_few_calls(calls):
     assert len(calls) == 40 + 17
 
 
-@pytest.fixture
-def graphs(monkeypatch) -> list:
-    """The graphs `compiled_update_span` compiles while the test runs: its own settings with a
-    pass-through backend that counts them (no C++ compile; the eager ops run)."""
-    seen: list = []
-
-    def backend(gm, example_inputs):
-        seen.append(gm)
-        return gm.forward
-
-    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
-    monkeypatch.setattr(opt_mod, "_compiled_update_span", None)
-    torch._dynamo.reset()
-    yield seen
-    torch._dynamo.reset()
-
-
 def test_older_torch_gets_the_raised_recompile_limit(monkeypatch, graphs):
     """Where ``torch.compile`` takes no ``recompile_limit`` (torch 2.11 on the H200 hit dynamo's
     global 8 and ran the GPU step eagerly), dynamo's global limit is raised around our calls
@@ -263,15 +244,21 @@ def _gpt2_like(layers: int = 2, d: int = 128) -> tuple[int, ...]:
     return (*sizes, d, d)
 
 
-def test_compiled_spans_compile_a_handful_of_times(monkeypatch, graphs):
+def test_compiled_spans_compile_a_handful_of_times(graphs):
     """torch.compile over GPT-2-like shapes with CPU and GPU spans: few graphs, below dynamo's
     default limit of 8 per function (past which it silently runs eagerly); ragged sizes, one
     group and multi-chunk tails at an offset add a few more (this function's limit is raised
     where torch allows), then other sizes and span lengths add none; and the same weights as
     eager. `compiled_update_span`'s own settings, with a pass-through backend that counts graphs
     (no C++ compile)."""
-    # hitting the limit raises (the optimizer then turns compile off) instead of running eagerly
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    # hitting the limit raises (the optimizer then turns compile off) instead of running eagerly;
+    # torch's own patch: monkeypatch.setattr on a torch config module leaves the key hidden
+    # afterwards ("does not exist" to every later config.patch of it)
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        _compile_a_handful_of_times(graphs)
+
+
+def _compile_a_handful_of_times(graphs: list) -> None:
     for span in (CHUNK, GPU_SPAN, 4 * CHUNK):
         gpt = _run("adamw", torch.bfloat16, _gpt2_like(), 3, compile=True, span_elements=span)
         assert gpt[1].compile  # no fallback to eager
