@@ -80,13 +80,23 @@ def test_zero3_gathers_once_for_forward_once_for_recompute_and_backward(n, kw):
     plan = _plan(n, **kw)
     by_id = {o.id: o for o in plan.ops}
     serv = _gather_services(plan)
+    # a pipeline that torch.distributed.pipelining drives keeps a stage gathered from a
+    # backward to its next forward (s49: as the runtime's FSDP2 stages do): at most one gather
+    # each there, one for the first forward
+    pipelined = kw.get("pp", 1) > 1 and kw.get("schedule") != "dualpipe"
     for s in range(len(plan.stage_rank)):
         mbs = {mb for (_, st, mb) in serv if st == s}
         for mb in mbs:
             f, b = serv[("F", s, mb)], serv[("B", s, mb)]
+            if pipelined:
+                assert len(f) <= 1 and len(b) <= 1, (s, mb, f, b)
+                assert not f or f != b
+                continue
             # exactly one gather serves the forward and exactly one the backward (+ recompute)
             assert len(f) == 1 and len(b) == 1, (s, mb, f, b)
             assert f != b  # the forward's gather is not reused: ZeRO-3 frees after the forward
+        if pipelined:
+            assert len(serv[("F", s, min(mbs))]) == 1
     # every gather serves something, and carries the parameters of each chunk it serves: 2 bytes
     # (bf16) per local parameter, once per chunk
     served: dict[int, set[int]] = {}
@@ -97,6 +107,11 @@ def test_zero3_gathers_once_for_forward_once_for_recompute_and_backward(n, kw):
         if o.kind == "AG":
             assert o.id in served
             c = [plan.stages[k] for k in served[o.id]]
+            if pipelined:  # an overlapped pair gathers only the chunk not already whole
+                subsets = [c[:1], c[1:], c] if len(c) == 2 else [c]
+                assert any(o.nbytes == pytest.approx(2.0 * sum(x.dense_params + x.expert_params
+                                                              for x in cs)) for cs in subsets)  # fmt: skip
+                continue
             assert o.nbytes == pytest.approx(2.0 * sum(x.dense_params + x.expert_params for x in c))
     # a separate recompute waits on the backward's gather, as its backward does
     for o in plan.ops:

@@ -6,7 +6,11 @@
    user's explicit list, checked to run each stage's forward and backward once per micro-batch).
 4. Each action becomes a compute op; a stage boundary between ranks becomes a send on the p2p
    stream that the next stage's op waits for; data-parallel gradient reduction (all-reduce, or
-   reduce-scatter with ZeRO >= 1), parameter all-gathers (ZeRO >= 1 after the step, ZeRO-3 before
+   reduce-scatter with ZeRO >= 1; ZeRO-2 without a pipeline after every micro-batch's backward,
+   as it keeps only its gradient shard; a pipeline's ZeRO-3 stages once per stage and step, as
+   torch.distributed.pipelining reduces FSDP2 stages, gathering a stage for a forward or
+   backward that finds it sharded, a forward resharding it, a backward keeping it whole),
+   parameter all-gathers (ZeRO >= 1 after the step, ZeRO-3 before
    every forward and backward; a separate recompute ``R`` reruns the forward and needs the
    parameters too, so the backward's gather moves before it and serves both, as FSDP gathers
    again for the backward; an overlapped ``FB`` pair gathers both of its chunks) and the
@@ -122,6 +126,54 @@ def _check_recompute(
                     )  # fmt: skip
 
 
+def _pipelined_gather(
+    o: Op,
+    fb_bwd: dict[int, tuple[int, int]],
+    fb_split: set[int],
+    chunk_of: list[int],
+    gathered: set[tuple[int, int]],
+    last_grad: dict[tuple[int, int], Op],
+    costs: tuple[StageCost, ...],
+    gather: object,
+    dpn: int,
+    new: list[Op],
+    overlap: bool,
+) -> None:
+    """ZeRO-3 gathers of compute op ``o`` in a pipeline that torch.distributed.pipelining
+    drives (``PipelineStage.backward_maybe_with_nosync`` sets ``reshard_after_backward`` and
+    ``requires_gradient_sync`` False on an FSDP stage for every backward; ``REDUCE_GRAD``,
+    after the chunk's last backward, reduce-scatters once): a chunk's parameters are gathered
+    for a forward, backward or recompute that finds them sharded; a forward reshards them after
+    it (``reshard_after_forward``), a backward keeps them. Records in ``last_grad`` the op
+    after which each chunk's gradients are complete (B, W, or a pair's backward)."""
+    if o.kind == "FB":
+        fs, bs = chunk_of[o.stage], chunk_of[fb_bwd[o.id][0]]
+        uses = [(fs, "F"), (bs, "I" if o.id in fb_split else "B")]
+    else:
+        uses = [(chunk_of[o.stage], o.kind)]
+    need = [k for k, kind in uses if kind != "W" and (o.rank, k) not in gathered]
+    if need:
+        pd = sum(costs[k].dense_params for k in need)
+        pe = sum(costs[k].expert_params for k in need)
+        ag = Op(id=-1, rank=o.rank, kind="AG", stream="comm", seconds=gather(pd, pe),  # type: ignore[operator]
+                label=f"AG {o.label}", stage=o.stage, mb=o.mb, group="dp", group_size=dpn,
+                nbytes=2.0 * (pd + pe))  # fmt: skip
+        new.append(ag)
+        nl = max(1, sum(len(costs[k].layers) for k in need))
+        if overlap:
+            o.deps.append((ag, 1.0 / nl))  # type: ignore[arg-type]
+            o.finish_after.append((ag, o.seconds / nl))  # type: ignore[arg-type]
+        else:
+            o.deps.append((ag, 1.0))  # type: ignore[arg-type]
+    for k, kind in uses:
+        if kind == "F":
+            gathered.discard((o.rank, k))
+        elif kind in ("B", "I", "R"):
+            gathered.add((o.rank, k))
+        if kind in ("B", "W"):
+            last_grad[(o.rank, k)] = o
+
+
 def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     """The device plan of ``spec`` for ``model`` on ``cl`` (validated, priced, checked); a
     ``spec`` that does not set its precision trains in `default_precision` (fp16 on V100)."""
@@ -139,6 +191,9 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     dev = power_limited(cl.device, cl.power_cap_w, cl.sustained_clocks)
     zero = spec.zero_stage
     ov = spec.overlap
+    # the runtime drives a pipeline's stages with torch.distributed.pipelining (all but the
+    # bidirectional DualPipe, walked by hand): FSDP2 stages reduce their gradients once per step
+    pipelined = pp > 1 and (spec.explicit or spec.schedule.name != "dualpipe")
     per_rank = (
         mesh.tp * mesh.cp * mesh.dp
     )  # GPUs of one pipeline rank, consecutive (Megatron order)
@@ -320,9 +375,16 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
             else:
                 op.deps.append((ag_start[r].id, 1.0))
 
-    # ---- ZeRO-3: gather before every forward and backward, reduce-scatter after the backward
-    if zero >= 3 and dpn > 1:
+    # ---- ZeRO-3: gather before every forward and backward, reduce-scatter after the backward;
+    # ZeRO-2 without a pipeline: reduce-scatter after every backward (the parameters, gathered
+    # once at the start, stay whole). A pipeline that torch.distributed.pipelining drives
+    # (`pipelined`) reduce-scatters each chunk once per step instead, and gathers as FSDP2 does
+    # there: a chunk stays gathered from a backward to its next forward (see the module doc)
+    per_mb_rs = zero >= 3 or (zero == 2 and pp == 1)
+    if per_mb_rs and dpn > 1:
         compute_ops = [o for o in ops if o.stream == "compute"]
+        gathered: set[tuple[int, int]] = set()  # (rank, chunk) held whole (pipelined)
+        last_grad: dict[tuple[int, int], Op] = {}  # (rank, chunk) -> its last gradient op
 
         def grad_reduce_scatter(o: Op, c: object, deps: list, finish_after: list) -> Op:
             """The gradient reduce-scatter of the stage chunk ``o`` belongs to (ZeRO-2/3)."""
@@ -343,6 +405,21 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
         for o in compute_ops:
             c = costs[chunk_of[o.stage]]
             nl = max(1, len(c.layers))
+            if pipelined:
+                _pipelined_gather(o, fb_bwd, fb_split, chunk_of, gathered, last_grad, costs, gather,
+                                  dpn, new, ov.param_gather)  # fmt: skip
+                continue
+            if zero < 3:  # ZeRO-2: the gradients of each backward, reduce-scattered
+                if o.kind in ("B", "W") or (o.kind == "FB" and o.id not in fb_split):
+                    if o.kind == "FB":
+                        c = costs[chunk_of[fb_bwd[o.id][0]]]
+                    w = 1.0 / nl if ov.grad_reduce and o.kind != "W" else 1.0
+                    rs = grad_reduce_scatter(o, c, [(o, w)], [])
+                    if w < 1.0:
+                        rs.finish_after.append((o, rs.seconds / nl))  # type: ignore[arg-type]
+                    new.append(rs)
+                    zero3_rs[o.rank].append(rs)
+                continue
             if o.kind == "W":
                 rs = grad_reduce_scatter(o, c, [(o, 1.0)], [])
                 new.append(rs)
@@ -383,6 +460,12 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                     rs.finish_after.append((o, rs.seconds / nl))  # type: ignore[arg-type]
                 new.append(rs)
                 zero3_rs[o.rank].append(rs)
+        # torch's REDUCE_GRAD: each chunk's gradients reduce-scattered once, after the last
+        # op that computes them on its rank
+        for (r, k), o in sorted(last_grad.items(), key=lambda kv: kv[1].id):
+            rs = grad_reduce_scatter(o, costs[k], [(o, 1.0)], [])
+            new.append(rs)
+            zero3_rs[r].append(rs)
         # number the new ops after the existing ones, keep their stream order
         for n in new:
             n.id = len(ops)
@@ -396,7 +479,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
         comp = [o for o in ops if o.rank == r and o.stream == "compute"]
         last = next(o for o in reversed(comp) if o.kind in ("B", "I", "W", "FB"))
         after: list[tuple[int, float]] = [(last.id, 1.0)]
-        if zero < 3 and dpn > 1:
+        if not per_mb_rs and dpn > 1:
             t = reduce(dense[r], expert[r], zero >= 1)
             if t > 0:
                 nl = nlayers[r]

@@ -1,12 +1,29 @@
 """Data parallelism and ZeRO, on PyTorch's own building blocks:
-- ZeRO-0: ``DistributedDataParallel`` (gradient all-reduce in buckets, overlapped);
-- ZeRO-1: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer`` (optimizer states sharded);
-- ZeRO-2/3: FSDP2 ``fully_shard`` per block and at the root (``reshard_after_forward`` False for
-  ZeRO-2, True for ZeRO-3), as torchtitan's ``apply_fsdp``.
+- ZeRO-0: ``DistributedDataParallel`` (gradient all-reduce in buckets, overlapped), once per
+  step: ``no_sync`` on all but the last micro-batch (`accumulate`);
+- ZeRO-1: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer`` (optimizer states sharded).
+  It all-reduces the gradients and broadcasts each rank's updated parameters, where the plan
+  prices a reduce-scatter and an all-gather (Megatron's distributed optimizer): the same
+  rounds per step, about twice the plan's gradient bytes;
+- ZeRO-2/3: FSDP2 ``fully_shard`` per block and at the root, as torchtitan's ``apply_fsdp``.
+  ZeRO-3 (``reshard_after_forward=True``) gathers before each forward and backward and
+  reduce-scatters after each backward, every micro-batch. ZeRO-2 is the ZeRO paper's P_os+g
+  (Rajbhandari et al. SC'20 §5.2): the weights whole on every rank, only the gradient shard
+  kept, so each micro-batch's backward reduce-scatters (FSDP2's default) while the weights,
+  gathered once, stay whole over the step (``reshard_after_forward=False``, and
+  ``set_reshard_after_backward`` False until the last micro-batch: PyTorch's FSDP2 docs,
+  ``fully_shard`` / ``FSDPModule.set_reshard_after_backward``). FSDP2 alone would gather
+  again for each micro-batch, which the plan (`compiler.py`) and the estimator do not price:
+  one gather per step, one reduce-scatter per micro-batch.
+  Pipeline stages are driven by torch.distributed.pipelining, which switches gradient sync and
+  resharding off for every backward and reduce-scatters each stage once per step (its
+  ``REDUCE_GRAD``), the gradients held whole over the step; the plan prices that too.
 Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction; their
 gradients are summed over the replicas of each expert (the dp/ep "edp" sub-mesh) in `train`."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import nn
@@ -45,6 +62,34 @@ def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
         fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
     return model
+
+
+def accumulate(model: nn.Module, zero: int, last: bool) -> contextlib.AbstractContextManager:
+    """Around one micro-batch's forward and backward of a step that accumulates gradients over
+    several (``last``: the step's last), so that the run communicates what the plan prices
+    (`compiler.compile_plan`, the estimator's data-parallel time):
+
+    - DDP (ZeRO-0/1): ``no_sync()`` on all but the last micro-batch, which all-reduces the
+      accumulated gradients once per step (PyTorch DDP docs, ``no_sync``: "gradients will be
+      accumulated ... and synchronized in the first forward-backward pass exiting the context");
+    - FSDP2 at ZeRO-2: the parameters stay gathered from the first forward to the last
+      backward (``set_reshard_after_backward(last)``; ``reshard_after_forward=False`` keeps them
+      between a forward and its backward), one all-gather per step, while each micro-batch's
+      backward reduce-scatters its gradients into the rank's shard, as ZeRO-2 holds only that
+      shard (Rajbhandari et al. SC'20 §5.2, P_os+g; DeepSpeed stage 2 reduces every
+      micro-step);
+    - FSDP2 at ZeRO-3: nothing to change, gather before each forward and backward and
+      reduce-scatter after each backward, every micro-batch (ZeRO-3 as the plan prices it).
+
+    Anything else (one process, a pipeline stage that torch's schedule drives): nothing."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if isinstance(model, DDP) and not last:
+        return model.no_sync()
+    if isinstance(model, FSDPModule) and zero == 2:
+        model.set_reshard_after_backward(last)
+    return contextlib.nullcontext()
 
 
 class Optimizers:

@@ -31,6 +31,35 @@ def losses_agree(losses: list[float], ref: list[float]) -> bool:
     )
 
 
+MAX_PROCESSES = 16
+"""The most processes a run starts on one machine, and at most `PROCESSES_PER_CPU` per CPU
+core: the ranks of the tiny model are CPU-bound (one thread each), so more than a few per core
+only time-slice, and a large mesh (dp*tp*pp*cp = 64) would start 64 interpreters that each
+import torch and join one gloo group, which on a small machine runs out of memory or past
+gloo's timeout instead of testing anything."""
+PROCESSES_PER_CPU = 4
+
+
+def max_processes(cpus: int | None = None) -> int:
+    """The cap on a run's processes here: `MAX_PROCESSES`, or `PROCESSES_PER_CPU` per CPU core
+    (``os.cpu_count()``) when that is fewer."""
+    n = os.cpu_count() if cpus is None else cpus
+    return min(MAX_PROCESSES, PROCESSES_PER_CPU * max(1, n or 1))
+
+
+def check_processes(world: int, field: str = "dp*tp*pp*cp") -> None:
+    """Refuse, in one line and before any process starts, a run of more processes than
+    `max_processes` (``field``: the option or value that asked for them)."""
+    cap = max_processes()
+    if world > cap:
+        raise HwtuneInputError(
+            field, world,
+            f"at most {cap} processes (dp*tp*pp*cp) on this machine (at most {MAX_PROCESSES}, "
+            f"{PROCESSES_PER_CPU} per CPU core on its {os.cpu_count()}); run a smaller mesh, "
+            "or one rank per process under torchrun",
+        )  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,6 +78,7 @@ def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     if any(c.device != device for c in cfgs):
         raise HwtuneInputError("configs", [c.device for c in cfgs], "one device per launch")
     # refused here, in one line, before any process starts
+    check_processes(world)
     check_device(device, world, visible_gpus() if device == "cuda" else 0)
     out = []
     with tempfile.TemporaryDirectory() as d:
@@ -80,6 +110,8 @@ def result(cfg: RunConfig, ranks: list[dict]) -> dict:
         "tolerance": LOSS_TOL,
         "agrees": losses_agree(losses, ref),
         "memory": {r["rank"]: r["memory"] for r in ranks},
+        # per rank and step: the collectives issued (`comm.CommCounter`), kind -> calls, bytes
+        "collectives": {r["rank"]: r.get("collectives", []) for r in ranks},
     }
 
 
@@ -287,6 +319,7 @@ def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu")
     mesh or in an expert annotation), on ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU
     per process)."""
     cfg = run_config(spec, steps, moe=wants_moe(spec) if moe is None else moe, device=device)
+    check_processes(cfg.world, "--run")
     doc = launch(cfg)
     doc["not_run"] = not_run(spec)
     return doc

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from hwtune.parallel.runtime.comm import CommCounter
 from hwtune.parallel.runtime.models import TinyConfig, batch, build, loss_fn
 
 if TYPE_CHECKING:
@@ -146,9 +147,12 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     """One config on this rank (the group already up): its losses (Python floats; only the
     ranks that compute the loss have them) and state bytes."""
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from hwtune.parallel.runtime.comm import count_ddp
     from hwtune.parallel.runtime.context_parallel import apply_cp
     from hwtune.parallel.runtime.data_parallel import (
+        accumulate,
         apply_ddp,
         apply_fsdp,
         expert_param_names,
@@ -217,6 +221,8 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     per_dp = cfg.global_batch // cfg.dp
     expert_names = set(expert_param_names(model))
     losses: list[float] = []
+    counter = CommCounter()  # the collectives of each step (`comm.py`)
+    comm: list[dict] = []
 
     if cfg.pp == 1:
         wrapped = model
@@ -226,6 +232,8 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
             )
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
         opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
+        if isinstance(wrapped, DDP):
+            count_ddp(wrapped, dp_mesh.get_group())
         acts: dict[int, float] = {}
         for step in range(cfg.steps):
             x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
@@ -237,28 +245,31 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 x, y = x[:, tokens], y[:, tokens]
             x, y = x.to(dev), y.to(dev)
             total = torch.zeros((), device=dev)
-            for mb in range(cfg.n_micro):
-                sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
-                if step == 0 and mb == 0 and cfg.zero < 2:
-                    # activation bytes kept for the backward, per layer (FSDP2's gathered
-                    # weights live in fresh storages: not measured under ZeRO-2/3)
-                    with SavedActivations(model) as meter:
-                        loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
-                    acts = meter.layers()
-                else:
-                    loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
-                loss.backward()
-                total += loss.detach()
-            if cfg.ep > 1:
-                # an expert's gradient summed the tokens of its ep group's ranks; the sum over
-                # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
-                # losses (DDP averages the dense gradients the same way)
-                for n, p in model.named_parameters():
-                    if n in expert_names and p.grad is not None:
-                        if edp_mesh is not None and edp_mesh.size() > 1:
-                            dist.all_reduce(p.grad, group=edp_mesh.get_group())
-                        p.grad.div_(cfg.dp)
-            opt.step()  # states measured after it: the first step creates AdamW's
+            with counter:  # what the plan prices: forward, backward, reductions, optimizer
+                for mb in range(cfg.n_micro):
+                    sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
+                    with accumulate(wrapped, cfg.zero, last=mb == cfg.n_micro - 1):
+                        if step == 0 and mb == 0 and cfg.zero < 2:
+                            # activation bytes kept for the backward, per layer (FSDP2's gathered
+                            # weights live in fresh storages: not measured under ZeRO-2/3)
+                            with SavedActivations(model) as meter:
+                                loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
+                            acts = meter.layers()
+                        else:
+                            loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
+                        loss.backward()
+                    total += loss.detach()
+                if cfg.ep > 1:
+                    # an expert's gradient summed the tokens of its ep group's ranks; the sum over
+                    # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
+                    # losses (DDP averages the dense gradients the same way)
+                    for n, p in model.named_parameters():
+                        if n in expert_names and p.grad is not None:
+                            if edp_mesh is not None and edp_mesh.size() > 1:
+                                dist.all_reduce(p.grad, group=edp_mesh.get_group())
+                            p.grad.div_(cfg.dp)
+                opt.step()  # states measured after it: the first step creates AdamW's
+            comm.append(counter.take())
             mem = _state_bytes([wrapped], opt)
             opt.zero_grad()
             if dp_mesh.size() > 1:  # the mean of the ranks' means: every rank has as many tokens
@@ -269,7 +280,9 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         mem["activations"] = acts
         del wrapped, opt
     elif cfg.bidirectional:
-        losses, mem = _train_dualpipe(cfg, model, mesh, dp_mesh, edp_mesh, pp_rank, dp_rank, dev)
+        losses, mem = _train_dualpipe(
+            cfg, model, mesh, dp_mesh, edp_mesh, pp_rank, dp_rank, dev, counter, comm
+        )
     else:
         from hwtune.parallel.actions import parse_action
         from hwtune.parallel.runtime.pipeline import CompiledSchedule, build_stages
@@ -319,12 +332,14 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
             x, y = x.to(dev), y.to(dev)
             mb_losses: list[torch.Tensor] = []
             args = (x,) if has_first else ()
-            sched.step(
-                *args, target=y if has_last else None, losses=mb_losses if has_last else None
-            )
-            if manual:
-                reduce_grads(params, experts, dp_mesh, edp_mesh)
-            opt.step()  # states measured after it: the first step creates AdamW's
+            with counter:
+                sched.step(
+                    *args, target=y if has_last else None, losses=mb_losses if has_last else None
+                )
+                if manual:
+                    reduce_grads(params, experts, dp_mesh, edp_mesh)
+                opt.step()  # states measured after it: the first step creates AdamW's
+            comm.append(counter.take())
             mem = _state_bytes(mods, opt)
             opt.zero_grad()
             total = torch.stack(mb_losses).mean() if has_last else torch.zeros((), device=dev)
@@ -338,7 +353,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         del sched, stages, mods, opt
     del model
     gc.collect()
-    return {"rank": rank, "losses": losses, "memory": mem}
+    return {"rank": rank, "losses": losses, "memory": mem, "collectives": comm}
 
 
 def _train_dualpipe(
@@ -350,6 +365,8 @@ def _train_dualpipe(
     pp_rank: int,
     dp_rank: int,
     dev: torch.device,
+    counter: CommCounter,
+    comm: list[dict],
 ) -> tuple[list[float], dict[str, float]]:
     """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
     rank, the copies' gradients summed over the pipeline group, then averaged over dp (the
@@ -377,10 +394,12 @@ def _train_dualpipe(
     for step in range(cfg.steps):
         x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
         sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
-        total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
-        if cfg.dp > 1:
-            reduce_grads(params, experts, dp_mesh, edp_mesh)
-        opt.step()  # states measured after it: the first step creates AdamW's
+        with counter:
+            total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
+            if cfg.dp > 1:
+                reduce_grads(params, experts, dp_mesh, edp_mesh)
+            opt.step()  # states measured after it: the first step creates AdamW's
+        comm.append(counter.take())
         mem = _state_bytes(mods, opt)
         opt.zero_grad()
         dist.all_reduce(total, group=pp_group)  # direction 0's losses + direction 1's
@@ -409,19 +428,30 @@ def reduce_grads(
     dp_mesh: DeviceMesh,
     edp_mesh: DeviceMesh | None,
 ) -> None:
-    """Gradients of a step to the mean over the dp (x cp) ranks' losses, by hand: dense
-    parameters all-reduced over ``dp_mesh``; routed experts (ids in ``experts``), whose
-    gradient already sums the tokens of their ep group, over their ``edp_mesh`` replicas
-    only; both / the size of ``dp_mesh``."""
+    """Gradients of a step to the mean over the dp (x cp) ranks' losses, by hand, once per
+    step: dense parameters all-reduced over ``dp_mesh``; routed experts (ids in ``experts``),
+    whose gradient already sums the tokens of their ep group, over their ``edp_mesh`` replicas
+    only; both / the size of ``dp_mesh``. Each group's gradients go in one flat all-reduce (one
+    bucket, as the plan prices one gradient all-reduce per step), not one call per tensor."""
     n = dp_mesh.size()
-    for p in params:
-        if p.grad is None:
-            continue
-        if id(p) not in experts:
-            dist.all_reduce(p.grad, group=dp_mesh.get_group())
-        elif edp_mesh is not None and edp_mesh.size() > 1:
-            dist.all_reduce(p.grad, group=edp_mesh.get_group())
-        p.grad.div_(n)
+    grads = [p.grad for p in params if p.grad is not None]
+    dense = [p.grad for p in params if p.grad is not None and id(p) not in experts]
+    routed = [p.grad for p in params if p.grad is not None and id(p) in experts]
+    _all_reduce_flat(dense, dp_mesh.get_group())
+    if edp_mesh is not None and edp_mesh.size() > 1:
+        _all_reduce_flat(routed, edp_mesh.get_group())
+    for g in grads:
+        g.div_(n)
+
+
+def _all_reduce_flat(grads: list[torch.Tensor], group: dist.ProcessGroup) -> None:
+    """Sum ``grads`` over ``group`` in one all-reduce of their concatenation."""
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    for g, v in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+        g.copy_(v.view_as(g))
 
 
 def config_dict(cfg: RunConfig) -> dict:

@@ -1,0 +1,85 @@
+"""The collectives one rank issues in a training step, counted: calls and bytes by kind, so
+that a run can be set beside what its compiled plan prices (`compiler.py`: one gradient
+all-reduce per step at ZeRO-0, ...).
+
+`CommCounter` wraps the ``torch.distributed`` functions that PyTorch's building blocks call
+through the package (``dist.all_reduce`` from DDP's default comm hook and our own reductions,
+``dist.all_gather_single`` / ``dist.reduce_scatter_single`` from FSDP2's
+``_fsdp_collectives``, ``dist.broadcast`` from ``ZeroRedundancyOptimizer``,
+``dist.all_to_all_single`` from the experts' dispatch) while it is entered. DDP's reducer calls
+the process group from C++; `count_ddp` routes it through ``dist.all_reduce`` by registering
+torch's own ``allreduce_hook`` (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``:
+divide by the group size, all-reduce, the same arithmetic as the built-in reduction). Pipeline
+sends and receives (``batch_isend_irecv``) are not collectives and are not counted. A call
+that imports a function by name (``from torch.distributed import all_reduce``) bypasses it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+COUNTED = (
+    "all_reduce",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "all_gather_single",
+    "all_gather_into_tensor",
+    "all_gather",
+    "broadcast",
+    "all_to_all_single",
+)
+
+
+def _nbytes(args: tuple, kwargs: dict) -> int:
+    """The largest tensor among a call's arguments (the whole buffer: an all-reduce's tensor,
+    an all-gather's output, a reduce-scatter's input)."""
+    ts: list[Any] = [*args, *kwargs.values()]
+    flat = [t for x in ts for t in (x if isinstance(x, list | tuple) else [x])]
+    return max((t.numel() * t.element_size() for t in flat if torch.is_tensor(t)), default=0)
+
+
+class CommCounter:
+    """Counts the collectives issued through ``torch.distributed`` while entered; `take`
+    returns ``{kind: {"calls": n, "bytes": b}}`` since the last `take` and starts afresh."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
+        self._saved: dict[str, Any] = {}
+
+    def _wrap(self, name: str, f: Any) -> Any:  # noqa: ANN401
+        def counted(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+            self.calls[name] += 1
+            self.bytes[name] += _nbytes(args, kwargs)
+            return f(*args, **kwargs)
+
+        return counted
+
+    def __enter__(self) -> CommCounter:
+        for name in COUNTED:
+            if hasattr(dist, name):
+                self._saved[name] = getattr(dist, name)
+                setattr(dist, name, self._wrap(name, self._saved[name]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, f in self._saved.items():
+            setattr(dist, name, f)
+        self._saved.clear()
+
+    def take(self) -> dict[str, dict[str, int]]:
+        out = {k: {"calls": n, "bytes": self.bytes[k]} for k, n in sorted(self.calls.items())}
+        self.calls.clear()
+        self.bytes.clear()
+        return out
+
+
+def count_ddp(ddp: torch.nn.Module, group: dist.ProcessGroup) -> None:
+    """Route DDP's bucket all-reduces through ``dist.all_reduce`` (torch's default
+    ``allreduce_hook``), where `CommCounter` sees them."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    ddp.register_comm_hook(group, allreduce_hook)  # type: ignore[operator]
