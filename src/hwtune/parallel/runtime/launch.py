@@ -222,15 +222,25 @@ def run_config(
     counts = [sum(1 for lp in plans if lp.stage == k) for k in range(chunks)]
     bounds = [sum(counts[:i]) for i in range(len(counts) + 1)]
     stage_layers = [list(range(bounds[i], bounds[i + 1])) for i in range(len(counts))]
-    orders = None
+    orders, split = None, False  # split: some action is an input-gradient-only backward (I)
     if mesh.pp > 1:
         if spec.explicit:
-            compiled = orders_for(spec, ())
-            _check_loss_order(compiled, chunks - 1)
-            orders = {r: [str(a) for a in v] for r, v in compiled.items()}
+            acts = orders_for(spec, ())
+            _check_loss_order(acts, chunks - 1)
         else:
-            gen = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
-            orders = {r: [str(a) for a in v] for r, v in gen.items()}
+            acts = S.generate(spec.schedule.name, mesh.pp, spec.n_micro, spec.schedule.vpp)
+        orders = {r: [str(a) for a in v] for r, v in acts.items()}
+        split = any(p.kind == "I" for v in acts.values() for a in v for p in a.parts)
+    if split and spec.zero_stage >= 3 and mesh.dp > 1:
+        # FSDP2 stages resharded between a micro-batch's I and its W: torch's schedule runtime
+        # then puts W's gradients on the sharded parameters, where no reduce-scatter sees them
+        # (the run's losses differed from the reference by 5.7e-4 under zb-h1 and 1.3e-3 under
+        # zbv at pp 2, dp 2; the last stage issued no reduce-scatter)
+        raise HwtuneInputError(
+            "zero", spec.zero_stage,
+            "at most 2 with dp > 1 under a schedule that splits the backward into I and W "
+            f"({spec.schedule.name if not spec.explicit else 'explicit actions'}) for a run",
+        )  # fmt: skip
     if bidirectional and device == "cuda":
         from hwtune.parallel.actions import parse_action
         from hwtune.parallel.runtime.dualpipe import in_posting_order
