@@ -1,6 +1,7 @@
 """A user's review of ``hwtune compile --run`` and ``python -m hwtune.parallel.runtime``: an
 explicit order whose loss stage runs its forwards out of micro-batch order is refused before any
-process starts (torch's runtime finds micro-batch i's loss at position i)."""
+process starts (torch's runtime finds micro-batch i's loss at position i); ZeRO-3 with dp > 1
+under a split backward (I and W) is refused, as the run's gradients went unreduced."""
 
 from __future__ import annotations
 
