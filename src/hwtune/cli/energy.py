@@ -271,6 +271,10 @@ def tune_cmd(
     steps: Annotated[int, typer.Option(help="training steps to simulate")] = 300,
     interval: Annotated[float, typer.Option(help="control interval, s")] = 2.0,
     seed: Annotated[int, typer.Option(help="noise seed")] = 0,
+    objective: Annotated[str, typer.Option(help="time|energy|mix")] = "time",
+    eta: Annotated[
+        float | None, typer.Option(help="energy weight of 'mix' (Zeus eta, default 0.5)")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the online tuner against the simulated device of a profile."""
@@ -285,12 +289,16 @@ def tune_cmd(
             raise HwtuneInputError("steps", steps, "a positive number of steps")
         if seed < 0:
             raise HwtuneInputError("seed", seed, "a non-negative integer")
+        if eta is not None and objective != "mix":  # would be ignored
+            raise HwtuneInputError("eta", eta, "--objective mix beside it (it weighs energy there)")
         prof = get_profile(profile)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
         try:
             tuner = OnlineTuner(sim, cap, positive_ints(batches, "batches"), base_batch=batch,
-                                convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval)  # fmt: skip
+                                convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval,
+                                objective=objective, eta=0.5 if eta is None else eta,  # type: ignore[arg-type]
+                                max_power_w=prof.module_power_w[1])  # as `energy optimize`  # fmt: skip
         except HwtuneInputError as e:  # the tuner's candidates are the user's --batches
             if e.field != "batch sizes":
                 raise
@@ -302,6 +310,9 @@ def tune_cmd(
     except HwtuneInputError as e:
         fail(e)
     doc = tuner.summary()
+    doc["objective"] = objective
+    if objective == "mix":
+        doc["eta"], doc["max_power_w"] = tuner.eta, tuner.max_power_w
     doc["simulated_time_s"] = sim.now_s()
     doc["energy_j"] = sim.energy_j()
     if as_json:
@@ -312,15 +323,18 @@ def tune_cmd(
         f"{doc['intervals_over_cap']} of {doc['intervals']} intervals over the cap (longest run "
         f"{doc['max_consecutive_over_cap']})"
     )
+    head = f"{prof.name} (simulated), cap {cap:g} W" + (
+        f", objective {objective}" if objective != "time" else ""
+    )
     if tuner.choice is None:  # the run ended mid-profiling: the batch and clock are a probe's
         sys.stdout.write(
-            f"{prof.name} (simulated), cap {cap:g} W: still profiling after {steps} step{'' if steps == 1 else 's'} "
+            f"{head}: still profiling after {steps} step{'' if steps == 1 else 's'} "
             f"({doc['profile_points']} points measured): no choice yet; run more --steps; "
             f"{over}\n"
         )
         return
     sys.stdout.write(
-        f"{prof.name} (simulated), cap {cap:g} W: batch {doc['batch']} at {_mhz(tuner.frequency_hz)} "
+        f"{head}: batch {doc['batch']} at {_mhz(tuner.frequency_hz)} "
         f"after {doc['profile_steps']} profiling steps; {over}\n"
     )
 
