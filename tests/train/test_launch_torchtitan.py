@@ -202,8 +202,6 @@ def test_unknown_model_is_left_to_add() -> None:
         ({"dp": 4, "tp": 2, "overlap_tp_comm": True}, "overlap_tp_comm"),  # configs.py:306-313
         ({"dp": 4, "cp": 2, "zero": 0}, "zero"),  # FSDP over dp_shard x cp
         ({"dp": 8, "zero": 1, "global_batch": 32}, "zero"),  # 4 micro-batches without PP
-        ({"dp": 2, "pp": 4, "zero": 2, "global_batch": 16}, "zero"),
-        ({"dp": 2, "pp": 4, "zero": 3, "global_batch": 16}, "zero"),
     ],
 )
 def test_what_torchtitan_cannot_run_is_refused(fields: dict, field: str) -> None:
@@ -316,3 +314,15 @@ def test_plan_answers_launch(model: str, n: int, per_gpu: int, seq: int, compile
         ep = int(f[P + "expert_parallel_degree"])  # type: ignore[arg-type]
         assert (degrees[1] * degrees[4] * degrees[2]) % ep == 0
         assert ("--compile.enable" in f) == compiled
+
+
+@pytest.mark.parametrize(("zero", "reshard"), [(2, "never"), (3, "always")])
+def test_pipelined_zero_2_and_3_launch_as_the_estimate_prices_them(zero: int, reshard: str) -> None:
+    # torch.distributed.pipelining holds the gradients whole and reduce-scatters once per step:
+    # the estimate prices a pipeline's ZeRO 2 as ZeRO 1 and its ZeRO 3 with whole gradients
+    # (`cost.memory.sharded_state_bytes`, ``pipelined``), so these launch instead of refusing
+    st = titan(dp=2, pp=4, zero=zero, global_batch=16)
+    assert st.grad_accum > 1 and torchtitan_refusal(st) is None
+    f, _ = split(launch(st).args)
+    assert f[P + "data_parallel_shard_degree"] == "2"
+    assert f.get(P + "fsdp_reshard_after_forward") == reshard

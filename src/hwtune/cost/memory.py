@@ -72,13 +72,24 @@ def state_bytes_per_param(
 
 
 def sharded_state_bytes(
-    n_params: float, sb: StateBytes, zero: int, shards: int, offload: bool = False
+    n_params: float,
+    sb: StateBytes,
+    zero: int,
+    shards: int,
+    offload: bool = False,
+    pipelined: bool = False,
 ) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes on one GPU for ``n_params`` local parameters sharded over
-    ``shards`` data-parallel ranks by ZeRO stage ``zero``; offloaded optimizer states leave the GPU."""
+    ``shards`` data-parallel ranks by ZeRO stage ``zero``; offloaded optimizer states leave the GPU.
+
+    ``pipelined``: the stage of a pipeline, whose gradients stay whole at every stage: the one
+    runtime that pipelines ZeRO-2/3 stages, ``torch.distributed.pipelining`` over FSDP2, turns
+    gradient sync off for every micro-batch's backward (``set_requires_gradient_sync(False)``,
+    which accumulates unsharded gradients) and reduce-scatters once per step (``REDUCE_GRAD``);
+    DeepSpeed refuses ZeRO-2/3 with its pipeline engine and Megatron-LM shards no gradients."""
     d = max(1, shards)
     w = n_params * sb.weights / (d if zero >= 3 else 1)
-    g = n_params * sb.grads / (d if zero >= 2 else 1)
+    g = n_params * sb.grads / (d if zero >= 2 and not pipelined else 1)
     o = 0.0 if offload else n_params * sb.optimizer / (d if zero >= 1 else 1)
     return w, g, o
 

@@ -232,8 +232,9 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     nlayers = [max(1, sum(len(costs[c].layers) for c in rank_chunks[r])) for r in range(pp)]
     static = []
     for r in range(pp):
-        w1, g1, o1 = sharded_state_bytes(dense[r], sb, zero, dpn)
-        w2, g2, o2 = sharded_state_bytes(expert[r], sb, zero, edp)
+        # a pipelined stage keeps whole gradients over the step (`sharded_state_bytes`)
+        w1, g1, o1 = sharded_state_bytes(dense[r], sb, zero, dpn, pipelined=pipelined)
+        w2, g2, o2 = sharded_state_bytes(expert[r], sb, zero, edp, pipelined=pipelined)
         static.append(w1 + w2 + g1 + g2 + o1 + o2 + FRAMEWORK_RESERVE_BYTES)
 
     def gather(params_d: float, params_e: float) -> float:

@@ -993,6 +993,12 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             f"loss: LM head and cross-entropy over {LOSS_CHUNKS[st.loss_kernel]} slices of the "
             "tokens in turn (torchtitan's ChunkedLossWrapper)"
         )
+    if pp > 1 and st.zero >= 2 and dp * cp > 1:
+        notes.append(
+            f"ZeRO-{st.zero} under a pipeline as torch.distributed.pipelining runs FSDP2 "
+            "stages: whole gradients over the micro-batches, reduce-scattered once per step"
+            + (" (ZeRO-1's memory and traffic)" if st.zero == 2 else "")
+        )
     if not st.fused_elementwise:
         notes.append(
             "elementwise ops eager: one kernel per elementary op (no torch.compile)"
@@ -1081,7 +1087,9 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # data-parallel size), so each micro-batch's backward reduce-scatters its gradients and
         # frees them (Rajbhandari et al. SC'20 §5.2; DeepSpeed stage 2 reduces every micro-step);
         # ZeRO-0/1 accumulate the full gradients locally and reduce once per step
-        rounds = m if st.zero == 2 else 1  # gradient reductions per step
+        # A pipeline's ZeRO-2 stages reduce once per step with whole gradients in between
+        # (`sharded_state_bytes`, ``pipelined``): ZeRO-1's traffic
+        rounds = m if st.zero == 2 and pp == 1 else 1  # gradient reductions per step
         # an overlapped reduction hides behind the last micro-batch's backward but for its
         # tail, which waits for the backward's last gradients: the last layer's share, or the
         # bucket group of the first stage's embedding (`edge_bucket_params`) when larger
@@ -1118,7 +1126,6 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         rs = per_layer(rs_t, grad_bytes_dense, dp_span) + per_layer(
             rs_t, grad_bytes_expert, edp_span
         )
-        t_dp = m * (2 * ag + rs)
         # each switch hides its own collectives: prefetched gathers behind the layers' forward
         # and backward, bucketed reduce-scatters behind the backward; what is not overlapped
         # runs between the layers. The first gather and the last reduce-scatter of a pass wait.
@@ -1128,21 +1135,35 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # Megatron-Core's edge bucket does (`edge_bucket_params`).
         pg = st.overlap_param_gather and st.zero3_gather != "parameter"
         gr = st.overlap_grad_reduce
-        head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
-        hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
-        edge_rs = rs_t(edge * gb, dp_span, cl) if gr and dp * cp > 1 else 0.0
-        # the last unit's share waits; the rest overlaps the backward, and what the backward
-        # cannot hold runs after it
-        tail = min(hidden_b, max(hidden_b / nl, edge_rs))
-        per_mb = (
-            (head + overlapped(ag - head, f) if pg else ag)
-            + max(0.0, hidden_b - tail - (b + rec))
-            + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
-            + (0.0 if pg else ag)
-            + (0.0 if gr else rs)
-            + tail
-        )
-        t_dp_exposed = m * per_mb
+        if pp > 1:
+            # a pipeline's FSDP2 stages (torch.distributed.pipelining, `sharded_state_bytes`):
+            # gradients reduce-scattered once per step, after the last backward
+            # (``REDUCE_GRAD``, which waits for it); a backward keeps its stage gathered
+            # (``reshard_after_backward`` off) until the next forward has run and resharded
+            # it, so one gather per micro-batch, before its backward (the warm-up forwards'
+            # own gathers are left out)
+            t_dp = m * ag + rs
+            hidden = ag if pg else 0.0
+            per_mb = (ag - hidden) + max(0.0, hidden - (b + rec))
+            per_mb += OVERLAP_SLOWDOWN * min(hidden, b + rec)
+            t_dp_exposed = m * per_mb + rs
+        else:
+            t_dp = m * (2 * ag + rs)
+            head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
+            hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
+            edge_rs = rs_t(edge * gb, dp_span, cl) if gr and dp * cp > 1 else 0.0
+            # the last unit's share waits; the rest overlaps the backward, and what the
+            # backward cannot hold runs after it
+            tail = min(hidden_b, max(hidden_b / nl, edge_rs))
+            per_mb = (
+                (head + overlapped(ag - head, f) if pg else ag)
+                + max(0.0, hidden_b - tail - (b + rec))
+                + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
+                + (0.0 if pg else ag)
+                + (0.0 if gr else rs)
+                + tail
+            )
+            t_dp_exposed = m * per_mb
 
     # ---- optimizer step and offload
     shards_dense = dp * cp if st.zero >= 1 else 1
@@ -1425,8 +1446,8 @@ def _states(
         lay = layouts[r]
         dense_local = lay.dense_params / tp * copies
         expert_local = lay.expert_params / ep * copies
-        w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload)
-        w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload)
+        w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload, pp > 1)
+        w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload, pp > 1)
         if fp8_params:  # ZeRO 1-2: unsharded weights, the embedding, head and norm 16-bit
             w1 = weight_bytes(dense_local, lay.embedding_params / tp * copies, True)
         zt = 0.0

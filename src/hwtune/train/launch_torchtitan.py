@@ -24,10 +24,11 @@ parses emitted commands with torchtitan's own config classes. A boolean ``f`` is
   ``never``: parameters stay gathered from forward through backward, one all-gather and one
   gradient reduce-scatter per micro-batch. That is ZeRO 2's and ZeRO 1's traffic (hwtune: one
   gather per step, a reduce-scatter per micro-batch at ZeRO 2, per step at ZeRO 1) only with
-  one micro-batch per step, or, for ZeRO 1, with pipelining: ``torch.distributed.pipelining``
+  one micro-batch per step, or with pipelining: ``torch.distributed.pipelining``
   defers FSDP's gradient sync and resharding to a stage's last micro-batch
   (``stage.py`` ``backward_maybe_with_nosync``), so gradients are held whole and reduced once,
-  as ZeRO 1 does. torchtitan's training loop has no such deferral (``trainer.py``), so
+  as ZeRO 1 does, and as the estimate prices ZeRO 2 and 3 under a pipeline (ZeRO 2 then is
+  ZeRO 1; ZeRO 3 gathers once per micro-batch). torchtitan's training loop has no such deferral (``trainer.py``), so
   without pipelining every micro-batch reduces (and, below ZeRO 3, regathers). With one
   micro-batch, FSDP2 at ZeRO 1 holds a shard of the gradients, not all of them: the run needs
   less memory than the estimate. What does not match is refused (`torchtitan_refusal`);
@@ -332,12 +333,8 @@ def _zero_refusal(st: Strategy) -> HwtuneInputError | None:
             "torchtitan reduces the gradients, and below ZeRO 3 regathers the parameters, "
             "every micro-batch",
         )  # fmt: skip
-    if st.pp > 1 and m > 1 and st.zero >= 2:
-        return _refuse(
-            "zero", st.zero, "0 or 1 with pipelining and several micro-batches "
-            "(torch.distributed.pipelining defers FSDP's gradient reduce-scatter and resharding "
-            "to the last micro-batch: the gradients are held whole, as in ZeRO 1)",
-        )  # fmt: skip
+    # with pipelining, ZeRO 2 and 3 run as the estimate prices a pipeline's FSDP2 stages
+    # (`cost.memory.sharded_state_bytes`, ``pipelined``): whole gradients, one reduce-scatter
     return None
 
 
