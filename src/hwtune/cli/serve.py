@@ -1231,8 +1231,11 @@ def measure_cmd(
                 output_path(out, "out")
         results = []
         configs = [(c, i, o) for c in cs for i in ins for o in outs]
+        # drawn on a terminal only: off one, rich ends the bar with an empty line, which came
+        # before the error line of a run that failed (as `progress_bar` in cli/plan.py)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      console=err, transient=True, disable=as_json) as bar:  # fmt: skip
+                      console=err, transient=True,
+                      disable=as_json or not err.is_interactive) as bar:  # fmt: skip
             for c, i, o in configs:
                 n = 10 * c if num_requests is None else num_requests
                 w = 2 * c if warmup is None else warmup
