@@ -301,12 +301,37 @@ class DeviceProfile(FrozenModel):
     def collective_fit(self, op: str = "all_reduce") -> tuple[float, float] | None:
         """(alpha seconds per step, bytes/s per rank) fit of the ring model
         t = 2(n-1) alpha + 2 (n-1)/n S / beta (all-reduce; (n-1) for the others) to the
-        measured points (Thakur et al. 2005). Least squares on the relative error (each
-        equation divided by its measured time), so that the microsecond points pin alpha and the
-        large messages pin beta; None with fewer than two points or a non-positive bandwidth."""
+        measured points (Thakur et al. 2005); None where the points do not determine it
+        (`collective_fit_note` says why, and the spec sheet's link prices the collective)."""
+        return self._collective_fit(op)[0]
+
+    def collective_fit_note(self, op: str = "all_reduce") -> str:
+        """Why the fit of ``op`` is not a plain two-parameter fit of the points (no fit, or
+        alpha set to 0), or '' (a plain fit, or no point of ``op`` at all)."""
+        return self._collective_fit(op)[1]
+
+    def _collective_fit(self, op: str) -> tuple[tuple[float, float] | None, str]:
+        """The fit and its note. Least squares on the relative error (each equation divided by
+        its measured time), so that the microsecond points pin alpha and the large messages pin
+        beta. Degenerate points fall back explicitly, each with its note:
+
+        - one point, or points of one message size and rank count (the two unknowns' columns
+          proportional, a determinant under ``DEGENERATE_REL`` of its scale): alpha and beta
+          cannot be told apart; no fit;
+        - a time that does not grow with the size (fitted 1/beta <= 0): no bandwidth; no fit;
+        - a bandwidth term under ``MIN_BANDWIDTH_SHARE`` of the largest message's measured
+          time: every point is latency-bound, and a beta that timing noise of a few percent
+          moves by orders of magnitude (points flat in size fit 1e21 B/s) is not measured; no fit;
+        - a negative alpha (latency below the timer's resolution): alpha 0 and the
+          bandwidth-only fit of the same relative residuals."""
         pts = [p for p in self.collectives if p.op == op]
+        if not pts:
+            return None, ""
+        name = op.replace("_", "-")
+        one = (f"{name}: the measured points span one message size and rank count, which "
+               "cannot tell latency from bandwidth; the spec sheet's link prices it")  # fmt: skip
         if len(pts) < 2:
-            return None
+            return None, one
         c = 2.0 if op == "all_reduce" else 1.0
         xs = [c * (p.ranks - 1) / p.seconds for p in pts]  # alpha coefficient / t
         zs = [c * (p.ranks - 1) / p.ranks * p.bytes / p.seconds for p in pts]  # 1/beta coef. / t
@@ -315,16 +340,38 @@ class DeviceProfile(FrozenModel):
         szz = sum(z * z for z in zs)
         sxz = sum(x * z for x, z in zip(xs, zs, strict=True))
         sx, sz = sum(xs), sum(zs)
-        det = sxx * szz - sxz * sxz
-        if det <= 0:
-            return None
+        det = sxx * szz - sxz * sxz  # >= 0 (Cauchy-Schwarz), 0 for proportional columns
+        if det <= DEGENERATE_REL * sxx * szz:
+            return None, one
         a = (sx * szz - sz * sxz) / det
         g = (sz * sxx - sx * sxz) / det
+        note = ""
         if a < 0:  # latency below resolution: bandwidth-only fit
             a, g = 0.0, sz / szz
+            note = (f"{name}: the fitted latency was negative (below the timer's resolution): "
+                    "latency 0 and a bandwidth-only fit")  # fmt: skip
         if g <= 0:
-            return None
-        return a, 1.0 / g
+            return None, (f"{name}: the measured time does not grow with the message size (no "
+                          "bandwidth fits); the spec sheet's link prices it")  # fmt: skip
+        big = max(pts, key=lambda p: p.bytes)
+        if c * (big.ranks - 1) / big.ranks * big.bytes * g < MIN_BANDWIDTH_SHARE * big.seconds:
+            return None, (f"{name}: every measured point is latency-bound (the bandwidth term "
+                          f"is under {MIN_BANDWIDTH_SHARE:.0%} of the largest message's time), "
+                          "so the bandwidth is not measured; the spec sheet's link prices it")  # fmt: skip
+        return (a, 1.0 / g), note
+
+
+DEGENERATE_REL = 1e-9
+"""`DeviceProfile.collective_fit`: the determinant of the normal equations, relative to the
+product of its diagonal, under which the alpha and beta columns count as proportional (one
+message size and rank count): a sum of rounding errors there, 1e-16 relative, fitted a latency of
+244 us and 1.07 GB/s to three points of one size, one of them a rounding step larger."""
+
+MIN_BANDWIDTH_SHARE = 0.01
+"""`DeviceProfile.collective_fit`: the least share of the largest measured message's time that the
+fitted bandwidth term must explain for the bandwidth to count as measured. An assumption, not a
+measured figure: repeated timings of one collective are taken to vary by a few percent, so a term
+under 1% of the time is within their noise, and beta then ranges over orders of magnitude."""
 
 
 def _suffix_min(vals: list[float], shape: tuple[int, ...]) -> None:

@@ -935,9 +935,13 @@ def pipeline_p2p(
 
 def tier_note(dev: Device) -> str:
     """Which figures price ``dev``: tier 2 with a `hwtune bench` profile, tier 1 without (the
-    first note of `estimate`, printed by `compile` as well)."""
+    first note of `estimate`, printed by `compile` as well). With a profile whose all-reduce
+    points give no plain alpha-beta fit, what priced the links instead
+    (`DeviceProfile.collective_fit_note`)."""
     if dev.profile is not None:
-        return f"tier 2: measured profile of {dev.name} (hwtune bench), spec sheet outside it"
+        fit = dev.profile.collective_fit_note("all_reduce")
+        return (f"tier 2: measured profile of {dev.name} (hwtune bench), spec sheet outside it"
+                + (f"; {fit}" if fit else ""))  # fmt: skip
     return f"tier 1: spec-sheet figures of {dev.name} (calibrate with hwtune bench)"
 
 
