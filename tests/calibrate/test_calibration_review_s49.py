@@ -1,11 +1,14 @@
-"""Session 49's calibration review: a collective fit never yields a negative latency or an
+"""Session 49's calibration review: tier 2 takes the sustained clock (a profile's rates are
+bursts, so --burst-clocks matters there), a collective fit never yields a negative latency or an
 unmeasured (near-infinite, zero or negative) bandwidth without saying so, and `serve measure`
 errors are one line."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +18,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hwtune.cli.main import app
+from hwtune.cost.compute import attention_time, gemm_time, memory_time
+from hwtune.cost.power import clock_fraction, power_limited
+from hwtune.errors import HwtuneInputError
+from hwtune.hardware.catalog import get_device
 from hwtune.hardware.cluster import make_cluster
 from hwtune.hardware.device import load_device_file
 from hwtune.hardware.profile import CollectivePoint, DeviceProfile
@@ -25,6 +32,94 @@ SPEC = ModelSpec(name="tiny-gpt2", family="gpt2", n_layers=2, d_model=256, n_hea
                  ffn_hidden=1024, ffn_act="gelu", vocab=8192, tied_embeddings=True,
                  norm="layernorm", pos_emb="learned", max_position=256)  # fmt: skip
 SPEC_KW = dict(global_batch=8, seq=256, precision="fp32")
+H200 = Path(__file__).resolve().parents[2] / "src/hwtune/hardware/profiles/nvidia-h200-sxm.yaml"
+
+
+# ---- tier 2 at the sustained clock (item 1) ---------------------------------------------------
+
+
+def _sustained_copy(tmp_path: Path) -> Path:
+    """The shipped H200 profile, labelled as measured at the sustained clock."""
+    p = tmp_path / "h200-sustained.yaml"
+    p.write_text(H200.read_text() + "\ngemm_clocks: sustained\n")
+    return p
+
+
+def _step(gpu: str, burst: bool) -> tuple[float, list[str]]:
+    cl = make_cluster(gpu, 8).model_copy(update={"sustained_clocks": not burst})
+    est = estimate("llama3.1-8b", cl, global_batch=8, seq=4096)
+    return est.step_time_s, est.notes
+
+
+def test_the_shipped_profile_is_labelled_burst():
+    assert get_device(str(H200)).profile.gemm_clocks == "burst"  # the default: no key in it
+
+
+def test_tier2_burst_rates_are_derated_and_burst_clocks_restores_them():
+    dev = get_device(str(H200))
+    sus = dev.sustained_gemm_fraction
+    assert sus == pytest.approx(0.82)
+    slow, burst = power_limited(dev), power_limited(dev, sustained=False)
+    assert slow.profile.clock_fraction == pytest.approx(sus) and burst is dev
+    # a hot GEMM and training attention at 0.82 of the measured rates...
+    assert gemm_time(8192, 8192, 8192, slow, "bf16") == pytest.approx(
+        gemm_time(8192, 8192, 8192, dev, "bf16") / sus, rel=1e-12)  # fmt: skip
+    assert attention_time(1e12, 1e8, slow, "bf16", backward=True) == pytest.approx(
+        attention_time(1e12, 1e8, dev, "bf16", backward=True) / sus, rel=1e-12)  # fmt: skip
+    # ...memory-bound points as measured (HBM has its own clock): a decode GEMM's weight read,
+    # a memory-bound op, decode attention
+    assert gemm_time(1, 8192, 8192, slow, "bf16") == gemm_time(1, 8192, 8192, dev, "bf16")
+    assert memory_time(1e9, slow) == memory_time(1e9, dev)
+    assert slow.profile.attention_rate("fwd", "bf16", 1e9, decode=True) == (
+        dev.profile.attention_rate("fwd", "bf16", 1e9, decode=True))  # fmt: skip
+    t_sus, notes_sus = _step(str(H200), burst=False)
+    t_burst, notes_burst = _step(str(H200), burst=True)
+    # GEMMs and attention dominate a dense 8B step: slower by nearly 1/0.82, never by more
+    assert 1.10 < t_sus / t_burst <= 1 / sus + 1e-9
+    assert any(f"{sus:.2f} of the profile's burst rates" in n for n in notes_sus), notes_sus
+    assert not any("sustained clock" in n for n in notes_burst)
+
+
+def test_tier2_sustained_rates_are_not_derated_again(tmp_path):
+    p = str(_sustained_copy(tmp_path))
+    dev = get_device(p)
+    assert dev.profile.gemm_clocks == "sustained"
+    assert power_limited(dev) is dev  # no cap below the board power, no sustained derate
+    t_sus, notes = _step(p, burst=False)
+    t_burst, _ = _step(p, burst=True)
+    assert t_sus == t_burst == pytest.approx(_step(str(H200), burst=True)[0], rel=1e-12)
+    assert any("measured at the sustained clock" in n for n in notes), notes
+    assert not any("0.82" in n for n in notes)
+
+
+def test_a_power_cap_now_reaches_the_profile_rates():
+    # before, tier 2 priced GEMMs at the measured rates whatever the cap
+    dev = get_device(str(H200))
+    capped = power_limited(dev, 450.0, sustained=False)
+    assert capped.profile.clock_fraction == pytest.approx(clock_fraction(dev, 450.0))
+    assert capped.profile.clock_fraction < 1.0
+    both = power_limited(dev, 450.0)
+    assert both.profile.clock_fraction == pytest.approx(clock_fraction(dev, 450.0) * 0.82)
+
+
+def test_burst_clocks_changes_a_tier2_estimate_on_the_command_line():
+    base = ["estimate", "--model", "llama3.1-8b", "--gpu", str(H200), "--gpus", "8",
+            "--global-batch", "8", "--seq", "4096", "--json"]  # fmt: skip
+    docs = [CliRunner().invoke(app, base + extra) for extra in ([], ["--burst-clocks"])]
+    assert all(r.exit_code == 0 for r in docs), docs[0].output
+    sus, burst = (json.loads(r.stdout) for r in docs)
+    assert sus["step_time_s"] > 1.10 * burst["step_time_s"]
+
+
+def test_a_profile_file_cannot_set_the_priced_clock(tmp_path):
+    doc = make_doc()
+    doc["clock_fraction"] = 0.5
+    p = _write(tmp_path, doc)
+    with pytest.raises(HwtuneInputError, match=r"prof\.yaml\.clock_fraction: got 0\.5"):
+        load_device_file(p)
+    doc = make_doc(gemm_clocks="sustainable")
+    with pytest.raises(HwtuneInputError, match="gemm_clocks"):
+        load_device_file(_write(tmp_path, doc))
 
 
 def _closed_port() -> int:

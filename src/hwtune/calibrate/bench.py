@@ -266,6 +266,9 @@ def run_bench(
     doc["device"] = device_fields(backend, best_rates(gemm), memory)
     doc["software"] = software
     doc["gemm"] = gemm
+    # each shape timed for at most ~0.2 s: a power-limited GPU's boost clock, not the clock it
+    # holds under seconds of GEMMs (hardware/profile.py, ``gemm_clocks``)
+    doc["gemm_clocks"] = "burst"
     if memory is not None:
         keys = ("copy_bytes_per_s", "triad_bytes_per_s", "launch_s", "memcpy_bytes_per_s")
         doc["memory"] = {k: memory[k] for k in keys if k in memory}

@@ -208,7 +208,8 @@ def estimate(
         typer.Option(
             "--burst-clocks",
             help="GEMMs at their short-burst rate instead of the clock a power-limited GPU "
-            "sustains (the device's sustained_gemm_fraction)",
+            "sustains (the device's sustained_gemm_fraction); with a hwtune bench profile, at "
+            "its measured (burst) rates",
         ),
     ] = False,
     attention_kernel: AttentionKernel = "best",

@@ -50,17 +50,40 @@ def power_limited(
     GEMMs settles below the clock of the short bursts its efficiencies were measured at (one
     H200 SXM at its 700 W limit: 1440 MHz and 657 TFLOP/s against 800 in bursts, i.e. 0.82;
     BENCHMARKS.md "The NVML meter on a real GPU"), and the cube law above scales from that
-    sustained point. ``sustained=False`` keeps the burst rates (the spec-sheet view)."""
+    sustained point. ``sustained=False`` keeps the burst rates (the spec-sheet view).
+
+    A measured profile (tier 2) prices GEMMs and attention at its own rates, not at the peaks,
+    so the same clock fraction is handed to it (`DeviceProfile.clock_fraction`: its hot GEMMs
+    and its training and prefill attention slow by it; memory-bound points do not, as HBM
+    bandwidth does not here). Its rates are bursts unless it says otherwise (``gemm_clocks``:
+    `hwtune bench` times each shape for about 0.2 s, which the H200 ran at its boost clock), so
+    the sustained fraction applies to them as to the spec sheet's efficiencies, and
+    ``sustained=False`` (``--burst-clocks``) keeps them as measured. A profile whose rates were
+    taken at the sustained clock (``gemm_clocks: sustained``) already holds that fraction: only
+    the power cap's cube law applies to it."""
     cap = power_cap_w if power_cap_w is not None else device.tdp_w
     f = clock_fraction(device, cap)
-    if sustained and device.sustained_gemm_fraction is not None:
-        f *= device.sustained_gemm_fraction
+    if sustained_fraction_applies(device, sustained):
+        f *= device.sustained_gemm_fraction  # type: ignore[operator]
     if f >= 1.0:
         return device
     peaks = {
         k: (v * f if v is not None else None) for k, v in device.peak_tflops.model_dump().items()
     }
-    return device.model_copy(update={"peak_tflops": PeakTflops(**peaks)})
+    update: dict = {"peak_tflops": PeakTflops(**peaks)}
+    if device.profile is not None:
+        update["profile"] = device.profile.model_copy(update={"clock_fraction": f})
+    return device.model_copy(update=update)
+
+
+def sustained_fraction_applies(device: Device, sustained: bool = True) -> bool:
+    """Whether `power_limited` scales ``device``'s GEMM rates by its ``sustained_gemm_fraction``:
+    under sustained clocks, on a device that has one below 1, whose rates are bursts (the spec
+    sheet's efficiencies, or a profile's ``gemm_clocks: burst``)."""
+    sus = device.sustained_gemm_fraction
+    if not sustained or sus is None or sus >= 1.0:
+        return False
+    return device.profile is None or device.profile.gemm_clocks == "burst"
 
 
 # --- power at a frequency (DVFS with a voltage floor) -----------------------------------------

@@ -17,9 +17,22 @@ File format (YAML or JSON), version 1::
                    head_dim: 64, causal: true, flops: 1.1e9, seconds: 0.012}, ...]
     collectives: [{op: all_reduce, ranks: 2, bytes: 1048576, seconds: 0.0012}, ...]
     skipped:     [{section: gemm, what: tf32, reason: "..."}, ...]          # optional
+    gemm_clocks: burst                                                       # optional
 
 Fields added since the first version 1 files (``elementwise[].op``, ``skipped``,
-``gemm[].cold``) are optional, so those files still load.
+``gemm[].cold``, ``gemm_clocks``) are optional, so those files still load.
+
+``gemm_clocks`` says which clock the GEMM and attention timings ran at. ``burst`` (the default,
+and what `hwtune bench` writes): each shape is timed for at most about 0.2 s, in replays of about
+1 ms (`hwtune.calibrate.harness.time_fn`'s ``target_s``, ``BATCH_S``), and a power-limited GPU
+runs such bursts at its boost clock: the H200 of VALIDATION.md ("Calibration on a GPU") measured
+800 TFLOP/s bf16 in the bench, "short bursts at the 1980 MHz boost clock", and 657 TFLOP/s at
+1440 MHz after 8 s of back-to-back GEMMs at its 700 W limit. The bench reads no clock while it
+times: the label comes from how it times, not from a reading. ``sustained``: the rates were
+taken after seconds of back-to-back GEMMs, at the clock the chip holds (a profile made so by
+hand).
+`hwtune.cost.power.power_limited` applies the device's ``sustained_gemm_fraction`` to burst
+rates under sustained clocks, and not to sustained ones.
 """
 
 from __future__ import annotations
@@ -142,13 +155,23 @@ class DeviceProfile(FrozenModel):
     attention: tuple[AttentionPoint, ...] = ()
     collectives: tuple[CollectivePoint, ...] = ()
     skipped: tuple[SkippedBenchmark, ...] = ()
+    gemm_clocks: Literal["burst", "sustained"] = "burst"
+    clock_fraction: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        exclude=True,
+        description="the SM clock the compute-bound rates (hot GEMMs, training and prefill "
+        "attention) are priced at, as a fraction of the clock they were measured at; set by "
+        "hwtune.cost.power.power_limited, never read from a file",
+    )
     _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
     _cold: dict | None = PrivateAttr(default=None)  # dtype -> _ColdCurves
     _grids: dict | None = PrivateAttr(default=None)  # dtype -> _GemmGrid (None: not measured)
 
     def _hash_key(self) -> tuple:
         return (self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
-                self.collectives)  # fmt: skip
+                self.collectives, self.gemm_clocks, self.clock_fraction)  # fmt: skip
 
     # ---- interpolation -------------------------------------------------------------------
     def gemm_rate(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float | None:
@@ -174,7 +197,12 @@ class DeviceProfile(FrozenModel):
         m, n, k and batch. Cold points serve as the grid only when no hot one was measured;
         batched points only when no unbatched one was (the bench measures them off the grid:
         on the H200 profile these rules price them within 10% in bf16, fp16 and fp32 and 25%
-        in tf32, `tests/hardware/test_profile_gemm_monotone.py`)."""
+        in tf32, `tests/hardware/test_profile_gemm_monotone.py`).
+
+        At a ``clock_fraction`` below 1 (a power-limited clock, `cost.power.power_limited`) the
+        grid's times grow by its inverse, as tier 1 scales the peaks (tensor throughput follows
+        the SM clock); the cold points, weight reads bound by memory, whose clock is separate,
+        do not."""
         flops = 2.0 * m * n * k * batch
         t = self.cold_gemm_time(m, n * batch, k, dtype)
         if t is not None:
@@ -190,7 +218,7 @@ class DeviceProfile(FrozenModel):
             grid = grids[dtype] = _GemmGrid(pts) if pts else None
         if grid is None:
             return None
-        t = grid.seconds(m * batch, n, k)
+        t = grid.seconds(m * batch, n, k) / self.clock_fraction  # compute-bound: the SM clock
         cold = self._cold_curves().get(dtype)
         if cold:  # the weight read of the largest cold row count bounds the time from below
             t = max(t, cold.seconds(m, n * batch, k))
@@ -245,7 +273,8 @@ class DeviceProfile(FrozenModel):
         is the first-order variable. In log-log the time is a power law between two kernels, so
         it never leaves their range: time per FLOP itself linear in log(FLOPs) priced a kernel
         between two of equal time (a latency-bound pair 100x apart in size) at up to 5x that
-        time."""
+        time. Training and prefill rates scale with ``clock_fraction`` (as tier 1 scales the
+        peak attention runs at); decode rates, KV-cache reads, do not."""
         pts = [
             p
             for p in self.attention
@@ -253,9 +282,10 @@ class DeviceProfile(FrozenModel):
         ]
         if not pts:
             return None
+        scale = 1.0 if decode else self.clock_fraction  # decode attention reads the KV cache
         if flops is None or flops <= 0:
             r = sorted(p.flops / p.seconds for p in pts)
-            return r[len(r) // 2]
+            return r[len(r) // 2] * scale
         per_size = _one_per_size(sorted((p.flops, p.seconds / p.flops) for p in pts))
         curve = [(math.log(f), math.log(v)) for f, v in per_size]
         x = math.log(flops)
@@ -268,8 +298,8 @@ class DeviceProfile(FrozenModel):
             # The rate of the smallest alone sent a small kernel's time to zero, under the
             # launch cost every measured kernel pays.
             slope = min(1.0, max(0.0, 1.0 + (nxt[1] - y0) / (nxt[0] - x0)))  # of log t = y + x
-            return flops / math.exp(y0 + x0 + slope * (x - x0))
-        return 1.0 / math.exp(_interp(curve, x))
+            return scale * flops / math.exp(y0 + x0 + slope * (x - x0))
+        return scale / math.exp(_interp(curve, x))
 
     def memory_bandwidth(self) -> float | None:
         if self.memory is not None:
@@ -598,6 +628,10 @@ def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
         raise HwtuneInputError(
             f"{p.name}.profile_version", ver, f"{PROFILE_VERSION} (re-run hwtune bench)"
         )
+    if "clock_fraction" in data:  # a pricing setting: from a file it would apply twice
+        raise HwtuneInputError(f"{p.name}.clock_fraction", data["clock_fraction"], "no such key "
+                               "in a profile (hwtune sets it when it prices a power-limited "
+                               "clock; gemm_clocks says what the timings ran at)")  # fmt: skip
     dev = data.pop("device")
     if not isinstance(dev, dict):
         raise HwtuneInputError(f"{p.name}.device", dev, "a mapping of device fields "

@@ -42,7 +42,7 @@ from hwtune.cost.memory import (
     state_bytes_per_param,
 )
 from hwtune.cost.moe_routing import remote_nodes_per_token
-from hwtune.cost.power import power_limited
+from hwtune.cost.power import power_limited, sustained_fraction_applies
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster, GroupSpan, make_cluster
 from hwtune.hardware.device import Device
@@ -956,17 +956,17 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     sh = shard_of(st)
     notes: list[str] = [tier_note(cl.device)]
     sus = cl.device.sustained_gemm_fraction
-    if cl.sustained_clocks and sus is not None and sus < 1.0:
-        if cl.device.profile is None:
-            notes.append(
-                f"compute at the sustained clock of a power-limited {cl.device.name}: {sus:.2f} "
-                "of the burst rate under continuous GEMMs (--burst-clocks for bursts)"
-            )
-        else:  # tier 2 prices GEMMs and attention at the profile's measured (burst) rates
-            notes.append(
-                f"the profile's GEMM and attention rates are short bursts; under continuous "
-                f"GEMMs this GPU holds about {sus:.2f} of them (not applied in tier 2)"
-            )
+    if sustained_fraction_applies(cl.device, cl.sustained_clocks):  # `power_limited` applied it
+        of = "the profile's burst rates (hwtune bench)" if cl.device.profile else "the burst rate"
+        notes.append(
+            f"compute at the sustained clock of a power-limited {cl.device.name}: {sus:.2f} of "
+            f"{of} under continuous GEMMs (--burst-clocks for bursts)"
+        )
+    elif cl.device.profile is not None and cl.device.profile.gemm_clocks == "sustained":
+        notes.append(
+            "compute at the profile's GEMM and attention rates, measured at the sustained clock "
+            "(gemm_clocks: sustained): no further derate, and --burst-clocks cannot raise them"
+        )
     if pp > 1 and st.global_batch is None:  # the default batch: one micro-batch per rank
         notes.append(
             f"global batch left at dp x micro-batch = {st.global_batch_seqs}: {m} micro-batch "
