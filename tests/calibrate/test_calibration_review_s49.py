@@ -218,3 +218,104 @@ def _write(tmp_path, doc, name="prof.yaml"):
     p = tmp_path / name
     p.write_text(yaml.safe_dump(doc))
     return p
+
+
+# ---- measured points above what the device can run (item 2) ----------------------------------
+
+FAST = {"dtype": "fp32", "m": 1024, "n": 1024, "k": 1024, "batch": 1, "seconds": 0.005}
+"""0.429 TFLOP/s against the test device's fp32 peak of 0.15 (2.9x)."""
+
+
+def _refused(tmp_path, doc, *words):
+    p = _write(tmp_path, doc)
+    with pytest.raises(HwtuneInputError) as e:
+        load_device_file(p)
+    line = str(e.value)
+    assert "\n" not in line and all(w in line for w in words), line
+    return p
+
+
+def test_a_gemm_faster_than_the_peak_is_refused_by_name(tmp_path):
+    doc = make_doc()
+    doc["gemm"][1] = FAST
+    p = _refused(tmp_path, doc, "prof.yaml.gemm[1]", "0.429 TFLOP/s", "fp32 1024x1024x1024",
+                 "at most 1.15 x the fp32 peak of Test CPU (0.15 TFLOP/s)")  # fmt: skip
+    r = CliRunner().invoke(app, ["estimate", "--model", "llama3.1-8b", "--gpu", str(p)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "gemm[1]" in r.stderr
+
+
+def test_the_margin_lets_a_point_just_above_the_peak_through(tmp_path):
+    doc = make_doc()  # 1.10 x the 0.15 TFLOP/s peak: inside the 15% margin
+    doc["gemm"][1] = {**FAST, "seconds": 2.0 * 1024**3 / (1.10 * 0.15e12)}
+    load_device_file(_write(tmp_path, doc))
+    doc["gemm"][1]["seconds"] = 2.0 * 1024**3 / (1.20 * 0.15e12)
+    _refused(tmp_path, doc, "gemm[1]")
+
+
+def test_attention_and_bandwidth_above_the_device_are_refused(tmp_path):
+    doc = make_doc()
+    doc["attention"][0]["seconds"] = 1e-4  # 2.7 TFLOP/s
+    _refused(tmp_path, doc, "prof.yaml.attention[0]", "2.7 TFLOP/s", "fp32 peak")
+    doc = make_doc(memory={"copy_bytes_per_s": 5e10, "launch_s": 2e-6})  # 4x 0.012 TB/s
+    _refused(tmp_path, doc, "prof.yaml.memory.copy_bytes_per_s", "0.05 TB/s", "(0.012 TB/s)")
+
+
+def test_peaks_the_bench_measured_are_no_ceiling_for_attention(tmp_path):
+    # a CPU's peak is its best measured GEMM (one tiny GEMM when the budget is spent), so
+    # attention above it is no sign of a bad timing
+    doc = make_doc()
+    doc["attention"][0]["seconds"] = 1e-4  # 2.7 TFLOP/s against a 0.15 "peak"
+    doc["device"]["sources"] = {"peak_tflops": "best GEMM rate measured by hwtune bench"}
+    load_device_file(_write(tmp_path, doc))
+    doc["gemm"][1] = FAST  # a GEMM above a measured peak is still refused
+    _refused(tmp_path, doc, "gemm[1]")
+
+
+def test_memory_bound_ops_may_beat_the_memory_bandwidth(tmp_path):
+    doc = make_doc()  # an op that fits in a cache: 3e5 bytes in 1e-6 s, 25x the DRAM bandwidth
+    doc["elementwise"][0]["seconds"] = 1e-6
+    load_device_file(_write(tmp_path, doc))
+
+
+@pytest.mark.parametrize("t, words", [(0.0, "greater than 0"), (float("inf"), "finite"),
+                                      (-1e-3, "greater than 0")])  # fmt: skip
+def test_a_non_positive_or_endless_time_is_refused(tmp_path, t, words):
+    doc = make_doc()
+    doc["gemm"][0]["seconds"] = t
+    _refused(tmp_path, doc, "gemm", words)
+
+
+def test_bench_leaves_implausible_and_untimed_points_out_and_names_them(tmp_path, monkeypatch):
+    from hwtune.calibrate import bench as bench_mod
+    from hwtune.calibrate.bench import BenchConfig, run_bench, write_profile
+
+    ok = {"dtype": "fp32", "m": 256, "n": 256, "k": 256, "batch": 1, "seconds": 3e-4}
+    gemm = [ok, FAST, {**ok, "m": 512, "seconds": 0.0}, {**ok, "m": 128, "seconds": float("nan")}]
+    attn = [dict(make_doc()["attention"][0]), {**make_doc()["attention"][0], "seconds": 1e-4}]
+    stream = {"copy_bytes_per_s": 5e10, "triad_bytes_per_s": 5e10, "launch_s": 2e-6,
+              "array_bytes": 2**26}  # fmt: skip
+    seen_peaks = []
+
+    def fields(backend, peaks, memory):  # a device whose figures are a data sheet's
+        seen_peaks.append(dict(peaks))
+        return {**make_doc()["device"], "sources": {}}
+
+    monkeypatch.setattr(bench_mod, "bench_gemm", lambda *a, **k: [dict(p) for p in gemm])
+    monkeypatch.setattr(bench_mod, "bench_stream", lambda *a, **k: dict(stream))
+    monkeypatch.setattr(bench_mod, "bench_attention", lambda *a, **k: [dict(p) for p in attn])
+    monkeypatch.setattr(bench_mod, "device_fields", fields)
+    cfg = BenchConfig(sections=("gemm", "memory", "attention"), budget_s=5.0, threads=1)
+    res = run_bench(cfg)
+    doc = res.document
+    assert doc["gemm"] == [ok] and doc["attention"] == attn[:1] and "memory" not in doc
+    for name in ("gemm[1]", "gemm[2]", "gemm[3]", "attention[1]", "memory.copy_bytes_per_s"):
+        assert sum(name in w for w in res.warnings) == 1, (name, res.warnings)
+    reasons = {s.what.split(" ")[0]: s.reason for s in res.skipped}
+    assert reasons["gemm[1]"].startswith("implausible: 0.429 TFLOP/s")
+    assert "not a positive finite time" in reasons["gemm[2]"]
+    # the device's figures were taken again without the dropped points (a CPU's peak is its
+    # best GEMM: 0.43 TFLOP/s would have been that peak)
+    assert seen_peaks[-1]["fp32"] == pytest.approx(2.0 * 256**3 / 3e-4)
+    assert res.summary()["warnings"] == res.warnings
+    p = write_profile(doc, tmp_path / "bench.yaml")
+    assert load_device_file(p).profile.gemm_clocks == "burst"  # what it wrote loads

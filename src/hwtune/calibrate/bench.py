@@ -27,7 +27,7 @@ from hwtune.calibrate.gemm import bench_gemm, best_rates
 from hwtune.calibrate.harness import Budget, Skip, cpu_count, detect_backend
 from hwtune.calibrate.memory import bench_elementwise, bench_stream
 from hwtune.errors import HwtuneInputError, from_validation_error
-from hwtune.hardware.profile import PROFILE_VERSION
+from hwtune.hardware.profile import PROFILE_VERSION, implausible_points
 
 SECTIONS: tuple[str, ...] = ("gemm", "memory", "elementwise", "attention", "collectives")
 MODES: dict[str, float] = {"quick": 110.0, "thorough": 1800.0}
@@ -104,6 +104,7 @@ class BenchResult:
     document: dict
     skipped: list[Skip] = field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # measured points left out, by name
 
     def summary(self) -> dict:
         """What `hwtune bench --json` prints: the profile, the skips and the bandwidths."""
@@ -118,6 +119,7 @@ class BenchResult:
             "skipped": [s.to_dict() for s in self.skipped],
             "collectives_bandwidth": coll,
             "seconds": self.seconds,
+            "warnings": self.warnings,
         }
 
 
@@ -263,9 +265,10 @@ def run_bench(
     software["collective_threads_per_rank"] = 1 if backend.is_gpu else max(1, cpu_count() // ranks)
     if "elementwise" in doc:
         software["elementwise_dtype"] = ew_dtype
-    doc["device"] = device_fields(backend, best_rates(gemm), memory)
-    doc["software"] = software
     doc["gemm"] = gemm
+    warnings = _drop_untimed(doc, skips)
+    doc["device"] = device_fields(backend, best_rates(doc["gemm"]), memory)
+    doc["software"] = software
     # each shape timed for at most ~0.2 s: a power-limited GPU's boost clock, not the clock it
     # holds under seconds of GEMMs (hardware/profile.py, ``gemm_clocks``)
     doc["gemm_clocks"] = "burst"
@@ -278,8 +281,77 @@ def run_bench(
     from hwtune.hardware.profile import DeviceProfile
 
     body = {k: v for k, v in doc.items() if k != "device"}
-    Device(**doc["device"], profile=DeviceProfile(**body))
-    return BenchResult(doc, skips, time.perf_counter() - t_start)
+    bad = implausible_points(Device(**doc["device"], profile=DeviceProfile(**body)))
+    if bad:  # left out, named, and the device's figures taken again without them
+        warnings += _drop_implausible(doc, bad, skips)
+        if "memory" not in doc:  # the catalog's bandwidth stands (`with_catalog_links`)
+            memory = None
+        doc["device"] = device_fields(backend, best_rates(doc["gemm"]), memory)
+        doc["skipped"] = [s.to_dict() for s in skips]
+        body = {k: v for k, v in doc.items() if k != "device"}
+        Device(**doc["device"], profile=DeviceProfile(**body))
+    for w in warnings:
+        say(w)
+    return BenchResult(doc, skips, time.perf_counter() - t_start, warnings)
+
+
+TIMED_SECTIONS: tuple[str, ...] = ("gemm", "elementwise", "attention", "collectives")
+
+
+def _drop_untimed(doc: dict, skips: list[Skip]) -> list[str]:
+    """Leave out, in place, the points of ``doc`` whose time is not a positive finite number
+    (a timer that read 0, a NaN from a failed kernel), each recorded as skipped and returned as
+    a warning naming it: the profile refuses such a point, so one of them failed the whole
+    run after its minutes of measuring."""
+    warnings = []
+    for section in TIMED_SECTIONS:
+        kept = []
+        for i, p in enumerate(doc.get(section) or []):
+            t = p.get("seconds")
+            if isinstance(t, int | float) and math.isfinite(t) and t > 0:
+                kept.append(p)
+                continue
+            what = f"{section}[{i}] {_point_name(p)}"
+            skips.append(Skip(section, what, f"measured time {t!r} s: not a positive finite time"))
+            warnings.append(f"warning: {what}: measured {t!r} s, not a positive finite time; "
+                            "left out of the profile")  # fmt: skip
+        if section in doc:
+            doc[section] = kept
+    return warnings
+
+
+def _drop_implausible(doc: dict, bad: list[tuple[str, str, str]], skips: list[Skip]) -> list[str]:
+    """Leave out, in place, the points `implausible_points` named (``gemm[3]``,
+    ``memory.copy_bytes_per_s``: the whole STREAM block, whose copy figure is the profile's
+    bandwidth; ``memory.memcpy_bytes_per_s``: that figure only), each recorded as skipped with
+    why and returned as a warning naming it."""
+    warnings, drop = [], {}
+    for fld, value, expected in bad:
+        section, _, rest = fld.partition("[")
+        if section in ("gemm", "attention"):
+            i = int(rest.rstrip("]"))
+            drop.setdefault(section, set()).add(i)
+            what = f"{fld} {_point_name(doc[section][i])}"
+        else:
+            section, what = "memory", fld
+            if fld == "memory.memcpy_bytes_per_s":
+                doc["memory"].pop("memcpy_bytes_per_s", None)
+            else:
+                doc.pop("memory", None)
+        skips.append(Skip(section, what, f"implausible: {value}; expected {expected}"))
+        warnings.append(f"warning: {what}: {value}, above what the device can run ({expected}); "
+                        "left out of the profile")  # fmt: skip
+    for section, idx in drop.items():
+        doc[section] = [p for i, p in enumerate(doc[section]) if i not in idx]
+    return warnings
+
+
+def _point_name(p: object) -> str:
+    """A measured point's shape in a few words (dtype and sizes, op and bytes)."""
+    if not isinstance(p, dict):
+        return repr(p)[:60]
+    keys = ("dtype", "op", "phase", "m", "n", "k", "batch", "seq_q", "ranks", "bytes")
+    return " ".join(f"{k}={p[k]}" for k in keys if k in p)
 
 
 def _gpu_count() -> int:

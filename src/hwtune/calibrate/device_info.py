@@ -22,6 +22,7 @@ import torch
 
 from hwtune.calibrate.harness import Backend, cpu_count
 from hwtune.calibrate.memory import last_level_cache_bytes
+from hwtune.hardware.profile import MEASURED_PEAKS
 
 DEFAULT_CLOCK_MHZ = 2000.0
 CPU_WATTS_PER_CORE = 8.0
@@ -117,7 +118,8 @@ def device_fields(backend: Backend, peaks_flops: dict[str, float], memory: dict 
         raise RuntimeError("no fp32/bf16/fp16 GEMM was measured; a profile needs one")
     peak_tflops = {d: r / 1e12 for d, r in peaks_flops.items()}
     sources = {
-        "peak_tflops": "best GEMM rate measured by hwtune bench per dtype (gemm_efficiency 1.0)",
+        # the words by which `implausible_points` knows these peaks are no data sheet
+        "peak_tflops": f"best GEMM rate {MEASURED_PEAKS} per dtype (gemm_efficiency 1.0)",
     }
     fields: dict = {"peak_tflops": peak_tflops, "gemm_efficiency": 1.0}
     if memory is not None:
@@ -247,6 +249,10 @@ def with_catalog_links(fields: dict) -> dict:
     except HwtuneInputError:
         return fields
     _rebase_on_datasheet(fields, cat)
+    if "memory_bandwidth_tbps" not in fields:  # STREAM left out (`bench._drop_implausible`)
+        fields["memory_bandwidth_tbps"] = cat.memory_bandwidth_tbps
+        fields["sources"]["memory_bandwidth_tbps"] = (f"catalog {cat.name} data sheet (no usable "
+                                                      "STREAM figure from hwtune bench)")  # fmt: skip
     for key in CATALOG_FIELDS:
         value = getattr(cat, key)
         if key not in fields and value not in (None, (), ""):

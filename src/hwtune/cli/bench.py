@@ -111,6 +111,8 @@ def bench_cmd(
     busy = res.document["software"].get("load_warning")
     if busy:  # after the run too: the spinner's line is gone by now
         sys.stderr.write(busy + "\n")
+    for w in res.warnings:  # measured points left out of the profile, by name
+        sys.stderr.write(w + "\n")
     if as_json:
         doc = res.summary()
         doc["output"] = str(output)

@@ -13,7 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.frozen import FrozenModel
-from hwtune.hardware.profile import PROFILE_VERSION, DeviceProfile, load_profile_file
+from hwtune.hardware.profile import (
+    PROFILE_VERSION,
+    DeviceProfile,
+    check_plausible,
+    load_profile_file,
+)
 
 Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
 DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
@@ -240,6 +245,8 @@ def load_device_file(path: str | Path) -> Device:
         if data.get("profile_version", PROFILE_VERSION) != PROFILE_VERSION:
             raise HwtuneInputError("profile_version", data["profile_version"], str(PROFILE_VERSION))
     try:
-        return Device(**data)
+        dev = Device(**data)
     except ValidationError as e:
         raise from_validation_error(e, where=p.name) from None
+    check_plausible(dev, p.name)  # a point faster than the device runs is refused by name
+    return dev

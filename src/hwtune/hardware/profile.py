@@ -613,6 +613,77 @@ def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
     return last.seconds * nbytes / last.bytes
 
 
+PLAUSIBLE_MARGIN = 0.15
+"""How far above the device's peak a measured rate may be before `implausible_points` names it:
+a GEMM or attention rate over (1 + margin) x the dtype's peak FLOP/s, a streaming bandwidth over
+(1 + margin) x the memory bandwidth. A data-center GPU's data-sheet peak is its rate at the
+highest boost clock, so a correct timing stays under it (the H200 profile's best: bf16 0.81 of
+the peak, fp8 0.71, STREAM triad 0.90 of the 4.8 TB/s); the margin, an assumption, leaves room
+for boards whose GPU Boost runs above the rated boost clock the data sheet is computed at
+(GeForce cards) and for timer resolution. A rate above it is a timing that missed the work (an
+unsynchronized or lazily evaluated kernel) or a profile of another device."""
+
+
+MEASURED_PEAKS = "measured by hwtune bench"
+"""Words of a profile device's ``sources["peak_tflops"]`` when its peaks are the bench's best
+GEMMs (`hwtune.calibrate.device_info.device_fields`), not a data sheet."""
+
+
+def implausible_points(device: Device) -> list[tuple[str, str, str]]:
+    """(field, value, expected) for each point of ``device.profile`` faster than ``device`` can
+    physically run (`PLAUSIBLE_MARGIN`): GEMMs and attention kernels against the peak of their
+    dtype (a dtype without a peak is not checked), the STREAM and D2D copy bandwidths against
+    the memory bandwidth. Memory-bound ops (``elementwise``) are not checked: those that fit in
+    the L2 cache legitimately beat HBM (the H200 profile: 6.7 TB/s against 4.8). Where the peaks
+    are the bench's own best GEMMs (a CPU, a GPU the catalog does not know: ``sources``
+    ``peak_tflops`` says "measured by hwtune bench"), no GEMM can exceed them and attention is
+    not checked against them: they are no ceiling (a spent budget measures one 1 x 64 x 64
+    GEMM, far under the CPU's attention rate). Such a device's bandwidth is its own STREAM copy
+    figure, which the copy check then passes. Empty without a profile."""
+    prof = device.profile
+    if prof is None:
+        return []
+    measured_peaks = MEASURED_PEAKS in device.sources.get("peak_tflops", "")
+    limit = 1.0 + PLAUSIBLE_MARGIN
+    out: list[tuple[str, str, str]] = []
+
+    def peak(dtype: str) -> float | None:
+        tf = getattr(device.peak_tflops, dtype, None)
+        return tf * 1e12 if tf else None
+
+    for what, pts in (("gemm", prof.gemm), ("attention", () if measured_peaks else prof.attention)):
+        for i, p in enumerate(pts):
+            top = peak(p.dtype)
+            rate = p.flops / p.seconds
+            if top is None or rate <= limit * top:
+                continue
+            shape = (f"{p.m}x{p.n}x{p.k}" + (f" x{p.batch}" if p.batch > 1 else "")
+                     if what == "gemm" else f"{p.phase} b{p.batch} h{p.heads} "
+                     f"{p.seq_q}x{p.seq_k} d{p.head_dim}")  # fmt: skip
+            out.append((f"{what}[{i}]", f"{rate / 1e12:.3g} TFLOP/s ({p.dtype} {shape} in "
+                        f"{p.seconds:.3g} s)", f"at most {limit:g} x the {p.dtype} peak of "
+                        f"{device.name} ({top / 1e12:.3g} TFLOP/s): a faster timing missed work "
+                        "or is of another device (re-run hwtune bench)"))  # fmt: skip
+    if prof.memory is not None:
+        bw = device.memory_bandwidth_si
+        for key in ("copy_bytes_per_s", "memcpy_bytes_per_s"):
+            v = getattr(prof.memory, key)
+            if v is not None and v > limit * bw:
+                out.append((f"memory.{key}", f"{v / 1e12:.3g} TB/s", f"at most {limit:g} x the "
+                            f"memory bandwidth of {device.name} ({bw / 1e12:.3g} TB/s): a faster "
+                            "timing missed work or is of another device (re-run hwtune bench)"))  # fmt: skip
+    return out
+
+
+def check_plausible(device: Device, where: str) -> None:
+    """Refuse ``device``'s profile (read from the file ``where``) when a measured point is faster
+    than the device can run (`implausible_points`): the first such point, in one line."""
+    bad = implausible_points(device)
+    if bad:
+        field, value, expected = bad[0]
+        raise HwtuneInputError(f"{where}.{field}", value, expected)
+
+
 def load_profile_file(path: str | Path) -> tuple[dict, DeviceProfile]:
     """(device fields, profile) from a profile file; errors name the bad field."""
     from hwtune.structured_file import read_structured
@@ -658,4 +729,6 @@ def attach_profile(device: D, path: str | Path) -> D:
             fields.get("name"),
             f"a profile measured on {device.name} (this one is from another device)",
         )
-    return device.model_copy(update={"profile": prof})
+    out = device.model_copy(update={"profile": prof})
+    check_plausible(out, Path(path).name)
+    return out
