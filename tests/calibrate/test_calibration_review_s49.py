@@ -1,5 +1,6 @@
 """Session 49's calibration review: tier 2 takes the sustained clock (a profile's rates are
-bursts, so --burst-clocks matters there), a collective fit never yields a negative latency or an
+bursts, so --burst-clocks matters there), a measured point faster than the device can run is
+refused when read and left out by the bench, a collective fit never yields a negative latency or an
 unmeasured (near-infinite, zero or negative) bandwidth without saying so, and `serve measure`
 errors are one line."""
 
