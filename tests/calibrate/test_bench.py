@@ -287,3 +287,25 @@ def test_gpu_fields_are_rebased_on_the_catalog_data_sheet():
     )
     unknown = {"name": "Mystery GPU", "peak_tflops": {"bf16": 100.0}, "sources": {}}
     assert with_catalog_links(dict(unknown)) == unknown
+
+
+def test_a_rate_above_the_data_sheet_is_kept_as_measured_not_clamped():
+    """A card that boosts past its rated clock measures above the data sheet: the rebased
+    profile keeps the measured rate (peak x efficiency = what was measured) and says so, where an
+    efficiency clamped to 1 priced it at the data sheet."""
+    from hwtune.calibrate.device_info import with_catalog_links
+
+    fields = {"name": "NVIDIA H200", "peak_tflops": {"bf16": 1050.0, "fp8": 1400.0},
+              "gemm_efficiency": 1.0, "memory_bandwidth_tbps": 5.1, "memory_bw_efficiency": 1.0,
+              "sources": {"memory_bandwidth_tbps": "STREAM"}}  # fmt: skip
+    with_catalog_links(fields)
+    bf16 = fields["peak_tflops"]["bf16"] * fields["gemm_efficiency"]
+    assert bf16 == pytest.approx(1050.0) and fields["gemm_efficiency"] == 1.0
+    assert "1050.0 above its 989.4" in fields["sources"]["peak_tflops"]
+    fp8 = fields["peak_tflops"]["fp8"] * fields["gemm_efficiency_fp8"]
+    assert fp8 == pytest.approx(1400.0)  # below the sheet: rebased as before
+    assert fields["peak_tflops"]["fp8"] == pytest.approx(1978.9)
+    bw = fields["memory_bandwidth_tbps"] * fields["memory_bw_efficiency"]
+    assert (
+        bw == pytest.approx(5.1) and "above its 4.8" in fields["sources"]["memory_bandwidth_tbps"]
+    )
