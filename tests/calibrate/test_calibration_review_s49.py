@@ -320,3 +320,26 @@ def test_bench_leaves_implausible_and_untimed_points_out_and_names_them(tmp_path
     assert res.summary()["warnings"] == res.warnings
     p = write_profile(doc, tmp_path / "bench.yaml")
     assert load_device_file(p).profile.gemm_clocks == "burst"  # what it wrote loads
+
+
+def test_serve_carries_the_collective_fit_note_in_its_tier_2_line(tmp_path):
+    # serve prices TP all-reduces from the profile's fit too (`inference_collectives`): its
+    # tier-2 line says when the points gave none, as estimate's and compile's do
+    doc = make_doc()
+    doc["device"]["peak_tflops"] = {"fp32": 0.15, "bf16": 0.3}  # serving runs 16-bit
+    doc["collectives"] = [{"op": "all_reduce", "ranks": 2, "bytes": 1e6, "seconds": 1e-3}] * 2
+    prof = _write(tmp_path, doc)
+    cfg = tmp_path / "tiny.json"
+    cfg.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 2048,
+    }))  # fmt: skip
+    args = ["serve", "--gpu", str(prof), "-m", str(cfg), "--num-requests", "4",
+            "--concurrency", "2", "--input-len", "64", "--output-len", "8"]  # fmt: skip
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    assert "one message size" in json.loads(r.stdout)["measured_profile_note"]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
+    line = next(x for x in r.stdout.splitlines() if "tier 2: measured profile" in x)
+    assert "one message size" in line

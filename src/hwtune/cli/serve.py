@@ -768,6 +768,9 @@ def serve(
                max_model_len=_max_model_len(cfg, launch, disagg))  # fmt: skip
     if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
         doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
+        fit = cfg.device.profile.collective_fit_note("all_reduce")
+        if fit:  # what priced the links instead of a fit of the profile's all-reduces
+            doc["measured_profile_note"] = fit
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip

@@ -67,8 +67,9 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
         con.print(t)
         con.print(f"note: {correction_line(cal['correction'])}")
     if doc.get("measured_profile"):
+        fit = f"; {doc['measured_profile_note']}" if doc.get("measured_profile_note") else ""
         con.print(f"note: tier 2: measured profile of {doc['measured_profile']} (hwtune bench), "
-                  "spec sheet outside it")  # fmt: skip
+                  f"spec sheet outside it{fit}")  # fmt: skip
     if doc.get("accuracy"):
         con.print(f"note: {accuracy_line(doc['accuracy'])}")
         if doc["accuracy"].get("likely"):
