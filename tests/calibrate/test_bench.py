@@ -309,3 +309,25 @@ def test_a_rate_above_the_data_sheet_is_kept_as_measured_not_clamped():
     assert (
         bw == pytest.approx(5.1) and "above its 4.8" in fields["sources"]["memory_bandwidth_tbps"]
     )
+
+
+def test_a_rate_beyond_the_margin_keeps_the_data_sheet_so_the_bench_drops_it():
+    """Through the real rebasing (the review found the bench compared a 3000 TFLOP/s H200 GEMM
+    against a peak raised to 3000): beyond 1.15x the data sheet stays the peak, and
+    `implausible_points` names the point and the STREAM figure."""
+    from hwtune.calibrate.device_info import with_catalog_links
+    from hwtune.hardware.device import Device
+    from hwtune.hardware.profile import DeviceProfile, GemmPoint, MemoryFigures, implausible_points
+
+    fields = {"name": "NVIDIA H200", "peak_tflops": {"bf16": 3000.0},
+              "gemm_efficiency": 1.0, "memory_bandwidth_tbps": 15.0, "memory_bw_efficiency": 1.0,
+              "memory_gib": 141.0, "sm_count": 132, "boost_clock_mhz": 1980.0, "tdp_w": 700.0,
+              "sources": {"memory_bandwidth_tbps": "STREAM"}}  # fmt: skip
+    with_catalog_links(fields)
+    assert fields["peak_tflops"]["bf16"] == pytest.approx(989.4)
+    assert fields["memory_bandwidth_tbps"] == pytest.approx(4.8)
+    n = 8192
+    fast = GemmPoint(dtype="bf16", m=n, n=n, k=n, batch=1, seconds=2.0 * n**3 / 3000e12)
+    prof = DeviceProfile(gemm=(fast,), memory=MemoryFigures(copy_bytes_per_s=15e12, launch_s=5e-6))
+    bad = {field for field, _, _ in implausible_points(Device(**fields, profile=prof))}
+    assert bad == {"gemm[0]", "memory.copy_bytes_per_s"}

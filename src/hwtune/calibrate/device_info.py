@@ -220,16 +220,20 @@ def _rebase_on_datasheet(fields: dict, cat: Any) -> None:
     src = fields["sources"]
     fields["peak_tflops"] = {k: v for k, v in sheet.items() if v is not None}
     src["peak_tflops"] = f"catalog {cat.name} data sheet"
-    # a measured rate above the data sheet (a card boosting past its rated clock; the bench
-    # refuses points above 1.15x) is kept as measured: the figure becomes the peak, at
-    # efficiency 1, and the source says so, instead of an efficiency clamped to 1
+    # a measured rate above the data sheet but within the plausible margin (a card boosting
+    # past its rated clock) is kept as measured: the figure becomes the peak, at efficiency 1,
+    # and the source says so, instead of an efficiency clamped to 1. Beyond the margin the data
+    # sheet stays the peak, so that the bench's `implausible_points` drops those points
+    from hwtune.hardware.profile import PLAUSIBLE_MARGIN
+
+    limit = 1.0 + PLAUSIBLE_MARGIN
     for dtype, eff in ((ref, "gemm_efficiency"), ("fp8", "gemm_efficiency_fp8")):
         if not (peaks.get(dtype) and sheet.get(dtype)):
             continue
         got, rated = peaks[dtype], sheet[dtype]
         fields[eff] = min(1.0, got / rated)
         src[eff] = f"best {dtype} GEMM measured by hwtune bench, {got:.1f} of {rated:.1f} TFLOP/s"
-        if got > rated:
+        if rated < got <= limit * rated:
             fields["peak_tflops"][dtype] = got
             src["peak_tflops"] += f"; {dtype} as measured, {got:.1f} above its {rated:.1f}"
     bw = fields.get("memory_bandwidth_tbps")
@@ -238,9 +242,10 @@ def _rebase_on_datasheet(fields: dict, cat: Any) -> None:
         fields["memory_bw_efficiency"] = min(1.0, bw / rated_bw)
         src["memory_bw_efficiency"] = (f"{src.get('memory_bandwidth_tbps', 'measured')}: "
                                        f"{bw:.2f} of {rated_bw} TB/s")  # fmt: skip
-        fields["memory_bandwidth_tbps"] = max(bw, rated_bw)
+        above = rated_bw < bw <= limit * rated_bw
+        fields["memory_bandwidth_tbps"] = bw if above else rated_bw
         src["memory_bandwidth_tbps"] = f"catalog {cat.name} data sheet" + (
-            f"; as measured, {bw:.2f} above its {rated_bw}" if bw > rated_bw else ""
+            f"; as measured, {bw:.2f} above its {rated_bw}" if above else ""
         )
 
 
