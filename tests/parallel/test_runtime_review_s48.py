@@ -71,6 +71,16 @@ def test_zero3_with_dp_under_a_split_backward_is_refused(monkeypatch, schedule):
     assert e.value.field == "zero" and "splits the backward into I and W" in str(e.value)
 
 
+def test_zero3_over_context_parallel_ranks_under_a_split_backward_is_refused(monkeypatch):
+    # FSDP2 shards over dp x cp (`train.py`: the cp mesh when dp = 1): the same lost gradients
+    from hwtune.parallel.runtime import launch
+
+    spec = make_spec(pp=2, cp=2, zero=3, schedule="zbv", global_batch=8, micro_batch=2)
+    monkeypatch.setattr(launch, "launch", lambda cfg: pytest.fail("processes were started"))
+    with pytest.raises(HwtuneInputError, match="dp x cp > 1"):
+        launch.run_spec(spec, steps=1)
+
+
 def test_zero2_and_1f1b_under_zero3_still_build_a_run():
     from hwtune.parallel.runtime.launch import run_config
 

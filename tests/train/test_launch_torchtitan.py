@@ -326,3 +326,12 @@ def test_pipelined_zero_2_and_3_launch_as_the_estimate_prices_them(zero: int, re
     f, _ = split(launch(st).args)
     assert f[P + "data_parallel_shard_degree"] == "2"
     assert f.get(P + "fsdp_reshard_after_forward") == reshard
+
+
+@pytest.mark.parametrize("schedule", ["zbv", "dualpipev"])
+def test_pipelined_zero3_under_a_split_backward_is_refused(schedule: str) -> None:
+    # torch's schedule runtime reshards an FSDP2 stage between I and W and W's gradients miss
+    # the reduce-scatter (hwtune's own runs, tests/parallel/test_runtime_review_s48.py)
+    e = torchtitan_refusal(titan(dp=2, pp=4, zero=3, schedule=schedule, global_batch=16))
+    assert e is not None and e.field == "zero" and schedule in e.expected
+    assert torchtitan_refusal(titan(dp=2, pp=4, zero=2, schedule=schedule, global_batch=16)) is None

@@ -334,7 +334,15 @@ def _zero_refusal(st: Strategy) -> HwtuneInputError | None:
             "every micro-batch",
         )  # fmt: skip
     # with pipelining, ZeRO 2 and 3 run as the estimate prices a pipeline's FSDP2 stages
-    # (`cost.memory.sharded_state_bytes`, ``pipelined``): whole gradients, one reduce-scatter
+    # (`cost.memory.sharded_state_bytes`, ``pipelined``): whole gradients, one reduce-scatter;
+    # but not ZeRO 3 under a split backward: torch's schedule runtime reshards a stage between a
+    # micro-batch's I and W and W's gradients miss the reduce-scatter (hwtune's own runs on
+    # torch 2.13, `parallel.runtime.launch`)
+    if st.pp > 1 and st.zero >= 3 and st.dp * st.cp > 1 and st.schedule in ("zbv", "dualpipev"):
+        return _refuse(
+            "zero", st.zero, f"at most 2 with {st.schedule} and dp x cp > 1 (FSDP2 stages "
+            "resharded between the input and weight gradients lose the latter's reduction)",
+        )  # fmt: skip
     return None
 
 
