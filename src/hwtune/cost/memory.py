@@ -71,6 +71,15 @@ def state_bytes_per_param(
     raise ValueError(optimizer)
 
 
+def fsdp_pipelined(pp: int, schedule: str) -> bool:
+    """Whether a pipeline's ZeRO-2/3 stages run as ``torch.distributed.pipelining`` runs FSDP2
+    stages (`sharded_state_bytes`, ``pipelined``): every schedule that runtime drives, named or
+    an explicit order (``"explicit"``), all but the bidirectional DualPipe, which it does not
+    (hwtune's runtime walks DualPipe by hand; its ZeRO-2/3 stages are priced per micro-batch, as
+    without a pipeline)."""
+    return pp > 1 and schedule != "dualpipe"
+
+
 def sharded_state_bytes(
     n_params: float,
     sb: StateBytes,
@@ -82,13 +91,16 @@ def sharded_state_bytes(
     """(weights, grads, optimizer) bytes on one GPU for ``n_params`` local parameters sharded over
     ``shards`` data-parallel ranks by ZeRO stage ``zero``; offloaded optimizer states leave the GPU.
 
-    ``pipelined``: the stage of a pipeline, whose gradients stay whole at every stage: the one
-    runtime that pipelines ZeRO-2/3 stages, ``torch.distributed.pipelining`` over FSDP2, turns
-    gradient sync off for every micro-batch's backward (``set_requires_gradient_sync(False)``,
-    which accumulates unsharded gradients) and reduce-scatters once per step (``REDUCE_GRAD``);
-    DeepSpeed refuses ZeRO-2/3 with its pipeline engine and Megatron-LM shards no gradients."""
+    ``pipelined`` (`fsdp_pipelined`): a pipeline stage as the one runtime that pipelines
+    ZeRO-2/3 stages, ``torch.distributed.pipelining`` over FSDP2, runs it: gradient sync off for
+    every micro-batch's backward (``set_requires_gradient_sync(False)``, which accumulates
+    unsharded gradients) and one reduce-scatter per step (``REDUCE_GRAD``), so the gradients
+    stay whole; and ``reshard_after_backward`` off, so at ZeRO-3 a backward leaves its stage
+    gathered until the next forward reshards it, and the peak (the first backward, with the
+    most micro-batches in flight) holds the stage's weights whole as well. DeepSpeed refuses
+    ZeRO-2/3 with its pipeline engine and Megatron-LM shards no gradients."""
     d = max(1, shards)
-    w = n_params * sb.weights / (d if zero >= 3 else 1)
+    w = n_params * sb.weights / (d if zero >= 3 and not pipelined else 1)
     g = n_params * sb.grads / (d if zero >= 2 and not pipelined else 1)
     o = 0.0 if offload else n_params * sb.optimizer / (d if zero >= 1 else 1)
     return w, g, o

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import memory_time
-from hwtune.cost.memory import sharded_state_bytes, state_bytes_per_param
+from hwtune.cost.memory import fsdp_pipelined, sharded_state_bytes, state_bytes_per_param
 from hwtune.cost.power import power_limited
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
@@ -193,7 +193,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     ov = spec.overlap
     # the runtime drives a pipeline's stages with torch.distributed.pipelining (all but the
     # bidirectional DualPipe, walked by hand): FSDP2 stages reduce their gradients once per step
-    pipelined = pp > 1 and (spec.explicit or spec.schedule.name != "dualpipe")
+    pipelined = fsdp_pipelined(pp, "explicit" if spec.explicit else spec.schedule.name)
     per_rank = (
         mesh.tp * mesh.cp * mesh.dp
     )  # GPUs of one pipeline rank, consecutive (Megatron order)
@@ -377,12 +377,13 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
                 op.deps.append((ag_start[r].id, 1.0))
 
     # ---- ZeRO-3: gather before every forward and backward, reduce-scatter after the backward;
-    # ZeRO-2 without a pipeline: reduce-scatter after every backward (the parameters, gathered
-    # once at the start, stay whole). A pipeline that torch.distributed.pipelining drives
-    # (`pipelined`) reduce-scatters each chunk once per step instead, and gathers as FSDP2 does
-    # there: a chunk stays gathered from a backward to its next forward (see the module doc)
-    per_mb_rs = zero >= 3 or (zero == 2 and pp == 1)
-    if per_mb_rs and dpn > 1:
+    # ZeRO-2 not pipelined: reduce-scatter after every backward (the parameters, gathered once
+    # at the start, stay whole). A pipeline that torch.distributed.pipelining drives
+    # (`pipelined`, `fsdp_pipelined`) reduce-scatters each chunk once per step instead (ZeRO-2:
+    # after the last backward, below), and gathers as FSDP2 does there: a chunk stays gathered
+    # from a backward to its next forward (see the module doc)
+    zero_in_loop = zero >= 3 or (zero == 2 and not pipelined)  # its collectives among the ops
+    if zero_in_loop and dpn > 1:
         compute_ops = [o for o in ops if o.stream == "compute"]
         gathered: set[tuple[int, int]] = set()  # (rank, chunk) held whole (pipelined)
         last_grad: dict[tuple[int, int], Op] = {}  # (rank, chunk) -> its last gradient op
@@ -480,14 +481,16 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
         comp = [o for o in ops if o.rank == r and o.stream == "compute"]
         last = next(o for o in reversed(comp) if o.kind in ("B", "I", "W", "FB"))
         after: list[tuple[int, float]] = [(last.id, 1.0)]
-        if not per_mb_rs and dpn > 1:
+        if not zero_in_loop and dpn > 1:
             t = reduce(dense[r], expert[r], zero >= 1)
             if t > 0:
                 nl = nlayers[r]
+                # a pipelined ZeRO-2 stage reduces after its last backward (``REDUCE_GRAD``)
+                ov_gr = ov.grad_reduce and not (zero == 2 and pipelined)
                 gr = add(rank=r, kind="RS" if zero >= 1 else "AR", stream="comm", seconds=t, label="grad reduce",
                          group="dp", group_size=dpn, nbytes=gb * (dense[r] + expert[r]),
-                         deps=[(last.id, 1.0 / nl if ov.grad_reduce else 1.0)],
-                         finish_after=[(last.id, t / nl)] if ov.grad_reduce else [])  # fmt: skip
+                         deps=[(last.id, 1.0 / nl if ov_gr else 1.0)],
+                         finish_after=[(last.id, t / nl)] if ov_gr else [])  # fmt: skip
                 after = [(gr.id, 1.0)]
         elif zero3_rs[r]:
             after = [(zero3_rs[r][-1].id, 1.0)]

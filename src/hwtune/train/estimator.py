@@ -35,6 +35,7 @@ from hwtune.cost.memory import (
     LOSS_CHUNKS,
     ActShape,
     embedding_activation_bytes,
+    fsdp_pipelined,
     layer_activation_bytes,
     logits_bytes,
     mtp_input_bytes,
@@ -997,11 +998,17 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
             f"loss: LM head and cross-entropy over {LOSS_CHUNKS[st.loss_kernel]} slices of the "
             "tokens in turn (torchtitan's ChunkedLossWrapper)"
         )
-    if pp > 1 and st.zero >= 2 and dp * cp > 1:
+    pipelined = fsdp_pipelined(pp, st.schedule)
+    if pipelined and st.zero >= 2 and dp * cp > 1:
         notes.append(
             f"ZeRO-{st.zero} under a pipeline as torch.distributed.pipelining runs FSDP2 "
-            "stages: whole gradients over the micro-batches, reduce-scattered once per step"
-            + (" (ZeRO-1's memory and traffic)" if st.zero == 2 else "")
+            "stages: whole gradients over the micro-batches, reduce-scattered once per step "
+            "after the last backward"
+            + (
+                " (ZeRO-1's memory)"
+                if st.zero == 2
+                else "; a backward leaves its stage gathered, so the peak holds it whole"
+            )
         )
     if not st.fused_elementwise:
         notes.append(
@@ -1091,16 +1098,19 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # data-parallel size), so each micro-batch's backward reduce-scatters its gradients and
         # frees them (Rajbhandari et al. SC'20 §5.2; DeepSpeed stage 2 reduces every micro-step);
         # ZeRO-0/1 accumulate the full gradients locally and reduce once per step
-        # A pipeline's ZeRO-2 stages reduce once per step with whole gradients in between
-        # (`sharded_state_bytes`, ``pipelined``): ZeRO-1's traffic
-        rounds = m if st.zero == 2 and pp == 1 else 1  # gradient reductions per step
+        # A pipelined ZeRO-2 stage (`fsdp_pipelined`) reduces once per step with whole
+        # gradients in between (`sharded_state_bytes`): ZeRO-1's traffic
+        rounds = m if st.zero == 2 and not pipelined else 1  # gradient reductions per step
         # an overlapped reduction hides behind the last micro-batch's backward but for its
         # tail, which waits for the backward's last gradients: the last layer's share, or the
         # bucket group of the first stage's embedding (`edge_bucket_params`) when larger
         reduce = rs_t if st.zero >= 1 else ar_t
         edge_t = reduce(edge * gb, dp_span, cl) if dp * cp > 1 else 0.0
         tail = min(t_dp, max(t_dp / n_here, edge_t))
-        window = min(b + rec, max(0.0, t_dp - tail)) if st.overlap_grad_reduce else 0.0
+        # (a pipelined ZeRO-2 stage reduces after its last backward, ``REDUCE_GRAD``: nothing
+        # of it overlaps, unlike Megatron-Core's ZeRO-1 buckets)
+        overlap = st.overlap_grad_reduce and not (st.zero == 2 and pipelined)
+        window = min(b + rec, max(0.0, t_dp - tail)) if overlap else 0.0
         t_dp_exposed = rounds * overlapped(t_dp, window)
         t_dp *= rounds
         if t_ag and st.overlap_param_gather:
@@ -1139,7 +1149,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # Megatron-Core's edge bucket does (`edge_bucket_params`).
         pg = st.overlap_param_gather and st.zero3_gather != "parameter"
         gr = st.overlap_grad_reduce
-        if pp > 1:
+        if pipelined:
             # a pipeline's FSDP2 stages (torch.distributed.pipelining, `sharded_state_bytes`):
             # gradients reduce-scattered once per step, after the last backward
             # (``REDUCE_GRAD``, which waits for it); a backward keeps its stage gathered
@@ -1438,9 +1448,11 @@ def _states(
     zero3_gather: str = "layer",
     split: str = "layers",
     fp8_params: bool = False,
+    pipelined: bool = False,
 ) -> tuple[tuple[float, float, float, float], ...]:
     """Per pipeline rank (first and last): weights, gradients, optimizer bytes, and the
-    gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`)."""  # fmt: skip
+    gathered-weight transient under ZeRO-3 (`zero3_transient_bytes`; none for a
+    ``pipelined`` stage, `fsdp_pipelined`, whose weights and gradients are whole at the peak)."""  # fmt: skip
     fp32_grads = grads_in_fp32(grad_reduce_dtype, zero)
     sb = state_bytes_per_param(precision, optimizer, fp32_grads, fp8_params)
     edp = expert_data_parallel(tp, cp, dp, ep)
@@ -1450,12 +1462,12 @@ def _states(
         lay = layouts[r]
         dense_local = lay.dense_params / tp * copies
         expert_local = lay.expert_params / ep * copies
-        w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload, pp > 1)
-        w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload, pp > 1)
+        w1, g1, o1 = sharded_state_bytes(dense_local, sb, zero, dp * cp, offload, pipelined)
+        w2, g2, o2 = sharded_state_bytes(expert_local, sb, zero, edp, offload, pipelined)
         if fp8_params:  # ZeRO 1-2: unsharded weights, the embedding, head and norm 16-bit
             w1 = weight_bytes(dense_local, lay.embedding_params / tp * copies, True)
         zt = 0.0
-        if zero >= 3:
+        if zero >= 3 and not pipelined:
             per_layer = (dense_local + expert_local) / max(1, lay.n_layers)
             zt = zero3_transient_bytes(spec, per_layer, tp, fp32_grads, zero3_gather)
         out.append((w1 + w2, g1 + g2, o1 + o2, zt))
@@ -1581,6 +1593,7 @@ def memory_table(
                     "layer",
                     split,
                     fp8_params,
+                    fsdp_pipelined(pp, schedule),
                 )  # fmt: skip
             ]
         ac = acts.get(r)
@@ -1617,7 +1630,8 @@ def _memory(
 ) -> Memory:  # fmt: skip
     copies = param_copies(schedule) if pp > 1 else 1
     states = _states(spec, pp, v, copies, tp, ep, dp, cp, zero, offload, precision, optimizer,
-                     grad_reduce_dtype, zero3_gather, split, fp8_params)  # fmt: skip
+                     grad_reduce_dtype, zero3_gather, split, fp8_params,
+                     fsdp_pipelined(pp, schedule))  # fmt: skip
     a = act_shape(precision, tp, cp, ep, sp, mb, seq, flash, dropout, imbalance, loss,
                   fp8_saved_inputs)  # fmt: skip
     acts = _activations(spec, pp, v, a, recompute, schedule, m, split, modules, offload_layers)
