@@ -339,7 +339,35 @@ def test_serve_carries_the_collective_fit_note_in_its_tier_2_line(tmp_path):
             "--concurrency", "2", "--input-len", "64", "--output-len", "8"]  # fmt: skip
     r = CliRunner().invoke(app, [*args, "--json"])
     assert r.exit_code == 0, r.output
-    assert "one message size" in json.loads(r.stdout)["measured_profile_note"]
+    assert "one message size" in json.loads(r.stdout)["tier_note"]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "400"})
     line = next(x for x in r.stdout.splitlines() if "tier 2: measured profile" in x)
     assert "one message size" in line
+
+
+def test_a_grid_of_cold_points_is_not_scaled_by_the_clock():
+    # with no hot point of a dtype the cold (weight-streaming, memory-bound) points are the
+    # grid; their time follows the memory clock, not the SM clock (review)
+    from hwtune.hardware.profile import GemmPoint
+
+    cold = tuple(GemmPoint(dtype="bf16", m=8, n=n, k=n, batch=1, seconds=2 * n * n / 2e12,
+                           cold=True) for n in (1024, 4096))  # fmt: skip
+    hot = GemmPoint(dtype="bf16", m=4096, n=4096, k=4096, batch=1, seconds=2 * 4096**3 / 5e14)
+    for pts, scales in ((cold, False), ((*cold, hot), True)):
+        prof = DeviceProfile(gemm=pts)
+        slow = prof.model_copy(update={"clock_fraction": 0.5})
+        big = (8192, 8192, 8192, "bf16")
+        ratio = prof.gemm_rate(*big) / slow.gemm_rate(*big)
+        assert ratio == pytest.approx(2.0 if scales else 1.0, rel=1e-9)
+
+
+def test_a_sustained_profile_under_a_power_cap_says_the_cap_still_derates(tmp_path):
+    # "no further derate" was said beside a cap that does derate (review)
+    p = str(_sustained_copy(tmp_path))
+    cl = make_cluster(p, 8).model_copy(update={"power_cap_w": 450.0})
+    notes = estimate("llama3.1-8b", cl, global_batch=8, seq=4096).notes
+    line = next(n for n in notes if "measured at the sustained clock" in n)
+    frac = clock_fraction(get_device(p), 450.0)
+    assert f"only the power cap's ({frac:.2f} of that clock)" in line
+    _, uncapped = _step(p, burst=False)
+    assert not any("power cap" in n for n in uncapped if "sustained clock" in n)

@@ -19,7 +19,8 @@ def _tune(*args: str):
 
 
 @pytest.mark.parametrize(("args", "objective", "eta"), [
-    ([], "time", 0.5), (["--objective", "energy"], "energy", 0.5),
+    ([], "time", None), (["--objective", "energy"], "energy", None),
+    (["--objective", "mix"], "mix", None),  # the tuner's own default, Zeus's 0.5
     (["--objective", "mix", "--eta", "0.25"], "mix", 0.25),
 ])  # fmt: skip
 def test_the_objective_reaches_the_tuner(monkeypatch, args, objective, eta):
@@ -34,11 +35,13 @@ def test_the_objective_reaches_the_tuner(monkeypatch, args, objective, eta):
     monkeypatch.setattr(tuner_mod, "OnlineTuner", Spy)
     r = _tune(*args, "--json")
     assert r.exit_code == 0, r.output
-    assert seen["objective"] == objective and seen["eta"] == eta
+    assert seen["objective"] == objective and seen.get("eta") == eta
     assert seen["max_power_w"] == get_profile("jetson-agx-orin-64gb").module_power_w[1]
     doc = json.loads(r.output)
     assert doc["objective"] == objective
     assert ("eta" in doc) == (objective == "mix")
+    if objective == "mix":
+        assert doc["eta"] == (0.5 if eta is None else eta)
 
 
 def test_eta_without_mix_and_a_bad_objective_are_refused():

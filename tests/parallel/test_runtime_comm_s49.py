@@ -158,16 +158,16 @@ def test_run_refuses_more_processes_than_the_cap_before_any_starts(monkeypatch):
         raise AssertionError("a process was started")
 
     monkeypatch.setattr(mp, "spawn", no_spawn)
-    monkeypatch.setattr(L.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(L, "_cpus", lambda: 2)  # the CPUs this process may run on
     assert L.max_processes() == 8
     with pytest.raises(HwtuneInputError) as e:
         L.run_spec(make_spec(dp=16))
     msg = str(e.value)
     assert "\n" not in msg
-    assert msg.startswith("--run: got 16; expected at most 8 processes (dp*tp*pp*cp)"), msg
+    assert msg.startswith("--dp x --tp x --pp x --cp (--run): got 16; expected at most 8"), msg
     with pytest.raises(HwtuneInputError, match=r"^dp\*tp\*pp\*cp: got 16; expected at most 8"):
         L.launch(run_config(make_spec(dp=16)))
-    monkeypatch.setattr(L.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(L, "_cpus", lambda: 64)
     assert L.max_processes() == 16
     L.check_processes(16)  # at the cap: allowed
     with pytest.raises(HwtuneInputError, match="at most 16 processes"):
@@ -178,8 +178,9 @@ def test_compile_run_refuses_too_many_processes_in_one_line(monkeypatch, rejects
     import torch.multiprocessing as mp
 
     monkeypatch.setattr(mp, "spawn", lambda *a, **k: pytest.fail("a process was started"))
-    monkeypatch.setattr(L.os, "cpu_count", lambda: 2)
-    rejects(["compile", "--dp", "16", "--run"], "--run", "16", "at most 8 processes")
+    monkeypatch.setattr(L, "_cpus", lambda: 2)
+    rejects(["compile", "--dp", "16", "--run"], "--dp x --tp x --pp x --cp (--run)", "16",
+            "at most 8 processes")  # fmt: skip
 
 
 def _main(argv, capsys):

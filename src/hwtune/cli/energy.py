@@ -101,6 +101,14 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
     return sp, pp
 
 
+def _mix_weight(objective: str, eta: float | None) -> dict[str, float]:
+    """``--eta`` as the keyword the co-optimizer and the tuner take (their default, Zeus's 0.5,
+    when not given); refused beside another objective, which it would not weigh."""
+    if eta is not None and objective != "mix":
+        raise HwtuneInputError("eta", eta, "--objective mix beside it (it weighs energy there)")
+    return {} if eta is None else {"eta": eta}
+
+
 @app.command("optimize")
 def optimize_cmd(
     profile: Annotated[
@@ -150,8 +158,7 @@ def optimize_cmd(
     try:
         if plot is not None:  # a path that cannot be written fails now, not after the search
             output_path(plot, "plot", plot_suffixes())
-        if eta is not None and objective != "mix":  # would be ignored
-            raise HwtuneInputError("eta", eta, "--objective mix beside it (it weighs energy there)")
+        weight = _mix_weight(objective, eta)
         estimator = {"model": model, "seq": seq, "host-ms": host_ms,
                      "host-ms-per-sample": host_ms_per_sample}  # fmt: skip
         if points is not None:  # the fitted models replace the estimator's: its inputs are unused
@@ -189,7 +196,7 @@ def optimize_cmd(
                 raise HwtuneInputError("batch", batch, "a batch whose training step fits the "
                                        f"{prof.name}'s memory ({too_big[batch]})")  # fmt: skip
         res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
-                          cap, user_batch=batch, objective=objective, eta=0.5 if eta is None else eta,  # type: ignore[arg-type]
+                          cap, user_batch=batch, objective=objective, **weight,  # type: ignore[arg-type]
                           max_power_w=prof.module_power_w[1])  # fmt: skip
         if plot is not None:
             from hwtune.report.energy_plot import plot_frontier
@@ -289,15 +296,14 @@ def tune_cmd(
             raise HwtuneInputError("steps", steps, "a positive number of steps")
         if seed < 0:
             raise HwtuneInputError("seed", seed, "a non-negative integer")
-        if eta is not None and objective != "mix":  # would be ignored
-            raise HwtuneInputError("eta", eta, "--objective mix beside it (it weighs energy there)")
+        weight = _mix_weight(objective, eta)
         prof = get_profile(profile)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
         try:
             tuner = OnlineTuner(sim, cap, positive_ints(batches, "batches"), base_batch=batch,
                                 convergence=CriticalBatch(b_noise, 1.0), control_interval_s=interval,
-                                objective=objective, eta=0.5 if eta is None else eta,  # type: ignore[arg-type]
+                                objective=objective, **weight,  # type: ignore[arg-type]
                                 max_power_w=prof.module_power_w[1])  # as `energy optimize`  # fmt: skip
         except HwtuneInputError as e:  # the tuner's candidates are the user's --batches
             if e.field != "batch sizes":

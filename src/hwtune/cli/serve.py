@@ -767,10 +767,10 @@ def serve(
                all_reduce_kernel=cfg.all_reduce_kernel,
                max_model_len=_max_model_len(cfg, launch, disagg))  # fmt: skip
     if cfg.device.profile is not None:  # --gpu is a `hwtune bench` profile: its curves price
+        from hwtune.train.estimator import tier_note
+
         doc["measured_profile"] = cfg.device.name  # the steps (as `hwtune estimate` says)
-        fit = cfg.device.profile.collective_fit_note("all_reduce")
-        if fit:  # what priced the links instead of a fit of the profile's all-reduces
-            doc["measured_profile_note"] = fit
+        doc["tier_note"] = tier_note(cfg.device)  # the same line, and what priced the links
     if spec_tokens:
         doc["speculative"] = {"draft_tokens": spec_tokens, "acceptance": spec_acceptance,
                               "tokens_per_step": cfg.tokens_per_step}  # fmt: skip

@@ -167,7 +167,7 @@ class DeviceProfile(FrozenModel):
     )
     _ew_curves: list | None = PrivateAttr(default=None)  # per-op sorted elementwise curves
     _cold: dict | None = PrivateAttr(default=None)  # dtype -> _ColdCurves
-    _grids: dict | None = PrivateAttr(default=None)  # dtype -> _GemmGrid (None: not measured)
+    _grids: dict | None = PrivateAttr(default=None)  # dtype -> (_GemmGrid or None, of hot points)
 
     def _hash_key(self) -> tuple:
         return (self.profile_version, self.gemm, self.memory, self.elementwise, self.attention,
@@ -210,15 +210,19 @@ class DeviceProfile(FrozenModel):
         grids = self.__pydantic_private__.get("_grids")
         if grids is None:
             grids = self.__pydantic_private__["_grids"] = {}
-        grid = grids.get(dtype, False)
-        if grid is False:
+        entry = grids.get(dtype)
+        if entry is None:
             pts = [p for p in self.gemm if p.dtype == dtype]
-            hot = [p for p in pts if not p.cold] or pts
-            pts = [p for p in hot if p.batch == 1] or hot
-            grid = grids[dtype] = _GemmGrid(pts) if pts else None
+            hot = [p for p in pts if not p.cold]
+            grid_pts = hot or pts
+            grid_pts = [p for p in grid_pts if p.batch == 1] or grid_pts
+            entry = grids[dtype] = (_GemmGrid(grid_pts) if grid_pts else None, bool(hot))
+        grid, of_hot = entry
         if grid is None:
             return None
-        t = grid.seconds(m * batch, n, k) / self.clock_fraction  # compute-bound: the SM clock
+        t = grid.seconds(m * batch, n, k)
+        if of_hot:  # compute-bound: the SM clock (a grid of cold points is memory-bound)
+            t /= self.clock_fraction
         cold = self._cold_curves().get(dtype)
         if cold:  # the weight read of the largest cold row count bounds the time from below
             t = max(t, cold.seconds(m, n * batch, k))

@@ -83,9 +83,10 @@ class ModuleAnnotation(BaseModel):
 
     @model_validator(mode="after")
     def _sets_something(self) -> ModuleAnnotation:
-        if all(getattr(self, k) is None for k in ("tp", "stage", "ep", "placement", "recompute")):
+        settings = [k for k in type(self).model_fields if k != "match"]
+        if all(getattr(self, k) is None for k in settings):
             raise HwtuneInputError(  # named under `modules.<i>.` by `from_validation_error`
-                "match", self.match, "a setting beside it: tp, stage, ep, placement or recompute"
+                "match", self.match, f"a setting beside it: {', '.join(settings)}"
             )
         return self
 

@@ -66,10 +66,8 @@ def render_summary(doc: dict, title: str, console: Console | None = None) -> Non
             t.add_row(label, *(_ms(cal[key][k]) for k in ("mean", "p50", "p90", "p99")))
         con.print(t)
         con.print(f"note: {correction_line(cal['correction'])}")
-    if doc.get("measured_profile"):
-        fit = f"; {doc['measured_profile_note']}" if doc.get("measured_profile_note") else ""
-        con.print(f"note: tier 2: measured profile of {doc['measured_profile']} (hwtune bench), "
-                  f"spec sheet outside it{fit}")  # fmt: skip
+    if doc.get("tier_note"):
+        con.print(f"note: {doc['tier_note']}")
     if doc.get("accuracy"):
         con.print(f"note: {accuracy_line(doc['accuracy'])}")
         if doc["accuracy"].get("likely"):

@@ -966,7 +966,13 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     elif cl.device.profile is not None and cl.device.profile.gemm_clocks == "sustained":
         notes.append(
             "compute at the profile's GEMM and attention rates, measured at the sustained clock "
-            "(gemm_clocks: sustained): no further derate, and --burst-clocks cannot raise them"
+            "(gemm_clocks: sustained): no further sustained-clock derate"
+            + (
+                f", only the power cap's ({dev.profile.clock_fraction:.2f} of that clock)"
+                if dev.profile is not None and dev.profile.clock_fraction < 1
+                else ""
+            )
+            + ", and --burst-clocks cannot raise them"
         )
     if pp > 1 and st.global_batch is None:  # the default batch: one micro-batch per rank
         notes.append(

@@ -41,10 +41,16 @@ PROCESSES_PER_CPU = 4
 
 
 def max_processes(cpus: int | None = None) -> int:
-    """The cap on a run's processes here: `MAX_PROCESSES`, or `PROCESSES_PER_CPU` per CPU core
-    (``os.cpu_count()``) when that is fewer."""
-    n = os.cpu_count() if cpus is None else cpus
+    """The cap on a run's processes here: `MAX_PROCESSES`, or `PROCESSES_PER_CPU` per CPU this
+    process may run on (`calibrate.harness.cpu_count`, the affinity mask) when that is fewer."""
+    n = _cpus() if cpus is None else cpus
     return min(MAX_PROCESSES, PROCESSES_PER_CPU * max(1, n or 1))
+
+
+def _cpus() -> int:
+    from hwtune.calibrate.harness import cpu_count
+
+    return cpu_count()
 
 
 def check_processes(world: int, field: str = "dp*tp*pp*cp") -> None:
@@ -55,7 +61,7 @@ def check_processes(world: int, field: str = "dp*tp*pp*cp") -> None:
         raise HwtuneInputError(
             field, world,
             f"at most {cap} processes (dp*tp*pp*cp) on this machine (at most {MAX_PROCESSES}, "
-            f"{PROCESSES_PER_CPU} per CPU core on its {os.cpu_count()}); run a smaller mesh, "
+            f"{PROCESSES_PER_CPU} per CPU it may use, {_cpus()}); run a smaller mesh, "
             "or one rank per process under torchrun",
         )  # fmt: skip
 
@@ -329,7 +335,7 @@ def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu")
     mesh or in an expert annotation), on ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU
     per process)."""
     cfg = run_config(spec, steps, moe=wants_moe(spec) if moe is None else moe, device=device)
-    check_processes(cfg.world, "--run")
+    check_processes(cfg.world, "--dp x --tp x --pp x --cp (--run)")
     doc = launch(cfg)
     doc["not_run"] = not_run(spec)
     return doc
