@@ -184,3 +184,23 @@ def test_the_strategy_line_says_what_the_annotations_recompute(tmp_path):
     assert "recompute=none (full on 4 of 32 layers)" in r.output
     plain = _invoke(["--pp", "2", "--global-batch", "4"])
     assert "recompute=none bf16" in plain.output
+
+
+# ---- an uneven expert placement is priced at its busiest rank -----------------------------------
+def _moe(placement):
+    mods = [{"match": "layers.*.experts", "ep": 2, "placement": placement}] if placement else []
+    spec = make_spec(dp=2, ep=2, zero=0, global_batch=8, micro_batch=2, seq=4096, modules=mods)
+    return compile_and_simulate("mixtral-8x7b", spec)
+
+
+def test_an_even_placement_costs_what_no_placement_does():
+    (p0, r0), (p1, r1) = _moe(None), _moe([[0, 1, 2, 3], [4, 5, 6, 7]])
+    assert r1.step_time_s == r0.step_time_s and r1.peak_bytes == r0.peak_bytes
+    assert p1.stages[0].expert_params == p0.stages[0].expert_params
+
+
+def test_six_of_eight_experts_on_one_rank_cost_it_one_and_a_half_times_the_experts():
+    (p0, r0), (p6, r6) = _moe(None), _moe([[0, 1, 2, 3, 4, 5], [6, 7]])
+    # 6 of Mixtral's 8 experts per layer on the busiest rank, against 4: 1.5x their parameters
+    assert p6.stages[0].expert_params == pytest.approx(1.5 * p0.stages[0].expert_params)
+    assert r6.step_time_s > r0.step_time_s and max(r6.peak_bytes) > max(r0.peak_bytes)

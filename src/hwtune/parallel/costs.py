@@ -49,12 +49,24 @@ class StageCost:
         return self.b - self.w
 
 
-def _shard(spec: ParallelSpec, model: ModelSpec, tp: int, ep: int) -> Shard:
+def placement_skew(model: ModelSpec, lp: LayerPlan) -> float:
+    """The busiest expert-parallel rank's share of a layer's experts against an even split:
+    ``k_max x ep / E`` for a ``placement`` whose largest group holds ``k_max`` of the ``E``
+    routed experts (1 without a placement). With tokens routed evenly over the experts (the
+    model's own skew is ``moe_imbalance``) that rank computes, receives and stores that many
+    times the mean, so the layer is priced at it as at a routing imbalance of this factor."""
+    moe = model.moe
+    if lp.placement is None or moe is None:
+        return 1.0
+    return max(len(g) for g in lp.placement) * lp.ep / moe.n_routed_experts
+
+
+def _shard(spec: ParallelSpec, model: ModelSpec, tp: int, ep: int, skew: float = 1.0) -> Shard:
     e = 4.0 if spec.precision == "fp32" else 2.0
     return Shard(
         tokens=spec.micro_batch * spec.seq // spec.mesh.cp, seq=spec.seq, tp=tp,
         cp=spec.mesh.cp, ep=ep, sp=spec.sequence_parallel and tp > 1, act_bytes=e,
-        flash=spec.flash_attention, moe_imbalance=spec.moe_imbalance,
+        flash=spec.flash_attention, moe_imbalance=spec.moe_imbalance * skew,
     )  # fmt: skip
 
 
@@ -79,8 +91,10 @@ def layer_cost(
     ov_tp = spec.overlap.tp_comm and overlap
     ov_a2a = spec.overlap.moe_a2a and overlap
 
+    skew = placement_skew(model, lp)
+
     def at(tp: int) -> LayerCost:
-        sh = _shard(spec, model, tp, lp.ep)
+        sh = _shard(spec, model, tp, lp.ep, skew)
         return pipeline_ranks(model, cl, dev, gdt, sh, lp.recompute, ov_tp, ov_a2a, 1, 1)[3][key]
 
     if lp.tp_attention == lp.tp_ffn:
@@ -131,14 +145,16 @@ def stage_costs(
             lp = layers[i]
             acc = acc + layer_cost(spec, model, cl, lp)
             raw = raw + layer_cost(spec, model, cl, lp, overlap=False)
+            skew = placement_skew(model, lp)  # an uneven expert placement's busiest rank
             a = ActShape(tokens=tokens, seq=spec.seq, tp=lp.tp_ffn, sp=spec.sequence_parallel and lp.tp_ffn > 1,
-                         act_bytes=e, flash=spec.flash_attention, ep=lp.ep, moe_imbalance=spec.moe_imbalance)  # fmt: skip
+                         act_bytes=e, flash=spec.flash_attention, ep=lp.ep,
+                         moe_imbalance=spec.moe_imbalance * skew)  # fmt: skip
             lt, moe = model.layer_type(i), model.is_moe_layer(i)
             acts += layer_activation_bytes(model, lt, moe, a, lp.recompute)
             if lp.recompute == "full":
                 trans = max(trans, layer_activation_bytes(model, lt, moe, a, "none"))
             ex = P.routed_expert_params(model, i)
-            expert += ex / lp.ep
+            expert += ex / lp.ep * skew
             # attention at its own TP degree, the rest of the layer at the FFN's (they differ
             # when an annotation gives attention and experts different degrees)
             attn = P._attention(model, lt) if lp.tp_attention != lp.tp_ffn else 0
