@@ -80,6 +80,14 @@ def fsdp_pipelined(pp: int, schedule: str) -> bool:
     return pp > 1 and schedule != "dualpipe"
 
 
+def reduces_per_micro_batch(zero: int, pipelined: bool) -> bool:
+    """Whether each micro-batch's backward reduce-scatters its gradients: ZeRO-3, and ZeRO-2
+    outside a pipelined stage (it holds only its gradient shard, Rajbhandari et al. SC'20 §5.2);
+    a pipelined stage (`fsdp_pipelined`) and ZeRO 0-1 reduce once per step. A pipelined ZeRO-2/3
+    stage reduces after its last backward (``REDUCE_GRAD``), none of it behind that backward."""
+    return zero >= 3 or (zero == 2 and not pipelined)
+
+
 def sharded_state_bytes(
     n_params: float,
     sb: StateBytes,

@@ -24,7 +24,12 @@ from __future__ import annotations
 
 from hwtune.cost import collectives as coll
 from hwtune.cost.compute import memory_time
-from hwtune.cost.memory import fsdp_pipelined, sharded_state_bytes, state_bytes_per_param
+from hwtune.cost.memory import (
+    fsdp_pipelined,
+    reduces_per_micro_batch,
+    sharded_state_bytes,
+    state_bytes_per_param,
+)
 from hwtune.cost.power import power_limited
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.cluster import Cluster
@@ -382,7 +387,7 @@ def compile_plan(spec: ParallelSpec, model: ModelSpec, cl: Cluster) -> Plan:
     # (`pipelined`, `fsdp_pipelined`) reduce-scatters each chunk once per step instead (ZeRO-2:
     # after the last backward, below), and gathers as FSDP2 does there: a chunk stays gathered
     # from a backward to its next forward (see the module doc)
-    zero_in_loop = zero >= 3 or (zero == 2 and not pipelined)  # its collectives among the ops
+    zero_in_loop = reduces_per_micro_batch(zero, pipelined)  # its collectives among the ops
     if zero_in_loop and dpn > 1:
         compute_ops = [o for o in ops if o.stream == "compute"]
         gathered: set[tuple[int, int]] = set()  # (rank, chunk) held whole (pipelined)

@@ -39,6 +39,7 @@ from hwtune.cost.memory import (
     layer_activation_bytes,
     logits_bytes,
     mtp_input_bytes,
+    reduces_per_micro_batch,
     sharded_state_bytes,
     state_bytes_per_param,
 )
@@ -1106,7 +1107,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # ZeRO-0/1 accumulate the full gradients locally and reduce once per step
         # A pipelined ZeRO-2 stage (`fsdp_pipelined`) reduces once per step with whole
         # gradients in between (`sharded_state_bytes`): ZeRO-1's traffic
-        rounds = m if st.zero == 2 and not pipelined else 1  # gradient reductions per step
+        rounds = m if reduces_per_micro_batch(st.zero, pipelined) else 1  # reductions per step
         # an overlapped reduction hides behind the last micro-batch's backward but for its
         # tail, which waits for the backward's last gradients: the last layer's share, or the
         # bucket group of the first stage's embedding (`edge_bucket_params`) when larger
