@@ -58,6 +58,8 @@ SYSTEM_KEYS = {
     "source",
     "nvls_allreduce_algbw_gbps",
     "nvls_source",
+    "host_memory_gbps_per_node",
+    "host_memory_source",
     "device",
     "gpus_per_node",
     "scaleup_domain",
@@ -342,7 +344,12 @@ def test_system_is_buildable(sysname):
     assert s.get("source", "").strip()
     # an NVLink SHARP figure names where it was measured
     assert ("nvls_allreduce_algbw_gbps" in s) == bool(s.get("nvls_source", "").strip())
-    fields = {k: v for k, v in s.items() if k not in ("name", "source", "nvls_source")}
+    # so does a host memory figure, and the figure is the product its source spells out
+    assert ("host_memory_gbps_per_node" in s) == bool(s.get("host_memory_source", "").strip())
+    if "host_memory_gbps_per_node" in s:
+        assert f"{s['host_memory_gbps_per_node']:g} GB/s" in s["host_memory_source"]
+    drop = ("name", "source", "nvls_source", "host_memory_source")
+    fields = {k: v for k, v in s.items() if k not in drop}
     fields["device"] = get_device(fields["device"])
     dom = fields.get("scaleup_domain") or fields["gpus_per_node"]
     c = Cluster(n_gpus=max(dom, fields["gpus_per_node"]) * 2, **fields)
@@ -352,6 +359,10 @@ def test_system_is_buildable(sysname):
 
 def test_system_figures():
     s = systems()
+    # host DRAM: sockets x channels x MT/s x 8 bytes (CPU data sheets; DGX H100: 2x Xeon
+    # Platinum 8480C, 8 channels of DDR5-4800 each; DGX A100: 2x EPYC 7742, 8 of DDR4-3200)
+    assert s["dgx-h100"]["host_memory_gbps_per_node"] == pytest.approx(2 * 8 * 4800 * 8 / 1e3)
+    assert s["dgx-a100"]["host_memory_gbps_per_node"] == pytest.approx(2 * 8 * 3200 * 8 / 1e3)
     assert s["dgx-h100"]["nic_gbps_per_gpu"] == 400  # 8x ConnectX-7 NDR 400 Gb/s
     assert s["dgx-a100"]["nic_gbps_per_gpu"] == 200  # 8x ConnectX-6 HDR 200 Gb/s
     assert s["dgx-v100"]["nic_gbps_per_gpu"] == 8 * 100 / 16  # DGX-2H: 8x EDR for 16 GPUs

@@ -82,6 +82,20 @@ class Cluster(FrozenModel):
         description="GPUs the NVLS figure was measured on (its system's whole NVSwitch domain, "
         "e.g. 8 on DGX H100 even for a job of 4); None = this cluster's scale-up domain",
     )
+    host_memory_gbps_per_node: float | None = Field(
+        default=None,
+        gt=0,
+        description="peak DRAM bandwidth of one node's CPUs, GB/s (memory channels x MT/s x 8 "
+        "bytes, from the CPUs' data sheets; system presets carry it with its source), shared by "
+        "the node's GPUs when each runs a CPU optimizer step (ZeRO-Offload); None = unknown",
+    )
+    host_memory_efficiency: float = Field(
+        default=0.75,
+        gt=0,
+        le=1,
+        description="fraction of host_memory_gbps_per_node a streaming kernel sustains (STREAM "
+        "triad measures 74-78% of the DDR wire rate: TI SPRAD45A Table 3-3)",
+    )
     power_cap_w: float | None = Field(
         default=None, gt=0, description="per-GPU power limit (nvidia-smi -pl)"
     )
@@ -122,6 +136,17 @@ class Cluster(FrozenModel):
     @property
     def n_nodes(self) -> int:
         return max(1, self.n_gpus // self.gpus_per_node)
+
+    @property
+    def host_memory_per_gpu(self) -> float | None:
+        """Host memory bandwidth one GPU's CPU optimizer step streams at, bytes/s: the node's
+        sustained DRAM bandwidth shared by its GPUs (every rank offloads under ZeRO-Offload,
+        and a job smaller than a node has ``gpus_per_node`` = its GPUs); None when the node's
+        memory is unknown."""
+        if self.host_memory_gbps_per_node is None:
+            return None
+        node = self.host_memory_gbps_per_node * 1e9 * self.host_memory_efficiency
+        return node / self.gpus_per_node
 
     def intra_link(self) -> Link:
         """Scale-up link of one GPU (achievable bandwidth, bytes/s each way); with a measured
@@ -202,6 +227,7 @@ def make_cluster(
         "topology": preset.get("topology", "rail-optimized"),
         "oversubscription": preset.get("oversubscription", 1.0),
         "nvls_allreduce_algbw_gbps": preset.get("nvls_allreduce_algbw_gbps"),
+        "host_memory_gbps_per_node": preset.get("host_memory_gbps_per_node"),
         **kw,
     }
     if fields["nvls_allreduce_algbw_gbps"] is not None and "nvls_reference_gpus" not in kw:
@@ -234,6 +260,7 @@ def load_cluster_file(path: str | Path) -> Cluster:
         base.pop("name", None)
         base.pop("source", None)
         base.pop("nvls_source", None)
+        base.pop("host_memory_source", None)
         base.update(data)
         data = base
     if "device" not in data:

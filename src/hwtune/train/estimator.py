@@ -98,8 +98,18 @@ weights and their 2-byte remainders stand for the master copy both ways: 2 + 4 +
 of the second moment is read and written once more (+2)."""
 
 HOST_BANDWIDTH = 100e9
-"""CPU memory bandwidth a CPU Adam step streams at (bytes/s) when optimizer states are
-offloaded (ZeRO-Offload, Ren et al. ATC'21, §4.2: CPU Adam is memory-bound)."""
+"""CPU memory bandwidth one GPU's CPU Adam step streams at (bytes/s) when optimizer states are
+offloaded (ZeRO-Offload, Ren et al. ATC'21, §4.2: CPU Adam is memory-bound) and the cluster
+does not know its nodes' host memory (`Cluster.host_memory_per_gpu`, from the system preset's
+CPUs: 57.6 GB/s per GPU on a DGX H100). An assumption, not a measurement: a system without a
+preset gets it, and the estimate says so in a note."""
+
+
+def host_memory_bandwidth(cl: Cluster) -> float:
+    """Bytes/s one GPU's offloaded optimizer step streams at: its share of the node's sustained
+    host memory bandwidth where the system's CPUs are known, else `HOST_BANDWIDTH`."""
+    per_gpu = cl.host_memory_per_gpu
+    return HOST_BANDWIDTH if per_gpu is None else per_gpu
 
 
 @dataclass(frozen=True)
@@ -1017,6 +1027,19 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 else "; a backward leaves its stage gathered, so the peak holds it whole"
             )
         )
+    if st.offload_optimizer:
+        per_gpu = cl.host_memory_per_gpu
+        notes.append(
+            "optimizer step on the CPU (ZeRO-Offload) at "
+            + (
+                f"{per_gpu / 1e9:.0f} GB/s per GPU: {cl.host_memory_efficiency:.2f} of the "
+                f"node's {cl.host_memory_gbps_per_node:g} GB/s host memory shared by its "
+                f"{cl.gpus_per_node} GPUs"
+                if per_gpu is not None
+                else f"an assumed {HOST_BANDWIDTH / 1e9:.0f} GB/s per GPU (the system's host "
+                "memory is unknown: host_memory_gbps_per_node in a cluster file)"
+            )
+        )
     if not st.fused_elementwise:
         notes.append(
             "elementwise ops eager: one kernel per elementary op (no torch.compile)"
@@ -1194,9 +1217,10 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     t_opt = 0.0
     t_off = 0.0
     if st.offload_optimizer:
-        pcie = dev.pcie_gbps_per_direction * 1e9
-        t_off = opt_params * (gb + 2.0) / pcie
-        t_opt = opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer] / HOST_BANDWIDTH
+        # gradients down and 16-bit weights up over the GPU's host link (PCIe, or C2C on
+        # Grace parts)
+        t_off = opt_params * (gb + 2.0) / dev.host_link_si
+        t_opt = opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer] / host_memory_bandwidth(cl)
     else:
         t_opt = memory_time(opt_params * OPTIMIZER_BYTES_MOVED[st.optimizer], dev, kernels=2)
 

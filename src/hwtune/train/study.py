@@ -139,7 +139,8 @@ def _cluster(p: StudyPoint) -> object:
         s = systems()[p.topology]
         return make_cluster(p.gpu, p.n_gpus, gpus_per_node=s.get("gpus_per_node"),
                             nic_gbps=s.get("nic_gbps_per_gpu"), scaleup_domain=s.get("scaleup_domain"),
-                            nvls_allreduce_algbw_gbps=s.get("nvls_allreduce_algbw_gbps"))  # fmt: skip
+                            nvls_allreduce_algbw_gbps=s.get("nvls_allreduce_algbw_gbps"),
+                            host_memory_gbps_per_node=s.get("host_memory_gbps_per_node"))  # fmt: skip
     kv = _topology_fields(p.topology) or {}
     dom = int(kv["domain"]) if "domain" in kv else None
     extra = {"oversubscription": kv["oversubscription"]} if "oversubscription" in kv else {}
