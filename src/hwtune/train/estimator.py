@@ -1098,7 +1098,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     t_dp = 0.0
     t_dp_exposed = 0.0
     t_ag = 0.0
-    rounds = 1
+    rounds = 1  # gradient reductions per step
+    gathered = 0.0  # parameter bytes all-gathered per step
     # NIC sharing: an overlapped gradient reduction that crosses the network runs during the
     # backward, when the expert all-to-alls (also across the network) use the same NICs
     share = 2.0 if (ep > 1 and ep_span.domains > 1 and st.overlap_grad_reduce) else 1.0
@@ -1110,18 +1111,17 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         if dp * cp > 1:
             if st.zero >= 1:
                 t_dp = rs_t(grad_bytes_dense, dp_span, cl)
-                t_ag = ag_t(
-                    weight_bytes(dense_local * copies, here.embedding_params / tp * copies,
-                                 st.fp8_param_gather),
-                    dp_span, cl,
-                )  # fmt: skip
+                gathered = weight_bytes(dense_local * copies, here.embedding_params / tp * copies,
+                                        st.fp8_param_gather)  # fmt: skip
+                t_ag = ag_t(gathered, dp_span, cl)
             else:
                 t_dp = ar_t(grad_bytes_dense, dp_span, cl)
         if edp > 1 and grad_bytes_expert:
             if st.zero >= 1:
                 t_dp += rs_t(grad_bytes_expert, edp_span, cl)
-                t_ag += ag_t(weight_bytes(expert_local * copies, 0.0, st.fp8_param_gather),
-                             edp_span, cl)  # fmt: skip
+                expert_w = weight_bytes(expert_local * copies, 0.0, st.fp8_param_gather)
+                gathered += expert_w
+                t_ag += ag_t(expert_w, edp_span, cl)
             else:
                 t_dp += ar_t(grad_bytes_expert, edp_span, cl)
         # ZeRO-2 holds only its shard of the gradients (the memory model divides them by the
@@ -1179,28 +1179,36 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
         # Megatron-Core's edge bucket does (`edge_bucket_params`).
         pg = st.overlap_param_gather and st.zero3_gather != "parameter"
         gr = st.overlap_grad_reduce
+        head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
+        # a forward's gather: the first unit's waits, the rest prefetched behind the forward
+        fwd_gather = head + overlapped(ag - head, f) if pg else ag
         if pipelined:
             # a pipeline's FSDP2 stages (torch.distributed.pipelining, `sharded_state_bytes`):
             # gradients reduce-scattered once per step, after the last backward
             # (``REDUCE_GRAD``, which waits for it); a backward keeps its stage gathered
             # (``reshard_after_backward`` off) until the next forward has run and resharded
-            # it, so one gather per micro-batch, before its backward (the warm-up forwards'
-            # own gathers are left out)
-            t_dp = m * ag + rs
+            # it. So a chunk gathers for a forward only after another forward (or at the
+            # start) and for a backward only after a forward: over any order of its m
+            # forwards and m backwards that starts with a forward and ends with a backward,
+            # runs of F and B alternating R times, m - (R - 1) + R = m + 1 gathers (pp 2
+            # 1F1B m 4: 5, as the runtime counts, `runtime/comm.py`): one per micro-batch
+            # before its backward, and the first forward's
+            t_dp = (m + 1) * ag + rs
+            gathers = m + 1
             hidden = ag if pg else 0.0
             per_mb = (ag - hidden) + max(0.0, hidden - (b + rec))
             per_mb += OVERLAP_SLOWDOWN * min(hidden, b + rec)
-            t_dp_exposed = m * per_mb + rs
+            t_dp_exposed = m * per_mb + fwd_gather + rs
         else:
             t_dp = m * (2 * ag + rs)
-            head = min(ag, ag_t(w16 * edge, dp_span, cl)) if pg and dp * cp > 1 else 0.0
+            gathers, rounds = 2 * m, m
             hidden_b = (ag if pg else 0.0) + (rs if gr else 0.0)
             edge_rs = rs_t(edge * gb, dp_span, cl) if gr and dp * cp > 1 else 0.0
             # the last unit's share waits; the rest overlaps the backward, and what the
             # backward cannot hold runs after it
             tail = min(hidden_b, max(hidden_b / nl, edge_rs))
             per_mb = (
-                (head + overlapped(ag - head, f) if pg else ag)
+                fwd_gather
                 + max(0.0, hidden_b - tail - (b + rec))
                 + OVERLAP_SLOWDOWN * min(hidden_b - tail, b + rec)
                 + (0.0 if pg else ag)
@@ -1208,6 +1216,8 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
                 + tail
             )
             t_dp_exposed = m * per_mb
+        held = (dense_local if dp * cp > 1 else 0.0) + (expert_local if edp > 1 else 0.0)
+        gathered = gathers * w16 * held
 
     # ---- optimizer step and offload
     shards_dense = dp * cp if st.zero >= 1 else 1
@@ -1294,6 +1304,7 @@ def _estimate(spec: ModelSpec, cl: Cluster, st: Strategy) -> Estimate:
     }
     volume = {
         "dp_bytes_per_gpu": (t_dp and rounds * (grad_bytes_dense + grad_bytes_expert)) or 0.0,
+        "dp_gather_bytes_per_gpu": gathered,
         "tp_bytes_per_gpu": (4 * here.n_layers * e * tokens * spec.d_model * m) if tp > 1 else 0.0,
         "ep_a2a_bytes_per_gpu": sum(4 * classes[k].a2a_bytes * c for k, c in here.counts) * m
         if ep > 1
