@@ -322,16 +322,22 @@ def _drop_untimed(doc: dict, skips: list[Skip]) -> list[str]:
 
 def _drop_implausible(doc: dict, bad: list[tuple[str, str, str]], skips: list[Skip]) -> list[str]:
     """Leave out, in place, the points `implausible_points` named (``gemm[3]``,
-    ``memory.copy_bytes_per_s``: the whole STREAM block, whose copy figure is the profile's
-    bandwidth; ``memory.memcpy_bytes_per_s``: that figure only), each recorded as skipped with
-    why and returned as a warning naming it."""
+    ``elementwise[2]``, ``collectives[5]``: that point; ``collectives(all_reduce fit)``: every
+    point of that op, whose fit would price it; ``memory.copy_bytes_per_s``: the whole STREAM
+    block, whose copy figure is the profile's bandwidth; ``memory.memcpy_bytes_per_s``: that
+    figure only), each recorded as skipped with why and returned as a warning naming it."""
     warnings, drop = [], {}
     for fld, value, expected in bad:
         section, _, rest = fld.partition("[")
-        if section in ("gemm", "attention"):
+        if section in ("gemm", "attention", "elementwise", "collectives") and rest:
             i = int(rest.rstrip("]"))
             drop.setdefault(section, set()).add(i)
             what = f"{fld} {_point_name(doc[section][i])}"
+        elif fld.startswith("collectives("):
+            section, what = "collectives", fld
+            op = fld[len("collectives(") :].split(" ")[0]
+            idx = drop.setdefault(section, set())
+            idx.update(i for i, p in enumerate(doc[section]) if p.get("op") == op)
         else:
             section, what = "memory", fld
             if fld == "memory.memcpy_bytes_per_s":

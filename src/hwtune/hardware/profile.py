@@ -620,7 +620,8 @@ def _sized_time(pts: list[SizedPoint], nbytes: float) -> float:
 PLAUSIBLE_MARGIN = 0.15
 """How far above the device's peak a measured rate may be before `implausible_points` names it:
 a GEMM or attention rate over (1 + margin) x the dtype's peak FLOP/s, a streaming bandwidth over
-(1 + margin) x the memory bandwidth. A data-center GPU's data-sheet peak is its rate at the
+(1 + margin) x the memory bandwidth (for a memory-bound op larger than the cache, of the bytes
+beyond it), a collective's least traffic per rank over (1 + margin) x its links. A data-center GPU's data-sheet peak is its rate at the
 highest boost clock, so a correct timing stays under it (the H200 profile's best: bf16 0.81 of
 the peak, fp8 0.71, STREAM triad 0.90 of the 4.8 TB/s); the margin, an assumption, leaves room
 for boards whose GPU Boost runs above the rated boost clock the data sheet is computed at
@@ -633,23 +634,102 @@ MEASURED_PEAKS = "measured by hwtune bench"
 GEMMs (`hwtune.calibrate.device_info.device_fields`), not a data sheet."""
 
 
+PARTIAL_LINK_DEVICES: tuple[str, ...] = ("mi250",)
+"""Devices (a name or alias containing these words) whose ``scaleup_gbps_per_direction`` is a
+stand-in below what two of them can move, so no ceiling for a collective: the MI250X's two GCDs
+of one package are joined at 200 GB/s where the catalog prices its uniform domain at the 100 of
+two links (devices.yaml, its interconnect source: OLCF Frontier user guide)."""
+
+LARGEST_GPU_CACHE_MIB = 256.0
+"""The last-level cache assumed where ``l2_cache_mib`` does not give it: AMD parts (the catalog
+counts their L2 only, devices.yaml; the MI300X/MI325X/MI350-series also carry a 256 MB Infinity
+Cache, AMD CDNA 3 white paper) and a device that gives none (0). The largest on-package cache of
+any GPU the catalog knows, so that no point a cache can serve is held to the memory bandwidth."""
+
+
+def _min_traffic_share(op: str, n: int) -> float:
+    """The least bytes per direction, as a share of the point's ``bytes`` S (nccl-tests sizes,
+    `hwtune.calibrate.collectives`), that any algorithm must move through one rank's links for
+    ``op`` over ``n`` ranks: all-reduce 1 (a rank receives the reduced buffer, S bytes it cannot
+    compute alone, and sends its own S, however the reduction is split: ring, tree, or in the
+    switch with NVLink SHARP), send/recv 1 (S sent), reduce-scatter, all-gather and all-to-all
+    (n-1)/n (the other ranks' shares of its input it must send, or theirs it must receive)."""
+    if n < 2:
+        return 0.0
+    return 1.0 if op in ("all_reduce", "send_recv") else (n - 1) / n
+
+
+def _link_ceiling(device: Device) -> tuple[float, str] | None:
+    """(bytes/s each way, how it is made up) that one rank's links can carry at most, or None
+    where the device's figures bound no collective: a CPU (gloo ranks exchange through memory,
+    not a link), a device without a scale-up figure (the catalog models PCIe cards whose NVLink
+    bridge joins pairs as PCIe-only, devices.yaml; a GPU the catalog does not know has no link
+    figure at all), or one of `PARTIAL_LINK_DEVICES`. Every byte a rank sends or receives
+    crosses one of its links, so the ceiling is their sum: the scale-up fabric (NVLink or xGMI,
+    the GPU's whole share of it), PCIe (behind which the NIC of a multi-node group sits) and a
+    separate host link (NVLink-C2C)."""
+    if device.form_factor.lower() == "cpu" or device.scaleup_gbps_per_direction <= 0:
+        return None
+    names = [device.name, *device.aliases]
+    if any(w in x.lower() for w in PARTIAL_LINK_DEVICES for x in names):
+        return None
+    parts = [(device.scaleup_link or "scale-up", device.scaleup_gbps_per_direction),
+             ("PCIe", device.pcie_gbps_per_direction)]  # fmt: skip
+    if device.host_link_gbps_per_direction is not None:
+        parts.append(("host link", device.host_link_gbps_per_direction))
+    gbs = sum(v for _, v in parts)
+    return gbs * 1e9, " + ".join(f"{k} {v:g}" for k, v in parts)
+
+
+def _cache_bytes(device: Device) -> float:
+    """The last-level cache a memory-bound op may run from (`LARGEST_GPU_CACHE_MIB` for AMD
+    parts and where ``l2_cache_mib`` is 0)."""
+    mib = device.l2_cache_mib
+    if device.vendor == "amd" or mib <= 0:
+        mib = max(mib, LARGEST_GPU_CACHE_MIB)
+    return mib * 2**20
+
+
 def implausible_points(device: Device) -> list[tuple[str, str, str]]:
     """(field, value, expected) for each point of ``device.profile`` faster than ``device`` can
     physically run (`PLAUSIBLE_MARGIN`): GEMMs and attention kernels against the peak of their
     dtype (a dtype without a peak is not checked), the STREAM and D2D copy bandwidths against
-    the memory bandwidth. Memory-bound ops (``elementwise``) are not checked: those that fit in
-    the L2 cache legitimately beat HBM (the H200 profile: 6.7 TB/s against 4.8). Where the peaks
-    are the bench's own best GEMMs (a CPU, a GPU the catalog does not know: ``sources``
-    ``peak_tflops`` says "measured by hwtune bench"), no GEMM can exceed them and attention is
-    not checked against them: they are no ceiling (a spent budget measures one 1 x 64 x 64
-    GEMM, far under the CPU's attention rate). Such a device's bandwidth is its own STREAM copy
-    figure, which the copy check then passes. Empty without a profile."""
+    the memory bandwidth, memory-bound ops (``elementwise``) larger than the cache against the
+    memory bandwidth, collectives (each point, and the alpha-beta fit of each op) against the
+    links. Where the peaks are the bench's own best GEMMs (a CPU, a GPU the catalog does not
+    know: ``sources`` ``peak_tflops`` says "measured by hwtune bench"), no GEMM can exceed them
+    and attention is not checked against them: they are no ceiling (a spent budget measures one
+    1 x 64 x 64 GEMM, far under the CPU's attention rate). Such a device's bandwidth is its own
+    STREAM copy figure, which the copy check then passes. Empty without a profile.
+
+    Memory-bound ops: an op moving W bytes (read + written, its working set) on a device with a
+    cache of C bytes (`_cache_bytes`) finds at most C of them in the cache when it starts, so at
+    least W - C cross the memory interface: W / t may reach (1 + margin) x the bandwidth x
+    W / (W - C), no ceiling at all up to C (the H200 profile: 6.7 TB/s against 4.8 at 24 MiB),
+    and the bandwidth itself as W grows past C. Not checked on a CPU (the cache sysfs reports
+    is one core complex's, and threads on several see several) or where the bandwidth is the
+    bench's own STREAM figure (a measurement of the same kind, no ceiling above it).
+
+    Collectives: each point's least traffic per direction through one rank's links
+    (`_min_traffic_share` x bytes / seconds) against the sum of the links (`_link_ceiling`). For
+    reduce-scatter, all-gather, all-to-all and send/recv that traffic is nccl-tests' busbw; for
+    all-reduce it is the algbw (bytes / time), not the busbw (2(n-1)/n x algbw, the ring's
+    traffic): NVLink SHARP (NCCL's NVLS) reduces in the switch, so that each GPU moves S(1 + 1/n)
+    each way instead of 2S(n-1)/n (`hwtune.cost.collectives._nvls_algbw`), and its busbw exceeds
+    the link (8 H100s: ~480 GB/s busbw, 275 algbw, over 450 GB/s of NVLink each way; nccl-tests
+    #212, systems.yaml), but no algorithm delivers the reduced S bytes to a GPU faster than its
+    links bring them in. The fit of an op (`DeviceProfile.collective_fit`, over the op's points
+    not named here) is checked the same way at its large-message limit, at the largest rank
+    count measured. Which ranks shared a node is not recorded, nor the NIC (a cluster figure, not
+    the device's): a multi-node point is held to the same links (its NIC sits behind PCIe), not
+    to the NIC's lower bandwidth."""
     prof = device.profile
     if prof is None:
         return []
     measured_peaks = MEASURED_PEAKS in device.sources.get("peak_tflops", "")
     limit = 1.0 + PLAUSIBLE_MARGIN
     out: list[tuple[str, str, str]] = []
+    stale = "a faster timing missed work or is of another device (re-run hwtune bench)"
 
     def peak(dtype: str) -> float | None:
         tf = getattr(device.peak_tflops, dtype, None)
@@ -666,16 +746,62 @@ def implausible_points(device: Device) -> list[tuple[str, str, str]]:
                      f"{p.seq_q}x{p.seq_k} d{p.head_dim}")  # fmt: skip
             out.append((f"{what}[{i}]", f"{rate / 1e12:.3g} TFLOP/s ({p.dtype} {shape} in "
                         f"{p.seconds:.3g} s)", f"at most {limit:g} x the {p.dtype} peak of "
-                        f"{device.name} ({top / 1e12:.3g} TFLOP/s): a faster timing missed work "
-                        "or is of another device (re-run hwtune bench)"))  # fmt: skip
+                        f"{device.name} ({top / 1e12:.3g} TFLOP/s): {stale}"))  # fmt: skip
+    bw = device.memory_bandwidth_si
     if prof.memory is not None:
-        bw = device.memory_bandwidth_si
         for key in ("copy_bytes_per_s", "memcpy_bytes_per_s"):
             v = getattr(prof.memory, key)
             if v is not None and v > limit * bw:
                 out.append((f"memory.{key}", f"{v / 1e12:.3g} TB/s", f"at most {limit:g} x the "
-                            f"memory bandwidth of {device.name} ({bw / 1e12:.3g} TB/s): a faster "
-                            "timing missed work or is of another device (re-run hwtune bench)"))  # fmt: skip
+                            f"memory bandwidth of {device.name} ({bw / 1e12:.3g} TB/s): {stale}"))  # fmt: skip
+    bw_src = device.sources.get("memory_bandwidth_tbps", "")
+    bw_measured = "hwtune bench" in bw_src and "data sheet" not in bw_src
+    if prof.elementwise and device.form_factor.lower() != "cpu" and not bw_measured:
+        cache = _cache_bytes(device)
+        for i, p in enumerate(prof.elementwise):
+            if p.bytes <= cache:
+                continue  # may run from the cache
+            rate, top = p.bytes / p.seconds, limit * bw * p.bytes / (p.bytes - cache)
+            if rate > top:
+                out.append((f"elementwise[{i}]", f"{rate / 1e12:.3g} TB/s ({p.op or 'op'} of "
+                            f"{p.bytes / 2**20:.4g} MiB in {p.seconds:.3g} s)", f"at most "
+                            f"{top / 1e12:.3g} TB/s: {limit:g} x the memory bandwidth of "
+                            f"{device.name} ({bw / 1e12:.3g} TB/s) for the bytes beyond its "
+                            f"{cache / 2**20:g} MiB cache, which must cross it; {stale}"))  # fmt: skip
+    link = _link_ceiling(device) if prof.collectives else None
+    if link is not None:
+        top, parts = limit * link[0], link[1]
+        ceiling = (f"at most {limit:g} x the {link[0] / 1e9:.4g} GB/s each way of {device.name}'s "
+                   f"links ({parts} GB/s)")  # fmt: skip
+        named: set[int] = set()
+        for i, p in enumerate(prof.collectives):
+            rate = _min_traffic_share(p.op, p.ranks) * p.bytes / p.seconds
+            if rate <= top:
+                continue
+            named.add(i)
+            ar = p.op == "all_reduce"
+            bus = f"; busbw {2.0 * (p.ranks - 1) / p.ranks * rate / 1e9:.3g} GB/s" if ar else ""
+            why = ("the all-reduce's algbw: each rank receives the whole reduced buffer through "
+                   "its links, with NVLink SHARP too" if ar else
+                   "the busbw: the bytes each rank must send or receive")  # fmt: skip
+            out.append((f"collectives[{i}]", f"{rate / 1e9:.3g} GB/s {'algbw' if ar else 'busbw'} "
+                        f"({p.op} of {p.bytes:.4g} B over {p.ranks} ranks in {p.seconds:.3g} s"
+                        f"{bus})", f"{ceiling} for {why}; {stale}"))  # fmt: skip
+        kept = tuple(p for i, p in enumerate(prof.collectives) if i not in named)
+        rest = DeviceProfile(collectives=kept)
+        for op in sorted({p.op for p in kept}):
+            fit = rest.collective_fit(op)
+            n = max(p.ranks for p in kept if p.op == op)
+            if fit is None or n < 2:
+                continue
+            c = 2.0 if op == "all_reduce" else 1.0  # the fit's model, `_collective_fit`
+            rate = _min_traffic_share(op, n) * fit[1] * n / (c * (n - 1))
+            if rate > top:
+                out.append((f"collectives({op} fit)", f"{rate / 1e9:.3g} GB/s at {n} ranks "
+                            f"(fitted bandwidth {fit[1] / 1e9:.3g} GB/s, latency "
+                            f"{fit[0] * 1e6:.3g} us)", f"{ceiling} for large messages; points "
+                            "that fit a bandwidth beyond what each of them measured are no "
+                            "measurement of it (re-run hwtune bench)"))  # fmt: skip
     return out
 
 
