@@ -29,6 +29,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from hwtune.parallel.runtime.distributed_optimizer import DistributedOptimizer
+
 
 def expert_param_names(model: nn.Module) -> list[str]:
     return [n for n, _ in model.named_parameters() if ".feed_forward.w" in n and _is_moe(model, n)]
@@ -96,7 +98,7 @@ class Optimizers:
     """Several optimizers stepped as one (dense parameters sharded over dp, routed experts over
     their own replicas)."""
 
-    def __init__(self, opts: list[torch.optim.Optimizer]) -> None:
+    def __init__(self, opts: list[torch.optim.Optimizer | DistributedOptimizer]) -> None:
         self.opts = opts
 
     def step(self) -> None:
@@ -115,27 +117,23 @@ def make_optimizer(
     lr: float,
     experts: set[int] | None = None,
     edp_mesh: DeviceMesh | None = None,
-) -> torch.optim.Optimizer | Optimizers:
-    """AdamW; under ZeRO-1 ``ZeroRedundancyOptimizer`` shards the states of the dense
-    parameters over ``dp_mesh`` and those of the routed experts (``experts``: ids of their
-    parameters) over ``edp_mesh``, the ranks that hold the same experts (Megatron-Core's
-    expert-data-parallel distributed optimizer). ``model``: a module, or the parameters of a
-    rank's pipeline stages."""
+) -> torch.optim.Optimizer | DistributedOptimizer | Optimizers:
+    """AdamW; under ZeRO-1 a `DistributedOptimizer` (Megatron-Core's: one gradient
+    reduce-scatter, the shard's AdamW, one parameter all-gather) for the dense parameters over
+    ``dp_mesh`` and one for the routed experts (``experts``: ids of their parameters) over
+    ``edp_mesh``, the ranks that hold the same experts (Megatron-Core's expert-data-parallel
+    distributed optimizer); both divide the gradients by the size of ``dp_mesh`` (an expert's
+    gradient already sums its ep group's tokens). ``model``: a module (not wrapped in DDP: the
+    optimizer reduces the gradients), or the parameters of a rank's pipeline stages."""
     ps = model.parameters() if isinstance(model, nn.Module) else model
     params = [p for p in ps if p.requires_grad]
     if zero == 1 and dp_mesh is not None and dp_mesh.size() > 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        def zro(ps: list, mesh: DeviceMesh | None) -> torch.optim.Optimizer:
-            if mesh is None or mesh.size() == 1:
-                return torch.optim.AdamW(ps, lr=lr)
-            return ZeroRedundancyOptimizer(ps, optimizer_class=torch.optim.AdamW, lr=lr,
-                                           process_group=mesh.get_group())  # fmt: skip
-
+        n = dp_mesh.size()
         ex = experts or set()
         dense = [p for p in params if id(p) not in ex]
         routed = [p for p in params if id(p) in ex]
-        if not routed:
-            return zro(dense, dp_mesh)
-        return Optimizers([zro(dense, dp_mesh), zro(routed, edp_mesh)])
+        opts = [DistributedOptimizer(dense, dp_mesh, n, lr)] if dense else []
+        if routed:
+            opts.append(DistributedOptimizer(routed, edp_mesh, n, lr))
+        return opts[0] if len(opts) == 1 else Optimizers(opts)
     return torch.optim.AdamW(params, lr=lr)

@@ -85,7 +85,7 @@ def _state_bytes(modules: list[torch.nn.Module], opt: object) -> dict[str, float
     )
     o = 0
     for one in getattr(opt, "opts", [opt]):
-        inner = getattr(one, "optim", one)  # ZeroRedundancyOptimizer keeps its shard's here
+        inner = getattr(one, "optim", one)  # a DistributedOptimizer keeps its shard's here
         for st in inner.state.values():
             for v in st.values():
                 if torch.is_tensor(v) and v.numel() > 1:
@@ -224,12 +224,14 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     counter = CommCounter()  # the collectives of each step (`comm.py`)
     comm: list[dict] = []
 
+    # ZeRO-1: the distributed optimizer reduces the gradients (`distributed_optimizer.py`)
+    sharded_opt = cfg.zero == 1 and dp_mesh.size() > 1
     if cfg.pp == 1:
         wrapped = model
-        if dp_mesh.size() > 1:
-            wrapped = (
-                apply_fsdp(model, dp_mesh, cfg.zero) if cfg.zero >= 2 else apply_ddp(model, dp_mesh)
-            )
+        if dp_mesh.size() > 1 and cfg.zero >= 2:
+            wrapped = apply_fsdp(model, dp_mesh, cfg.zero)
+        elif dp_mesh.size() > 1 and not sharded_opt:
+            wrapped = apply_ddp(model, dp_mesh)
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
         opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
         if isinstance(wrapped, DDP):
@@ -259,7 +261,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                             loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
                         loss.backward()
                     total += loss.detach()
-                if cfg.ep > 1:
+                if cfg.ep > 1 and not sharded_opt:
                     # an expert's gradient summed the tokens of its ep group's ranks; the sum over
                     # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
                     # losses (DDP averages the dense gradients the same way)
@@ -304,10 +306,10 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 tokens = apply_cp(mod, cp_group, cfg.model.seq)
             if ep_group is not None:
                 shard_experts(mod, ep_group, cfg.placement)
-        # ZeRO-2/3: FSDP2 stages over the dp (x cp) ranks; ZeRO-0/1 with context or expert
-        # parallelism: the stages' gradients reduced by hand after the schedule (dense over
-        # dp x cp, routed experts over their edp replicas), ZeRO-1's optimizer states sharded
-        # by `ZeroRedundancyOptimizer` over the same ranks
+        # ZeRO-2/3: FSDP2 stages over the dp (x cp) ranks; ZeRO-0: the stages' gradients
+        # all-reduced by hand after the schedule (dense over dp x cp, routed experts over their
+        # edp replicas); ZeRO-1: the distributed optimizer reduce-scatters them over the same
+        # ranks and all-gathers the updated parameters
         manual = dp_mesh.size() > 1 and cfg.zero < 2
         if manual and cp_group is None and ep_group is None and cfg.tp > 1:
             raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
@@ -336,7 +338,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 sched.step(
                     *args, target=y if has_last else None, losses=mb_losses if has_last else None
                 )
-                if manual:
+                if manual and not sharded_opt:
                     reduce_grads(params, experts, dp_mesh, edp_mesh)
                 opt.step()  # states measured after it: the first step creates AdamW's
             comm.append(counter.take())
