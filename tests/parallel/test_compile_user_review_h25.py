@@ -203,7 +203,7 @@ def test_one_step_run_reports_the_adam_states():
     """The run document names the tiny model it trained. The run measured the states before the optimizer's step, so a one-step run showed
     0 optimizer bytes. AdamW keeps two fp32 moments per parameter (Loshchilov & Hutter 2019);
     ZeRO-1 over dp = 2 keeps half of them per rank: 8 x params / 2 bytes, within the
-    ZeroRedundancyOptimizer's uneven split of whole parameters (1%)."""
+    padding of the distributed optimizer's flat buffer (1%)."""
     r = _invoke(["--dp", "2", "--zero", "1", "--run", "--steps", "1", "--json"])
     assert r.exit_code == 0, r.output
     run = json.loads(r.stdout)["run"]

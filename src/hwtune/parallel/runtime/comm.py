@@ -1,11 +1,11 @@
 """The collectives one rank issues in a training step, counted: calls and bytes by kind, so
 that a run can be set beside what its compiled plan prices (`compiler.py`: one gradient
-all-reduce per step at ZeRO-0, ...).
+all-reduce per step at ZeRO-0, one reduce-scatter and one all-gather at ZeRO-1, ...).
 
 `CommCounter` wraps the ``torch.distributed`` functions that PyTorch's building blocks call
 through the package (``dist.all_reduce`` from DDP's default comm hook and our own reductions,
 ``dist.all_gather_single`` / ``dist.reduce_scatter_single`` from FSDP2's
-``_fsdp_collectives``, ``dist.broadcast`` from ``ZeroRedundancyOptimizer``,
+``_fsdp_collectives`` and from ZeRO-1's `distributed_optimizer`,
 ``dist.all_to_all_single`` from the experts' dispatch) while it is entered. DDP's reducer calls
 the process group from C++; `count_ddp` routes it through ``dist.all_reduce`` by registering
 torch's own ``allreduce_hook`` (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``:

@@ -1,10 +1,12 @@
 """Data parallelism and ZeRO, on PyTorch's own building blocks:
 - ZeRO-0: ``DistributedDataParallel`` (gradient all-reduce in buckets, overlapped), once per
   step: ``no_sync`` on all but the last micro-batch (`accumulate`);
-- ZeRO-1: DDP + ``torch.distributed.optim.ZeroRedundancyOptimizer`` (optimizer states sharded).
-  It all-reduces the gradients and broadcasts each rank's updated parameters, where the plan
-  prices a reduce-scatter and an all-gather (Megatron's distributed optimizer): the same
-  rounds per step, about twice the plan's gradient bytes;
+- ZeRO-1: no DDP; the gradients accumulate whole over the step's micro-batches with no
+  communication, and `distributed_optimizer.DistributedOptimizer` (Megatron-Core's distributed
+  optimizer, as the plan and the estimator price it) reduce-scatters them once per step in one
+  flat buffer, steps AdamW on the rank's shard (its states only) and all-gathers the updated
+  parameters once; PyTorch has no such optimizer (``ZeroRedundancyOptimizer`` all-reduces and
+  broadcasts, about twice the gradient bytes);
 - ZeRO-2/3: FSDP2 ``fully_shard`` per block and at the root, as torchtitan's ``apply_fsdp``.
   ZeRO-3 (``reshard_after_forward=True``) gathers before each forward and backward and
   reduce-scatters after each backward, every micro-batch. ZeRO-2 is the ZeRO paper's P_os+g
@@ -19,7 +21,8 @@
   resharding off for every backward and reduce-scatters each stage once per step (its
   ``REDUCE_GRAD``), the gradients held whole over the step; the plan prices that too.
 Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction; their
-gradients are summed over the replicas of each expert (the dp/ep "edp" sub-mesh) in `train`."""
+gradients are summed over the replicas of each expert (the dp/ep "edp" sub-mesh): in `train` at
+ZeRO-0, by their own distributed optimizer over that sub-mesh at ZeRO-1 (`make_optimizer`)."""
 
 from __future__ import annotations
 
@@ -71,9 +74,11 @@ def accumulate(model: nn.Module, zero: int, last: bool) -> contextlib.AbstractCo
     several (``last``: the step's last), so that the run communicates what the plan prices
     (`compiler.compile_plan`, the estimator's data-parallel time):
 
-    - DDP (ZeRO-0/1): ``no_sync()`` on all but the last micro-batch, which all-reduces the
+    - DDP (ZeRO-0): ``no_sync()`` on all but the last micro-batch, which all-reduces the
       accumulated gradients once per step (PyTorch DDP docs, ``no_sync``: "gradients will be
       accumulated ... and synchronized in the first forward-backward pass exiting the context");
+    - ZeRO-1: an unwrapped module, nothing to change (no communication in the backward; the
+      distributed optimizer's step reduces the step's gradients);
     - FSDP2 at ZeRO-2: the parameters stay gathered from the first forward to the last
       backward (``set_reshard_after_backward(last)``; ``reshard_after_forward=False`` keeps them
       between a forward and its backward), one all-gather per step, while each micro-batch's
