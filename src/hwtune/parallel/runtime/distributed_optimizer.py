@@ -59,7 +59,8 @@ class DistributedOptimizer:
     `step` reduce-scatters the gradients once, steps the rank's shard, all-gathers the
     parameters once. ``divide_by``: the gradients' divisor (the data-parallel ranks whose losses
     are averaged; for routed experts reduced over their edp replicas, still the dp size). A
-    mesh of one rank (or none) communicates nothing and steps every element."""
+    mesh of one rank (or none) communicates nothing and steps every element. ``adamw``: AdamW's
+    other settings (betas, eps, weight_decay)."""
 
     def __init__(
         self,
@@ -67,6 +68,7 @@ class DistributedOptimizer:
         mesh: DeviceMesh | None,
         divide_by: int,
         lr: float,
+        **adamw: float,
     ) -> None:
         self.params = list(params)
         if not self.params:
@@ -88,7 +90,7 @@ class DistributedOptimizer:
         self.divide_by = divide_by
         # this rank's shard of the parameters; its values are set at each step
         self.shard = nn.Parameter(torch.empty(0, dtype=self.dtype, device=self.device))
-        self.optim = torch.optim.AdamW([self.shard], lr=lr)
+        self.optim = torch.optim.AdamW([self.shard], lr=lr, **adamw)
 
     def _flat_grads(self) -> torch.Tensor:
         """The gradients in one buffer of n shards (zeros where a parameter has none, and in the
