@@ -49,15 +49,19 @@ def _spec(name: str, zero: int):
 
 
 def _cfg(name: str, zero: int):
+    if name == "tp2-dp2":
+        return run_config(make_spec(global_batch=8, micro_batch=1, zero=zero, tp=2, dp=2), steps=2)
     return run_config(_spec(name, zero), steps=2, moe=name.startswith("moe"))
 
 
 @pytest.fixture(scope="module")
 def runs():
-    """{(name, zero): (cfg, result)}: one set of processes per world size."""
+    """{(name, zero): (cfg, result)}: one set of processes per world size; tp 2 x dp 2 at
+    ZeRO-1 only (DDP, ZeRO-0, does not take DTensor parameters)."""
     out = {}
     for world in (2, 4):
         keys = [(n, z) for n in CASES if WORLD[n] == world for z in (0, 1)]
+        keys += [("tp2-dp2", 1)] if world == 4 else []
         cfgs = [_cfg(n, z) for n, z in keys]
         for k, c, r in zip(keys, cfgs, launch_many(cfgs), strict=True):
             out[k] = (c, r)
@@ -136,6 +140,23 @@ def test_zero1_keeps_adam_states_for_its_shard_only(runs, name):
     for rank, mem in res["memory"].items():
         whole = sum(n for n, _ in _groups(name, cfg, int(rank)))
         assert mem["optimizer"] <= 2 * FP32 * (whole / 2 + cfg.dp)  # about 1/dp (1/edp)
+
+
+def test_zero1_runs_under_tensor_parallelism(runs):
+    """tp 2 x dp 2: the optimizer reduces, steps and gathers each rank's local shards of the
+    DTensor parameters (the run's ``params_local`` elements), once per step, and the losses
+    match the single process's. (The plan's per-rank parameters divide every weight by tp, the
+    tiny model's replicated norms and embeddings too, so its bytes are not compared here.)"""
+    cfg, res = runs[("tp2-dp2", 1)]
+    assert cfg.tp == 2 and cfg.dp == 2
+    assert losses_agree(res["losses"], res["reference"]), res
+    for rank, steps in res["collectives"].items():
+        local = int(res["memory"][int(rank)]["params_local"])
+        assert local < sum(p.numel() for p in build(cfg.model, 0).parameters())
+        want = _padded(local, 2) * FP32
+        for step in steps:
+            assert step == {AG: {"calls": 1, "bytes": want}, RS: {"calls": 1, "bytes": want}}
+        assert res["memory"][int(rank)]["optimizer"] == 2 * FP32 * _padded(local, 2) // 2
 
 
 def _unit_worker(rank: int, port: int, out: str) -> None:
