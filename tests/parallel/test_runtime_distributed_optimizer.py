@@ -41,6 +41,7 @@ CASES = {
     "pp2-dp2-1f1b": dict(pp=2, dp=2, schedule="1f1b"),
     "moe-dp4-ep2": dict(dp=4, ep=2),
 }
+UNSHARDED = [{"match": "layers.*.experts", "ep": 1}]
 WORLD = {"dp2": 2, "pp2-dp2-1f1b": 4, "moe-dp4-ep2": 4}
 
 
@@ -51,6 +52,9 @@ def _spec(name: str, zero: int):
 def _cfg(name: str, zero: int):
     if name == "tp2-dp2":
         return run_config(make_spec(global_batch=8, micro_batch=1, zero=zero, tp=2, dp=2), steps=2)
+    if name == "moe-dp2-ep1":  # the MoE's experts unsharded (ep 1): replicated over dp
+        spec = make_spec(global_batch=8, micro_batch=1, zero=zero, dp=2, modules=UNSHARDED)
+        return run_config(spec, steps=2, moe=True)
     return run_config(_spec(name, zero), steps=2, moe=name.startswith("moe"))
 
 
@@ -61,7 +65,7 @@ def runs():
     out = {}
     for world in (2, 4):
         keys = [(n, z) for n in CASES if WORLD[n] == world for z in (0, 1)]
-        keys += [("tp2-dp2", 1)] if world == 4 else []
+        keys += [("tp2-dp2", 1)] if world == 4 else [("moe-dp2-ep1", 0), ("moe-dp2-ep1", 1)]
         cfgs = [_cfg(n, z) for n, z in keys]
         for k, c, r in zip(keys, cfgs, launch_many(cfgs), strict=True):
             out[k] = (c, r)
@@ -157,6 +161,22 @@ def test_zero1_runs_under_tensor_parallelism(runs):
         for step in steps:
             assert step == {AG: {"calls": 1, "bytes": want}, RS: {"calls": 1, "bytes": want}}
         assert res["memory"][int(rank)]["optimizer"] == 2 * FP32 * _padded(local, 2) // 2
+
+
+def test_unsharded_experts_are_reduced_with_the_dense_weights(runs):
+    """A MoE whose experts are not sharded (ep 1) at dp 2: their gradients were left out of
+    DDP's all-reduce (as sharded experts are) and never reduced, at ZeRO-0 and ZeRO-1, and the
+    losses differed from the single process's from the second step (4.71988 vs 4.74594). Now
+    they are reduced with the dense weights: at ZeRO-1 one buffer of all the parameters."""
+    for zero in (0, 1):
+        cfg, res = runs[("moe-dp2-ep1", zero)]
+        assert cfg.model.n_experts and cfg.ep == 1
+        assert losses_agree(res["losses"], res["reference"]), (zero, res)
+    full = sum(p.numel() for p in build(cfg.model, 0).parameters())
+    for steps in res["collectives"].values():
+        for step in steps:
+            want = _padded(full, 2) * FP32
+            assert step == {AG: {"calls": 1, "bytes": want}, RS: {"calls": 1, "bytes": want}}
 
 
 def _unit_worker(rank: int, port: int, out: str) -> None:

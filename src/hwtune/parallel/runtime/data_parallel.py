@@ -44,10 +44,11 @@ def _is_moe(model: nn.Module, name: str) -> bool:
     return parts[0] == "layers" and getattr(model.layers[parts[1]], "moe", False)
 
 
-def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh) -> nn.Module:
+def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, ignore: list[str]) -> nn.Module:
+    """DDP over ``dp_mesh``, the parameters named in ``ignore`` (routed experts sharded by expert
+    parallelism, reduced over their edp replicas instead) left out."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    ignore = expert_param_names(model)
     if ignore:
         DDP._set_params_and_buffers_to_ignore_for_model(model, ignore)
     # no buffer sync in forward (every rank builds identical buffers): torch >= 2.13 names it

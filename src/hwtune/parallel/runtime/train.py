@@ -219,7 +219,9 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     if cfg.tp > 1:
         apply_tp(model, tp_mesh, cfg.tp_attention, cfg.tp_ffn)
     per_dp = cfg.global_batch // cfg.dp
-    expert_names = set(expert_param_names(model))
+    # routed experts sharded over the dp ranks (an edp sub-mesh): reduced over their replicas;
+    # unsharded ones (ep 1, or folded over tp at dp 1) are replicated like the dense weights
+    expert_names = set(expert_param_names(model)) if edp_mesh is not None else set()
     losses: list[float] = []
     counter = CommCounter()  # the collectives of each step (`comm.py`)
     comm: list[dict] = []
@@ -231,7 +233,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         if dp_mesh.size() > 1 and cfg.zero >= 2:
             wrapped = apply_fsdp(model, dp_mesh, cfg.zero)
         elif dp_mesh.size() > 1 and not sharded_opt:
-            wrapped = apply_ddp(model, dp_mesh)
+            wrapped = apply_ddp(model, dp_mesh, sorted(expert_names))
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
         opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
         if isinstance(wrapped, DDP):
@@ -319,7 +321,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         sched = CompiledSchedule(stages, cfg.n_micro, loss_fn, orders)
         params = [p for m in mods for p in m.parameters()]
         experts = {id(p) for m in mods for n, p in m.named_parameters()
-                   if n in set(expert_param_names(m))}  # fmt: skip
+                   if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
         opt = make_optimizer(params, cfg.zero if manual else 0, dp_mesh, cfg.lr, experts, edp_mesh)
         has_first = any(s.is_first for s in stages)
         has_last = any(s.is_last for s in stages)
@@ -389,7 +391,7 @@ def _train_dualpipe(
             shard_experts(mod, mesh["ep"].get_group(), cfg.placement)
     params = [p for m in mods for p in m.parameters()]
     experts = {id(p) for m in mods for n, p in m.named_parameters()
-               if n in set(expert_param_names(m))}  # fmt: skip
+               if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
     opt = torch.optim.AdamW(params, lr=cfg.lr)
     per_dp = cfg.global_batch // cfg.dp
     losses: list[float] = []
