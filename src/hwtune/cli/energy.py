@@ -44,19 +44,26 @@ def _mhz(hz: float) -> str:
 
 @app.command("profiles")
 def profiles_cmd(as_json: JsonOpt = False) -> None:
-    """List the edge profiles (frequency tables, power modes, memory bandwidth)."""
-    from hwtune.energy.profiles import profiles
+    """List the edge (Jetson) and data-center (nvidia-smi -pl) profiles: clock tables, power
+    modes or power-limit ranges, memory bandwidth."""
+    from hwtune.energy.profiles import all_profiles
 
-    table = profiles()
+    table = all_profiles()
     if as_json:
-        _emit({n: p.model_dump(mode="json") for n, p in table.items()})
+        _emit({n: {"kind": p.kind, **p.model_dump(mode="json")} for n, p in table.items()})
         return
     for n, p in table.items():
+        head = (
+            f"{n:24s} {p.kind:11s} GPU {p.sm_count} SMs <= {p.gpu_max_mhz:g} MHz "
+            f"({len(p.gpu_frequencies_mhz)} steps), {p.memory_bandwidth_gbps:g} GB/s, "
+        )
+        if p.kind == "data-center":
+            lo, hi = p.module_power_w
+            sys.stdout.write(head + f"power limit {lo:g}-{hi:g} W (nvidia-smi -pl)\n")
+            continue
         modes = ", ".join(f"{m.id}:{m.name}" for m in p.power_modes)
         sys.stdout.write(
-            f"{n:24s} GPU {p.sm_count} SMs <= {p.gpu_max_mhz:g} MHz ({len(p.gpu_frequencies_mhz)} "
-            f"steps), {p.memory_bandwidth_gbps:g} GB/s, {p.module_power_w[0]:g}-"
-            f"{p.module_power_w[1]:g} W; modes {modes}\n"
+            head + f"{p.module_power_w[0]:g}-{p.module_power_w[1]:g} W; modes {modes}\n"
         )
 
 
@@ -112,10 +119,12 @@ def _mix_weight(objective: str, eta: float | None) -> dict[str, float]:
 @app.command("optimize")
 def optimize_cmd(
     profile: Annotated[
-        str, typer.Option(help="edge profile name or YAML")
+        str, typer.Option(help="profile name or YAML (hwtune energy profiles: edge or data-center)")
     ] = "jetson-agx-orin-64gb",
     cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
-    batch: Annotated[int, typer.Option(help="the user's batch (frequency-only baseline)")] = 64,
+    batch: Annotated[
+        int, typer.Option(help="the user's batch, per GPU (frequency-only baseline)")
+    ] = 64,
     batches: Annotated[
         str, typer.Option(help="candidate batches (--batch is always one too)")
     ] = "1,2,4,8,16,32,64,128",
@@ -129,10 +138,20 @@ def optimize_cmd(
     ] = None,
     seq: Annotated[int | None, typer.Option(help="sequence length (default 256)")] = None,
     host_ms: Annotated[
-        float | None, typer.Option(help="CPU time per step the GPU waits on, ms (default 30)")
+        float | None,
+        typer.Option(
+            help="CPU time per step the GPU waits on, ms (default 30 edge, 10 data-center)"
+        ),
     ] = None,
     host_ms_per_sample: Annotated[
-        float | None, typer.Option(help="... per sample, ms (default 0.5)")
+        float | None, typer.Option(help="... per sample, ms (default 0.5 edge, 0.1 data-center)")
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            help="data-center profiles: GPUs of a ZeRO-3 data-parallel job on one node (default "
+            "1); batches are per GPU, --b-noise global, energy per GPU"
+        ),
     ] = None,
     points: Annotated[
         Path | None,
@@ -153,14 +172,14 @@ def optimize_cmd(
     from hwtune.energy.power_model import PowerPoint, fit_power_model
     from hwtune.energy.profiles import get_profile
     from hwtune.energy.step_model import fit_step_model
-    from hwtune.energy.workloads import GPT2_SMALL, edge_step_model
+    from hwtune.energy.workloads import GPT2_SMALL, default_host_s, edge_step_model
 
     try:
         if plot is not None:  # a path that cannot be written fails now, not after the search
             output_path(plot, "plot", plot_suffixes())
         weight = _mix_weight(objective, eta)
         estimator = {"model": model, "seq": seq, "host-ms": host_ms,
-                     "host-ms-per-sample": host_ms_per_sample}  # fmt: skip
+                     "host-ms-per-sample": host_ms_per_sample, "gpus": gpus}  # fmt: skip
         if points is not None:  # the fitted models replace the estimator's: its inputs are unused
             for name, v in estimator.items():
                 if v is not None:
@@ -170,6 +189,12 @@ def optimize_cmd(
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise HwtuneInputError(name, v, "a non-negative finite time in ms")
         prof = get_profile(profile)
+        if gpus is not None and prof.kind != "data-center":
+            raise HwtuneInputError("gpus", gpus, f"a data-center --profile beside it ({prof.name} "
+                                   "is an edge module, one GPU)")  # fmt: skip
+        if gpus is not None and not (1 <= gpus <= 8):
+            raise HwtuneInputError("gpus", gpus, "1 to 8 GPUs (one node)")
+        n_gpus = gpus or 1
         cands = positive_ints(batches, "batches")
         too_big: dict[int, str] = {}  # batches left out for memory (estimated models only)
         if points is not None:
@@ -183,19 +208,22 @@ def optimize_cmd(
             power = fit_power_model(pp, prof.f_max_hz)
         else:
             spec = GPT2_SMALL if model in (None, "gpt2-124m") else model
+            h0, h1 = default_host_s(prof)
             host = (
-                30.0 if host_ms is None else host_ms,
-                0.5 if host_ms_per_sample is None else host_ms_per_sample,
+                h0 * 1e3 if host_ms is None else host_ms,
+                h1 * 1e3 if host_ms_per_sample is None else host_ms_per_sample,
             )
-            step = edge_step_model(
-                prof, spec, 256 if seq is None else seq, (host[0] / 1e3, host[1] / 1e3)
-            )
+            step = edge_step_model(prof, spec, 256 if seq is None else seq,
+                                   (host[0] / 1e3, host[1] / 1e3), gpus=n_gpus)  # fmt: skip
             power = prof.default_power_model()
-            cands, too_big = _fitting_batches(spec, prof, 256 if seq is None else seq, cands)
+            cands, too_big = _fitting_batches(spec, prof, 256 if seq is None else seq, cands,
+                                              n_gpus)  # fmt: skip
             if batch in too_big:
                 raise HwtuneInputError("batch", batch, "a batch whose training step fits the "
                                        f"{prof.name}'s memory ({too_big[batch]})")  # fmt: skip
-        res = co_optimize(step, power, CriticalBatch(b_noise, s_min), cands, prof.frequencies_hz,
+        # B_noise counts samples of the global batch (n_gpus x the per-GPU batch): S(b) at the
+        # per-GPU b is S_min (1 + B_noise / (n b)), the critical-batch model with B_noise / n
+        res = co_optimize(step, power, CriticalBatch(b_noise / n_gpus, s_min), cands, prof.frequencies_hz,
                           cap, user_batch=batch, objective=objective, **weight,  # type: ignore[arg-type]
                           max_power_w=prof.module_power_w[1])  # fmt: skip
         if plot is not None:
@@ -208,7 +236,7 @@ def optimize_cmd(
         fail(flag_error(e, {"seq": "--seq", "model": "--model"}))
     if as_json:
         doc = res.to_dict()
-        doc.update(left_out_for_memory=sorted(too_big))
+        doc.update(left_out_for_memory=sorted(too_big), kind=prof.kind, gpus=n_gpus)
         doc.update(profile=prof.name, step_model=step.to_dict(), power_model=power.to_dict(),
                    b_noise=b_noise, s_min=s_min, source="fitted" if points else "profile + estimator (simulated)")  # fmt: skip
         _emit(doc)
@@ -218,6 +246,9 @@ def optimize_cmd(
     out.write(
         f"{prof.name}, cap {cap:g} W, objective {objective}, B_noise {b_noise:g}, S_min {s_min:g}\n"
     )
+    if n_gpus > 1:
+        out.write(f"  per GPU of {n_gpus} (ZeRO-3 data parallel): batch per GPU, power and "
+                  f"energy per GPU (x {n_gpus} for the job)\n")  # fmt: skip
 
     def line(label: str, p: object) -> str:
         return (f"  {label:16s} batch {p.batch:4d} at {_mhz(p.frequency_hz)}: {p.power_w:5.1f} W, "  # type: ignore[attr-defined]
@@ -238,18 +269,19 @@ def optimize_cmd(
 
 
 def _fitting_batches(
-    spec: object, prof: object, seq: int, batches: list[int]
+    spec: object, prof: object, seq: int, batches: list[int], gpus: int = 1
 ) -> tuple[list[int], dict[int, str]]:
-    """The candidate batches whose training step (one device, the estimator's memory model)
-    fits the profile's GPU memory, and the others with what they need; an error naming the
-    model when none fits."""
+    """The candidate batches whose training step (one device, or ``gpus`` sharding the model
+    state with ZeRO-3, the estimator's memory model) fits the profile's GPU memory, and the
+    others with what they need; an error naming the model when none fits."""
     from hwtune.hardware.cluster import make_cluster
     from hwtune.train.estimator import estimate
 
     dev = prof.to_device()  # type: ignore[attr-defined]
     fit, too_big = [], {}
     for b in batches:
-        est = estimate(spec, make_cluster(dev, 1), micro_batch=b, seq=seq, zero=0)  # type: ignore[arg-type]
+        est = estimate(spec, make_cluster(dev, gpus), micro_batch=b, seq=seq,  # type: ignore[arg-type]
+                       zero=3 if gpus > 1 else 0)  # fmt: skip
         if est.fits:
             fit.append(b)
         else:
@@ -259,9 +291,12 @@ def _fitting_batches(
     if not fit:
         name = getattr(spec, "name", spec)
         b = min(too_big)
+        more = ""
+        if getattr(prof, "kind", "edge") == "data-center" and gpus < 8:
+            more = "; --gpus 8 shards the model state over a node (ZeRO-3)"
         raise HwtuneInputError(
             "model", name, f"a model whose training step fits the {prof.name}'s memory "  # type: ignore[attr-defined]
-            f"(batch {b} needs {too_big[b]})",
+            f"(batch {b} needs {too_big[b]}{more})",
         )  # fmt: skip
     return fit, too_big
 
@@ -269,7 +304,7 @@ def _fitting_batches(
 @app.command("tune")
 def tune_cmd(
     profile: Annotated[
-        str, typer.Option(help="edge profile name or YAML")
+        str, typer.Option(help="profile name or YAML (hwtune energy profiles: edge or data-center)")
     ] = "jetson-agx-orin-64gb",
     cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
     batch: Annotated[int, typer.Option(help="the user's batch")] = 64,

@@ -1,5 +1,10 @@
-"""Edge device profiles (Jetson Orin family): frequency tables, power modes, memory bandwidth and
-a default power model, as data (``profiles/*.yaml``; every figure names its source there)."""
+"""Energy profiles, as data (``profiles/*.yaml``; every figure names its source there).
+
+- Edge (Jetson Orin family, `EdgeProfile`): frequency tables, power modes, memory bandwidth and a
+  default power model.
+- Data center (A100/H100/H200 SXM, `DatacenterProfile`): the SM clock table and the
+  ``nvidia-smi -pl`` range; peaks, memory and power figures come from the hardware catalog entry it
+  names (one place for each number)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import functools
 import math
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -82,12 +88,22 @@ class EdgeProfile(BaseModel):
         return self
 
     @property
+    def kind(self) -> str:
+        return "edge"
+
+    @property
     def frequencies_hz(self) -> tuple[float, ...]:
         return tuple(x * 1e6 for x in self.gpu_frequencies_mhz)
 
     @property
     def f_max_hz(self) -> float:
         return self.gpu_max_mhz * 1e6
+
+    @property
+    def reference_clock_hz(self) -> float:
+        """The clock the estimator's step times hold at: the table top (edge modules run their
+        peaks at it; no sustained derating is modelled for them)."""
+        return self.f_max_hz
 
     def default_power_model(self) -> PowerModel:
         """The profile's starting power model (module power; see the YAML for sources)."""
@@ -137,21 +153,140 @@ class EdgeProfile(BaseModel):
         )
 
 
+class DatacenterProfile(BaseModel):
+    """A data-center GPU under ``nvidia-smi -pl``: its SM clock table and settable power-limit
+    range; everything else is the catalog `Device` named by ``catalog_device``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    kind: Literal["data-center"] = "data-center"
+    aliases: tuple[str, ...] = ()
+    catalog_device: str = Field(min_length=1)
+    gpu_clock_mhz: tuple[float, float, float] = Field(
+        description="[min, max, step] of the SUPPORTED_CLOCKS graphics table, MHz"
+    )
+    power_limit_w: tuple[float, float] = Field(description="[min, max] of nvidia-smi -pl, W")
+    v_floor: float = Field(default=0.6, ge=0, le=1)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> DatacenterProfile:
+        lo, hi, step = self.gpu_clock_mhz
+        if not all(math.isfinite(x) for x in (lo, hi, step)) or not (0 < lo < hi and step > 0):
+            raise ValueError("gpu_clock_mhz must be [min, max, step] with 0 < min < max, step > 0")
+        n = (hi - lo) / step
+        if abs(n - round(n)) > 1e-6:
+            raise ValueError(f"gpu_clock_mhz: max - min ({hi - lo:g}) must be a multiple of step")
+        plo, phi = self.power_limit_w
+        if not (0 < plo <= phi and math.isfinite(phi)):
+            raise ValueError("power_limit_w must be [min, max] with 0 < min <= max")
+        return self
+
+    # the names the energy commands read on either kind of profile
+    @property
+    def gpu_frequencies_mhz(self) -> tuple[float, ...]:
+        lo, hi, step = self.gpu_clock_mhz
+        return tuple(lo + k * step for k in range(round((hi - lo) / step) + 1))
+
+    @property
+    def gpu_max_mhz(self) -> float:
+        return self.gpu_clock_mhz[1]
+
+    @property
+    def frequencies_hz(self) -> tuple[float, ...]:
+        return tuple(x * 1e6 for x in self.gpu_frequencies_mhz)
+
+    @property
+    def f_max_hz(self) -> float:
+        return self.gpu_max_mhz * 1e6
+
+    @property
+    def module_power_w(self) -> tuple[float, float]:
+        """The power-limit range (the edge profiles' module range): max is Zeus's MAXPOWER."""
+        return self.power_limit_w
+
+    @property
+    def power_modes(self) -> tuple[PowerMode, ...]:
+        return ()
+
+    @property
+    def sm_count(self) -> int:
+        return self.to_device().sm_count
+
+    @property
+    def memory_bandwidth_gbps(self) -> float:
+        return self.to_device().memory_bandwidth_tbps * 1000.0
+
+    def to_device(self) -> Device:
+        from hwtune.hardware.catalog import get_device
+
+        return get_device(self.catalog_device)
+
+    @property
+    def reference_clock_hz(self) -> float:
+        """The clock at which the catalog device draws its reference (board) power fully busy,
+        and at which the training estimator's default step time holds: ``boost_clock_mhz`` x
+        ``sustained_gemm_fraction`` where `cost.power.power_limited` applies that fraction (the
+        clock a power-limited chip settles at under back-to-back GEMMs), else the boost clock."""
+        return catalog_reference_clock_hz(self.to_device())
+
+    def default_power_model(self) -> PowerModel:
+        """Board power from the catalog (`catalog_power_model`) with this profile's floor."""
+        return catalog_power_model(self.to_device(), self.v_floor)
+
+
+def catalog_reference_clock_hz(device: Device) -> float:
+    """See `DatacenterProfile.reference_clock_hz`."""
+    from hwtune.cost.power import sustained_fraction_applies
+
+    f = device.boost_clock_mhz * 1e6
+    if sustained_fraction_applies(device):
+        f *= device.sustained_gemm_fraction  # type: ignore[operator]
+    return f
+
+
+def catalog_power_model(device: Device, v_floor: float = 0.6) -> PowerModel:
+    """Board power of a catalog device as a `PowerModel`: static and dynamic power from
+    `device_power_figures` (idle_w or STATIC_FRACTION of the reference power, the rest dynamic),
+    the dynamic part drawn fully busy at `catalog_reference_clock_hz`. Above the voltage floor,
+    the highest clock whose full-load power fits a cap P is then
+    ``f_ref * ((P - static) / dynamic) ** (1/3)``: the clock `cost.power.power_limited` derates
+    the estimator's peaks to. DRAM power is inside these board figures (no separate term)."""
+    from hwtune.hardware.device import device_power_figures
+
+    static, dynamic = device_power_figures(device)
+    return PowerModel(static_w=static, dynamic_w=dynamic,
+                      f_ref_hz=catalog_reference_clock_hz(device), v_floor=v_floor)  # fmt: skip
+
+
+Profile = EdgeProfile | DatacenterProfile
+
+
 @functools.cache
-def _builtin() -> dict[str, EdgeProfile]:
-    out: dict[str, EdgeProfile] = {}
+def _builtin_all() -> tuple[dict[str, EdgeProfile], dict[str, DatacenterProfile]]:
+    edge: dict[str, EdgeProfile] = {}
+    dc: dict[str, DatacenterProfile] = {}
     folder = resources.files("hwtune.energy") / "profiles"
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         if not entry.name.endswith(".yaml"):
             continue
         data = yaml.safe_load(entry.read_text())
-        for raw in data.get("profiles", []):
-            try:
-                prof = EdgeProfile(**raw)
-            except ValidationError as e:  # a packaging defect, but say where
-                raise from_validation_error(e, where=f"{entry.name}:{raw.get('name')}") from None
-            out[prof.name] = prof
-    return out
+        for key, cls, out in (("profiles", EdgeProfile, edge),
+                              ("datacenter_profiles", DatacenterProfile, dc)):  # fmt: skip
+            for raw in data.get(key, []):
+                try:
+                    prof = cls(**raw)
+                except ValidationError as e:  # a packaging defect, but say where
+                    raise from_validation_error(
+                        e, where=f"{entry.name}:{raw.get('name')}"
+                    ) from None
+                out[prof.name] = prof  # type: ignore[index]
+    return edge, dc
+
+
+def _builtin() -> dict[str, EdgeProfile]:
+    return _builtin_all()[0]
 
 
 def profiles() -> dict[str, EdgeProfile]:
@@ -159,11 +294,22 @@ def profiles() -> dict[str, EdgeProfile]:
     return dict(_builtin())
 
 
-def get_profile(name: str | EdgeProfile) -> EdgeProfile:
-    """A built-in profile by name or alias (case-insensitive), or a path to a YAML profile."""
-    if isinstance(name, EdgeProfile):
+def datacenter_profiles() -> dict[str, DatacenterProfile]:
+    """All built-in data-center profiles by name."""
+    return dict(_builtin_all()[1])
+
+
+def all_profiles() -> dict[str, Profile]:
+    """Every built-in profile, edge then data center, by name."""
+    return {**_builtin_all()[0], **_builtin_all()[1]}
+
+
+def get_profile(name: str | Profile) -> Profile:
+    """A built-in profile (edge or data center) by name or alias (case-insensitive), or a path
+    to a YAML profile."""
+    if isinstance(name, EdgeProfile | DatacenterProfile):
         return name
-    table = _builtin()
+    table = all_profiles()
     key = name.lower()
     for prof in table.values():
         if key == prof.name or key in (a.lower() for a in prof.aliases):
@@ -174,8 +320,9 @@ def get_profile(name: str | EdgeProfile) -> EdgeProfile:
     raise unknown_name("profile", name, table)
 
 
-def load_profile_file(path: str | Path) -> EdgeProfile:
-    """A user's edge profile (one mapping with the same keys as the built-in ones)."""
+def load_profile_file(path: str | Path) -> Profile:
+    """A user's profile (one mapping with the same keys as the built-in ones; a data-center
+    profile says ``kind: data-center``)."""
     from hwtune.structured_file import read_structured
 
     p = Path(path)
@@ -188,7 +335,8 @@ def load_profile_file(path: str | Path) -> EdgeProfile:
         data = listed[0]
     if not isinstance(data, dict):
         raise HwtuneInputError(str(path), type(data).__name__, "a mapping of profile fields")
+    cls = DatacenterProfile if data.get("kind") == "data-center" else EdgeProfile
     try:
-        return EdgeProfile(**data)
+        return cls(**data)
     except ValidationError as e:
         raise from_validation_error(e, where=p.name) from None

@@ -164,12 +164,16 @@ def step_model_from_estimator(
     precision: str | None = None,
     host_s: tuple[float, float] = (0.0, 0.0),
     f_ref_hz: float | None = None,
+    gpus: int = 1,
 ) -> StepTimeModel:
-    """A step model for a transformer from the foundation estimator (one device, no
-    parallelism): each batch is estimated at the full clock and at half the clock; the time
-    that doubles is the compute-bound part, the rest is memory-bound (and launch) time.
-    ``host_s`` adds CPU-side time the estimator does not model; ``f_ref_hz`` names the clock of
-    the catalog peaks when it differs from ``boost_clock_mhz`` (a profile's exact table top).
+    """A step model for a transformer from the foundation estimator: each batch is estimated at
+    the full clock and at half the clock; the time that doubles is the compute-bound part, the
+    rest is memory-bound (and launch, and with ``gpus`` > 1 communication) time. ``host_s`` adds
+    CPU-side time the estimator does not model; ``f_ref_hz`` names the clock the estimator's
+    step holds at when it differs from ``boost_clock_mhz`` (a profile's exact table top, or
+    the sustained clock of a power-limited data-center part). ``gpus`` > 1: the step of one GPU
+    of a data-parallel job that shards parameters, gradients and optimizer state over them
+    (ZeRO-3 / FSDP) on one node of the device's catalog system; the batch is per GPU.
 
     ``model``: a `ModelSpec` or catalog name; ``device``: a `Device` or catalog name."""
     from hwtune.hardware.catalog import get_device
@@ -185,11 +189,14 @@ def step_model_from_estimator(
             )
         }
     )
+    if not (isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1):
+        raise HwtuneInputError("gpus", gpus, "a positive number of GPUs")
     comp, mem = [], []
     for bt in batches:
-        kw = {"micro_batch": int(bt), "seq": seq, "precision": precision, "zero": 0}
-        t_full = estimate(model, make_cluster(dev, 1), **kw).step_time_s  # type: ignore[arg-type]
-        t_half = estimate(model, make_cluster(half, 1), **kw).step_time_s  # type: ignore[arg-type]
+        kw = {"micro_batch": int(bt), "seq": seq, "precision": precision,
+              "zero": 3 if gpus > 1 else 0}  # fmt: skip
+        t_full = estimate(model, make_cluster(dev, gpus), **kw).step_time_s  # type: ignore[arg-type]
+        t_half = estimate(model, make_cluster(half, gpus), **kw).step_time_s  # type: ignore[arg-type]
         c = max(0.0, t_half - t_full)
         comp.append(c)
         mem.append(max(0.0, t_full - c))

@@ -1,9 +1,9 @@
-"""Workloads for edge examples and benchmarks: a small transformer and the CPU-side time per
-step that the foundation estimator does not model."""
+"""Workloads for the energy examples and benchmarks: a small transformer, the CPU-side time per
+step that the foundation estimator does not model, and the step model of a profile."""
 
 from __future__ import annotations
 
-from hwtune.energy.profiles import EdgeProfile
+from hwtune.energy.profiles import Profile
 from hwtune.energy.step_model import StepTimeModel, step_model_from_estimator
 from hwtune.model.spec import ModelSpec
 
@@ -34,15 +34,35 @@ PyTorch on a Jetson's Cortex-A78AE cores — ~10^3 kernel launches per GPT-2-sma
 Measure it (the online tuner does, from GPU utilization) rather than trust it."""
 
 
+HOST_DC_S = (0.010, 0.0001)
+"""CPU time per step the GPU waits on for a data-center host, (fixed s, s per sample):
+ASSUMPTION (~10^3 kernel launches at ~10 µs each on a server CPU, plus collation)."""
+
+
+def default_host_s(profile: Profile) -> tuple[float, float]:
+    """`HOST_S` for an edge module's CPU, `HOST_DC_S` for a data-center host."""
+    return HOST_DC_S if profile.kind == "data-center" else HOST_S
+
+
 def edge_step_model(
-    profile: EdgeProfile,
+    profile: Profile,
     model: ModelSpec | str = GPT2_SMALL,
     seq: int = 256,
-    host_s: tuple[float, float] = HOST_S,
+    host_s: tuple[float, float] | None = None,
     precision: str | None = None,
+    gpus: int = 1,
 ) -> StepTimeModel:
-    """The step model of ``model`` on ``profile``'s GPU from the foundation estimator."""
+    """The step model of ``model`` on ``profile``'s GPU from the foundation estimator (edge or
+    data center: the compute part scales with the SM clock from the profile's
+    ``reference_clock_hz``, the memory-bound part does not). ``host_s`` None: the profile's
+    `default_host_s`. ``gpus`` > 1: one GPU of a ZeRO-3 data-parallel job, per-GPU batches
+    (`step_model_from_estimator`)."""
     return step_model_from_estimator(
         model, profile.to_device(), seq, batches=(1, 2, 4, 8, 16), precision=precision,
-        host_s=host_s, f_ref_hz=profile.f_max_hz,
+        host_s=default_host_s(profile) if host_s is None else host_s,
+        f_ref_hz=profile.reference_clock_hz, gpus=gpus,
     )  # fmt: skip
+
+
+profile_step_model = edge_step_model
+"""The same function under a name that does not say edge."""
