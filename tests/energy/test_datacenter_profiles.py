@@ -239,3 +239,12 @@ def test_cli_bad_input_is_one_line(args, field):
     r = energy(*args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and field in r.stderr
+
+
+def test_cli_pipeline_on_h100_keeps_the_step_and_saves_energy():
+    r = energy("pipeline", "--profile", "h100", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["step_time_s"] <= doc["baseline_step_time_s"] + 1e-9
+    assert max(doc["frequencies_hz"]) <= H100.reference_clock_hz + 1e-3
+    assert doc["saved_fraction"] > 0

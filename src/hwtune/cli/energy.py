@@ -481,12 +481,16 @@ def step_cmd(
 @app.command("pipeline")
 def pipeline_cmd(
     stage_ms: Annotated[
-        str, typer.Option(help="per stage 'fwd:bwd' ms at the top clock, comma-separated")
+        str,
+        typer.Option(
+            help="per stage 'fwd:bwd' ms at the top clock (data-center: the sustained "
+            "full-load clock), comma-separated"
+        ),
     ] = "10:20,10:20,10:20,13:26",
     microbatches: Annotated[int, typer.Option(help="micro-batches per step")] = 16,
     memory_share: Annotated[float, typer.Option(help="memory-bound share of stage time")] = 0.2,
     profile: Annotated[
-        str, typer.Option(help="edge profile for clocks and power")
+        str, typer.Option(help="profile for clocks and power (edge or data-center)")
     ] = "jetson-agx-orin-64gb",
     tolerance: Annotated[float, typer.Option(help="allowed step-time growth (fraction)")] = 0.0,
     as_json: JsonOpt = False,
@@ -510,8 +514,12 @@ def pipeline_cmd(
         if microbatches < 1:
             raise HwtuneInputError("microbatches", microbatches, "a positive integer")
         prof = get_profile(profile)
-        plan = plan_stage_frequencies(stages, microbatches, prof.frequencies_hz,
-                                      prof.default_power_model(), tolerance)  # fmt: skip
+        power = prof.default_power_model()
+        clocks = prof.frequencies_hz
+        if prof.kind == "data-center":  # the stage times hold at the clock a fully busy GPU
+            # settles at under its power limit (the power model's f_ref), the top of what it runs
+            clocks = (*(f for f in clocks if f < power.f_ref_hz - 1e3), power.f_ref_hz)
+        plan = plan_stage_frequencies(stages, microbatches, clocks, power, tolerance)
     except HwtuneInputError as e:
         fail(e)
     if as_json:
