@@ -60,7 +60,7 @@ from hwtune.energy.power_model import PowerModel
 from hwtune.energy.profiles import get_profile
 from hwtune.energy.step_model import StepTimeModel, step_model_from_estimator
 from hwtune.energy.tuner import OnlineTuner
-from hwtune.energy.workloads import GPT2_SMALL, HOST_S, edge_step_model
+from hwtune.energy.workloads import GPT2_SMALL, HOST_DC_S, HOST_S, edge_step_model
 from hwtune.hardware.catalog import get_device
 from hwtune.hardware.device import STATIC_FRACTION, device_power_figures
 
@@ -70,9 +70,6 @@ SAMPLES_PER_EPOCH = 50_000
 MIN_EPOCHS = 10.0
 RUNS_PER_BATCH, RUN_SIGMA, TRACE_SEED = 4, 0.10, 0
 SEQ = 256
-HOST_DC_S = (0.010, 0.0001)
-"""CPU time per step the GPU waits on for the A100 host, (fixed s, s per sample): ASSUMPTION
-(~10^3 kernel launches at ~10 µs each on a server CPU, plus collation)."""
 A100_V_FLOOR = 0.6  # ASSUMPTION: the edge profiles' default voltage floor
 
 

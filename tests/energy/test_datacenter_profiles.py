@@ -233,6 +233,11 @@ def test_cli_optimize_tune_and_profiles_on_h100():
         (("optimize", "--profile", "orin", "--gpus", "8"), "--gpus"),
         (("optimize", "--profile", "h100", "--gpus", "9"), "--gpus"),
         (("optimize", "--profile", "h100", "--cap", "500", "--model", "llama3.1-8b"), "--model"),
+        # nvidia-smi -pl takes 200-700 W on an H100 SXM: a cap outside is refused, not taken
+        # as a clock budget
+        (("optimize", "--profile", "h100", "--cap", "150"), "--cap"),
+        (("tune", "--profile", "h100", "--cap", "800"), "--cap"),
+        (("tune", "--profile", "a100", "--cap", "nan"), "--cap"),
     ],
 )
 def test_cli_bad_input_is_one_line(args, field):
@@ -248,3 +253,14 @@ def test_cli_pipeline_on_h100_keeps_the_step_and_saves_energy():
     assert doc["step_time_s"] <= doc["baseline_step_time_s"] + 1e-9
     assert max(doc["frequencies_hz"]) <= H100.reference_clock_hz + 1e-3
     assert doc["saved_fraction"] > 0
+
+
+def test_cli_cap_defaults_to_the_top_of_the_limit_range():
+    # a data-center GPU's cap defaults to its -pl maximum (400 W on an A100 SXM4 80GB); an edge
+    # module's stays 20 W
+    r = energy("optimize", "--profile", "a100", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["cap_w"] == 400
+    r = energy("optimize", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["cap_w"] == 20

@@ -116,12 +116,35 @@ def _mix_weight(objective: str, eta: float | None) -> dict[str, float]:
     return {} if eta is None else {"eta": eta}
 
 
+def _cap(prof: object, cap: float | None) -> float:
+    """The power cap of ``energy optimize`` / ``tune``: 20 W on an edge module unless given, the
+    top of ``nvidia-smi -pl``'s range on a data-center GPU; there a cap outside that range is
+    refused (the driver refuses it too), not taken as a clock budget."""
+    if cap is None:
+        return prof.power_limit_w[1] if prof.kind == "data-center" else 20.0  # type: ignore[attr-defined]
+    if not (cap > 0 and math.isfinite(cap)):
+        raise HwtuneInputError("cap", cap, "a positive finite power in W")
+    if prof.kind == "data-center":  # type: ignore[attr-defined]
+        lo, hi = prof.power_limit_w  # type: ignore[attr-defined]
+        if not lo <= cap <= hi:
+            raise HwtuneInputError(
+                "cap", cap, f"a power limit nvidia-smi -pl accepts on {prof.name}: {lo:g} to "  # type: ignore[attr-defined]
+                f"{hi:g} W",
+            )  # fmt: skip
+    return cap
+
+
 @app.command("optimize")
 def optimize_cmd(
     profile: Annotated[
         str, typer.Option(help="profile name or YAML (hwtune energy profiles: edge or data-center)")
     ] = "jetson-agx-orin-64gb",
-    cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
+    cap: Annotated[
+        float | None,
+        typer.Option(
+            help="power cap, W (default 20 on edge modules, the -pl maximum on data-center GPUs)"
+        ),
+    ] = None,
     batch: Annotated[
         int, typer.Option(help="the user's batch, per GPU (frequency-only baseline)")
     ] = 64,
@@ -189,6 +212,7 @@ def optimize_cmd(
             if v is not None and not (v >= 0 and math.isfinite(v)):
                 raise HwtuneInputError(name, v, "a non-negative finite time in ms")
         prof = get_profile(profile)
+        cap = _cap(prof, cap)
         if gpus is not None and prof.kind != "data-center":
             raise HwtuneInputError("gpus", gpus, f"a data-center --profile beside it ({prof.name} "
                                    "is an edge module, one GPU)")  # fmt: skip
@@ -306,7 +330,12 @@ def tune_cmd(
     profile: Annotated[
         str, typer.Option(help="profile name or YAML (hwtune energy profiles: edge or data-center)")
     ] = "jetson-agx-orin-64gb",
-    cap: Annotated[float, typer.Option(help="power cap, W")] = 20.0,
+    cap: Annotated[
+        float | None,
+        typer.Option(
+            help="power cap, W (default 20 on edge modules, the -pl maximum on data-center GPUs)"
+        ),
+    ] = None,
     batch: Annotated[int, typer.Option(help="the user's batch")] = 64,
     batches: Annotated[str, typer.Option(help="candidate batches")] = "1,2,4,8,16,32,64,128",
     b_noise: Annotated[float, typer.Option(help="gradient noise scale (samples)")] = 32.0,
@@ -333,6 +362,7 @@ def tune_cmd(
             raise HwtuneInputError("seed", seed, "a non-negative integer")
         weight = _mix_weight(objective, eta)
         prof = get_profile(profile)
+        cap = _cap(prof, cap)
         sim = SimulatedDevice(edge_step_model(prof), prof.default_power_model(),
                               prof.frequencies_hz, seed=seed, time_noise=0.02)  # fmt: skip
         try:
