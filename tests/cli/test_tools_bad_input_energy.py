@@ -24,7 +24,7 @@ def points(tmp_path: Path, first: str = "1,1e9,0.1,10\n") -> str:
 @pytest.mark.parametrize("cmd", ["optimize", "tune"])
 def test_infinite_power_cap(cmd: str, rejects):
     rejects(["energy", cmd, "--cap", "inf", "--steps" if cmd == "tune" else "--batch", "20"],
-            "power cap", "inf")  # fmt: skip
+            "--cap", "inf")  # fmt: skip
 
 
 def test_tune_interval_infinite_and_seed_negative(rejects):

@@ -51,7 +51,19 @@ class ProfilePowerModel(BaseModel):
     )
 
 
-class EdgeProfile(BaseModel):
+class _Clocks:
+    """The clock table in Hz, from a profile's ``gpu_frequencies_mhz`` and ``gpu_max_mhz``."""
+
+    @property
+    def frequencies_hz(self) -> tuple[float, ...]:
+        return tuple(x * 1e6 for x in self.gpu_frequencies_mhz)  # type: ignore[attr-defined]
+
+    @property
+    def f_max_hz(self) -> float:
+        return self.gpu_max_mhz * 1e6  # type: ignore[attr-defined]
+
+
+class EdgeProfile(_Clocks, BaseModel):
     """An edge module: what the energy tools need beyond the catalog `Device`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -90,14 +102,6 @@ class EdgeProfile(BaseModel):
     @property
     def kind(self) -> str:
         return "edge"
-
-    @property
-    def frequencies_hz(self) -> tuple[float, ...]:
-        return tuple(x * 1e6 for x in self.gpu_frequencies_mhz)
-
-    @property
-    def f_max_hz(self) -> float:
-        return self.gpu_max_mhz * 1e6
 
     @property
     def reference_clock_hz(self) -> float:
@@ -153,7 +157,7 @@ class EdgeProfile(BaseModel):
         )
 
 
-class DatacenterProfile(BaseModel):
+class DatacenterProfile(_Clocks, BaseModel):
     """A data-center GPU under ``nvidia-smi -pl``: its SM clock table and settable power-limit
     range; everything else is the catalog `Device` named by ``catalog_device``."""
 
@@ -192,14 +196,6 @@ class DatacenterProfile(BaseModel):
     @property
     def gpu_max_mhz(self) -> float:
         return self.gpu_clock_mhz[1]
-
-    @property
-    def frequencies_hz(self) -> tuple[float, ...]:
-        return tuple(x * 1e6 for x in self.gpu_frequencies_mhz)
-
-    @property
-    def f_max_hz(self) -> float:
-        return self.gpu_max_mhz * 1e6
 
     @property
     def module_power_w(self) -> tuple[float, float]:

@@ -62,7 +62,3 @@ def edge_step_model(
         host_s=default_host_s(profile) if host_s is None else host_s,
         f_ref_hz=profile.reference_clock_hz, gpus=gpus,
     )  # fmt: skip
-
-
-profile_step_model = edge_step_model
-"""The same function under a name that does not say edge."""
