@@ -133,6 +133,29 @@ def compile_cmd(
         str | None,
         typer.Option(help="with --run: cpu (gloo, default) or cuda (NCCL, one GPU per process)"),
     ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(help="with --run: write checkpoints DIR/step-<k>.pt (after the last step)"),
+    ] = None,
+    save_every: Annotated[int | None, typer.Option(help="with --save: also every K steps")] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="with --run: continue from a checkpoint file, or a directory's latest, "
+            "under this layout"
+        ),
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(help="with --save: restart from its latest checkpoint when a rank dies"),
+    ] = None,
+    fail_at: Annotated[
+        str | None,
+        typer.Option(
+            help="STEP[:RANK]: that rank (default 0) exits at that step, first attempt only "
+            "(tests --max-restarts)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """Compile a strategy into per-rank device plans and simulate the step as a DAG."""
@@ -165,7 +188,9 @@ def compile_cmd(
                         "--" + name, v, "no such option with --cluster (the file gives the cluster)"
                     )
         if not run:
-            for name, v in (("steps", steps), ("device", device)):
+            for name, v in (("steps", steps), ("device", device), ("save", save),
+                            ("save-every", save_every), ("resume", resume),
+                            ("max-restarts", max_restarts), ("fail-at", fail_at)):  # fmt: skip
                 if v is not None:
                     raise HwtuneInputError(
                         "--" + name, v, "--run beside it (it sets the training run)"
@@ -233,9 +258,16 @@ def compile_cmd(
             write_gantt(res, gantt, title)
         run_doc = None
         if run:
-            from hwtune.parallel.runtime.launch import run_spec
+            from hwtune.parallel.runtime.launch import RankFailed, run_spec
 
-            run_doc = run_spec(spec, steps=3 if steps is None else steps, device=device or "cpu")
+            try:
+                run_doc = run_spec(spec, steps=3 if steps is None else steps,
+                                   device=device or "cpu", save=save, save_every=save_every,
+                                   resume=resume, max_restarts=max_restarts,
+                                   fail_at=fail_at)  # fmt: skip
+            except RankFailed as e:  # a rank process died (out of restarts): a failed run
+                sys.stderr.write(f"error: {e}\n")
+                raise typer.Exit(1) from None
     except HwtuneInputError as e:
         # named by the flag the user typed, else by the strategy file's field
         fail(_named(e, typed, gpus is not None, strategy, base, cluster))
@@ -283,6 +315,14 @@ def compile_cmd(
         if "model" in run_doc:  # the tiny model the run trained
             n = len(run_doc["losses"])
             print(f"  run: {run_doc['model']}, fp32 AdamW, {n} step{'' if n == 1 else 's'}")
+        for r in run_doc.get("restarts", []):
+            print(f"  restarted: failed at step {r['failed_at_step']} ({r['error']}), "
+                  f"resumed from step {r['resumed_from_step']}")  # fmt: skip
+        if run_doc.get("resumed_from"):
+            k = run_doc["first_step"]
+            print(f"  resumed from {run_doc['resumed_from']}: steps {k}..{k + n - 1}")
+        for f in run_doc.get("saved", []):
+            print(f"  saved {f}")
         if run_doc.get("not_run"):
             print(f"  not in the run: {'; '.join(run_doc['not_run'])}")
         run_label = f"run ({run_doc['world']} processes, {run_doc['backend']}):"

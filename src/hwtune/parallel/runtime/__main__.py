@@ -10,8 +10,23 @@ one rank: e.g. on one node with 8 GPUs and a spec of world 8::
 
 and rank 0 prints the JSON.
 
+Checkpoints (`checkpoint.py`): ``--save DIR`` writes ``DIR/step-<k>.pt`` after the last step
+(``--save-every K``: also every K steps), the full model's weights and AdamW moments, loadable
+under any layout; ``--resume PATH`` (a file, or a directory: its latest step file, none there:
+from scratch) continues at step k, with the same data, under this spec's layout, and the
+single-process reference starts from the same checkpoint. ``--max-restarts R`` restarts the
+whole run from DIR's latest checkpoint when a rank process dies, at most R times; ``--fail-at
+STEP[:RANK]`` makes that rank (default 0) exit at the start of that step (0-based) in the first
+attempt only, to test that. Under torchrun, restarts are torchrun's::
+
+    torchrun --standalone --nproc-per-node 2 --max-restarts 2 -m hwtune.parallel.runtime \
+        --spec s.yaml --save ckpt --resume ckpt
+
+(the failure injected while ``TORCHELASTIC_RESTART_COUNT`` is 0).
+
 Exit status (as ``hwtune compile --run``): 0 when the run's losses match the single-process
-reference, 1 when they do not (the JSON is printed first, its ``agrees`` false), 2 for bad
+reference, 1 when they do not (the JSON is printed first, its ``agrees`` false) or a rank
+process died (out of restarts; one line on stderr), 2 for bad
 input (a missing or invalid spec, a bad option value, a run this machine cannot start), with
 one line on stderr and no traceback."""
 
@@ -33,14 +48,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--moe", action="store_true", help="the tiny MoE (default: when the spec places experts)"
     )
+    ap.add_argument("--save", help="write checkpoints DIR/step-<k>.pt (after the last step)")
+    ap.add_argument("--save-every", type=int, help="with --save: also every K steps")
+    ap.add_argument("--resume", help="a checkpoint file, or a directory: its latest step file")
+    ap.add_argument(
+        "--max-restarts", type=int, help="with --save: restart from its latest checkpoint"
+    )
+    ap.add_argument(
+        "--fail-at", help="STEP[:RANK]: that rank exits at that step, first attempt only (a test)"
+    )
     ap.error = _one_line  # type: ignore[method-assign]
     args = ap.parse_args(argv)
     from hwtune.parallel.runtime.launch import (
+        RankFailed,
+        check_processes,
         launch,
         launch_env,
         run_config,
         under_torchrun,
         wants_moe,
+        with_checkpoints,
     )
     from hwtune.parallel.spec import load_spec
 
@@ -50,9 +77,17 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec)
         moe = args.moe or wants_moe(spec)
         cfg = run_config(spec, args.steps, moe=moe, device=args.device)
-        doc = launch_env(cfg) if under_torchrun(os.environ) else launch(cfg)
+        torchrun = under_torchrun(os.environ)
+        if not torchrun:
+            check_processes(cfg.world)
+        cfg = with_checkpoints(cfg, args.save, args.save_every, args.resume, args.max_restarts,
+                               args.fail_at, torchrun=torchrun)  # fmt: skip
+        doc = launch_env(cfg) if torchrun else launch(cfg, args.max_restarts or 0)
     except HwtuneInputError as e:
         return _one_line(str(e), exit=False)
+    except RankFailed as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 1
     if doc is None:  # a rank other than 0 under torchrun
         return 0
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")

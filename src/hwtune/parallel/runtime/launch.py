@@ -12,9 +12,11 @@ import os
 import socket
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
+from hwtune.parallel.runtime.checkpoint import check_compatible, check_size, latest, read, resolve
 from hwtune.parallel.runtime.device import backend_for, check_device, visible_gpus
 from hwtune.parallel.runtime.models import TinyConfig, model_spec
 from hwtune.parallel.runtime.train import RunConfig, reference_losses, worker
@@ -72,10 +74,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class RankFailed(RuntimeError):
+    """A rank process of a run died (an exception, a signal, an injected failure): the step it
+    ran, the first line of its error."""
+
+    def __init__(self, step: int | None, error: str) -> None:
+        self.step, self.error = step, error
+        at = f" at step {step}" if step is not None else ""
+        super().__init__(f"run: a rank process failed{at} ({error})")
+
+
 def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     """Run configs of one world size in one set of processes; per config: the losses, the
-    per-rank state bytes, and the single-process reference."""
+    per-rank state bytes, and the single-process reference. A rank that dies: `RankFailed`."""
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
     world = cfgs[0].world
     if any(c.world != world for c in cfgs):
@@ -88,13 +101,32 @@ def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     check_device(device, world, visible_gpus() if device == "cuda" else 0)
     out = []
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(worker, args=(world, free_port(), cfgs, d), nprocs=world, join=True)
+        try:
+            mp.spawn(worker, args=(world, free_port(), cfgs, d), nprocs=world, join=True)
+        except ProcessException as e:
+            raise RankFailed(_failed_step(Path(d)), _first_line(e)) from None
         for i, cfg in enumerate(cfgs):
             ranks = [
                 json.loads(p.read_text()) for p in sorted((Path(d) / str(i)).glob("rank*.json"))
             ]
             out.append(result(cfg, ranks))
     return out
+
+
+def _failed_step(d: Path) -> int | None:
+    """The step the ranks had reached when one died (their progress files: the latest)."""
+    steps = [int(p.read_text() or -1) for p in d.glob("*/rank*.step")]
+    return max(steps) if steps and max(steps) >= 0 else None
+
+
+def _first_line(e: BaseException) -> str:
+    """``process 1 terminated with exit code 3``, or the last line of a rank's traceback
+    (its exception), with the process named."""
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) <= 1:
+        return text
+    return f"process {getattr(e, 'error_index', '?')}: {lines[-1]}"
 
 
 def result(cfg: RunConfig, ranks: list[dict]) -> dict:
@@ -118,6 +150,11 @@ def result(cfg: RunConfig, ranks: list[dict]) -> dict:
         "memory": {r["rank"]: r["memory"] for r in ranks},
         # per rank and step: the collectives issued (`comm.CommCounter`), kind -> calls, bytes
         "collectives": {r["rank"]: r.get("collectives", []) for r in ranks},
+        # checkpoints (`checkpoint.py`): the steps run here are first_step..steps-1, from the
+        # checkpoint resumed (the reference starts from it too)
+        "first_step": cfg.first_step,
+        "resumed_from": cfg.resume,
+        "saved": [f for r in ranks for f in r.get("saved", [])],
     }
 
 
@@ -151,12 +188,109 @@ def launch_env(cfg: RunConfig, environ: Mapping[str, str] | None = None) -> dict
         barrier(dev)
     finally:
         dist.destroy_process_group()
-    return result(cfg, docs) if docs is not None else None
+    if docs is None:
+        return None
+    doc = result(cfg, docs)
+    # restarts are torchrun's (--max-restarts): how many it made before this attempt
+    doc["restarts"] = []
+    doc["torchrun_restart_count"] = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    return doc
 
 
-def launch(cfg: RunConfig) -> dict:
-    """Run ``cfg`` in ``cfg.world`` processes and compare with the single-process run."""
-    return launch_many([cfg])[0]
+def launch(cfg: RunConfig, max_restarts: int = 0) -> dict:
+    """Run ``cfg`` in ``cfg.world`` processes and compare with the single-process run. When a
+    rank dies, up to ``max_restarts`` times: start the whole run again from the latest
+    checkpoint in ``cfg.save_dir`` (else the run's own ``resume``, else from scratch), without
+    the injected failure; the document's ``restarts`` lists them. Out of restarts:
+    `RankFailed`."""
+    restarts: list[dict] = []
+    attempt = cfg
+    while True:
+        try:
+            doc = launch_many([attempt])[0]
+        except RankFailed as e:
+            if len(restarts) >= max_restarts:
+                if restarts:
+                    e.args = (f"{e.args[0]}, after {len(restarts)} restart(s)",)
+                raise
+            again = replace(cfg, fail_at=None)
+            found = latest(cfg.save_dir)
+            attempt = resume_config(again, found) if found is not None else again
+            restarts.append({"failed_at_step": e.step, "error": e.error,
+                             "resumed_from_step": attempt.first_step,
+                             "resumed_from": attempt.resume})  # fmt: skip
+            continue
+        doc["restarts"] = restarts
+        return doc
+
+
+def resume_config(cfg: RunConfig, path: str | Path | None) -> RunConfig:
+    """``cfg`` starting from checkpoint ``path`` (a file, or a directory: its latest step file;
+    none there: from scratch), checked against the run (one line naming the file)."""
+    if path is None:
+        return cfg
+    found = resolve(path, cfg.save_dir)
+    if found is None:
+        return replace(cfg, resume=None, first_step=0)
+    doc = read(found)
+    check_compatible(doc, found, cfg)
+    return replace(cfg, resume=str(found), first_step=int(doc["step"]))
+
+
+def with_checkpoints(
+    cfg: RunConfig,
+    save: str | Path | None = None,
+    save_every: int | None = None,
+    resume: str | Path | None = None,
+    max_restarts: int | None = None,
+    fail_at: str | None = None,
+    torchrun: bool = False,
+) -> RunConfig:
+    """The run's checkpoint options (``--save``, ``--save-every``, ``--resume``,
+    ``--max-restarts``, ``--fail-at``) checked, in one line each, before any process starts,
+    and the run resolved against its checkpoint (its first step). ``torchrun``: one rank
+    under torchrun (restarts are torchrun's; the failure is injected in its first attempt
+    only, ``TORCHELASTIC_RESTART_COUNT`` 0)."""
+    if save_every is not None and save is None:
+        raise HwtuneInputError("--save-every", save_every, "--save DIR beside it")
+    if save_every is not None and save_every < 1:
+        raise HwtuneInputError("--save-every", save_every, "a positive number of steps")
+    if max_restarts is not None:
+        if max_restarts < 0:
+            raise HwtuneInputError("--max-restarts", max_restarts, "0 or more restarts")
+        if torchrun:
+            raise HwtuneInputError(
+                "--max-restarts", max_restarts, "torchrun's --max-restarts under torchrun"
+            )
+        if max_restarts > 0 and save is None:
+            raise HwtuneInputError(
+                "--max-restarts", max_restarts, "--save DIR beside it (restarts resume from it)"
+            )
+    if save is not None:
+        if Path(save).exists() and not Path(save).is_dir():
+            raise HwtuneInputError("--save", str(save), "a directory (it is a file)")
+        cfg = replace(cfg, save_dir=str(save), save_every=save_every or 0)
+    if save is not None or resume is not None:
+        check_size(cfg.model)
+    cfg = resume_config(cfg, resume)
+    if fail_at is not None:
+        step, _, rank = str(fail_at).partition(":")
+        try:
+            at = [int(step), int(rank) if rank else 0]
+        except ValueError:
+            raise HwtuneInputError("--fail-at", fail_at, "STEP or STEP:RANK (integers)") from None
+        if not cfg.first_step <= at[0] < cfg.steps:
+            raise HwtuneInputError(
+                "--fail-at", fail_at,
+                f"a step the run runs, {cfg.first_step}..{cfg.steps - 1} (0-based)",
+            )  # fmt: skip
+        if not 0 <= at[1] < cfg.world:
+            raise HwtuneInputError(
+                "--fail-at", fail_at, f"a rank of the run's {cfg.world} (0..{cfg.world - 1})"
+            )
+        if not (torchrun and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0):
+            cfg = replace(cfg, fail_at=at)
+    return cfg
 
 
 def run_config(
@@ -264,7 +398,9 @@ def run_config(
                      zero=spec.zero_stage, n_micro=spec.n_micro, micro_batch=2,
                      stage_layers=stage_layers, orders=orders, recompute=recompute,
                      placement=placement, bidirectional=bidirectional, steps=steps,
-                     seed=seed, device=device)  # fmt: skip
+                     seed=seed, device=device,
+                     schedule=("explicit" if spec.explicit else spec.schedule.name)
+                     if mesh.pp > 1 else "")  # fmt: skip
 
 
 def _check_loss_order(orders, last: int) -> None:  # noqa: ANN001
@@ -331,13 +467,24 @@ def wants_moe(spec) -> bool:  # noqa: ANN001
     return spec.mesh.ep > 1 or any(a.ep is not None or a.placement for a in spec.modules)
 
 
-def run_spec(spec, steps: int = 3, moe: bool | None = None, device: str = "cpu") -> dict:  # noqa: ANN001
+def run_spec(
+    spec,  # noqa: ANN001
+    steps: int = 3,
+    moe: bool | None = None,
+    device: str = "cpu",
+    save: str | Path | None = None,
+    save_every: int | None = None,
+    resume: str | Path | None = None,
+    max_restarts: int | None = None,
+    fail_at: str | None = None,
+) -> dict:
     """`hwtune compile --run`: the spec on the tiny GPT (or MoE when it has ep > 1 on the
     mesh or in an expert annotation), on ``device`` ("cpu": gloo; "cuda": NCCL, one visible GPU
-    per process)."""
+    per process); checkpoints and restarts as `with_checkpoints` and `launch` say."""
     cfg = run_config(spec, steps, moe=wants_moe(spec) if moe is None else moe, device=device)
     check_processes(cfg.world, "--dp x --tp x --pp x --cp (--run)")
-    doc = launch(cfg)
+    cfg = with_checkpoints(cfg, save, save_every, resume, max_restarts, fail_at)
+    doc = launch(cfg, max_restarts or 0)
     doc["not_run"] = not_run(spec)
     return doc
 

@@ -45,6 +45,13 @@ class RunConfig:
     seed: int = 0
     lr: float = 1e-2
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per process): `device.py`
+    schedule: str = ""  # the pipeline schedule's name (recorded in checkpoints)
+    # checkpoints (`checkpoint.py`): the run's steps are first_step..steps-1
+    first_step: int = 0
+    resume: str | None = None  # the checkpoint file it starts from (its step is first_step)
+    save_dir: str | None = None  # writes save_dir/step-<k>.pt (k: steps done)
+    save_every: int = 0  # every this many steps; 0: only after the last step
+    fail_at: list[int] | None = None  # [step, rank]: that rank exits at that step's start
 
     @property
     def world(self) -> int:
@@ -57,18 +64,94 @@ class RunConfig:
 
 def reference_losses(cfg: RunConfig) -> list[float]:
     """The same model, data and optimizer in one process, whole batch at once, no
-    recomputation."""
+    recomputation; from the run's checkpoint when it resumes one (steps first_step..)."""
+    return reference_run(cfg)[0]
+
+
+def reference_run(
+    cfg: RunConfig,
+) -> tuple[list[float], torch.nn.Module, torch.optim.Optimizer]:
+    """`reference_losses`, with the model and its AdamW after the last step."""
     model = build(cfg.model, cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    if cfg.resume is not None:
+        from hwtune.parallel.runtime.checkpoint import load_reference
+
+        load_reference(model, opt, torch.load(cfg.resume, map_location="cpu", weights_only=True))
     out = []
-    for step in range(cfg.steps):
+    for step in range(cfg.first_step, cfg.steps):
         x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         out.append(loss.item())
-    return out
+    return out, model, opt
+
+
+INJECTED_FAILURE_EXIT = 3
+"""Exit status of a rank that ``fail_at`` stops (``os._exit``, as a crashed process)."""
+
+
+class Checkpointing:
+    """One rank's side of checkpoints (`checkpoint.py`), inert when the run neither saves nor
+    resumes: the model's element ids (`mark_ids`, right after the build), the true weights
+    written into the rank's parameters after the layout's setup (`place`), the AdamW states
+    loaded into its optimizer (`load`), and per step: the progress file, the injected failure
+    (`begin`), the save when one is due (`end`)."""
+
+    def __init__(
+        self, cfg: RunConfig, model: torch.nn.Module, rank: int, progress: Path | None
+    ) -> None:
+        from hwtune.parallel.runtime import checkpoint as ck
+
+        self.cfg, self.rank, self.progress = cfg, rank, progress
+        self.on = cfg.save_dir is not None or cfg.resume is not None
+        self.ids_of: dict[int, torch.Tensor] = {}
+        self.saved: list[str] = []
+        self.state: tuple = ()
+        if self.on:
+            self.state = ck.initial_state(cfg, model)
+            ck.mark_ids(model)
+
+    def place(self, params: list[torch.nn.Parameter]) -> None:
+        """After the layout's setup, before the optimizer exists."""
+        from hwtune.parallel.runtime.checkpoint import place
+
+        if self.on:
+            self.ids_of = place(params, self.state[0])
+
+    def load(self, opt: object) -> None:
+        """The checkpoint's AdamW states into the rank's optimizer(s)."""
+        from hwtune.parallel.runtime.checkpoint import load_moments
+
+        if self.cfg.resume is not None:
+            load_moments(opt, self.ids_of, self.state[1], self.state[2], self.cfg.first_step)
+        self.state = ()
+
+    def begin(self, step: int) -> None:
+        if self.progress is not None:
+            self.progress.write_text(str(step))
+        fail = self.cfg.fail_at
+        if fail is not None and fail[0] == step and fail[1] == self.rank:
+            os._exit(INJECTED_FAILURE_EXIT)
+
+    def end(
+        self, step: int, params: list[torch.nn.Parameter], opt: object, dev: torch.device
+    ) -> None:
+        """After step ``step`` (0-based): save ``step + 1`` steps done when it is due, then a
+        barrier, so that no rank runs on (and may fail) before the file is whole."""
+        from hwtune.parallel.runtime.checkpoint import save
+
+        cfg, done = self.cfg, step + 1
+        if cfg.save_dir is None:
+            return
+        if done != cfg.steps and not (cfg.save_every and done % cfg.save_every == 0):
+            return
+        path = save(cfg, done, params, opt, self.ids_of, self.rank)
+        if path is not None:
+            self.saved.append(str(path))
+        barrier(dev)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -132,7 +215,7 @@ def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str)
         for i, cfg in enumerate(cfgs):
             out = Path(outdir) / str(i)
             out.mkdir(exist_ok=True)
-            doc = _train(rank, cfg, dev)
+            doc = _train(rank, cfg, dev, progress=out / f"rank{rank}.step")
             (out / f"rank{rank}.json").write_text(json.dumps(doc))
             barrier(dev)
         # every rank's wrappers (DDP's reducer holds gloo work) are released inside `_train`;
@@ -143,9 +226,12 @@ def worker(rank: int, world: int, port: int, cfgs: list[RunConfig], outdir: str)
         dist.destroy_process_group()
 
 
-def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
+def _train(
+    rank: int, cfg: RunConfig, dev: torch.device | None = None, progress: Path | None = None
+) -> dict:
     """One config on this rank (the group already up): its losses (Python floats; only the
-    ranks that compute the loss have them) and state bytes."""
+    ranks that compute the loss have them) and state bytes; ``progress``: a file that holds the
+    step this rank runs (the launcher reads it when a rank dies)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -201,6 +287,8 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
     pp_rank = mesh["pp"].get_local_rank()
     cp_group = mesh["cp"].get_group() if cfg.cp > 1 else None
     model = build(cfg.model, cfg.seed).to(dev)  # built on CPU: the reference's weights
+    # saving or resuming: the parameters hold their element ids until `ck.place`
+    ck = Checkpointing(cfg, model, rank, progress)
     apply_recompute(model, cfg.recompute)
     tokens = None  # this cp rank's token positions
     if cp_group is not None and cfg.pp == 1:
@@ -235,11 +323,15 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         elif dp_mesh.size() > 1 and not sharded_opt:
             wrapped = apply_ddp(model, dp_mesh, sorted(expert_names))
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
+        params = list(wrapped.parameters())
+        ck.place(params)
         opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
+        ck.load(opt)
         if isinstance(wrapped, DDP):
             count_ddp(wrapped, dp_mesh.get_group())
         acts: dict[int, float] = {}
-        for step in range(cfg.steps):
+        for step in range(cfg.first_step, cfg.steps):
+            ck.begin(step)
             x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
             x, y = (
                 x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
@@ -253,7 +345,7 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 for mb in range(cfg.n_micro):
                     sl = slice(mb * cfg.micro_batch, (mb + 1) * cfg.micro_batch)
                     with accumulate(wrapped, cfg.zero, last=mb == cfg.n_micro - 1):
-                        if step == 0 and mb == 0 and cfg.zero < 2:
+                        if step == cfg.first_step and mb == 0 and cfg.zero < 2:
                             # activation bytes kept for the backward, per layer (FSDP2's gathered
                             # weights live in fresh storages: not measured under ZeRO-2/3)
                             with SavedActivations(model) as meter:
@@ -280,12 +372,13 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 dist.all_reduce(total, group=dp_mesh.get_group())
                 total /= dp_mesh.size()
             losses.append(total.item())
+            ck.end(step, params, opt, dev)
         mem["params_local"] = float(sum(_local(p).numel() for p in wrapped.parameters()))
         mem["activations"] = acts
         del wrapped, opt
     elif cfg.bidirectional:
         losses, mem = _train_dualpipe(
-            cfg, model, mesh, dp_mesh, edp_mesh, pp_rank, dp_rank, dev, counter, comm
+            cfg, model, mesh, dp_mesh, edp_mesh, pp_rank, dp_rank, dev, counter, comm, ck
         )
     else:
         from hwtune.parallel.actions import parse_action
@@ -322,10 +415,13 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
         params = [p for m in mods for p in m.parameters()]
         experts = {id(p) for m in mods for n, p in m.named_parameters()
                    if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
+        ck.place(params)
         opt = make_optimizer(params, cfg.zero if manual else 0, dp_mesh, cfg.lr, experts, edp_mesh)
+        ck.load(opt)
         has_first = any(s.is_first for s in stages)
         has_last = any(s.is_last for s in stages)
-        for step in range(cfg.steps):
+        for step in range(cfg.first_step, cfg.steps):
+            ck.begin(step)
             x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
             x, y = (
                 x[dp_rank * per_dp : (dp_rank + 1) * per_dp],
@@ -351,13 +447,14 @@ def _train(rank: int, cfg: RunConfig, dev: torch.device | None = None) -> dict:
                 dist.all_reduce(total, group=dp_mesh.get_group())
                 total /= dp_mesh.size()
             losses.append(total.item())
+            ck.end(step, params, opt, dev)
         mem["params_local"] = float(sum(_local(p).numel() for p in params))
         if not has_last:
             losses = []
         del sched, stages, mods, opt
     del model
     gc.collect()
-    return {"rank": rank, "losses": losses, "memory": mem, "collectives": comm}
+    return {"rank": rank, "losses": losses, "memory": mem, "collectives": comm, "saved": ck.saved}
 
 
 def _train_dualpipe(
@@ -371,6 +468,7 @@ def _train_dualpipe(
     dev: torch.device,
     counter: CommCounter,
     comm: list[dict],
+    ck: Checkpointing,
 ) -> tuple[list[float], dict[str, float]]:
     """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
     rank, the copies' gradients summed over the pipeline group, then averaged over dp (the
@@ -392,10 +490,13 @@ def _train_dualpipe(
     params = [p for m in mods for p in m.parameters()]
     experts = {id(p) for m in mods for n, p in m.named_parameters()
                if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
+    ck.place(params)
     opt = torch.optim.AdamW(params, lr=cfg.lr)
+    ck.load(opt)
     per_dp = cfg.global_batch // cfg.dp
     losses: list[float] = []
-    for step in range(cfg.steps):
+    for step in range(cfg.first_step, cfg.steps):
+        ck.begin(step)
         x, y = batch(cfg.model, cfg.global_batch, step, cfg.seed)
         sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
         with counter:
@@ -411,6 +512,7 @@ def _train_dualpipe(
             dist.all_reduce(total, group=dp_mesh.get_group())
             total /= cfg.dp
         losses.append(total.item())
+        ck.end(step, params, opt, dev)
     mem["params_local"] = float(sum(p.numel() for p in params))
     del runner, opt
     return losses, mem
