@@ -2,12 +2,15 @@
 or NCCL with one GPU per process, `RunConfig.device`) and compare their losses with the
 single-process reference (on CPU). Under torchrun, `python -m hwtune.parallel.runtime` runs the
 same training loop with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` from the environment
-(`__main__.py`; VALIDATION.md, "Programmable parallelism", NCCL)."""
+(`__main__.py`; VALIDATION.md, "Programmable parallelism", NCCL). Checkpoints, resuming under
+another layout and restarts after a rank dies: `with_checkpoints`, `launch`
+(`checkpoint.py`)."""
 
 from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -100,11 +103,17 @@ def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     check_processes(world)
     check_device(device, world, visible_gpus() if device == "cuda" else 0)
     out = []
+    # torch warns as it terminates the other ranks after one died: `RankFailed` says it once
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
     with tempfile.TemporaryDirectory() as d:
         try:
+            spawn_log.setLevel(logging.ERROR)
             mp.spawn(worker, args=(world, free_port(), cfgs, d), nprocs=world, join=True)
         except ProcessException as e:
-            raise RankFailed(_failed_step(Path(d)), _first_line(e)) from None
+            raise RankFailed(_failed_step(Path(d)), _first_line(e)) from e
+        finally:
+            spawn_log.setLevel(level)
         for i, cfg in enumerate(cfgs):
             ranks = [
                 json.loads(p.read_text()) for p in sorted((Path(d) / str(i)).glob("rank*.json"))
