@@ -82,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             check_processes(cfg.world)
         cfg = with_checkpoints(cfg, args.save, args.save_every, args.resume, args.max_restarts,
                                args.fail_at, torchrun=torchrun)  # fmt: skip
-        doc = launch_env(cfg) if torchrun else launch(cfg, args.max_restarts or 0)
+        if torchrun:
+            doc = launch_env(cfg)
+        elif args.max_restarts:
+            doc = launch(cfg, args.max_restarts)
+        else:
+            doc = launch(cfg)
     except HwtuneInputError as e:
         return _one_line(str(e), exit=False)
     except RankFailed as e:
