@@ -61,11 +61,15 @@ def _cfg(name: str, zero: int):
 @pytest.fixture(scope="module")
 def runs():
     """{(name, zero): (cfg, result)}: one set of processes per world size; tp 2 x dp 2 at
-    ZeRO-1 only (DDP, ZeRO-0, does not take DTensor parameters)."""
+    ZeRO 0 and 1."""
     out = {}
     for world in (2, 4):
         keys = [(n, z) for n in CASES if WORLD[n] == world for z in (0, 1)]
-        keys += [("tp2-dp2", 1)] if world == 4 else [("moe-dp2-ep1", 0), ("moe-dp2-ep1", 1)]
+        keys += (
+            [("tp2-dp2", 0), ("tp2-dp2", 1)]
+            if world == 4
+            else [("moe-dp2-ep1", 0), ("moe-dp2-ep1", 1)]
+        )
         cfgs = [_cfg(n, z) for n, z in keys]
         for k, c, r in zip(keys, cfgs, launch_many(cfgs), strict=True):
             out[k] = (c, r)
@@ -161,6 +165,19 @@ def test_zero1_runs_under_tensor_parallelism(runs):
         for step in steps:
             assert step == {AG: {"calls": 1, "bytes": want}, RS: {"calls": 1, "bytes": want}}
         assert res["memory"][int(rank)]["optimizer"] == 2 * FP32 * _padded(local, 2) // 2
+
+
+def test_zero0_under_tensor_parallelism_all_reduces_the_local_shards_once(runs):
+    """tp 2 x dp 2 at ZeRO-0: DDP takes no DTensor parameters (the run crashed in its first
+    broadcast), so the step's gradients go in one all-reduce of the rank's local shards over
+    dp, once per step as the plan prices it, and the losses match the single process's."""
+    cfg, res = runs[("tp2-dp2", 0)]
+    assert cfg.tp == 2 and cfg.dp == 2 and cfg.zero == 0
+    assert losses_agree(res["losses"], res["reference"]), res
+    for rank, steps in res["collectives"].items():
+        local = int(res["memory"][int(rank)]["params_local"])
+        for step in steps:
+            assert step["all_reduce"] == {"calls": 1, "bytes": local * FP32}
 
 
 def test_unsharded_experts_are_reduced_with_the_dense_weights(runs):

@@ -318,9 +318,13 @@ def _train(
     sharded_opt = cfg.zero == 1 and dp_mesh.size() > 1
     if cfg.pp == 1:
         wrapped = model
+        # ZeRO-0 with tensor parallelism: DDP takes no DTensor parameters (its first broadcast
+        # fails), so the step's gradients are all-reduced by hand, one flat bucket of the local
+        # shards over dp, as the pipelines' stages are (`reduce_grads`)
+        by_hand = dp_mesh.size() > 1 and cfg.zero == 0 and cfg.tp > 1
         if dp_mesh.size() > 1 and cfg.zero >= 2:
             wrapped = apply_fsdp(model, dp_mesh, cfg.zero)
-        elif dp_mesh.size() > 1 and not sharded_opt:
+        elif dp_mesh.size() > 1 and not sharded_opt and not by_hand:
             wrapped = apply_ddp(model, dp_mesh, sorted(expert_names))
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
         params = list(wrapped.parameters())
@@ -355,7 +359,9 @@ def _train(
                             loss = loss_fn(wrapped(x[sl]), y[sl]) / cfg.n_micro
                         loss.backward()
                     total += loss.detach()
-                if cfg.ep > 1 and not sharded_opt:
+                if by_hand:
+                    reduce_grads(params, experts, dp_mesh, edp_mesh)
+                elif cfg.ep > 1 and not sharded_opt:
                     # an expert's gradient summed the tokens of its ep group's ranks; the sum over
                     # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
                     # losses (DDP averages the dense gradients the same way)
@@ -540,9 +546,10 @@ def reduce_grads(
     only; both / the size of ``dp_mesh``. Each group's gradients go in one flat all-reduce (one
     bucket, as the plan prices one gradient all-reduce per step), not one call per tensor."""
     n = dp_mesh.size()
-    grads = [p.grad for p in params if p.grad is not None]
-    dense = [p.grad for p in params if p.grad is not None and id(p) not in experts]
-    routed = [p.grad for p in params if p.grad is not None and id(p) in experts]
+    # a DTensor's (tensor parallelism) local shard: each dp replica holds the same shard
+    grads = [_local(p.grad) for p in params if p.grad is not None]
+    dense = [_local(p.grad) for p in params if p.grad is not None and id(p) not in experts]
+    routed = [_local(p.grad) for p in params if p.grad is not None and id(p) in experts]
     _all_reduce_flat(dense, dp_mesh.get_group())
     if edp_mesh is not None and edp_mesh.size() > 1:
         _all_reduce_flat(routed, edp_mesh.get_group())
