@@ -83,3 +83,18 @@ def count_ddp(ddp: torch.nn.Module, group: dist.ProcessGroup) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     ddp.register_comm_hook(group, allreduce_hook)  # type: ignore[operator]
+
+
+def all_gather_single(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup) -> None:
+    """All-gather ``inp`` of each rank into ``out``, looked up on ``torch.distributed`` at the
+    call (where `CommCounter` counts it): ``all_gather_single`` from torch 2.13, which
+    deprecates ``all_gather_into_tensor``, the older name before."""
+    f = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    f(out, inp, group=group)
+
+
+def reduce_scatter_single(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup) -> None:
+    """Sum ``inp`` over ``group`` and keep this rank's slice in ``out`` (as
+    `all_gather_single`: ``reduce_scatter_single``, else ``reduce_scatter_tensor``)."""
+    f = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    f(out, inp, group=group)

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hwtune.errors import HwtuneInputError
+from hwtune.parallel.runtime.comm import all_gather_single, reduce_scatter_single
 
 
 def positions(seq: int, cp: int, rank: int) -> torch.Tensor:
@@ -67,16 +68,6 @@ def shard_sequence(t: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
     return t[:, positions(t.shape[1], cp, rank)].contiguous()
 
 
-def _all_gather(out: torch.Tensor, x: torch.Tensor, group: dist.ProcessGroup) -> None:
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(out, x, group=group)
-
-
-def _reduce_scatter(out: torch.Tensor, x: torch.Tensor, group: dist.ProcessGroup) -> None:
-    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    fn(out, x, group=group)
-
-
 class GatherSequence(torch.autograd.Function):
     """All-gather along dim 0 over ``group``; backward: reduce-scatter (sum) of the gradient
     (Llama 3 §3.3.2). Ranks' blocks in group-rank order."""
@@ -87,14 +78,14 @@ class GatherSequence(torch.autograd.Function):
         n = dist.get_world_size(group)
         x = x.contiguous()
         out = x.new_empty((n * x.shape[0], *x.shape[1:]))
-        _all_gather(out, x, group)
+        all_gather_single(out, x, group)
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
         n = dist.get_world_size(ctx.group)
         out = grad.new_empty((grad.shape[0] // n, *grad.shape[1:]))
-        _reduce_scatter(out, grad.contiguous(), ctx.group)
+        reduce_scatter_single(out, grad.contiguous(), ctx.group)
         return out, None
 
 

@@ -30,9 +30,10 @@ gradients whole, optimizer states / n), at the price of two copies per step."""
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+
+from hwtune.parallel.runtime.comm import all_gather_single, reduce_scatter_single
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -40,18 +41,6 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return t.to_local() if isinstance(t, DTensor) else t
-
-
-def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup) -> None:
-    # looked up at the call, through the package, where `comm.CommCounter` counts it; torch
-    # >= 2.13 names it reduce_scatter_single and deprecates reduce_scatter_tensor
-    f = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    f(out, inp, group=group)
-
-
-def _all_gather(out: torch.Tensor, inp: torch.Tensor, group: dist.ProcessGroup) -> None:
-    f = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    f(out, inp, group=group)
 
 
 class DistributedOptimizer:
@@ -121,14 +110,14 @@ class DistributedOptimizer:
         flat.div_(self.divide_by)
         if self.group is not None:
             grad = torch.empty(self.shard_numel, dtype=self.dtype, device=self.device)
-            _reduce_scatter(grad, flat, self.group)
+            reduce_scatter_single(grad, flat, self.group)
         else:
             grad = flat
         self.shard.data = self._shard_values()
         self.shard.grad = grad
         self.optim.step()
         if self.group is not None:
-            _all_gather(flat, self.shard.detach(), self.group)  # the gradient buffer, reused
+            all_gather_single(flat, self.shard.detach(), self.group)  # the gradient buffer, reused
         else:
             flat = self.shard.detach()
         off = 0

@@ -141,11 +141,11 @@ def _gather(x: torch.Tensor, group) -> torch.Tensor:  # noqa: ANN001
     """The group's slices concatenated along dim 0, in rank order."""
     import torch.distributed as dist
 
-    from hwtune.parallel.runtime.context_parallel import _all_gather
+    from hwtune.parallel.runtime.comm import all_gather_single
 
     n = dist.get_world_size(group)
     out = x.new_empty((n * x.shape[0], *x.shape[1:]))
-    _all_gather(out, x.contiguous(), group)
+    all_gather_single(out, x.contiguous(), group)
     return out
 
 
