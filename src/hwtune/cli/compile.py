@@ -313,8 +313,11 @@ def compile_cmd(
             print(f"  wrote {p}")
     if run_doc is not None:
         if "model" in run_doc:  # the tiny model the run trained
-            n = len(run_doc["losses"])
-            print(f"  run: {run_doc['model']}, fp32 AdamW, {n} step{'' if n == 1 else 's'}")
+            n, first = len(run_doc["losses"]), run_doc.get("first_step", 0)
+            steps = f"{n} step{'' if n == 1 else 's'}"
+            if first:  # resumed: the steps this run trained, of the job's
+                steps = f"steps {first}..{first + n - 1} of {first + n}"
+            print(f"  run: {run_doc['model']}, fp32 AdamW, {steps}")
         for r in run_doc.get("restarts", []):
             print(f"  restarted: failed at step {r['failed_at_step']} ({r['error']}), "
                   f"resumed from step {r['resumed_from_step']}")  # fmt: skip

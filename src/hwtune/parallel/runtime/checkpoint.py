@@ -368,7 +368,14 @@ def check_compatible(doc: dict, path: Path, cfg: RunConfig) -> None:
             )  # fmt: skip
     for k, v in (("seed", cfg.seed), ("lr", cfg.lr), ("global_batch", cfg.global_batch)):
         if saved.get(k) != v:
-            hint = " (give --global-batch to match)" if k == "global_batch" else ""
+            # `launch.run_config`: micro-batches of cfg.micro_batch sequences, as many per
+            # data-parallel rank as the spec's (global batch / (micro-batch x dp))
+            hint = (
+                f"; the run trains {cfg.micro_batch} x --global-batch / --micro-batch sequences "
+                "per step"
+                if k == "global_batch"
+                else ""
+            )
             raise HwtuneInputError(
                 "--resume", str(path),
                 f"a checkpoint of the same training data and recipe ({k} {saved.get(k)!r} "
