@@ -52,6 +52,9 @@ def _spec(name: str, zero: int):
 def _cfg(name: str, zero: int):
     if name == "tp2-dp2":
         return run_config(make_spec(global_batch=8, micro_batch=1, zero=zero, tp=2, dp=2), steps=2)
+    if name == "pp2-dp2-dualpipe":
+        spec = make_spec(global_batch=16, micro_batch=2, zero=zero, pp=2, dp=2, schedule="dualpipe")
+        return run_config(spec, steps=2)
     if name == "moe-dp2-ep1":  # the MoE's experts unsharded (ep 1): replicated over dp
         spec = make_spec(global_batch=8, micro_batch=1, zero=zero, dp=2, modules=UNSHARDED)
         return run_config(spec, steps=2, moe=True)
@@ -66,7 +69,7 @@ def runs():
     for world in (2, 4):
         keys = [(n, z) for n in CASES if WORLD[n] == world for z in (0, 1)]
         keys += (
-            [("tp2-dp2", 0), ("tp2-dp2", 1)]
+            [("tp2-dp2", 0), ("tp2-dp2", 1), ("pp2-dp2-dualpipe", 0), ("pp2-dp2-dualpipe", 1)]
             if world == 4
             else [("moe-dp2-ep1", 0), ("moe-dp2-ep1", 1)]
         )
@@ -178,6 +181,26 @@ def test_zero0_under_tensor_parallelism_all_reduces_the_local_shards_once(runs):
         local = int(res["memory"][int(rank)]["params_local"])
         for step in steps:
             assert step["all_reduce"] == {"calls": 1, "bytes": local * FP32}
+
+
+def test_zero1_under_dualpipe_reduce_scatters_both_chunks_once(runs):
+    """DualPipe (pp 2, dp 2) at ZeRO-1, as DeepSeek-V3 trains it (it was refused): each rank's
+    two chunk copies, their gradients summed over the pipeline group, in one flat buffer: one
+    reduce-scatter and one all-gather per step (the plan's one RS and one AG per rank), AdamW
+    states for half of the rank's elements, and the losses of ZeRO-0 and the single process."""
+    z0, r0 = runs[("pp2-dp2-dualpipe", 0)]
+    z1, r1 = runs[("pp2-dp2-dualpipe", 1)]
+    assert z1.bidirectional and z1.zero == 1
+    assert losses_agree(r1["losses"], r1["reference"]), r1
+    assert losses_agree(r1["losses"], r0["losses"])
+    for rank, steps in r1["collectives"].items():
+        local = int(r1["memory"][int(rank)]["params_local"])
+        want = _padded(local, 2) * FP32
+        for step in steps:
+            assert step[AG] == {"calls": 1, "bytes": want}
+            assert step[RS] == {"calls": 1, "bytes": want}
+        assert r1["memory"][int(rank)]["optimizer"] == 2 * FP32 * _padded(local, 2) // 2
+        assert r0["memory"][int(rank)]["optimizer"] == 2 * FP32 * local
 
 
 def test_unsharded_experts_are_reduced_with_the_dense_weights(runs):

@@ -330,9 +330,10 @@ def run_config(
             "zero", spec.zero_stage,
             "2 or 3 for a pipeline with dp > 1, tp > 1 and cp = ep = 1 (FSDP2 stages)",
         )  # fmt: skip
-    if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 0 and mesh.dp > 1)):
+    if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 1 and mesh.dp > 1)):
+        # ZeRO 2/3 are FSDP2 modules, which the hand-walked DualPipe does not drive
         raise HwtuneInputError(
-            "schedule.name", "dualpipe", "tp = 1, and zero = 0 with dp > 1, for a DualPipe run"
+            "schedule.name", "dualpipe", "tp = 1, and zero 0 or 1 with dp > 1, for a DualPipe run"
         )
     chunks = spec.n_chunks() if mesh.pp > 1 else 1
     layers = max(4, chunks)

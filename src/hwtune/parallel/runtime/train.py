@@ -479,9 +479,9 @@ def _train_dualpipe(
     """Bidirectional DualPipe (`dualpipe.DualPipeRunner`): both directions' chunks on each
     rank, the copies' gradients summed over the pipeline group, then averaged over dp (the
     routed experts of MoE chunks, sharded over the stage's ep sub-mesh: summed over their edp
-    replicas, / dp)."""
+    replicas, / dp): by hand at ZeRO-0, by the distributed optimizer at ZeRO-1."""
     from hwtune.parallel.actions import parse_action
-    from hwtune.parallel.runtime.data_parallel import expert_param_names
+    from hwtune.parallel.runtime.data_parallel import expert_param_names, make_optimizer
     from hwtune.parallel.runtime.dualpipe import DualPipeRunner
 
     assert cfg.orders is not None and cfg.stage_layers is not None
@@ -497,7 +497,10 @@ def _train_dualpipe(
     experts = {id(p) for m in mods for n, p in m.named_parameters()
                if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
     ck.place(params)
-    opt = torch.optim.AdamW(params, lr=cfg.lr)
+    # ZeRO-1 at dp > 1: the distributed optimizer reduce-scatters both chunks' (summed) gradients
+    # and all-gathers the parameters, once per step (DeepSeek-V3 trains DualPipe under ZeRO-1)
+    sharded = cfg.zero == 1 and dp_mesh.size() > 1
+    opt = make_optimizer(params, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
     ck.load(opt)
     per_dp = cfg.global_batch // cfg.dp
     losses: list[float] = []
@@ -507,7 +510,7 @@ def _train_dualpipe(
         sl = slice(dp_rank * per_dp, (dp_rank + 1) * per_dp)
         with counter:
             total = runner.step(x[sl].to(dev), y[sl].to(dev), cfg.micro_batch)
-            if cfg.dp > 1:
+            if cfg.dp > 1 and not sharded:
                 reduce_grads(params, experts, dp_mesh, edp_mesh)
             opt.step()  # states measured after it: the first step creates AdamW's
         comm.append(counter.take())
