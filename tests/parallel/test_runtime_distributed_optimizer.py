@@ -291,3 +291,31 @@ def test_distributed_optimizer_steps_adamw_on_the_mean_gradient_with_a_padded_sh
                 AG: {"calls": 1, "bytes": 8 * FP32},
             }
         assert doc["grads"] == [True, True]  # zero_grad leaves none
+
+
+@pytest.fixture(scope="module")
+def pp_dp_tp():
+    """pp 2 x dp 2 x tp 2 (8 processes) at ZeRO 0 and 1: {zero: (cfg, result)}."""
+    specs = {z: make_spec(global_batch=8, micro_batch=1, zero=z, pp=2, dp=2, tp=2) for z in (0, 1)}
+    cfgs = [run_config(specs[z], steps=2) for z in (0, 1)]
+    return {z: (c, r) for z, c, r in zip((0, 1), cfgs, launch_many(cfgs), strict=True)}
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_pipeline_stages_of_tp_shards_reduce_over_dp(pp_dp_tp, zero):
+    """PP x DP x TP at ZeRO-0/1 (refused before: DDP takes no DTensor parameters): each rank's
+    stage, its TP DTensors' local shards, reduced by hand at ZeRO-0 (one all-reduce per step)
+    or by the distributed optimizer at ZeRO-1 (one reduce-scatter, one all-gather), over dp;
+    the losses match the single process's."""
+    cfg, res = pp_dp_tp[zero]
+    assert (cfg.pp, cfg.dp, cfg.tp, cfg.zero) == (2, 2, 2, zero)
+    assert losses_agree(res["losses"], res["reference"]), res
+    for rank, steps in res["collectives"].items():
+        local = int(res["memory"][int(rank)]["params_local"])
+        for step in steps:
+            if zero == 0:
+                assert step["all_reduce"] == {"calls": 1, "bytes": local * FP32}
+            else:
+                want = _padded(local, 2) * FP32
+                assert step[AG] == {"calls": 1, "bytes": want}
+                assert step[RS] == {"calls": 1, "bytes": want}

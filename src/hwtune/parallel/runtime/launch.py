@@ -322,14 +322,6 @@ def run_config(
     bidirectional = not spec.explicit and spec.schedule.name == "dualpipe" and mesh.pp > 1
     if mesh.cp > 1:
         _check_cp(spec, bidirectional)
-    if (mesh.pp > 1 and mesh.dp > 1 and mesh.cp == 1 and mesh.ep == 1 and not bidirectional
-            and mesh.tp > 1 and spec.zero_stage < 2):  # fmt: skip
-        # tp = 1: the stages' gradients reduced by hand (ZeRO-0: one all-reduce; ZeRO-1: the
-        # distributed optimizer's reduce-scatter and all-gather)
-        raise HwtuneInputError(
-            "zero", spec.zero_stage,
-            "2 or 3 for a pipeline with dp > 1, tp > 1 and cp = ep = 1 (FSDP2 stages)",
-        )  # fmt: skip
     if bidirectional and (mesh.tp > 1 or (spec.zero_stage > 1 and mesh.dp > 1)):
         # ZeRO 2/3 are FSDP2 modules, which the hand-walked DualPipe does not drive
         raise HwtuneInputError(

@@ -412,8 +412,6 @@ def _train(
         # edp replicas); ZeRO-1: the distributed optimizer reduce-scatters them over the same
         # ranks and all-gathers the updated parameters
         manual = dp_mesh.size() > 1 and cfg.zero < 2
-        if manual and cp_group is None and ep_group is None and cfg.tp > 1:
-            raise ValueError("runtime: pipeline with dp > 1 runs FSDP2 stages (zero 2 or 3)")
         if dp_mesh.size() > 1 and not manual:
             for mod in mods:
                 apply_fsdp(mod, dp_mesh, cfg.zero)
