@@ -449,12 +449,13 @@ def _check_cp(spec, bidirectional: bool) -> None:  # noqa: ANN001
             "mesh.cp", mesh.cp,
             f"a degree with 2*cp dividing the runtime model's {seq} tokens (2 chunks per rank)",
         )  # fmt: skip
-    if mesh.tp > 1 and (mesh.pp > 1 or spec.zero_stage < 2):
-        # TP's DTensor parameters go through FSDP2 over the dp x cp ranks (a 2-D mesh with tp)
+    if mesh.tp > 1 and mesh.pp > 1:
+        # TP's DTensor parameters with cp: FSDP2 over the dp x cp ranks (a 2-D mesh with tp)
+        # at ZeRO-2/3, reduced by hand or by the distributed optimizer at ZeRO-0/1, without
+        # pipeline stages
         raise HwtuneInputError(
-            "mesh.cp", mesh.cp,
-            "tp = 1, or pp = 1 and zero 2 or 3 (FSDP2), with context parallelism in the runtime",
-        )  # fmt: skip
+            "mesh.cp", mesh.cp, "tp = 1, or pp = 1, with context parallelism in the runtime"
+        )
     if mesh.ep > 1:
         raise HwtuneInputError("mesh.cp", mesh.cp, "ep = 1 with context parallelism in the runtime")
     if bidirectional:

@@ -270,8 +270,8 @@ def _train(
         # so gradients are reduced over the flattened dp x cp ranks (Megatron's
         # "data-parallel group with context parallel"); with tp > 1 the attention's local heads
         # all-gather their K/V over cp, and FSDP2 shards the TP DTensors over dp x cp
-        if cfg.bidirectional or (cfg.tp > 1 and (cfg.zero < 2 or cfg.pp > 1)):
-            raise ValueError("runtime: context parallelism, with tp > 1 only under FSDP2, pp = 1")
+        if cfg.bidirectional or (cfg.tp > 1 and cfg.pp > 1):
+            raise ValueError("runtime: context parallelism, with tp > 1 only at pp = 1")
         mesh = init_device_mesh(
             dev.type, (cfg.pp, cfg.dp, cfg.cp, cfg.tp), mesh_dim_names=("pp", "dp", "cp", "tp")
         )
