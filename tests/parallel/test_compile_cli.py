@@ -64,10 +64,11 @@ def test_context_parallel_run_from_the_cli():
 
 
 def test_context_parallel_the_runtime_cannot_run_exits_2_with_one_line():
-    r = runner.invoke(app, ["compile", "--cp", "2", "--tp", "2", "--zero", "1", "--run"])
-    assert r.exit_code == 2
+    r = runner.invoke(app, ["compile", "--cp", "2", "--tp", "2", "--pp", "2", "--zero", "1",
+                            "--global-batch", "8", "--run"])  # fmt: skip
+    assert r.exit_code == 2, r.output
     lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and "--cp: got 2; expected tp = 1, or pp = 1 and zero 2 or 3" in lines[0]
+    assert len(lines) == 1 and "--cp: got 2; expected tp = 1, or pp = 1, with context" in lines[0]
 
 
 def test_zero_gpus_exits_2_instead_of_the_mesh_default():
