@@ -9,9 +9,13 @@ through the package (``dist.all_reduce`` from DDP's default comm hook and our ow
 ``dist.all_to_all_single`` from the experts' dispatch) while it is entered. DDP's reducer calls
 the process group from C++; `count_ddp` routes it through ``dist.all_reduce`` by registering
 torch's own ``allreduce_hook`` (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``:
-divide by the group size, all-reduce, the same arithmetic as the built-in reduction). Pipeline
-sends and receives (``batch_isend_irecv``) are not collectives and are not counted. A call
-that imports a function by name (``from torch.distributed import all_reduce``) bypasses it."""
+divide by the group size, all-reduce, the same arithmetic as the built-in reduction). DTensor's
+tensor-parallel collectives (and the experts' all-to-all inside autograd) run as functional
+collectives (``torch.ops._c10d_functional``), which no ``torch.distributed`` function sees: a
+dispatch mode counts them as ``"<kind> (functional)"`` (tp 2: 7 all-reduces per block and
+micro-batch, 2 forward, 5 backward, one per column-parallel linear). Pipeline sends and receives
+(``batch_isend_irecv``) are not collectives and are not counted. A call that imports a function
+by name (``from torch.distributed import all_reduce``) bypasses it."""
 
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+FUNCTIONAL = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+"""The ``_c10d_functional`` ops `CommCounter` counts (the collectives; not ``wait_tensor``)."""
 
 COUNTED = (
     "all_reduce",
@@ -63,9 +71,12 @@ class CommCounter:
             if hasattr(dist, name):
                 self._saved[name] = getattr(dist, name)
                 setattr(dist, name, self._wrap(name, self._saved[name]))
+        self._mode = _FunctionalCollectives(self)
+        self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._mode.__exit__(*exc)
         for name, f in self._saved.items():
             setattr(dist, name, f)
         self._saved.clear()
@@ -75,6 +86,23 @@ class CommCounter:
         self.calls.clear()
         self.bytes.clear()
         return out
+
+
+class _FunctionalCollectives(TorchDispatchMode):
+    """Counts the functional collectives (``torch.ops._c10d_functional``) that DTensor issues
+    for tensor parallelism (its redistributions, forward and backward), which do not go through
+    the ``torch.distributed`` functions: as ``"<kind> (functional)"``, the bytes of the input."""
+
+    def __init__(self, counter: CommCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if func.namespace == "_c10d_functional" and func._opname in FUNCTIONAL:
+            key = f"{func._opname} (functional)"
+            self.counter.calls[key] += 1
+            self.counter.bytes[key] += _nbytes(tuple(args[:1]), {})
+        return func(*args, **(kwargs or {}))
 
 
 def count_ddp(ddp: torch.nn.Module, group: dist.ProcessGroup) -> None:
