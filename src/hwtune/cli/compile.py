@@ -321,9 +321,8 @@ def compile_cmd(
         for r in run_doc.get("restarts", []):
             print(f"  restarted: failed at step {r['failed_at_step']} ({r['error']}), "
                   f"resumed from step {r['resumed_from_step']}")  # fmt: skip
-        if run_doc.get("resumed_from"):
-            k = run_doc["first_step"]
-            print(f"  resumed from {run_doc['resumed_from']}: steps {k}..{k + n - 1}")
+        if run_doc.get("resumed_from"):  # its steps: the run line above
+            print(f"  resumed from {run_doc['resumed_from']}")
         for f in run_doc.get("saved", []):
             print(f"  saved {f}")
         if run_doc.get("not_run"):

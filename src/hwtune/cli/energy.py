@@ -9,7 +9,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from hwtune.cli.parsing import (
     positive_ints,
 )
 from hwtune.errors import HwtuneInputError
+
+if TYPE_CHECKING:
+    from hwtune.energy.profiles import Profile
 
 app = typer.Typer(
     name="energy",
@@ -116,19 +119,21 @@ def _mix_weight(objective: str, eta: float | None) -> dict[str, float]:
     return {} if eta is None else {"eta": eta}
 
 
-def _cap(prof: object, cap: float | None) -> float:
+def _cap(prof: Profile, cap: float | None) -> float:
     """The power cap of ``energy optimize`` / ``tune``: 20 W on an edge module unless given, the
     top of ``nvidia-smi -pl``'s range on a data-center GPU; there a cap outside that range is
     refused (the driver refuses it too), not taken as a clock budget."""
+    from hwtune.energy.profiles import DatacenterProfile
+
     if cap is None:
-        return prof.power_limit_w[1] if prof.kind == "data-center" else 20.0  # type: ignore[attr-defined]
+        return prof.power_limit_w[1] if isinstance(prof, DatacenterProfile) else 20.0
     if not (cap > 0 and math.isfinite(cap)):
         raise HwtuneInputError("cap", cap, "a positive finite power in W")
-    if prof.kind == "data-center":  # type: ignore[attr-defined]
-        lo, hi = prof.power_limit_w  # type: ignore[attr-defined]
+    if isinstance(prof, DatacenterProfile):
+        lo, hi = prof.power_limit_w
         if not lo <= cap <= hi:
             raise HwtuneInputError(
-                "cap", cap, f"a power limit nvidia-smi -pl accepts on {prof.name}: {lo:g} to "  # type: ignore[attr-defined]
+                "cap", cap, f"a power limit nvidia-smi -pl accepts on {prof.name}: {lo:g} to "
                 f"{hi:g} W",
             )  # fmt: skip
     return cap

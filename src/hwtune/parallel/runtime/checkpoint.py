@@ -28,6 +28,7 @@ and checks that every element of the full model was held by some rank."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import asdict
@@ -41,6 +42,7 @@ from torch import nn
 from hwtune.errors import HwtuneInputError
 from hwtune.parallel.runtime.distributed_optimizer import DistributedOptimizer
 from hwtune.parallel.runtime.models import TinyConfig, build
+from hwtune.parallel.runtime.tensor_parallel import local_tensor as _local
 
 if TYPE_CHECKING:
     from hwtune.parallel.runtime.train import RunConfig
@@ -55,12 +57,6 @@ MOMENTS = ("exp_avg", "exp_avg_sq")
 _SAME_MODEL_IGNORES = ("flash",)
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
 def param_layout(c: TinyConfig) -> list[tuple[str, tuple[int, ...]]]:
     """Names and shapes of the full tiny model's parameters, in ``named_parameters()`` order."""
     with torch.device("meta"):
@@ -69,14 +65,7 @@ def param_layout(c: TinyConfig) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def n_elements(c: TinyConfig) -> int:
-    return sum(_numel(s) for _, s in param_layout(c))
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return sum(math.prod(s) for _, s in param_layout(c))
 
 
 def check_size(c: TinyConfig) -> None:
@@ -100,7 +89,7 @@ def flat(
 def unflat(v: torch.Tensor, layout: list[tuple[str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
     out, off = {}, 0
     for n, s in layout:
-        k = _numel(s)
+        k = math.prod(s)
         out[n] = v[off : off + k].reshape(s).clone()
         off += k
     return out
@@ -226,7 +215,7 @@ def assemble(parts: list[dict], cfg: RunConfig, step: int) -> dict:
     """The checkpoint document from every rank's `pieces`; raises when an element of the full
     model is held by no rank (a bug: the id map missed a layout)."""
     layout = param_layout(cfg.model)
-    n = sum(_numel(s) for _, s in layout)
+    n = sum(math.prod(s) for _, s in layout)
     full = {k: torch.zeros(n) for k in ("model", *MOMENTS)}
     held = {k: torch.zeros(n, dtype=torch.bool) for k in ("model", "exp_avg")}
     for part in parts:
@@ -400,7 +389,9 @@ def check_compatible(doc: dict, path: Path, cfg: RunConfig) -> None:
         )  # fmt: skip
 
 
-def initial_state(cfg: RunConfig, model: nn.Module) -> tuple[torch.Tensor, ...]:
+def initial_state(
+    cfg: RunConfig, model: nn.Module
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The run's starting weights and moments, flat in the full model's order: the
     checkpoint's (``cfg.resume``), else the built model's weights and no moments."""
     layout = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
@@ -411,7 +402,8 @@ def initial_state(cfg: RunConfig, model: nn.Module) -> tuple[torch.Tensor, ...]:
         raise RuntimeError(
             f"checkpoint {cfg.resume}: step {doc['step']}, run from {cfg.first_step}"
         )
-    return tuple(flat(doc[k], layout) for k in ("model", *MOMENTS))
+    w, m, v = (flat(doc[k], layout) for k in ("model", *MOMENTS))
+    return w, m, v
 
 
 def load_reference(model: nn.Module, opt: torch.optim.Optimizer, doc: dict) -> None:

@@ -34,13 +34,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from hwtune.parallel.runtime.comm import all_gather_single, reduce_scatter_single
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local tensor (under ``no_grad``, the storage itself), else the tensor."""
-    from torch.distributed.tensor import DTensor
-
-    return t.to_local() if isinstance(t, DTensor) else t
+from hwtune.parallel.runtime.tensor_parallel import local_tensor as _local
 
 
 class DistributedOptimizer:

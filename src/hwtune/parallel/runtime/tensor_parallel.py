@@ -4,6 +4,7 @@ torchtitan's ``apply_tp``. A module annotated with tp=1 stays replicated."""
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -25,3 +26,11 @@ def apply_tp(
                       "feed_forward.w2": RowwiseParallel()})  # fmt: skip
         if p:
             parallelize_module(block, tp_mesh, p)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (tensor parallelism, FSDP2; under ``no_grad`` the storage
+    itself, so writing it writes the parameter), else the tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from hwtune.parallel.runtime.comm import CommCounter
 from hwtune.parallel.runtime.models import TinyConfig, batch, build, loss_fn
+from hwtune.parallel.runtime.tensor_parallel import local_tensor as _local
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -152,12 +153,6 @@ class Checkpointing:
         if path is not None:
             self.saved.append(str(path))
         barrier(dev)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
-    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def _state_bytes(modules: list[torch.nn.Module], opt: object) -> dict[str, float]:
