@@ -60,7 +60,8 @@ def test_context_parallel_run_from_the_cli():
     doc = json.loads(r.stdout)
     assert doc["strategy"]["mesh"]["cp"] == 2 and doc["n_gpus"] == 2
     assert doc["run"]["world"] == 2 and len(doc["run"]["losses"]) == 2
-    assert doc["run"]["max_abs_diff"] <= 2e-6
+    # within 16 float32 ulps of the loss (attention over gathered K/V sums in another order)
+    assert doc["run"]["max_abs_diff"] <= 16 * 2.0**-23 * max(map(abs, doc["run"]["reference"]))
 
 
 def test_context_parallel_the_runtime_cannot_run_exits_2_with_one_line():

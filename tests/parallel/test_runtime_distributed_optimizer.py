@@ -175,17 +175,18 @@ def test_zero1_runs_under_tensor_parallelism(runs):
 def test_tensor_parallel_all_reduces_are_counted(runs):
     """DTensor's tensor-parallel collectives go through functional collectives, not the
     ``torch.distributed`` functions: counted as ``all_reduce (functional)``. Per block and
-    micro-batch (`tensor_parallel.apply_tp`): the forward all-reduces the outputs of the two
-    row-parallel linears (attention.wo, feed_forward.w2), the backward the input gradients of the
-    five column-parallel ones, each on its own (wq, wk, wv, w1, w3: DTensor redistributes per
-    module, where Megatron's fused QKV and gate-up linears need two): 7, each of the micro-batch's
-    (tokens x d_model) fp32 activations. tp 2 x dp 2, 4 micro-batches of 1 sequence, 4 blocks."""
+    micro-batch, Megatron's four (Shoeybi et al. 2019, Fig. 4; the plan prices the same): the
+    forward all-reduces the outputs of the two row-parallel linears (attention.wo,
+    feed_forward.w2), the backward the input gradients of the two column-parallel ones (the
+    fused attention.wqkv and feed_forward.w13; with q, k, v, w1 and w3 as separate linears
+    DTensor issued five), each of the micro-batch's (tokens x d_model) fp32 activations.
+    tp 2 x dp 2, 4 micro-batches of 1 sequence, 4 blocks."""
     for zero in (0, 1):
         cfg, res = runs[("tp2-dp2", zero)]
         act = cfg.micro_batch * cfg.model.seq * cfg.model.d_model * FP32
         for steps in res["collectives"].values():
             for step in steps:
-                want = 7 * cfg.model.n_layers * cfg.n_micro
+                want = 4 * cfg.model.n_layers * cfg.n_micro
                 assert step["all_reduce (functional)"] == {"calls": want, "bytes": want * act}
 
 

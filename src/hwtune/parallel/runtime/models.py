@@ -69,17 +69,17 @@ class Attention(nn.Module):
         # the group K/V are all-gathered over; None: the whole sequence is local
         self.positions: torch.Tensor | None = None
         self.cp_group = None
-        self.wq = nn.Linear(c.d_model, c.d_model, bias=False)
-        self.wk = nn.Linear(c.d_model, c.d_model, bias=False)
-        self.wv = nn.Linear(c.d_model, c.d_model, bias=False)
+        # q, k and v in one linear, its rows head by head (head, {q, k, v}, head dim), as
+        # Megatron-LM's fused QKV: a column split by heads gives each rank its heads' q, k and
+        # v, and tensor parallelism all-reduces the input gradient once, not three times
+        self.wqkv = nn.Linear(c.d_model, 3 * c.d_model, bias=False)
         self.wo = nn.Linear(c.d_model, c.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1 heads: the local heads under tensor parallelism (torchtitan's convention)
-        q, k, v = (
-            w(x).view(b, s, -1, self.hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv)
-        )
+        qkv = self.wqkv(x).view(b, s, -1, 3, self.hd)
+        q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))
         if self.rope:
             pos = self.positions if self.positions is not None else torch.arange(s, device=x.device)
             q, k = rotary(q, pos), rotary(k, pos)
@@ -105,16 +105,19 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """SwiGLU (w2(silu(w1 x) * w3 x))."""
+    """SwiGLU (w2(silu(w1 x) * w3 x)), w1 and w3 in one linear ``w13`` whose rows alternate
+    (hidden unit, {gate, up}), as Megatron-LM's fused gate-up ``linear_fc1``: a column split
+    gives each rank its units' gate and up rows, one input-gradient all-reduce under tensor
+    parallelism."""
 
     def __init__(self, d: int, f: int) -> None:
         super().__init__()
-        self.w1 = nn.Linear(d, f, bias=False)
-        self.w3 = nn.Linear(d, f, bias=False)
+        self.w13 = nn.Linear(d, 2 * f, bias=False)
         self.w2 = nn.Linear(f, d, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        h = self.w13(x).unflatten(-1, (-1, 2))
+        return self.w2(F.silu(h[..., 0]) * h[..., 1])
 
 
 class Block(nn.Module):

@@ -13,17 +13,17 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 def apply_tp(
     model: nn.Module, tp_mesh: DeviceMesh, attention: bool = True, ffn: bool = True
 ) -> None:
-    """Shard every block's attention (q, k, v by heads; o by rows) and dense FFN (w1, w3 by
-    columns; w2 by rows): one all-reduce after each, forward and backward."""
+    """Shard every block's attention (the fused q, k, v by heads; o by rows) and dense FFN (the
+    fused gate-up by hidden units; w2 by rows): per block and micro-batch, Megatron's four
+    all-reduces: the two row-parallel outputs forward, the two column-parallel input gradients
+    backward (Shoeybi et al. 2019 §3, Fig. 4)."""
     plan = {}
     if attention:
-        plan.update({"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-                     "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel()})  # fmt: skip
+        plan.update({"attention.wqkv": ColwiseParallel(), "attention.wo": RowwiseParallel()})
     for block in model.layers.values():
         p = dict(plan)
         if ffn and not block.moe:
-            p.update({"feed_forward.w1": ColwiseParallel(), "feed_forward.w3": ColwiseParallel(),
-                      "feed_forward.w2": RowwiseParallel()})  # fmt: skip
+            p.update({"feed_forward.w13": ColwiseParallel(), "feed_forward.w2": RowwiseParallel()})
         if p:
             parallelize_module(block, tp_mesh, p)
 
