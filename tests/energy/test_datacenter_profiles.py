@@ -26,7 +26,7 @@ from hwtune.energy.workloads import GPT2_SMALL, HOST_DC_S, edge_step_model
 from hwtune.errors import HwtuneInputError
 from hwtune.hardware.catalog import get_device
 
-DC = ("a100-sxm4-80gb", "h100-sxm-80gb", "h200-sxm-141gb")
+DC = ("a100-sxm4-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "v100-sxm2-32gb", "a100-sxm4-40gb")
 
 
 # --- figures against their sources -----------------------------------------------------------
@@ -38,6 +38,8 @@ DC = ("a100-sxm4-80gb", "h100-sxm-80gb", "h200-sxm-141gb")
         # Hopper SXM: max 1980 MHz (amazon-eks-ami #1985 on H200), -pl 200-700 W (stackhpc #975)
         ("h100-sxm-80gb", 210, 1980, 119, (200, 700)),
         ("h200-sxm-141gb", 210, 1980, 119, (200, 700)),
+        # nvidia-docker #1648 (A100 SXM4 40GB: max clock 1410 MHz, -pl 100-400 W); the GA100 table
+        ("a100-sxm4-40gb", 210, 1410, 81, (100, 400)),
     ],
 )
 def test_clocks_and_limits_equal_their_sources(name, lo_mhz, hi_mhz, n, limits):
@@ -64,13 +66,71 @@ def test_every_datacenter_profile_is_sourced_and_from_the_catalog(name):
     assert name not in profiles()  # profiles() stays the edge list
 
 
+def test_v100_sxm2_table_is_the_gv100_grid_cut_at_its_max_clock():
+    """Sources (datacenter.yaml): a V100-SXM2-32GB's `nvidia-smi -q` (Princeton
+    gpu_programming_intro, 2019) gives Max Clocks 1530 MHz, an idle clock of 135 MHz and -pl
+    150-300 W (nvidia-docker #1076 the same limits); the GV100 SUPPORTED_CLOCKS table of a
+    V100S-PCIE (GuanceCloud/datakit's nvidia-smi fixture) runs 135, 142, 150, 157, ..., 1522, 1530,
+    ..., 1597 MHz in steps of 7 and 8 MHz, and a V100's (go-nvml #134) tops out at 1380 MHz on the
+    same grid. So the table is not a [min, max, step] grid: it is listed."""
+    p = get_profile("v100")
+    assert p.name == "v100-sxm2-32gb" and p.kind == "data-center" and p.gpu_clock_mhz is None
+    f = p.gpu_frequencies_mhz
+    assert (f[0], f[-1], len(f)) == (135, 1530, 187)
+    # figures printed in the V100S dump, read off it: its bottom and the run through 1530 MHz
+    assert f[:6] == (135, 142, 150, 157, 165, 172)
+    assert f[-8:] == (1477, 1485, 1492, 1500, 1507, 1515, 1522, 1530)
+    assert 1380 in f  # the V100 PCIe top of go-nvml #134 lies on the same grid
+    steps = [b - a for a, b in zip(f, f[1:], strict=False)]
+    assert set(steps) == {7, 8} and all(s1 != s2 for s1, s2 in zip(steps, steps[1:], strict=False))
+    assert all(x == int(x) for x in f)  # whole MHz, as -lgc takes them
+    assert p.module_power_w == (150, 300)
+    dev = p.to_device()
+    assert p.module_power_w[1] == dev.tdp_w == 300  # the V100 SXM2 data sheet's 300 W
+    assert p.gpu_max_mhz == dev.boost_clock_mhz == 1530  # the whitepaper's SXM2 boost clock
+    # every cap nvidia-smi -pl accepts lies above the voltage floor: the floor clock, fully
+    # busy, draws less than the 150 W minimum
+    pm = p.default_power_model()
+    assert pm.power_w(pm.v_floor * pm.f_ref_hz, 1.0) < p.module_power_w[0]
+
+
+def test_a_listed_clock_table_is_checked(tmp_path):
+    import yaml
+
+    raw = {"kind": "data-center", "name": "my-v100", "catalog_device": "v100-sxm2-32gb",
+           "gpu_clock_list_mhz": [135, 142, 150], "power_limit_w": [150, 300]}  # fmt: skip
+    f = tmp_path / "v100.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    p = load_profile_file(f)
+    assert p.gpu_frequencies_mhz == (135, 142, 150) and p.gpu_max_mhz == 150
+    for bad in ([135, 150, 142], [135, 135], [135], [0, 135], [135, float("nan")]):
+        f.write_text(yaml.safe_dump({**raw, "gpu_clock_list_mhz": bad}))
+        with pytest.raises(HwtuneInputError) as e:
+            load_profile_file(f)
+        assert e.value.field.endswith("gpu_clock_list_mhz") and "increasing" in e.value.expected
+    both = {**raw, "gpu_clock_mhz": [135, 150, 7.5]}
+    neither = {k: v for k, v in raw.items() if k != "gpu_clock_list_mhz"}
+    for bad_raw in (both, neither):
+        f.write_text(yaml.safe_dump(bad_raw))
+        with pytest.raises(HwtuneInputError) as e:
+            load_profile_file(f)
+        assert e.value.field.endswith("gpu_clock_mhz") and "not both or neither" in e.value.expected
+
+
 def test_aliases_and_bad_names():
     assert get_profile("H100").name == "h100-sxm-80gb"
     assert get_profile("a100").name == "a100-sxm4-80gb"
     assert get_profile("h100-sxm5").name == "h100-sxm-80gb"
+    assert get_profile("V100").name == "v100-sxm2-32gb"
+    assert get_profile("a100-40gb").name == "a100-sxm4-40gb"
     with pytest.raises(HwtuneInputError) as e:
         get_profile("h100x")
     assert e.value.field == "profile" and "h100-sxm-80gb" in e.value.expected
+    # a name like none of them still lists every known profile, edge and data center
+    with pytest.raises(HwtuneInputError) as e:
+        get_profile("mi300x")
+    assert e.value.field == "profile" and "closest" not in e.value.expected
+    assert all(n in e.value.expected for n in [*profiles(), *datacenter_profiles()])
 
 
 def test_user_datacenter_profile_file(tmp_path):
@@ -264,3 +324,18 @@ def test_cli_cap_defaults_to_the_top_of_the_limit_range():
     r = energy("optimize", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["cap_w"] == 20
+
+
+def test_cli_on_the_v100_takes_its_limits_and_listed_clocks():
+    # -pl takes 150-300 W on a V100-SXM2 (nvidia-smi -q, SRC_V100_SMI): the cap defaults to 300 W
+    # and a cap below 150 W is refused; the chosen clock is one the table lists (whole MHz)
+    r = energy("optimize", "--profile", "v100", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["cap_w"] == 300 and doc["kind"] == "data-center"
+    table = {mhz * 1e6 for mhz in get_profile("v100").gpu_frequencies_mhz}
+    assert doc["best"]["frequency_hz"] in table and doc["best"]["power_w"] <= 300
+    r = energy("optimize", "--profile", "v100-sxm2-32gb", "--cap", "120")
+    assert r.returncode == 2 and "150 to 300 W" in r.stderr
+    r = energy("optimize", "--profile", "v100x")
+    assert r.returncode == 2 and "v100-sxm2-32gb" in r.stderr and "a100-sxm4-40gb" in r.stderr

@@ -2,7 +2,7 @@
 
 - Edge (Jetson Orin family, `EdgeProfile`): frequency tables, power modes, memory bandwidth and a
   default power model.
-- Data center (A100/H100/H200 SXM, `DatacenterProfile`): the SM clock table and the
+- Data center (V100/A100/H100/H200 SXM, `DatacenterProfile`): the SM clock table and the
   ``nvidia-smi -pl`` range; peaks, memory and power figures come from the hardware catalog entry it
   names (one place for each number)."""
 
@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hwtune.energy.power_model import PowerModel
-from hwtune.errors import HwtuneInputError, from_validation_error, unknown_name
+from hwtune.errors import HwtuneInputError, from_validation_error, suggest
 from hwtune.hardware.device import Device, PeakTflops
 
 
@@ -167,8 +167,13 @@ class DatacenterProfile(_Clocks, BaseModel):
     kind: Literal["data-center"] = "data-center"
     aliases: tuple[str, ...] = ()
     catalog_device: str = Field(min_length=1)
-    gpu_clock_mhz: tuple[float, float, float] = Field(
-        description="[min, max, step] of the SUPPORTED_CLOCKS graphics table, MHz"
+    gpu_clock_mhz: tuple[float, float, float] | None = Field(
+        default=None, description="[min, max, step] of the SUPPORTED_CLOCKS graphics table, MHz"
+    )
+    gpu_clock_list_mhz: tuple[float, ...] | None = Field(
+        default=None,
+        description="the SUPPORTED_CLOCKS graphics table as listed, MHz, where it is not an "
+        "evenly spaced grid (Volta: 7.5 MHz steps printed as whole MHz); instead of gpu_clock_mhz",
     )
     power_limit_w: tuple[float, float] = Field(description="[min, max] of nvidia-smi -pl, W")
     v_floor: float = Field(default=0.6, ge=0, le=1)
@@ -176,12 +181,30 @@ class DatacenterProfile(_Clocks, BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> DatacenterProfile:
-        lo, hi, step = self.gpu_clock_mhz
-        if not all(math.isfinite(x) for x in (lo, hi, step)) or not (0 < lo < hi and step > 0):
-            raise ValueError("gpu_clock_mhz must be [min, max, step] with 0 < min < max, step > 0")
-        n = (hi - lo) / step
-        if abs(n - round(n)) > 1e-6:
-            raise ValueError(f"gpu_clock_mhz: max - min ({hi - lo:g}) must be a multiple of step")
+        grid, listed = self.gpu_clock_mhz, self.gpu_clock_list_mhz
+        if (grid is None) == (listed is None):
+            raise HwtuneInputError(
+                "gpu_clock_mhz", grid, "a clock table given once: gpu_clock_mhz [min, max, step] "
+                "or gpu_clock_list_mhz [every clock, ascending], not both or neither",
+            )  # fmt: skip
+        if grid is not None:
+            lo, hi, step = grid
+            if not all(math.isfinite(x) for x in grid) or not (0 < lo < hi and step > 0):
+                raise ValueError(
+                    "gpu_clock_mhz must be [min, max, step] with 0 < min < max, step > 0"
+                )
+            n = (hi - lo) / step
+            if abs(n - round(n)) > 1e-6:
+                raise ValueError(
+                    f"gpu_clock_mhz: max - min ({hi - lo:g}) must be a multiple of step"
+                )
+        if listed is not None:
+            ok = len(listed) >= 2 and all(x > 0 and math.isfinite(x) for x in listed)
+            if not (ok and all(a < b for a, b in zip(listed, listed[1:], strict=False))):
+                raise HwtuneInputError(
+                    "gpu_clock_list_mhz", list(listed),
+                    "at least two positive finite clocks in strictly increasing order",
+                )  # fmt: skip
         plo, phi = self.power_limit_w
         if not (0 < plo <= phi and math.isfinite(phi)):
             raise ValueError("power_limit_w must be [min, max] with 0 < min <= max")
@@ -190,12 +213,17 @@ class DatacenterProfile(_Clocks, BaseModel):
     # the names the energy commands read on either kind of profile
     @property
     def gpu_frequencies_mhz(self) -> tuple[float, ...]:
-        lo, hi, step = self.gpu_clock_mhz
+        """The clock table, ascending: the listed clocks, or the [min, max, step] grid."""
+        if self.gpu_clock_list_mhz is not None:
+            return self.gpu_clock_list_mhz
+        grid = self.gpu_clock_mhz
+        assert grid is not None  # the validator admits exactly one of the two tables
+        lo, hi, step = grid
         return tuple(lo + k * step for k in range(round((hi - lo) / step) + 1))
 
     @property
     def gpu_max_mhz(self) -> float:
-        return self.gpu_clock_mhz[1]
+        return self.gpu_frequencies_mhz[-1]
 
     @property
     def module_power_w(self) -> tuple[float, float]:
@@ -313,7 +341,11 @@ def get_profile(name: str | Profile) -> Profile:
     p = Path(name)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return load_profile_file(p)
-    raise unknown_name("profile", name, table)
+    close = suggest(name, table)
+    hint = f" (closest: {', '.join(close)})" if close else ""
+    raise HwtuneInputError(
+        "profile", name, f"one of {', '.join(table)}{hint}, or a path to a .yaml profile"
+    )
 
 
 def load_profile_file(path: str | Path) -> Profile:
