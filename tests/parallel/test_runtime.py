@@ -55,6 +55,8 @@ TWO = {
         schedule={"actions": {0: ["0F0", "0F1", "0B0", "0B1"], 1: ["1F0", "1B0", "1F1", "1B1"]}},
     ),
     "moe-ep2": make_spec(dp=2, ep=2, zero=0),
+    # FSDP2 with expert parallelism and no expert replicas (edp 1): the experts left out
+    "moe-ep2-zero2": make_spec(dp=2, ep=2, zero=2),
     "dp2-recompute-full+selective": make_spec(dp=2, zero=0, modules=MIXED, flash_attention=False),
     "pp2-1f1b-recompute-full+selective": make_spec(pp=2, global_batch=8, micro_batch=2, modules=MIXED),
     "pp2-zb-h1-recompute-full": make_spec(pp=2, global_batch=8, micro_batch=2, schedule="zb-h1", recompute="full"),
@@ -71,6 +73,8 @@ FOUR = {
     "pp2-dp2-fsdp2-1f1b": make_spec(pp=2, dp=2, zero=3, global_batch=8, micro_batch=2),
     "moe-dp4-ep2": make_spec(dp=4, ep=2, zero=0),
     "moe-dp4-ep2-zero1": make_spec(dp=4, ep=2, zero=1),
+    # FSDP2 with the experts sharded over their edp=2 replicas, the rest over dp=4
+    "moe-dp4-ep2-zero3": make_spec(dp=4, ep=2, zero=3),
     "pp4-dualpipe": make_spec(pp=4, global_batch=16, micro_batch=2, schedule="dualpipe"),
     "pp2-dp2-dualpipe": make_spec(
         pp=2, dp=2, zero=0, global_batch=16, micro_batch=2, schedule="dualpipe"
@@ -182,8 +186,8 @@ def test_context_parallel_ranks_keep_half_the_tokens_activations(two):
 def test_runtime_refuses_what_it_cannot_run():
     with pytest.raises(HwtuneInputError, match="none, selective or full in the runtime"):
         run_config(make_spec(dp=2, recompute="selective-op"))
-    with pytest.raises(HwtuneInputError, match="zero <= 1 with expert parallelism"):
-        run_config(make_spec(dp=2, ep=2, zero=3), moe=True)
+    with pytest.raises(HwtuneInputError, match="tp = 1 with expert parallelism"):
+        run_config(make_spec(dp=2, tp=2, ep=2, zero=3), moe=True)
     folded = [{"match": "layers.*.experts", "tp": 1, "ep": 2}]
     with pytest.raises(HwtuneInputError, match="dp = pp = cp = 1 for experts folded over tensor"):
         run_config(make_spec(tp=2, dp=2, zero=3, modules=folded), moe=True)
@@ -286,10 +290,30 @@ def test_state_bytes_match_the_compiled_plan(request, which, name):
 def test_expert_parallel_over_a_sub_mesh_holds_half_the_experts(four):
     res, cfg = four[0]["moe-dp4-ep2"], four[1]["moe-dp4-ep2"]
     full = build(cfg.model, 0)
-    experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.w" in n)
+    experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.experts." in n)
     dense = sum(p.numel() for p in full.parameters()) - experts
     for mem in res["memory"].values():
         assert mem["params_local"] == dense + experts / 2
+
+
+def test_expert_parallel_under_fsdp2_shards_experts_over_their_replicas(two, four):
+    """ZeRO-3 at dp 4, ep 2: the dense weights sharded over the 4 dp ranks, each rank's 4 of
+    the 8 experts over their 2 replicas (edp), so a rank holds dense/4 + experts/4; ZeRO-2 at
+    dp 2, ep 2 (no replicas): dense/2 + its 4 experts whole. The losses equal one process's.
+    (Their gradients' scale, which AdamW's step hides from the losses, is checked by the saved
+    moments in test_runtime_checkpoint.py.)"""
+    for runs, name, dense_div, expert_div in (
+        (four, "moe-dp4-ep2-zero3", 4, 4),
+        (two, "moe-ep2-zero2", 2, 2),
+    ):
+        res, cfg = runs[0][name], runs[1][name]
+        assert cfg.ep == 2 and cfg.zero >= 2
+        assert res["agrees"] and res["losses"][-1] < res["losses"][0], res
+        full = build(cfg.model, 0)
+        experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.experts." in n)
+        dense = sum(p.numel() for p in full.parameters()) - experts
+        for mem in res["memory"].values():
+            assert mem["params_local"] == dense / dense_div + experts / expert_div, name
 
 
 @pytest.mark.parametrize("name", EP_PP)
@@ -312,7 +336,7 @@ def test_pipeline_stages_hold_half_their_experts(four, name):
     per_layer = {}
     for n, p in full.named_parameters():
         key = int(n.split(".")[1]) if n.startswith("layers.") else n.split(".")[0]
-        e = "feed_forward.w" in n
+        e = "feed_forward.experts." in n
         d, x = per_layer.get(key, (0, 0))
         per_layer[key] = (d + (0 if e else p.numel()), x + (p.numel() if e else 0))
     for rank, mem in res["memory"].items():
@@ -359,7 +383,7 @@ def test_attention_at_tp2_with_experts_at_tp1_folded_over_the_tp_ranks(two):
     assert res["max_abs_diff"] <= 1e-6
     assert res["losses"][-1] < res["losses"][0]
     full = build(cfg.model, 0)
-    experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.w" in n)
+    experts = sum(p.numel() for n, p in full.named_parameters() if "feed_forward.experts." in n)
     attn = sum(p.numel() for n, p in full.named_parameters() if ".attention.w" in n)
     total = sum(p.numel() for p in full.parameters())
     for mem in res["memory"].values():

@@ -59,6 +59,17 @@ PAIRS = {
         make_spec(pp=2, global_batch=8, micro_batch=2, schedule="dualpipe"),
         make_spec(dp=2, zero=1, global_batch=8, micro_batch=2),
     ),
+    # expert parallelism under FSDP2: the experts sharded over their edp replicas, their
+    # gradients / dp (the saved AdamW moments check that scale, which the losses cannot see:
+    # AdamW's step is invariant to a gradient's scale)
+    "moe-dp4-ep2-zero3->moe-dp2-ep2-zero2": (
+        make_spec(dp=4, ep=2, zero=3, global_batch=8, micro_batch=2),
+        make_spec(dp=2, ep=2, zero=2, global_batch=8, micro_batch=2),
+    ),
+    "moe-pp2-dp2-ep2-zero2->moe-dp4-ep2-zero3": (
+        make_spec(pp=2, dp=2, ep=2, zero=2, global_batch=8, micro_batch=2),
+        make_spec(dp=4, ep=2, zero=3, global_batch=8, micro_batch=2),
+    ),
 }
 
 # more pairs, measured for VALIDATION.md by running this file as a script (not in the tests:

@@ -22,7 +22,8 @@
   ``REDUCE_GRAD``), the gradients held whole over the step; the plan prices that too.
 Routed experts (sharded by expert parallelism) are left out of the data-parallel reduction; their
 gradients are summed over the replicas of each expert (the dp/ep "edp" sub-mesh): in `train` at
-ZeRO-0, by their own distributed optimizer over that sub-mesh at ZeRO-1 (`make_optimizer`)."""
+ZeRO-0, by their own distributed optimizer over that sub-mesh at ZeRO-1 (`make_optimizer`), by
+FSDP2 over that sub-mesh at ZeRO-2/3 (`apply_fsdp`)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,8 @@ from hwtune.parallel.runtime.distributed_optimizer import DistributedOptimizer
 
 
 def expert_param_names(model: nn.Module) -> list[str]:
-    return [n for n, _ in model.named_parameters() if ".feed_forward.w" in n and _is_moe(model, n)]
-
-
-def _is_moe(model: nn.Module, name: str) -> bool:
-    parts = name.split(".")
-    return parts[0] == "layers" and getattr(model.layers[parts[1]], "moe", False)
+    """The routed experts' parameters (``layers.<i>.feed_forward.experts.*``)."""
+    return [n for n, _ in model.named_parameters() if ".feed_forward.experts." in n]
 
 
 def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, ignore: list[str]) -> nn.Module:
@@ -60,14 +57,48 @@ def apply_ddp(model: nn.Module, dp_mesh: DeviceMesh, ignore: list[str]) -> nn.Mo
     return DDP(model, process_group=dp_mesh.get_group(), broadcast_buffers=False)
 
 
-def apply_fsdp(model: nn.Module, dp_mesh: DeviceMesh, zero: int) -> nn.Module:
+def apply_fsdp(
+    model: nn.Module, dp_mesh: DeviceMesh, zero: int, edp_mesh: DeviceMesh | None = None
+) -> nn.Module:
+    """FSDP2 over ``dp_mesh``, per block and at the root. With expert parallelism
+    (``edp_mesh``: each expert's replicas), the routed experts are left out of the dp sharding:
+    their gradient already sums the tokens of its ep group (the all-to-all's backward) and must
+    be summed over its replicas only, then divided by the whole dp (the mean of the dp ranks'
+    losses, as the dense weights' average over dp). With replicas (edp > 1) each MoE block's
+    experts are sharded first, on their own, over ``edp_mesh`` (torchtitan's ``apply_fsdp`` with
+    ``dp_mod_ep``), reduce-scattered with that divisor; without (edp = 1: every rank of an ep
+    group holds other experts) there is nothing to shard or reduce, and FSDP2 ignores them:
+    `scale_unsharded_experts` divides their gradients by dp after the backward."""
     from torch.distributed.fsdp import fully_shard
 
     reshard = zero >= 3
+    ignored: set[nn.Parameter] = set()
     for block in model.layers.values():
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+        if edp_mesh is not None and getattr(block, "moe", False):
+            experts = block.feed_forward.experts
+            if edp_mesh.size() == 1:
+                ignored |= set(experts.parameters())
+            else:
+                ex = fully_shard(experts, mesh=edp_mesh, reshard_after_forward=reshard)
+                ex.set_gradient_divide_factor(float(dp_mesh.size()))
+                # a sum and a separate scaling (gloo has no PREMUL_SUM, the op a factor needs)
+                ex.set_force_sum_reduction_for_comms(True)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, ignored_params=ignored)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, ignored_params=ignored)
     return model
+
+
+def scale_unsharded_experts(
+    params: list[nn.Parameter], experts: set[int], dp: int, edp_mesh: DeviceMesh | None
+) -> None:
+    """After a step's backward under FSDP2 with expert parallelism and no expert replicas
+    (edp = 1, `apply_fsdp`): the experts' gradients (ids in ``experts``), which FSDP2 ignored,
+    / ``dp``, as the sharded weights' reduction divides theirs."""
+    if edp_mesh is None or edp_mesh.size() > 1:
+        return
+    for p in params:
+        if id(p) in experts and p.grad is not None:
+            p.grad.div_(dp)
 
 
 def accumulate(model: nn.Module, zero: int, last: bool) -> contextlib.AbstractContextManager:
@@ -123,6 +154,7 @@ def make_optimizer(
     lr: float,
     experts: set[int] | None = None,
     edp_mesh: DeviceMesh | None = None,
+    eps: float = 1e-8,
 ) -> torch.optim.Optimizer | DistributedOptimizer | Optimizers:
     """AdamW; under ZeRO-1 a `DistributedOptimizer` (Megatron-Core's: one gradient
     reduce-scatter, the shard's AdamW, one parameter all-gather) for the dense parameters over
@@ -138,8 +170,8 @@ def make_optimizer(
         ex = experts or set()
         dense = [p for p in params if id(p) not in ex]
         routed = [p for p in params if id(p) in ex]
-        opts = [DistributedOptimizer(dense, dp_mesh, n, lr)] if dense else []
+        opts = [DistributedOptimizer(dense, dp_mesh, n, lr, eps=eps)] if dense else []
         if routed:
-            opts.append(DistributedOptimizer(routed, edp_mesh, n, lr))
+            opts.append(DistributedOptimizer(routed, edp_mesh, n, lr, eps=eps))
         return opts[0] if len(opts) == 1 else Optimizers(opts)
-    return torch.optim.AdamW(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr, eps=eps)

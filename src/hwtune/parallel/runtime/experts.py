@@ -25,15 +25,50 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class Experts(nn.Module):
+    """The routed experts' SwiGLU weights, (experts, in, out) each, as torchtitan's
+    ``GroupedExperts``: a module of their own, with a forward, so that FSDP2 can shard them over
+    another mesh than the router's and the dense weights' (their edp replicas) and gather them
+    around that forward."""
+
+    def __init__(self, e: int, d: int, f: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
+        self.w3 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
+        self.w2 = nn.Parameter(torch.randn(e, f, d) / f**0.5)
+
+    def forward(self, tok: torch.Tensor, eid: torch.Tensor, local: list[int]) -> torch.Tensor:
+        """Each (token, expert) pair through its expert: ``local[j]`` is the global id of the
+        j-th expert held here."""
+        # zeros tied to the received tokens (tok * 0, not zeros_like): a rank whose experts
+        # got no token still has the all-to-alls in its backward graph, so every rank of the
+        # group runs the same backward collectives (else one skips them and its peers hang;
+        # e.g. the pipeline runtime's shape inference on an empty tensor routes all tokens to
+        # the same experts). Exact: 0 * a finite value adds nothing.
+        out = tok * 0
+        for j, g in enumerate(local):
+            sel = (eid == g).nonzero(as_tuple=True)[0]
+            if sel.numel():
+                h = tok[sel]
+                y = (F.silu(h @ self.w1[j]) * (h @ self.w3[j])) @ self.w2[j]
+                out = out.index_add(0, sel, y)
+        return out
+
+    def keep(self, idx: torch.Tensor) -> None:
+        """Keep only the experts at positions ``idx``."""
+        with torch.no_grad():
+            self.w1 = nn.Parameter(self.w1[idx].clone())
+            self.w3 = nn.Parameter(self.w3[idx].clone())
+            self.w2 = nn.Parameter(self.w2[idx].clone())
+
+
 class MoE(nn.Module):
     def __init__(self, c) -> None:  # noqa: ANN001 - TinyConfig (avoids a cycle)
         super().__init__()
         e, d, f = c.n_experts, c.d_model, c.ffn
         self.n_experts, self.top_k = e, c.top_k
         self.router = nn.Linear(d, e, bias=False)
-        self.w1 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
-        self.w3 = nn.Parameter(torch.randn(e, d, f) / d**0.5)
-        self.w2 = nn.Parameter(torch.randn(e, f, d) / f**0.5)
+        self.experts = Experts(e, d, f)
         self.group = None
         self.fold_group = None  # tp group the pairs are split over (experts folded over tp)
         self.local = list(range(e))  # global ids of the experts held here
@@ -51,11 +86,7 @@ class MoE(nn.Module):
             for x in ids:
                 self.owner[x] = rank
         self.local = list(placement[r])
-        idx = torch.tensor(self.local, device=self.w1.device)
-        with torch.no_grad():
-            self.w1 = nn.Parameter(self.w1[idx].clone())
-            self.w3 = nn.Parameter(self.w3[idx].clone())
-            self.w2 = nn.Parameter(self.w2[idx].clone())
+        self.experts.keep(torch.tensor(self.local, device=self.experts.w1.device))
         self.group = group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -73,18 +104,7 @@ class MoE(nn.Module):
             tok, eid = _Split.apply(tok, self.fold_group), _split(eid, self.fold_group)
         if self.group is not None:
             tok, eid, back = self._dispatch(tok, eid)
-        # zeros tied to the received tokens (tok * 0, not zeros_like): a rank whose experts
-        # got no token still has the all-to-alls in its backward graph, so every rank of the
-        # group runs the same backward collectives (else one skips them and its peers hang;
-        # e.g. the pipeline runtime's shape inference on an empty tensor routes all tokens to
-        # the same experts). Exact: 0 * a finite value adds nothing.
-        out = tok * 0
-        for j, g in enumerate(self.local):
-            sel = (eid == g).nonzero(as_tuple=True)[0]
-            if sel.numel():
-                h = tok[sel]
-                y = (F.silu(h @ self.w1[j]) * (h @ self.w3[j])) @ self.w2[j]
-                out = out.index_add(0, sel, y)
+        out = self.experts(tok, eid, self.local)
         if self.group is not None:
             out = back(out)
         if self.fold_group is not None:

@@ -335,10 +335,8 @@ def run_config(
                    rope=mesh.cp > 1)  # fmt: skip
     ms = model_spec(c)
     plans = validate(spec, ms)  # the compiler's checks, against the model that runs
-    if mesh.ep > 1 and (mesh.tp > 1 or spec.zero_stage > 1):
-        raise HwtuneInputError(
-            "mesh.ep", mesh.ep, "tp = 1 and zero <= 1 with expert parallelism in the runtime"
-        )
+    if mesh.ep > 1 and mesh.tp > 1:
+        raise HwtuneInputError("mesh.ep", mesh.ep, "tp = 1 with expert parallelism in the runtime")
     recompute = {lp.index: lp.recompute for lp in plans}
     bad = next((lp for lp in plans if lp.recompute not in ("none", "selective", "full")), None)
     if bad is not None:

@@ -45,6 +45,10 @@ class RunConfig:
     steps: int = 3
     seed: int = 0
     lr: float = 1e-2
+    # AdamW's eps; the default is torch's. AdamW's step is nearly invariant to a gradient's
+    # scale (m / sqrt(v)), so losses alone do not show a gradient reduced with the wrong
+    # divisor; with eps well above |g| the step is ~ lr g / eps, which they do (tests)
+    adam_eps: float = 1e-8
     device: str = "cpu"  # "cpu" (gloo) or "cuda" (NCCL, one GPU per process): `device.py`
     schedule: str = ""  # the pipeline schedule's name (recorded in checkpoints)
     # checkpoints (`checkpoint.py`): the run's steps are first_step..steps-1
@@ -74,7 +78,7 @@ def reference_run(
 ) -> tuple[list[float], torch.nn.Module, torch.optim.Optimizer]:
     """`reference_losses`, with the model and its AdamW after the last step."""
     model = build(cfg.model, cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     if cfg.resume is not None:
         from hwtune.parallel.runtime.checkpoint import load_reference
 
@@ -238,6 +242,7 @@ def _train(
         apply_fsdp,
         expert_param_names,
         make_optimizer,
+        scale_unsharded_experts,
     )
     from hwtune.parallel.runtime.recompute import SavedActivations, apply_recompute
     from hwtune.parallel.runtime.tensor_parallel import apply_tp
@@ -318,13 +323,13 @@ def _train(
         # shards over dp, as the pipelines' stages are (`reduce_grads`)
         by_hand = dp_mesh.size() > 1 and cfg.zero == 0 and cfg.tp > 1
         if dp_mesh.size() > 1 and cfg.zero >= 2:
-            wrapped = apply_fsdp(model, dp_mesh, cfg.zero)
+            wrapped = apply_fsdp(model, dp_mesh, cfg.zero, edp_mesh)
         elif dp_mesh.size() > 1 and not sharded_opt and not by_hand:
             wrapped = apply_ddp(model, dp_mesh, sorted(expert_names))
         experts = {id(p) for n, p in model.named_parameters() if n in expert_names}
         params = list(wrapped.parameters())
         ck.place(params)
-        opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
+        opt = make_optimizer(wrapped, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh, cfg.adam_eps)
         ck.load(opt)
         if isinstance(wrapped, DDP):
             count_ddp(wrapped, dp_mesh.get_group())
@@ -356,7 +361,9 @@ def _train(
                     total += loss.detach()
                 if by_hand:
                     reduce_grads(params, experts, dp_mesh, edp_mesh)
-                elif cfg.ep > 1 and not sharded_opt:
+                elif cfg.ep > 1 and cfg.zero >= 2:
+                    scale_unsharded_experts(params, experts, cfg.dp, edp_mesh)
+                elif cfg.ep > 1 and cfg.zero == 0:  # ZeRO-1: the distributed optimizers
                     # an expert's gradient summed the tokens of its ep group's ranks; the sum over
                     # its dp/ep replicas adds the other groups' tokens; / dp: the mean of the ranks'
                     # losses (DDP averages the dense gradients the same way)
@@ -409,13 +416,15 @@ def _train(
         manual = dp_mesh.size() > 1 and cfg.zero < 2
         if dp_mesh.size() > 1 and not manual:
             for mod in mods:
-                apply_fsdp(mod, dp_mesh, cfg.zero)
+                apply_fsdp(mod, dp_mesh, cfg.zero, edp_mesh)
         sched = CompiledSchedule(stages, cfg.n_micro, loss_fn, orders)
         params = [p for m in mods for p in m.parameters()]
         experts = {id(p) for m in mods for n, p in m.named_parameters()
                    if edp_mesh is not None and n in set(expert_param_names(m))}  # fmt: skip
         ck.place(params)
-        opt = make_optimizer(params, cfg.zero if manual else 0, dp_mesh, cfg.lr, experts, edp_mesh)
+        opt = make_optimizer(
+            params, cfg.zero if manual else 0, dp_mesh, cfg.lr, experts, edp_mesh, cfg.adam_eps
+        )
         ck.load(opt)
         has_first = any(s.is_first for s in stages)
         has_last = any(s.is_last for s in stages)
@@ -437,6 +446,8 @@ def _train(
                 )
                 if manual and not sharded_opt:
                     reduce_grads(params, experts, dp_mesh, edp_mesh)
+                elif dp_mesh.size() > 1 and cfg.zero >= 2:  # FSDP2
+                    scale_unsharded_experts(params, experts, cfg.dp, edp_mesh)
                 opt.step()  # states measured after it: the first step creates AdamW's
             comm.append(counter.take())
             mem = _state_bytes(mods, opt)
@@ -493,7 +504,7 @@ def _train_dualpipe(
     # ZeRO-1 at dp > 1: the distributed optimizer reduce-scatters both chunks' (summed) gradients
     # and all-gathers the parameters, once per step (DeepSeek-V3 trains DualPipe under ZeRO-1)
     sharded = cfg.zero == 1 and dp_mesh.size() > 1
-    opt = make_optimizer(params, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh)
+    opt = make_optimizer(params, cfg.zero, dp_mesh, cfg.lr, experts, edp_mesh, cfg.adam_eps)
     ck.load(opt)
     per_dp = cfg.global_batch // cfg.dp
     losses: list[float] = []
