@@ -147,10 +147,39 @@ et al. MLSys'24) Table 2 gives P:D ratios around 1-2 for chat traces). Generated
 dataset is downloaded."""
 
 
+MAX_REQUESTS = 1_000_000
+"""The most requests a generated workload may have. A simulated request costs about 1.5 KB and
+30 us (100,000 closed-loop requests of llama3.1-8b on one H100: 150 MB and 2.7 s), so a million
+is a run of a gigabyte and a minute, a thousand times vLLM's benchmark default of 1,000 prompts;
+a typo of 2^40 asked numpy for 8 TiB of lengths (a MemoryError), and 1e20 overflowed its array
+size (a ValueError)."""
+
+MAX_REQUEST_TOKENS = 1_000_000_000
+"""The longest prompt or output a generated request may have: a hundred times the longest
+context in the catalog (llama4-scout's 10,485,760 tokens). A model's own context length is
+checked when a replica admits the request (`hwtune.serve.simulator.check_request_limits`);
+this bound keeps a typo from overflowing numpy's int64 lengths first (1e20 did, a traceback)."""
+
+
+def check_request_count(n: int, name: str = "num_requests") -> None:
+    """Refuse a number of requests below 1 or above `MAX_REQUESTS`."""
+    if not 1 <= n <= MAX_REQUESTS:
+        raise HwtuneInputError(name, n, f"a number of requests from 1 to {MAX_REQUESTS:,} (each "
+                               "is simulated: a million takes about a gigabyte and a minute)")  # fmt: skip
+
+
+def _check_token_counts(prompt: int, output: int) -> None:
+    for name, v in (("input_len", prompt), ("output_len", output)):
+        if not 1 <= v <= MAX_REQUEST_TOKENS:
+            raise HwtuneInputError(name, v, f"a token count from 1 to {MAX_REQUEST_TOKENS:,} "
+                                   "(a hundred times the longest context of any catalog model)")  # fmt: skip
+
+
 def sharegpt_like_lengths(
     n: int, seed: int = 0, max_prompt: int = 4096, max_output: int = 2048
 ) -> tuple[np.ndarray, np.ndarray]:
     """``n`` (prompt, output) lengths from the log-normal mix above, clipped to [4, max]."""
+    check_request_count(n)
     rng = np.random.default_rng(seed)
     p = rng.lognormal(*SHAREGPT_PROMPT_LOGNORMAL, size=n)
     o = rng.lognormal(*SHAREGPT_OUTPUT_LOGNORMAL, size=n)
@@ -160,6 +189,9 @@ def sharegpt_like_lengths(
 
 
 def fixed_lengths(n: int, prompt: int, output: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` requests of ``prompt`` and ``output`` tokens each."""
+    check_request_count(n)
+    _check_token_counts(prompt, output)
     return np.full(n, prompt, dtype=int), np.full(n, output, dtype=int)
 
 
@@ -173,8 +205,8 @@ def range_ratio_lengths(
     gives fixed lengths."""
     if not 0 < ratio <= 1:
         raise HwtuneInputError("range_ratio", ratio, "a fraction in (0, 1]")
-    if prompt < 1 or output < 1:
-        raise HwtuneInputError("lengths", (prompt, output), "positive input and output lengths")
+    check_request_count(n)
+    _check_token_counts(prompt, output)
     for name, length in (("input", prompt), ("output", output)):
         if int(length * ratio) < 1:  # the script would draw 0-token requests; none is raised to 1
             raise HwtuneInputError("range_ratio", ratio, f"at least 1/{length} so that no "
