@@ -84,6 +84,23 @@ def test_replay_trace_with_nan(tmp_path: Path, rejects):
     rejects(["energy", "measure", "--backend", "replay", "--trace", str(f)], "line 3", "nan")
 
 
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("time_s,power_w,enrgy_j\n0,10,0\n1,10,10\n", "enrgy_j"),
+        # a nameless column (a trailing comma) is let be while its cells are empty
+        ("time_s,power_w,,utilisation\n0,10,,0.5\n1,10,,0.5\n", "utilisation"),
+        ("time_s,power_w,\n0,10,\n1,10,5\n", ""),
+    ],
+)
+def test_replay_trace_with_an_unknown_column(tmp_path: Path, text: str, bad: str, rejects):
+    # a misspelt energy_j was ignored: the energy came from the trapezoid of power, silently
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    rejects(["energy", "measure", "--backend", "replay", "--trace", str(f)], "t.csv header",
+            f"got '{bad}'", "only the columns time_s, power_w, energy_j")  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["missing/p.png", "p.txt"])
 def test_plot_path_checked_first(tmp_path: Path, name: str, rejects):
     rejects(["energy", "optimize", "--plot", str(tmp_path / name)], "plot", name)

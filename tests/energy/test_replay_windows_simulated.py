@@ -51,6 +51,16 @@ def test_replay_bad_traces(tmp_path, text, match):
         ReplayDevice(write(tmp_path / "t.csv", text))
 
 
+def test_replay_trailing_comma_and_unknown_column(tmp_path):
+    # an empty header cell over empty cells (a spreadsheet's trailing comma) reads as before
+    dev = ReplayDevice(write(tmp_path / "t.csv", "time_s,power_w,\n0,10,\n2,10,\n"))
+    assert dev.duration_s == 2.0
+    with pytest.raises(MeterError, match=r"trace header: got 'watt'; expected only the columns"):
+        ReplayDevice(
+            [{"time_s": 0, "power_w": 1, "watt": 1}, {"time_s": 1, "power_w": 1, "watt": 1}]
+        )
+
+
 def test_replay_outside_the_trace_and_read_only(tmp_path):
     dev = ReplayDevice([{"time_s": 0, "power_w": 5}, {"time_s": 1, "power_w": 5}])
     with pytest.raises(MeterError, match=r"within the trace \[0, 1\]"):

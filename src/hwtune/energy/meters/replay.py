@@ -18,6 +18,9 @@ from pathlib import Path
 from hwtune.energy.meters.base import BaseDevice, Capabilities, MeterError, Utilization
 
 REQUIRED = ("time_s", "power_w")
+COLUMNS = (*REQUIRED, "energy_j", "frequency_hz", "utilization", "mem_utilization")
+"""Every column a trace may have (the module docstring says what each means); another is refused,
+not ignored: a misspelt ``enrgy_j`` left energy to the trapezoid of power without a word."""
 MAX_POWER_W = 100_000.0
 """The most one metered device may draw in a trace: a whole 8-GPU server is ~10 kW, so this
 leaves an order of magnitude and refuses only readings no meter gives (a 1e308 W reading made
@@ -140,6 +143,11 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
     missing = [c for c in REQUIRED if c not in raw[0]]
     if missing:
         raise MeterError(where, f"no column {missing[0]}", "columns time_s and power_w")
+    # a header cell left empty (a trailing comma) names no column: refused only above a value
+    blank = any(r.get("") not in (None, "") for r in raw)
+    unknown = [c for c in raw[0] if c not in COLUMNS and (c != "" or blank)]
+    if unknown:
+        raise MeterError(f"{where} header", unknown[0], f"only the columns {', '.join(COLUMNS)}")
     rows: list[dict[str, float]] = []
     for n, r in enumerate(raw, start=2):
         try:
