@@ -71,6 +71,23 @@ def test_bad_points_rows(tmp_path: Path, first: str, words: tuple[str, ...], rej
     rejects(["energy", "optimize", "--cap", "100", "--points", points(tmp_path, first)], *words)
 
 
+def test_points_with_an_unknown_column_or_cells_past_the_header(tmp_path: Path, rejects):
+    # both were ignored: a misspelt utilization fitted the power model without it, silently
+    f = tmp_path / "points.csv"
+    f.write_text(HEADER.replace("\n", ",utilisation\n") + "1,1e9,0.1,10,0.5\n")
+    rejects(["energy", "optimize", "--points", str(f)], "points.csv header", "got 'utilisation'",
+            "only the columns batch, frequency_hz, step_time_s, power_w, utilization")  # fmt: skip
+    rejects(["energy", "optimize", "--points", points(tmp_path, "1,1e9,0.1,10,0.5\n")],
+            "points.csv line 2", "got ['0.5']", "no cells past the header's 4 columns")  # fmt: skip
+
+
+def test_points_with_a_trailing_comma_still_read(tmp_path: Path):
+    r = CliRunner().invoke(
+        app, ["energy", "optimize", "--points", points(tmp_path, "1,1e9,0.1,10,\n")]
+    )
+    assert r.exit_code == 0, r.output
+
+
 def test_non_utf8_points_and_trace(tmp_path: Path, rejects):
     f = tmp_path / "x.csv"
     f.write_bytes(b"\xff\xfe\x00bad")

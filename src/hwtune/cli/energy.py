@@ -85,6 +85,12 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
     need = ("batch", "frequency_hz", "step_time_s", "power_w")
     if not rows or any(c not in rows[0] for c in need):
         raise HwtuneInputError("points", str(path), "a CSV with columns " + ", ".join(need))
+    known = (*need, "utilization", "mem_utilization")
+    unknown = [c for c in rows[0] if c not in known and c is not None
+               and (c or any(r.get(c) for r in rows))]  # fmt: skip
+    if unknown:  # a misspelt utilization would be fitted without, silently
+        raise HwtuneInputError(f"{path.name} header", unknown[0], "only the columns "
+                               + ", ".join(known))  # fmt: skip
     sp, pp = [], []
     for n, r in enumerate(rows, start=2):
         try:
@@ -106,6 +112,9 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
         ):
             if not ok:
                 raise HwtuneInputError(f"{path.name} line {n} {col}", v, want)
+        if any(x.strip() for x in r.get(None) or ()):  # DictReader's cells past the header's
+            raise HwtuneInputError(f"{path.name} line {n}", r[None], "no cells past the header's "
+                                   f"{sum(c is not None for c in rows[0])} columns")  # fmt: skip
         sp.append(StepPoint(b, f, t, u, um))
         pp.append((f, w, u, um))
     return sp, pp
