@@ -59,3 +59,42 @@ def test_cluster_name_not_a_string_is_an_error_not_dropped(tmp_path, rejects):
 
 def test_catalog_still_loads():
     assert get_model("llama3.1-8b").n_layers == 32
+
+
+DEVICE = """name: mydev
+peak_tflops: {bf16: 989}
+memory_gib: 80
+memory_bandwidth_tbps: 3.35
+sm_count: 132
+boost_clock_mhz: 1980
+tdp_w: 700
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "value", "expected"),
+    [
+        # a min clock above the boost clock priced a 695 W cap at 1.5x the peak clock (1355 W)
+        ("min_clock_mhz: 3000", "min_clock_mhz", "3000.0", "at most boost_clock_mhz (1980 MHz)"),
+        ("base_clock_mhz: 5000", "base_clock_mhz", "5000.0", "at most boost_clock_mhz"),
+        ("base_clock_mhz: 1000\nmin_clock_mhz: 1500", "min_clock_mhz", "1500.0",
+         "at most base_clock_mhz (1000 MHz)"),
+        # idle power at the board power left no dynamic power (taken as 0 W), and the default
+        # cap was refused as a "power cap" no one had given
+        ("idle_w: 900", "idle_w", "900.0", "below tdp_w (700 W)"),
+        ("reference_power_w: 500\nidle_w: 600", "idle_w", "600.0", "below reference_power_w (500 W)"),
+    ],
+)  # fmt: skip
+def test_device_clocks_and_powers_out_of_order(tmp_path, rejects, extra, field, value, expected):
+    f = tmp_path / "dev.yaml"
+    f.write_text(DEVICE + extra + "\n")
+    for cmd in (["estimate"], ["energy", "step", "--power-cap", "695"]):
+        rejects([*cmd, "--gpu", str(f)], f"dev.yaml.{field}", f"got {value}", expected)
+
+
+def test_device_with_clocks_and_idle_power_in_order_loads(tmp_path):
+    from hwtune.hardware.device import load_device_file
+
+    f = tmp_path / "dev.yaml"
+    f.write_text(DEVICE + "min_clock_mhz: 345\nbase_clock_mhz: 1590\nidle_w: 80\n")
+    assert load_device_file(f).idle_w == 80

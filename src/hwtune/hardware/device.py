@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hwtune.errors import HwtuneInputError, from_validation_error
 from hwtune.frozen import FrozenModel
@@ -127,6 +135,32 @@ class Device(FrozenModel):
         if v.bf16 is None and v.fp16 is None and v.fp32 is None:
             raise ValueError("a peak for at least one of bf16, fp16, fp32")
         return v
+
+    @model_validator(mode="after")
+    def _clocks_and_power_in_order(self) -> Device:
+        # a min clock above the boost clock made the power-capped clock a multiple of the peak
+        # (1.5x: 1355 W drawn by a 700 W part); an idle power at or above the board power left
+        # no dynamic power, which `device_power_figures` took as 0 (and the default cap, tdp_w,
+        # was then refused as an unnamed "power cap")
+        top = self.boost_clock_mhz
+        for name in ("base_clock_mhz", "min_clock_mhz"):
+            v = getattr(self, name)
+            if v is not None and v > top:
+                raise HwtuneInputError(
+                    name, v, f"at most boost_clock_mhz ({top:g} MHz), the highest clock"
+                )
+        lo, base = self.min_clock_mhz, self.base_clock_mhz
+        if lo is not None and base is not None and lo > base:
+            raise HwtuneInputError("min_clock_mhz", lo, f"at most base_clock_mhz ({base:g} MHz)")
+        # the board runs at tdp_w unless capped, and its peaks hold at reference_power_w: idle
+        # power below both leaves the clock some dynamic power at each
+        powers = {"tdp_w": self.tdp_w, "reference_power_w": self.reference_power_w}
+        name, watts = min(
+            ((k, v) for k, v in powers.items() if v is not None), key=lambda kv: kv[1]
+        )
+        if self.idle_w is not None and self.idle_w >= watts:
+            raise HwtuneInputError("idle_w", self.idle_w, f"below {name} ({watts:g} W)")
+        return self
 
     def _hash_key(self) -> tuple:
         # ``sources`` (a dict) is documentation and left out; every figure takes part.
