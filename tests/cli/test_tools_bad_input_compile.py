@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from hwtune.cli.main import app
 
 
 def test_cluster_check_names_the_field_not_the_whole_cluster(rejects):
@@ -30,6 +33,18 @@ def test_power_cap_below_static_power_in_a_cluster_file(tmp_path: Path, rejects)
     f = tmp_path / "c.yaml"
     f.write_text("device: a100\nn_gpus: 8\npower_cap_w: 5\n")
     rejects(["compile", "--cluster", str(f), "--dp", "8"], "power_cap_w", "5.0", "static power")
+
+
+def test_power_cap_above_the_board_power_limit(tmp_path: Path, rejects):
+    # a cap above tdp_w was taken as no cap at all (the clock at its peak), without a word
+    expected = "at most h100-sxm-80gb's board power limit, tdp_w = 700 W"
+    rejects(["energy", "step", "--power-cap", "5000"], "--power-cap", "got 5000.0", expected)
+    f = tmp_path / "c.yaml"
+    f.write_text("device: h100\nn_gpus: 8\npower_cap_w: 701\n")
+    rejects(["estimate", "--cluster", str(f)], "c.yaml.power_cap_w", "got 701.0", expected)
+    f.write_text("device: h100\nn_gpus: 8\npower_cap_w: 700\n")  # the limit itself is a cap
+    r = CliRunner().invoke(app, ["estimate", "--cluster", str(f), "--json"])
+    assert r.exit_code == 0, r.output
 
 
 @pytest.mark.parametrize(("opt", "value"), [("--nic-gbps", "0"), ("--gpus-per-node", "0")])

@@ -126,6 +126,12 @@ class Cluster(FrozenModel):
                     "power_cap_w", self.power_cap_w,
                     f"a finite power above the static power of {self.device.name} ({static:g} W)",
                 )  # fmt: skip
+            if self.power_cap_w > self.device.tdp_w:  # was taken as no cap (clock 1.0), silently
+                raise HwtuneInputError(
+                    "power_cap_w", self.power_cap_w,
+                    f"at most {self.device.name}'s board power limit, tdp_w = "
+                    f"{self.device.tdp_w:g} W (nvidia-smi -pl refuses a higher one)",
+                )  # fmt: skip
         return self
 
     @property
