@@ -40,7 +40,8 @@ SMALL_MOE_16 = SMALL_MOE.model_copy(
 
 
 def est(model: ModelSpec | str = "llama3.1-8b", **kw: object) -> Estimate:
-    kw.setdefault("gpu", "h100-sxm-80gb")
+    if "cluster" not in kw:  # a cluster names its device (a gpu beside it is refused)
+        kw.setdefault("gpu", "h100-sxm-80gb")
     kw.setdefault("seq", 4096)
     return estimate(model, **kw)
 

@@ -572,9 +572,25 @@ def estimate(
     ``gpu``/``gpus`` for the common case (the rest from the device's system preset).
     ``strategy``: a `Strategy`, or its fields as keywords (``tp=8, pp=4, micro_batch=1, ...``);
     ``dp`` defaults to the GPUs left over, ``precision`` (as a keyword, or a `Strategy` that
-    does not set it) to `default_precision`: bf16, fp16 on V100.
+    does not set it) to `default_precision`: bf16, fp16 on V100. Each is given one way: ``gpu``
+    or ``gpus`` beside a ``cluster``, or strategy keywords beside a ``strategy``, are refused
+    (they would be ignored).
     """
     spec = _resolve_model(model)
+    if cluster is not None and not isinstance(cluster, Cluster):
+        raise HwtuneInputError("cluster", cluster, "a Cluster, e.g. hwtune.hardware.cluster."
+                               "make_cluster('h100-sxm-80gb', 64) (or gpu= and gpus=)")  # fmt: skip
+    if strategy is not None and not isinstance(strategy, Strategy):
+        raise HwtuneInputError("strategy", strategy, "a Strategy, e.g. hwtune.train.strategy."
+                               "make_strategy(tp=8) (or its fields as keywords)")  # fmt: skip
+    if cluster is not None and (gpu is not None or gpus is not None):
+        name, value = ("gpu", gpu) if gpu is not None else ("gpus", gpus)
+        raise HwtuneInputError(name, value, f"no {name} beside a cluster (the cluster's device "
+                               "and GPU count are used)")  # fmt: skip
+    if strategy is not None and strategy_fields:
+        name = next(iter(strategy_fields))
+        raise HwtuneInputError(name, strategy_fields[name], "no strategy keyword beside a "
+                               "strategy (it would be ignored: give the fields one way)")  # fmt: skip
     if cluster is None:
         if gpus is None:
             n = 1

@@ -200,6 +200,57 @@ def check_search_job(
         raise HwtuneInputError("tokens", tokens, "a positive finite token count")
 
 
+SEARCHED_FIELDS = (
+    "precision", "tp", "pp", "dp", "cp", "ep", "sequence_parallel", "zero", "micro_batch",
+    "global_batch", "seq", "vpp", "schedule", "recompute", "offload_optimizer",
+)  # fmt: skip
+"""The `Strategy` fields `plan` sets on every candidate (from its arguments or the search)."""
+
+
+def _checked_base(base: dict[str, object] | None) -> dict[str, object]:
+    """``plan``'s ``base``: `Strategy` fields the search does not set, each value checked as the
+    field checks it (an unknown field was a pydantic dump, a searched one a TypeError, a bad
+    value a dump or a ValueError deep in the memory model)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from hwtune.errors import from_validation_error
+
+    base = dict(base or {})
+    for name, value in base.items():
+        if name in SEARCHED_FIELDS:
+            raise HwtuneInputError(
+                f"base.{name}", value, "a field the search does not set (it sets "
+                f"{', '.join(SEARCHED_FIELDS)}: fix a knob with constraints=Constraints(fixed=...))",
+            )  # fmt: skip
+        info = Strategy.model_fields.get(name)
+        if info is None:
+            raise HwtuneInputError(f"base.{name}", value, "a Strategy field (this one is unknown)")
+        try:
+            kind = (
+                Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            )
+            TypeAdapter(kind).validate_python(value)
+        except ValidationError as e:
+            raise from_validation_error(e, where=f"base.{name}") from None
+    return base
+
+
+def _checked_micro_batches(micro_batches: Iterable[int] | None) -> list[int] | None:
+    """``plan``'s micro-batch sizes as a list (an iterator was used up by the first layout, and
+    the others searched none), refused when empty (it fell back to the default sizes) or not
+    positive integers (0 divided by zero)."""
+    if micro_batches is None:
+        return None
+    mbs = list(micro_batches)
+    ok = all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in mbs)
+    if not mbs or not ok:
+        raise HwtuneInputError("micro_batches", mbs, "one or more positive integers (or None "
+                               "for the divisors of each layout's sequences per rank)")  # fmt: skip
+    return mbs
+
+
 def _check_constraints(c: Constraints) -> None:
     """``--fix``/``--max`` name known knobs with values that they can take."""
     for name, v in c.fixed.items():
@@ -303,7 +354,8 @@ def plan(
     check_training_precision(precision, cl.device)  # before any layout is tried
     c = constraints or Constraints()
     _check_constraints(c)
-    base = dict(base or {})
+    base = _checked_base(base)
+    micro_batches = _checked_micro_batches(micro_batches)
     mtp = int(base.get("mtp_layers", 0))  # type: ignore[call-overload]
     split = split_key(str(base.get("pipeline_split", "layers")), mtp)
     checked_split = split != "layers"  # the default even split fits every pp x vpp
