@@ -59,6 +59,16 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
+def loads_json(text: str, field: str, path: str | Path) -> object:
+    """``text`` (the content of ``path``) parsed as JSON; a mapping that gives a key twice raises
+    `HwtuneInputError` naming ``field`` and the path (`json.loads` keeps the last silently). A
+    malformed text raises `json.JSONDecodeError`, for the caller to word."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as e:
+        raise HwtuneInputError(field, str(path), f"each key once in a mapping ({e})") from None
+
+
 def read_structured(path: str | Path, field: str) -> object:
     """The parsed content of ``path``: JSON when it ends in ``.json`` or parses as JSON, YAML
     otherwise. An unreadable, non-UTF-8 or malformed file raises `HwtuneInputError` naming
@@ -96,4 +106,4 @@ def read_model(path: str | Path, field: str, cls: type[M], expected: str) -> M:
         raise from_validation_error(e, where=p.name) from None
 
 
-__all__ = ["read_model", "read_structured", "read_utf8"]
+__all__ = ["loads_json", "read_model", "read_structured", "read_utf8"]

@@ -92,6 +92,23 @@ def test_malformed_graph_document(tmp_path: Path, text: str, word: str, rejects)
     rejects(["accel", "graph", "-w", str(f)], word)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "input: {name: x, shape: [1, 3, 8, 8]}\nlayers:\n"
+        "  - {name: c, op: conv, input: x, out_channels: 4, kernel: 3, kernel: 5}\n",
+        "input: {name: x, shape: [1, 3, 8, 8]}\ninput: {name: y, shape: [1, 3, 8, 8]}\nlayers:\n"
+        "  - {name: r, op: relu, input: y}\n",
+    ],
+)
+def test_graph_key_given_twice(tmp_path: Path, text: str, rejects):
+    # yaml.safe_load kept the last of the two silently (a kernel of 5, not 3)
+    f = tmp_path / "g.yaml"
+    f.write_text(text)
+    rejects(["accel", "graph", "-w", str(f)], "--workload", "g.yaml", "each key once",
+            "given twice")  # fmt: skip
+
+
 def test_search_workers_beyond_the_cpus(rejects):
     import os
 

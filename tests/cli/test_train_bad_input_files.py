@@ -41,6 +41,15 @@ def test_config_cross_field_check_names_the_field(tmp_path, rejects):
     assert "got 3" in line and "'family'" not in line  # not the whole mapping
 
 
+def test_config_key_given_twice(tmp_path, rejects):
+    # json.loads kept the last: this config silently became a 2-layer model
+    text = ('{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, '
+            '"num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 1000, '
+            '"num_hidden_layers": 2}')  # fmt: skip
+    rejects(["estimate", "-m", _config(tmp_path, text)], "--model", "config.json",
+            "each key once in a mapping ('num_hidden_layers' given twice)")  # fmt: skip
+
+
 def test_cluster_cross_field_checks_name_the_field(tmp_path, rejects):
     f = tmp_path / "c.yaml"
     f.write_text("device: h100\nn_gpus: 12\n")

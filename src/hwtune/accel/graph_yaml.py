@@ -24,8 +24,8 @@ ops (one input each unless stated):
   batch and channels, and spatial sizes a pooling window over the input gives (PyTorch:
   floor((H + 2p - k) / s) + 1 with p <= k/2, so at most H + 1)
 
-Sizes are positive integers (3.5 is refused, not cut to 3); a key an op does not take is refused,
-not ignored. A loss is appended.
+Sizes are positive integers (3.5 is refused, not cut to 3); a key an op does not take, or one
+given twice, is refused, not ignored. A loss is appended.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import yaml
-
 from hwtune.accel.workload import Graph, bmm, conv2d, linear, vector, view
 from hwtune.errors import HwtuneInputError
+from hwtune.structured_file import read_structured
 
 _ELEMENTWISE = {"relu", "gelu", "scale", "softmax", "layernorm", "batchnorm"}
 _POOLS = {"maxpool", "avgpool"}
@@ -69,12 +68,8 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def graph_from_yaml(path: str | Path) -> Graph:
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise HwtuneInputError(
-            "workload", str(path), f"a readable UTF-8 YAML graph ({type(e).__name__})"
-        ) from None
+    # the shared reader: a key given twice is refused (yaml.safe_load kept the last silently)
+    doc = read_structured(path, "workload")
     if not isinstance(doc, dict) or "input" not in doc or "layers" not in doc:
         raise HwtuneInputError("workload", str(path), "a mapping with input and layers")
     file = Path(path).name

@@ -173,13 +173,13 @@ def load_hf_config(
 
 
 def _read_json(path: Path) -> Any:
-    from hwtune.structured_file import read_utf8
+    from hwtune.structured_file import loads_json, read_utf8
 
     if not path.exists():
         raise HwtuneInputError("model", str(path), "an existing config.json file")
     text = read_utf8(path, "model")
     try:
-        return json.loads(text)
+        return loads_json(text, "model", path)  # a key given twice is refused, not the last kept
     except json.JSONDecodeError as e:
         raise HwtuneInputError(
             str(path),
