@@ -53,3 +53,12 @@ def test_non_utf8_collectives_file(tmp_path: Path, rejects):
     f = tmp_path / "c.json"
     f.write_bytes(b"\xff\xfe\x00bad")
     rejects(["bench", "--collectives-from", str(f)], "collectives-from", "utf-8")
+
+
+def test_collectives_file_with_a_key_given_twice(tmp_path: Path, rejects):
+    # json.loads kept the last "seconds" of the point, silently
+    f = tmp_path / "c.json"
+    f.write_text('{"collectives": [{"op": "all_reduce", "ranks": 2, "bytes": 1024, '
+                 '"seconds": 1e-5, "seconds": 2e-5}]}')  # fmt: skip
+    rejects(["bench", "--collectives-from", str(f)], "--collectives-from", "c.json",
+            "each key once in a mapping ('seconds' given twice)")  # fmt: skip

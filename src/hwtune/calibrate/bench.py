@@ -373,9 +373,10 @@ def _read_collectives(path: str, skips: list[Skip]) -> list[dict]:
     from pydantic import ValidationError
 
     from hwtune.hardware.profile import CollectivePoint, SkippedBenchmark
+    from hwtune.structured_file import loads_json
 
-    try:
-        data = json.loads(Path(path).read_text())
+    try:  # a key given twice is refused (json.loads kept the last)
+        data = loads_json(Path(path).read_text(), "collectives-from", path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HwtuneInputError("collectives-from", path, f"a JSON file of points ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("collectives"), list):
