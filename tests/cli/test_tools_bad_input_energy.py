@@ -81,6 +81,18 @@ def test_points_with_an_unknown_column_or_cells_past_the_header(tmp_path: Path, 
             "points.csv line 2", "got ['0.5']", "no cells past the header's 4 columns")  # fmt: skip
 
 
+def test_a_column_given_twice(tmp_path: Path, rejects):
+    # csv.DictReader kept the second: this trace replayed at 5 W, not 100
+    f = tmp_path / "t.csv"
+    f.write_text("time_s,power_w,power_w\n0,100,5\n1,100,5\n2,100,5\n")
+    rejects(["energy", "measure", "--backend", "replay", "--trace", str(f)], "t.csv header",
+            "got 'power_w'", "each column once")  # fmt: skip
+    p = tmp_path / "points.csv"
+    p.write_text(HEADER.replace("\n", ",power_w\n") + "1,1e9,0.1,10,1\n")
+    rejects(["energy", "optimize", "--points", str(p)], "points.csv header", "got 'power_w'",
+            "each column once")  # fmt: skip
+
+
 def test_points_with_a_trailing_comma_still_read(tmp_path: Path):
     r = CliRunner().invoke(
         app, ["energy", "optimize", "--points", points(tmp_path, "1,1e9,0.1,10,\n")]

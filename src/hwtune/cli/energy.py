@@ -77,12 +77,17 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
 
     try:
         with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            header = list(reader.fieldnames or ())
     except OSError as e:
         raise HwtuneInputError("points", str(path), f"a readable CSV file ({e.strerror})") from None
     except UnicodeDecodeError as e:
         raise HwtuneInputError("points", str(path), f"a UTF-8 CSV file ({e.reason})") from None
     need = ("batch", "frequency_hz", "step_time_s", "power_w")
+    twice = next((c for c in header if c and header.count(c) > 1), None)
+    if twice is not None:  # csv.DictReader keeps the last of the two columns, silently
+        raise HwtuneInputError(f"{path.name} header", twice, "each column once")
     if not rows or any(c not in rows[0] for c in need):
         raise HwtuneInputError("points", str(path), "a CSV with columns " + ", ".join(need))
     known = (*need, "utilization", "mem_utilization")

@@ -128,16 +128,22 @@ class ReplayDevice(BaseDevice):
 
 def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, float]]:
     where = str(trace) if isinstance(trace, str | Path) else "trace"
+    header: list[str] = []
     if isinstance(trace, str | Path):
         try:
             with open(trace, newline="") as fh:
-                raw = list(csv.DictReader(fh))
+                reader = csv.DictReader(fh)
+                raw = list(reader)
+                header = list(reader.fieldnames or ())
         except OSError as e:
             raise MeterError("trace", str(trace), f"a readable CSV file ({e.strerror})") from None
         except UnicodeDecodeError as e:
             raise MeterError("trace", str(trace), f"a UTF-8 CSV file ({e.reason})") from None
     else:
         raw = [dict(r) for r in trace]  # type: ignore[arg-type]
+    twice = next((c for c in header if c and header.count(c) > 1), None)
+    if twice is not None:  # csv.DictReader keeps the last of the two columns, silently
+        raise MeterError(f"{where} header", twice, "each column once")
     if len(raw) < 2:
         raise MeterError(where, f"{len(raw)} rows", "at least two samples")
     missing = [c for c in REQUIRED if c not in raw[0]]
