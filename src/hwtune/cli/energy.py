@@ -26,6 +26,12 @@ from hwtune.errors import HwtuneInputError
 if TYPE_CHECKING:
     from hwtune.energy.profiles import Profile
 
+MAX_TUNE_STEPS = 10_000_000
+"""The most training steps `energy tune` simulates: ten million, about ten times the step count
+of the longest pretraining runs (Llama 3.1 405B: 15.6T tokens at up to 16M tokens a step, about
+a million steps); ~25 us a step here, so the bound is minutes, and a typo (1e20) is refused
+instead of running for ever."""
+
 app = typer.Typer(
     name="energy",
     help="Power meters, GPU clock x batch-size tuning under a power cap, energy per step.",
@@ -375,8 +381,10 @@ def tune_cmd(
     from hwtune.energy.workloads import edge_step_model
 
     try:
-        if steps <= 0:
-            raise HwtuneInputError("steps", steps, "a positive number of steps")
+        if not 0 < steps <= MAX_TUNE_STEPS:
+            raise HwtuneInputError(
+                "steps", steps, f"a number of steps from 1 to {MAX_TUNE_STEPS:,}"
+            )
         if seed < 0:
             raise HwtuneInputError("seed", seed, "a non-negative integer")
         weight = _mix_weight(objective, eta)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from hwtune.energy.meters.base import clock_table
 from hwtune.energy.power_model import PowerModel
 from hwtune.errors import HwtuneInputError
+from hwtune.train.schedules import MAX_MICRO_BATCHES
 from hwtune.train.step_energy import (
     StepEnergy,
     step_energy,
@@ -158,6 +159,10 @@ def plan_stage_frequencies(
     if len(stages) < 1 or microbatches < 1:
         raise HwtuneInputError(
             "pipeline", (len(stages), microbatches), "stages >= 1, micro-batches >= 1"
+        )
+    if microbatches > MAX_MICRO_BATCHES:
+        raise HwtuneInputError(
+            "microbatches", microbatches, f"at most {MAX_MICRO_BATCHES:,} micro-batches per step"
         )
     if not (tolerance >= 0 and math.isfinite(tolerance)):
         raise HwtuneInputError("tolerance", tolerance, "a non-negative finite fraction")

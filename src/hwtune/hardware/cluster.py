@@ -42,6 +42,12 @@ class GroupSpan:
     domains: int
 
 
+MAX_GPUS = 1 << 20
+"""The most GPUs a cluster (or a serving deployment) may have: 1,048,576, several times the
+largest clusters built by 2026 (a few hundred thousand GPUs). A count past it is a typo (1e20
+made `hwtune plan` walk its divisors for ever), not a machine to plan for."""
+
+
 class Cluster(FrozenModel):
     """A homogeneous cluster.
 
@@ -59,7 +65,7 @@ class Cluster(FrozenModel):
     )
 
     device: Device
-    n_gpus: int = Field(gt=0)
+    n_gpus: int = Field(gt=0, le=MAX_GPUS)
     gpus_per_node: int = Field(default=8, gt=0)
     scaleup_domain: int | None = Field(default=None, gt=0, description="GPUs per NVLink domain")
     nic_gbps_per_gpu: float = Field(default=400, gt=0, description="scale-out Gb/s (bits) per GPU")

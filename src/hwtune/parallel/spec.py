@@ -571,6 +571,14 @@ def validate(
         # the estimator's checks of the global degrees (heads, experts, batch, schedule)
         st.validate_for(model, None)
     _check_expert_mesh(mesh, model)
+    from hwtune.train.schedules import MAX_MICRO_BATCHES
+
+    if spec.global_batch_seqs > MAX_MICRO_BATCHES * spec.micro_batch * mesh.dp:
+        raise HwtuneInputError(
+            "global_batch", spec.global_batch_seqs,
+            f"at most {MAX_MICRO_BATCHES:,} micro-batches of micro_batch x dp (= "
+            f"{spec.micro_batch} x {mesh.dp}) sequences per step",
+        )  # fmt: skip
     if spec.global_batch_seqs % (spec.micro_batch * mesh.dp):
         raise HwtuneInputError(
             "global_batch",

@@ -10,7 +10,7 @@ from hwtune.cost.compute import dtype_bytes
 from hwtune.cost.inference_collectives import ALL_REDUCE_KERNELS
 from hwtune.cost.quantized_gemm import NO_FLOAT_WEIGHT_ARCHITECTURES, WEIGHT_ONLY_KERNELS
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.cluster import Cluster, make_cluster
+from hwtune.hardware.cluster import MAX_GPUS, Cluster, make_cluster
 from hwtune.hardware.device import Device
 from hwtune.model.spec import ModelSpec
 from hwtune.serve.profile import CalibrationProfile
@@ -424,6 +424,9 @@ class Deployment:
             raise HwtuneInputError("replicas", self.replicas, "a positive integer")
         if self.prefill is not None and self.prefill_replicas < 1:
             raise HwtuneInputError("prefill_replicas", self.prefill_replicas, "a positive integer")
+        if self.gpus > MAX_GPUS:  # each replica is simulated: 1e20 replicas never finished
+            raise HwtuneInputError("replicas", self.replicas, f"a deployment of at most "
+                                   f"{MAX_GPUS:,} GPUs (this one has {self.gpus:,})")  # fmt: skip
 
     @property
     def gpus(self) -> int:

@@ -26,6 +26,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+MAX_MICRO_BATCHES = 1 << 16
+"""The most micro-batches per pipeline step a schedule is built or simulated for: 65,536, far
+above what training runs use (a global batch of thousands of sequences over dp ranks leaves
+tens to hundreds per rank). The schedules here are closed forms, but the compiled plans
+(`hwtune compile`) and the energy pipeline planner walk every micro-batch (100,000 took the
+latter 47 s on 2 cores), so a typo such as 1e20 would run for ever."""
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineTime:
