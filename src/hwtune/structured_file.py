@@ -59,6 +59,12 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return dict(pairs)
 
 
+def repeated_columns(header: list[str] | tuple[str, ...]) -> list[str]:
+    """The column names a CSV header gives more than once, in order (``csv.DictReader`` keeps
+    the last of them silently); empty names (trailing commas) are not columns."""
+    return sorted({c for c in header if c and header.count(c) > 1}, key=header.index)
+
+
 def loads_json(text: str, field: str, path: str | Path) -> object:
     """``text`` (the content of ``path``) parsed as JSON; a mapping that gives a key twice raises
     `HwtuneInputError` naming ``field`` and the path (`json.loads` keeps the last silently). A
@@ -106,4 +112,4 @@ def read_model(path: str | Path, field: str, cls: type[M], expected: str) -> M:
         raise from_validation_error(e, where=p.name) from None
 
 
-__all__ = ["loads_json", "read_model", "read_structured", "read_utf8"]
+__all__ = ["loads_json", "read_model", "read_structured", "read_utf8", "repeated_columns"]

@@ -80,6 +80,7 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
     """(step points, (clock, power, utilization, mem utilization) rows) from a CSV with
     batch, frequency_hz, step_time_s, power_w and optionally utilization, mem_utilization."""
     from hwtune.energy.step_model import StepPoint
+    from hwtune.structured_file import repeated_columns
 
     try:
         with path.open(newline="") as fh:
@@ -91,9 +92,9 @@ def _load_points(path: Path) -> tuple[list, list[tuple[float, float, float | Non
     except UnicodeDecodeError as e:
         raise HwtuneInputError("points", str(path), f"a UTF-8 CSV file ({e.reason})") from None
     need = ("batch", "frequency_hz", "step_time_s", "power_w")
-    twice = next((c for c in header if c and header.count(c) > 1), None)
-    if twice is not None:  # csv.DictReader keeps the last of the two columns, silently
-        raise HwtuneInputError(f"{path.name} header", twice, "each column once")
+    twice = repeated_columns(header)
+    if twice:
+        raise HwtuneInputError(f"{path.name} header", twice[0], "each column once")
     if not rows or any(c not in rows[0] for c in need):
         raise HwtuneInputError("points", str(path), "a CSV with columns " + ", ".join(need))
     known = (*need, "utilization", "mem_utilization")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hwtune.errors import HwtuneInputError
 from hwtune.serve.config import Deployment, ReplicaConfig
-from hwtune.structured_file import read_utf8
+from hwtune.structured_file import read_utf8, repeated_columns
 
 REQUIRED = ("concurrency", "input_len", "output_len", "ttft_ms", "tpot_ms")
 OPTIONAL_INT = ("tp", "pp", "ep", "dp_attention", "num_requests")
@@ -112,8 +112,8 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
         raise HwtuneInputError(
             f"{p.name}: header", ",".join(cols), f"columns {', '.join(REQUIRED)}"
         )
-    twice = sorted({c for c in cols if cols.count(c) > 1})
-    if twice:  # csv.DictReader would keep the last silently
+    twice = repeated_columns(cols)
+    if twice:
         raise HwtuneInputError(f"{p.name}: header", ",".join(cols),
                                f"each column once ({', '.join(twice)} repeated)")  # fmt: skip
     unknown = [c for c in cols if c not in KNOWN]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hwtune.errors import HwtuneInputError
-from hwtune.structured_file import read_utf8
+from hwtune.structured_file import read_utf8, repeated_columns
 
 
 @dataclass(slots=True, eq=False)
@@ -458,9 +458,9 @@ def load_trace(path: str | Path) -> Workload:
         if not reader.fieldnames:
             raise HwtuneInputError("trace", str(path), "a CSV file with a header row")
         names = list(reader.fieldnames)
-        dup = next((c for c in names if names.count(c) > 1), None)
-        if dup is not None:
-            raise HwtuneInputError(f"{p.name} header", dup, "each column once")
+        twice = repeated_columns(names)
+        if twice:
+            raise HwtuneInputError(f"{p.name} header", twice[0], "each column once")
         for i, row in enumerate(reader):
             if None in row:  # more cells than the header names
                 raise HwtuneInputError(f"{p.name} line {i + 2}", row[None],

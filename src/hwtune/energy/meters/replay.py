@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hwtune.energy.meters.base import BaseDevice, Capabilities, MeterError, Utilization
+from hwtune.structured_file import repeated_columns
 
 REQUIRED = ("time_s", "power_w")
 COLUMNS = (*REQUIRED, "energy_j", "frequency_hz", "utilization", "mem_utilization")
@@ -141,9 +142,9 @@ def _load(trace: str | Path | Sequence[dict[str, float]]) -> list[dict[str, floa
             raise MeterError("trace", str(trace), f"a UTF-8 CSV file ({e.reason})") from None
     else:
         raw = [dict(r) for r in trace]  # type: ignore[arg-type]
-    twice = next((c for c in header if c and header.count(c) > 1), None)
-    if twice is not None:  # csv.DictReader keeps the last of the two columns, silently
-        raise MeterError(f"{where} header", twice, "each column once")
+    twice = repeated_columns(header)
+    if twice:
+        raise MeterError(f"{where} header", twice[0], "each column once")
     if len(raw) < 2:
         raise MeterError(where, f"{len(raw)} rows", "at least two samples")
     missing = [c for c in REQUIRED if c not in raw[0]]
