@@ -27,7 +27,7 @@ from hwtune.parallel.runtime import checkpoint as ck  # noqa: E402
 from hwtune.parallel.runtime.__main__ import main as runtime_main  # noqa: E402
 from hwtune.parallel.runtime.launch import (  # noqa: E402
     LOSS_TOL,
-    launch_many,
+    launch_named,
     run_config,
     wants_moe,
     with_checkpoints,
@@ -108,28 +108,18 @@ def _cfg(spec, steps):  # noqa: ANN001, ANN202
     return run_config(spec, steps, moe=wants_moe(spec))
 
 
-def _by_world(cfgs: dict) -> dict:
-    """Launch the configs, those of one world size together; results by name."""
-    out = {}
-    for world in sorted({c.world for c in cfgs.values()}):
-        names = [n for n, c in cfgs.items() if c.world == world]
-        for n, r in zip(names, launch_many([cfgs[n] for n in names]), strict=True):
-            out[n] = r
-    return out
-
-
 def _save_and_resume(pairs: dict, root) -> tuple[dict, dict, dict, dict]:  # noqa: ANN001
     """Each pair's A saves after K steps (in ``root``), its B resumes that directory to N."""
     saves = {
         n: with_checkpoints(_cfg(a, K), save=root / n.replace(">", ""))
         for n, (a, _) in pairs.items()
     }
-    saved = _by_world(saves)
+    saved = launch_named(saves)
     resumes = {
         n: with_checkpoints(_cfg(b, N), resume=root / n.replace(">", ""))
         for n, (_, b) in pairs.items()
     }
-    return saves, saved, resumes, _by_world(resumes)
+    return saves, saved, resumes, launch_named(resumes)
 
 
 @pytest.fixture(scope="module")

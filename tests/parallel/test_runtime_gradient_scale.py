@@ -23,7 +23,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from hwtune.parallel.runtime.launch import launch_many, run_config, wants_moe  # noqa: E402
+from hwtune.parallel.runtime.launch import launch_named, run_config, wants_moe  # noqa: E402
 from hwtune.parallel.spec import make_spec  # noqa: E402
 
 EPS, LR = 1.0, 1.0
@@ -53,13 +53,7 @@ def _cfg(spec):  # noqa: ANN001, ANN202
 
 @pytest.fixture(scope="module")
 def runs():
-    cfgs = {n: _cfg(s) for n, s in CASES.items()}
-    out = {}
-    for world in sorted({c.world for c in cfgs.values()}):
-        names = [n for n, c in cfgs.items() if c.world == world]
-        for n, r in zip(names, launch_many([cfgs[n] for n in names]), strict=True):
-            out[n] = r
-    return out
+    return launch_named({n: _cfg(s) for n, s in CASES.items()})
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -87,6 +87,16 @@ class RankFailed(RuntimeError):
         super().__init__(f"run: a rank process failed{at} ({error})")
 
 
+def launch_named(cfgs: dict[str, RunConfig]) -> dict[str, dict]:
+    """Run named configs of any world sizes, those of one size in one set of processes
+    (`launch_many`); the results by name."""
+    out: dict[str, dict] = {}
+    for world in sorted({c.world for c in cfgs.values()}):
+        names = [n for n, c in cfgs.items() if c.world == world]
+        out.update(zip(names, launch_many([cfgs[n] for n in names]), strict=True))
+    return out
+
+
 def launch_many(cfgs: list[RunConfig]) -> list[dict]:
     """Run configs of one world size in one set of processes; per config: the losses, the
     per-rank state bytes, and the single-process reference. A rank that dies: `RankFailed`."""
