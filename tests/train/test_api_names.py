@@ -92,3 +92,21 @@ def test_plan_micro_batches_may_be_an_iterator() -> None:
     as_list = hwtune.plan("llama3.1-8b", cl, 64, 4096, micro_batches=[1, 2], top_k=8)
     as_iter = hwtune.plan("llama3.1-8b", cl, 64, 4096, micro_batches=iter([1, 2]), top_k=8)
     assert [e.strategy for e in as_iter.top] == [e.strategy for e in as_list.top]
+
+
+def test_searched_fields_are_the_ones_plan_sets(monkeypatch):
+    """`SEARCHED_FIELDS` (what ``base`` may not give) restates the keywords `plan` passes to
+    every candidate `Strategy`; recorded from a real search, they must be the same set (plus
+    ``recompute_modules``, which ``base`` may give: plan takes it out of ``base`` first)."""
+    from hwtune.train import search
+
+    seen: set[str] = set()
+    real = search.Strategy
+
+    def recording(**kw):  # noqa: ANN003, ANN202
+        seen.update(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(search, "Strategy", recording)
+    search.plan("llama3.1-8b", make_cluster("h100-sxm-80gb", 8), 64, 4096, top_k=1)
+    assert seen - {"recompute_modules"} == set(search.SEARCHED_FIELDS)
