@@ -215,6 +215,16 @@ def systems() -> dict[str, dict]:
     return {e["name"]: e for e in _system_entries()}
 
 
+def require_cluster(value: object, alternative: str = "") -> Cluster:
+    """``value`` when it is a `Cluster`, else a one-line error naming ``cluster`` (the API's
+    argument) with how to make one, and ``alternative`` (another way the caller takes)."""
+    if not isinstance(value, Cluster):
+        hint = f" ({alternative})" if alternative else ""
+        raise HwtuneInputError("cluster", value, "a Cluster, e.g. hwtune.hardware.cluster."
+                               f"make_cluster('h100-sxm-80gb', 64){hint}")  # fmt: skip
+    return value
+
+
 def make_cluster(
     gpu: str | Device = "h100-sxm-80gb",
     gpus: int = 8,

@@ -46,7 +46,7 @@ from hwtune.cost.memory import (
 from hwtune.cost.moe_routing import remote_nodes_per_token
 from hwtune.cost.power import power_limited, sustained_fraction_applies
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.cluster import Cluster, GroupSpan, make_cluster
+from hwtune.hardware.cluster import Cluster, GroupSpan, make_cluster, require_cluster
 from hwtune.hardware.device import Device
 from hwtune.model import params as P
 from hwtune.model.lowering import (
@@ -577,9 +577,8 @@ def estimate(
     (they would be ignored).
     """
     spec = _resolve_model(model)
-    if cluster is not None and not isinstance(cluster, Cluster):
-        raise HwtuneInputError("cluster", cluster, "a Cluster, e.g. hwtune.hardware.cluster."
-                               "make_cluster('h100-sxm-80gb', 64) (or gpu= and gpus=)")  # fmt: skip
+    if cluster is not None:
+        require_cluster(cluster, "or gpu= and gpus=")
     if strategy is not None and not isinstance(strategy, Strategy):
         raise HwtuneInputError("strategy", strategy, "a Strategy, e.g. hwtune.train.strategy."
                                "make_strategy(tp=8) (or its fields as keywords)")  # fmt: skip

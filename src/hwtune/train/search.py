@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from hwtune.errors import HwtuneInputError
-from hwtune.hardware.cluster import Cluster
+from hwtune.hardware.cluster import Cluster, require_cluster
 from hwtune.model.spec import ModelSpec
 from hwtune.train.estimator import (
     Estimate,
@@ -344,9 +344,7 @@ def plan(
     (`hwtune.hardware.cluster.make_cluster(gpu, n)` for a device's system preset); ``precision``:
     None for `default_precision` (bf16, fp16 on V100)."""
     spec = _resolve_model(spec)
-    if not isinstance(cl, Cluster):
-        raise HwtuneInputError("cluster", cl, "a Cluster, e.g. hwtune.hardware.cluster."
-                               "make_cluster('h100-sxm-80gb', 64)")  # fmt: skip
+    require_cluster(cl)
     if objective not in OBJECTIVES:
         raise HwtuneInputError("objective", objective, f"one of {', '.join(OBJECTIVES)}")
     precision = precision or default_precision(cl.device)

@@ -12,8 +12,8 @@ torch's own ``allreduce_hook`` (``torch.distributed.algorithms.ddp_comm_hooks.de
 divide by the group size, all-reduce, the same arithmetic as the built-in reduction). DTensor's
 tensor-parallel collectives (and the experts' all-to-all inside autograd) run as functional
 collectives (``torch.ops._c10d_functional``), which no ``torch.distributed`` function sees: a
-dispatch mode counts them as ``"<kind> (functional)"`` (tp 2: 7 all-reduces per block and
-micro-batch, 2 forward, 5 backward, one per column-parallel linear). Pipeline sends and receives
+dispatch mode counts them as ``"<kind> (functional)"`` (tp 2: 4 all-reduces per block and
+micro-batch, 2 forward, 2 backward, one per row-parallel output and fused column-parallel input). Pipeline sends and receives
 (``batch_isend_irecv``) are not collectives and are not counted. A call that imports a function
 by name (``from torch.distributed import all_reduce``) bypasses it."""
 

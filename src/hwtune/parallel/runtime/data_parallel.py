@@ -154,7 +154,7 @@ def make_optimizer(
     lr: float,
     experts: set[int] | None = None,
     edp_mesh: DeviceMesh | None = None,
-    eps: float = 1e-8,
+    eps: float | None = None,
 ) -> torch.optim.Optimizer | DistributedOptimizer | Optimizers:
     """AdamW; under ZeRO-1 a `DistributedOptimizer` (Megatron-Core's: one gradient
     reduce-scatter, the shard's AdamW, one parameter all-gather) for the dense parameters over
@@ -163,6 +163,7 @@ def make_optimizer(
     distributed optimizer); both divide the gradients by the size of ``dp_mesh`` (an expert's
     gradient already sums its ep group's tokens). ``model``: a module (not wrapped in DDP: the
     optimizer reduces the gradients), or the parameters of a rank's pipeline stages."""
+    adamw = {} if eps is None else {"eps": eps}  # None: torch's default
     ps = model.parameters() if isinstance(model, nn.Module) else model
     params = [p for p in ps if p.requires_grad]
     if zero == 1 and dp_mesh is not None and dp_mesh.size() > 1:
@@ -170,8 +171,8 @@ def make_optimizer(
         ex = experts or set()
         dense = [p for p in params if id(p) not in ex]
         routed = [p for p in params if id(p) in ex]
-        opts = [DistributedOptimizer(dense, dp_mesh, n, lr, eps=eps)] if dense else []
+        opts = [DistributedOptimizer(dense, dp_mesh, n, lr, **adamw)] if dense else []
         if routed:
-            opts.append(DistributedOptimizer(routed, edp_mesh, n, lr, eps=eps))
+            opts.append(DistributedOptimizer(routed, edp_mesh, n, lr, **adamw))
         return opts[0] if len(opts) == 1 else Optimizers(opts)
-    return torch.optim.AdamW(params, lr=lr, eps=eps)
+    return torch.optim.AdamW(params, lr=lr, **adamw)
